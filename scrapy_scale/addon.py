@@ -1,0 +1,46 @@
+"""The add-on: ``ADDONS = {"scrapy_scale.Addon": 0}`` turns on every component.
+
+Each component stays usable alone in the classic settings dicts; the add-on only
+fills those dicts and sets defaults at the ``addon`` priority, so a project's own
+settings win, and it validates every ``SCALE_*`` setting once at startup.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scrapy.settings import BaseSettings
+from scrapy.utils.misc import load_object
+
+from scrapy_scale import config
+
+#: (component priority dict, component path, order): enabled by the add-on unless
+#: the project already lists the component (a project disables one with None).
+COMPONENTS: list[tuple[str, str, int]] = [
+    ("EXTENSIONS", "scrapy_scale.config_check.SettingsCheck", 0),
+]
+
+#: Scrapy built-ins that an enabled component supersedes: set to None.
+DISABLES: list[tuple[str, str]] = []
+
+#: single-valued settings the add-on sets; a project's own value wins
+SINGLE: dict[str, Any] = {
+    # polite by default: robots.txt honoured, a few requests per site at a time
+    "ROBOTSTXT_OBEY": True,
+    "CONCURRENT_REQUESTS_PER_DOMAIN": 4,
+}
+
+
+class Addon:
+    """Scrapy add-on enabling all of scrapy-scale."""
+
+    def update_settings(self, settings: BaseSettings) -> None:
+        if not config.get(settings, "SCALE_ENABLED"):
+            return
+        config.validate_all(settings)
+        for name, value in SINGLE.items():
+            settings.set(name, value, priority="addon")
+        for dict_name, path, order in COMPONENTS:
+            settings.setdefault_in_component_priority_dict(dict_name, load_object(path), order)
+        for dict_name, path in DISABLES:
+            settings.set_in_component_priority_dict(dict_name, load_object(path), None)

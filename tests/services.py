@@ -1,0 +1,160 @@
+"""Real services on loopback for the tests: each starts, waits until it answers, stops.
+
+Nothing here is a mock. A service that cannot be started fails the test with a
+message saying how to get it; tests are never skipped silently.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except Exception as e:  # noqa: BLE001 - any failure means "not yet"
+            last = e
+        time.sleep(0.05)
+    pytest.fail(f"{what} did not answer within {timeout:.0f}s (last error: {last!r})")
+
+
+def port_open(port: int, host: str = LOOPBACK) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class Process:
+    """A server process we own: start, kill -9, restart on the same port and data."""
+
+    def __init__(self, name: str, argv: list[str], port: int, workdir: Path, ready: Callable[[], bool]):
+        self.name = name
+        self.argv = argv
+        self.port = port
+        self.workdir = workdir
+        self.ready = ready
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = workdir / f"{name}.log"
+
+    def start(self, timeout: float = 30) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        wait_until(self._alive_and_ready, timeout, f"{self.name} on port {self.port}")
+
+    def _alive_and_ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            pytest.fail(f"{self.name} exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+        return self.ready()
+
+    def kill(self) -> None:
+        """SIGKILL, no goodbye."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+
+def need_binary(name: str, how: str) -> str:
+    path = shutil.which(name)
+    if not path:
+        pytest.fail(f"{name} is not installed; {how}")
+    return path
+
+
+# ---- Redis -------------------------------------------------------------------------
+
+
+def redis_ping(url: str) -> bool:
+    import redis
+
+    return bool(redis.Redis.from_url(url, socket_timeout=1).ping())
+
+
+def private_redis(workdir: Path, appendonly: bool = True) -> Process:
+    """A Redis server of the test's own, on a free port, data in ``workdir``."""
+    exe = need_binary("redis-server", "install it with `apt-get install redis-server`")
+    port = free_port()
+    argv = [
+        exe, "--port", str(port), "--bind", LOOPBACK, "--dir", str(workdir),
+        "--save", "", "--appendonly", "yes" if appendonly else "no",
+        "--appendfsync", "always",
+    ]
+    p = Process("redis", argv, port, workdir, lambda: redis_ping(f"redis://{LOOPBACK}:{port}/0"))
+    p.start()
+    return p
+
+
+# ---- MongoDB wire server -----------------------------------------------------------
+
+
+def mongo_ping(uri: str) -> bool:
+    import pymongo
+
+    c: pymongo.MongoClient = pymongo.MongoClient(uri, serverSelectionTimeoutMS=1000)
+    try:
+        c.admin.command("ping")
+        return True
+    finally:
+        c.close()
+
+
+def private_mongo(workdir: Path) -> Process:
+    """A MongoDB wire server of the test's own: a real mongod when one is on PATH
+    and MONGO_URI is unset, else SecantusDB (`python -m secantus`)."""
+    port = free_port()
+    data = workdir / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    mongod = shutil.which("mongod")
+    if mongod and os.environ.get("SCALE_TEST_USE_MONGOD"):
+        argv = [mongod, "--port", str(port), "--bind_ip", LOOPBACK, "--dbpath", str(data)]
+    else:
+        try:
+            import secantus  # noqa: F401
+        except ImportError:
+            pytest.fail("SecantusDB is not installed; `pip install -e .[test]` brings it")
+        argv = [sys.executable, "-m", "secantus", "--host", LOOPBACK, "--port", str(port),
+                "--storage-path", str(data)]
+    uri = f"mongodb://{LOOPBACK}:{port}/"
+    p = Process("mongo", argv, port, workdir, lambda: mongo_ping(uri))
+    p.start(timeout=60)
+    return p

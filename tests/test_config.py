@@ -1,0 +1,74 @@
+"""Settings are validated at startup with the setting's name in the error."""
+
+import re
+from pathlib import Path
+
+import pytest
+from scrapy.settings import Settings
+
+from scrapy_scale import config
+from scrapy_scale.addon import Addon
+
+
+def test_unknown_scale_setting_is_rejected_with_suggestion():
+    with pytest.raises(config.ScaleSettingError, match="SCALE_JOBB: unknown setting; did you mean SCALE_JOB"):
+        config.validate_all(Settings({"SCALE_JOBB": "x"}))
+
+
+def test_bad_value_names_the_setting():
+    with pytest.raises(config.ScaleSettingError, match="^SCALE_ENABLED: expected a boolean"):
+        Addon().update_settings(Settings({"SCALE_ENABLED": "maybe"}))
+
+
+def test_addon_sets_polite_defaults_but_project_wins():
+    s = Settings()
+    s.set("CONCURRENT_REQUESTS_PER_DOMAIN", 2, priority="project")
+    Addon().update_settings(s)
+    assert s.getbool("ROBOTSTXT_OBEY") is True
+    assert s.getint("CONCURRENT_REQUESTS_PER_DOMAIN") == 2
+
+
+def test_addon_off_switch_changes_nothing():
+    s = Settings({"SCALE_ENABLED": False})
+    Addon().update_settings(s)
+    assert not s.getbool("ROBOTSTXT_OBEY")
+
+
+def test_every_setting_is_in_the_readme_table():
+    config._load_declarations()
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    rows = set(re.findall(r"^\| `(SCALE_[A-Z0-9_]+)` \|", readme, flags=re.M))
+    missing = sorted(set(config.REGISTRY) - rows)
+    assert not missing, f"settings missing from README's table: {missing}"
+    stale = sorted(rows - set(config.REGISTRY))
+    assert not stale, f"README documents settings that do not exist: {stale}"
+
+
+@pytest.mark.parametrize(
+    "parser,value,ok",
+    [
+        (config.as_int(0), "3", 3),
+        (config.as_float(0, 1), 0.5, 0.5),
+        (config.as_url("sqlite", "redis"), "redis://h:1/0", "redis://h:1/0"),
+        (config.as_list(), "a, b", ["a", "b"]),
+        (config.as_dict, '{"a": 1}', {"a": 1}),
+    ],
+)
+def test_parsers_accept(parser, value, ok):
+    assert parser(value) == ok
+
+
+@pytest.mark.parametrize(
+    "parser,value",
+    [
+        (config.as_int(0), -1),
+        (config.as_int(), 1.5),
+        (config.as_float(0, 1), 2),
+        (config.as_url("sqlite"), "mysql://x"),
+        (config.as_dict, "[1]"),
+        (config.as_bool, "perhaps"),
+    ],
+)
+def test_parsers_reject(parser, value):
+    with pytest.raises(ValueError):
+        parser(value)
