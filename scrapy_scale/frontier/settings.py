@@ -1,0 +1,58 @@
+"""SCALE_FRONTIER_* settings (declared in the registry, see scrapy_scale.config)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from scrapy_scale import config
+from scrapy_scale.config import as_bool, as_float, as_int, as_str, as_url, declare
+
+COMPONENT = "frontier"
+
+URL = declare(
+    "SCALE_FRONTIER_URL",
+    None,
+    as_url("sqlite", "redis", "rediss"),
+    "Where the persisted frontier lives: `sqlite:///path.db` (one machine) or "
+    "`redis://host:6379/0` (many workers). Default: `frontier.db` under `JOBDIR`, else under `SCALE_STATE_DIR`.",
+    COMPONENT,
+)
+BATCH = declare(
+    "SCALE_FRONTIER_BATCH",
+    64,
+    as_int(1, 10_000),
+    "Requests leased per round trip; the worker buffers at most about twice this many.",
+    COMPONENT,
+)
+LEASE = declare(
+    "SCALE_FRONTIER_LEASE",
+    60.0,
+    as_float(2.0, 86_400.0),
+    "Seconds a lease lasts unless renewed; a dead worker's requests return to pending after it.",
+    COMPONENT,
+)
+WAIT_FOR_SEEDS = declare(
+    "SCALE_FRONTIER_WAIT_FOR_SEEDS",
+    False,
+    as_bool,
+    "Keep workers open when the job is drained, waiting for new seeds (instead of closing).",
+    COMPONENT,
+)
+WORKER = declare(
+    "SCALE_FRONTIER_WORKER",
+    None,
+    as_str,
+    "This worker's id in lease records. Default: `hostname/N`, the lowest slot not held by a live process.",
+    COMPONENT,
+)
+
+
+def frontier_url(settings: Any) -> str:
+    """SCALE_FRONTIER_URL, or the default SQLite file under JOBDIR / SCALE_STATE_DIR."""
+    url = config.get(settings, "SCALE_FRONTIER_URL")
+    if url:
+        return str(url)
+    jobdir = settings.get("JOBDIR") if hasattr(settings, "get") else None
+    folder = jobdir or config.get(settings, "SCALE_STATE_DIR")
+    return "sqlite:///" + os.path.abspath(os.path.join(folder, "frontier.db"))

@@ -1,0 +1,398 @@
+"""The frontier store: persisted request records of one job, and their states.
+
+One interface, two backends (``sqlite:///path`` and ``redis://host:port/db``),
+chosen by URL with :func:`open_store`. The same conformance suite
+(tests/test_frontier_store.py) runs against both.
+
+Record lifecycle (one record per fingerprint per job)::
+
+    pending --lease--> leased --ack--> done
+       ^                 |   --fail--> failed(class, reason)
+       |                 |   --enqueue(update=True)--> pending (next eligible time)
+       +---reclaim/release+
+    failed --requeue--> pending
+
+"Pending" includes *delayed* records (next eligible time in the future): they are
+pending but cannot be leased yet; :class:`Status` counts them apart.
+
+Times are epoch seconds from the store's injectable ``clock``; the store never
+reads the wall clock itself (tests pass :class:`scrapy_scale.clock.FakeClock`).
+
+Thread-safety: a store object is used by one thread at a time (the scheduler
+runs every store call in one dedicated thread, off the reactor). Several
+processes may share one store (that is the point of Redis; SQLite is shared by
+processes on one machine through its file lock).
+
+Requests are stored as data, never pickle: :mod:`scrapy_scale.frontier.codec`
+turns a :class:`scrapy.Request` into a versioned JSON string and back.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from scrapy_scale import clock as clock_mod
+
+if TYPE_CHECKING:
+    from scrapy import Request
+
+
+class FrontierError(RuntimeError):
+    """The frontier cannot be used: the message says what is wrong and what to do.
+
+    Raised at startup for an unknown URL scheme, an unreachable Redis, or a SQLite
+    file of an incompatible layout.
+    """
+
+
+class State(StrEnum):
+    PENDING = "pending"
+    LEASED = "leased"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class EnqueueResult(StrEnum):
+    #: a new record was created (pending)
+    ADDED = "added"
+    #: an existing record was overwritten and made pending again (a retry/redirect)
+    UPDATED = "updated"
+    #: a done/failed record was made pending again (``reopen=True``, i.e. dont_filter)
+    REOPENED = "reopened"
+    #: the fingerprint is known; nothing changed
+    DUPLICATE = "duplicate"
+
+
+@dataclass(frozen=True, slots=True)
+class NewRequest:
+    """What :meth:`FrontierStore.enqueue` takes: one request, already encoded."""
+
+    fingerprint: str
+    #: the request as data: :func:`scrapy_scale.frontier.codec.encode` output (versioned JSON)
+    data: str
+    #: host of the request URL (fairness unit); see :func:`domain_of`
+    domain: str
+    priority: int = 0
+    #: epoch seconds; 0 = eligible at once. A later time makes the record *delayed*.
+    not_before: float = 0.0
+    #: attempts already made before this one (a retry with meta scale_attempt=n gives n-1)
+    attempts: int = 0
+    #: (failure class, reason) of the previous attempt, for a retry
+    last_failure: tuple[str, str] | None = None
+    #: True for a continuation of a known request (a retry or redirect): if the
+    #: fingerprint exists in any state, overwrite its data, priority and domain,
+    #: make it pending with ``not_before``, set attempts and last failure, clear
+    #: its lease (and invalidate the old lease token). Inserts when unknown.
+    update: bool = False
+    #: True for ``dont_filter`` requests: a done or failed record with this
+    #: fingerprint becomes pending again (attempts reset). A pending or leased
+    #: record is left alone (DUPLICATE).
+    reopen: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Leased:
+    """One leased record, as :meth:`FrontierStore.lease` returns it."""
+
+    fingerprint: str
+    data: str
+    domain: str
+    priority: int
+    #: attempts made before this lease (0 for a fresh request)
+    attempts: int
+    enqueued_at: float
+    #: when the record became eligible (enqueue time or its not-before time)
+    eligible_at: float
+    #: lease token: :meth:`FrontierStore.ack` / :meth:`FrontierStore.fail` must quote it
+    token: int
+    last_failure: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """One run of a job (a crawl from its first seed to its drain)."""
+
+    run_id: int
+    started_at: float
+    ended_at: float | None = None
+    #: True when :meth:`FrontierStore.begin_run` joined/resumed an unfinished run
+    resumed: bool = False
+    #: counts by state when the run ended (empty while it runs)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    fingerprint: str
+    reason: str
+    data: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """What ``scrapy scale status JOB`` prints; cheap enough to call while the job runs."""
+
+    job: str
+    #: the current (or last) run, None before the first
+    run: RunInfo | None
+    #: records by state: ``pending`` (eligible now), ``delayed`` (pending, not yet
+    #: eligible), ``leased``, ``done``, ``failed``; every key always present
+    counts: dict[str, int]
+    #: failed records by failure class
+    failed_by_class: dict[str, int]
+    #: seconds since the oldest eligible pending record became eligible (None if none)
+    oldest_pending_age: float | None
+    #: mean seconds a leased record waited between becoming eligible and its lease
+    #: (over every lease of the current run; None before the first lease)
+    average_wait: float | None
+    #: unexpired leases held by each worker id
+    leases_by_worker: dict[str, int]
+    dead_letters: int
+
+    @property
+    def drained(self) -> bool:
+        """Nothing left to do: no pending, delayed or leased record."""
+        return not (self.counts["pending"] or self.counts["delayed"] or self.counts["leased"])
+
+
+COUNT_KEYS = ("pending", "delayed", "leased", "done", "failed")
+
+
+class FrontierStore(abc.ABC):
+    """The persisted frontier of ONE job (``self.job``).
+
+    Every method is synchronous and may block on I/O; callers keep it off the
+    reactor thread. Methods that take several records do them in one round trip /
+    one transaction, in the order given (an enqueue listed before an ack is durable
+    no later than the ack).
+    """
+
+    #: URL scheme(s) served by this backend
+    schemes: tuple[str, ...] = ()
+
+    def __init__(self, job: str, clock: clock_mod.Clock = clock_mod.wall):
+        if not job:
+            raise FrontierError("the job name is empty; set SCALE_JOB or give the spider a name")
+        self.job = job
+        self.clock = clock
+
+    # ---- lifecycle -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def open(self) -> None:
+        """Connect and create or check the layout. Raises :class:`FrontierError`
+        (unreachable server, incompatible layout) with what to do about it."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections. Idempotent. Leases stay (use :meth:`release` first)."""
+
+    def __enter__(self) -> FrontierStore:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- runs ------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def begin_run(self) -> RunInfo:
+        """Join the job's current run if it has not finished (``resumed=True``);
+        otherwise start a new run: every record and dead letter of the job is
+        deleted (the run history stays) and a new run id is recorded. Atomic, so
+        workers starting together agree on one run."""
+
+    @abc.abstractmethod
+    def finish_run(self) -> RunInfo | None:
+        """If the job is drained (no pending, delayed or leased record), mark the
+        current run ended with its counts and return it; otherwise return None and
+        change nothing. Idempotent: an ended run is returned as it is."""
+
+    @abc.abstractmethod
+    def runs(self) -> list[RunInfo]:
+        """Run history, oldest first."""
+
+    # ---- workers ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    def claim_worker(self, prefix: str, pid: int, is_alive: Callable[[int], bool]) -> str:
+        """Pick this process's worker id: ``f"{prefix}/{slot}"`` with the lowest slot
+        whose recorded pid is absent or no longer alive (``is_alive(pid)`` False),
+        and record ``pid`` for it. A restarted worker thus gets back its old id (and
+        can take its own leases back at once with :meth:`reclaim`), while live
+        siblings on the same host keep theirs. Use a ``prefix`` unique per host."""
+
+    # ---- the hot path ----------------------------------------------------------
+
+    @abc.abstractmethod
+    def enqueue(self, requests: Sequence[NewRequest]) -> list[EnqueueResult]:
+        """Add requests, deduplicated by fingerprint; see :class:`NewRequest` for
+        ``update`` / ``reopen``. A request with ``not_before`` in the future is
+        delayed. Returns one result per request, in order. One request listed twice
+        in a batch behaves as two calls in that order."""
+
+    @abc.abstractmethod
+    def lease(self, worker: str, n: int, seconds: float) -> list[Leased]:
+        """Lease up to ``n`` eligible pending records to ``worker`` for ``seconds``.
+
+        First moves due delayed records to pending. Order: highest priority first;
+        within one priority, round-robin across domains (each domain with eligible
+        work gets its turn, the least recently served first), FIFO inside a domain.
+        A lease gives the record a new token (it does not change ``attempts``:
+        attempts are set by retries, ``NewRequest.attempts``). Returns [] when
+        nothing is eligible."""
+
+    @abc.abstractmethod
+    def renew(self, worker: str, seconds: float) -> int:
+        """Extend every lease held by ``worker`` to now + ``seconds``; returns how many."""
+
+    @abc.abstractmethod
+    def ack(self, worker: str, done: Sequence[tuple[str, int]]) -> int:
+        """Mark records done: each ``(fingerprint, token)`` whose record still has
+        that token (no one leased or updated it since) and is leased or pending.
+        ``worker`` is informational (the token is the proof). Returns how many
+        changed; stale or unknown pairs are ignored, so a repeated ack is harmless."""
+
+    @abc.abstractmethod
+    def fail(self, worker: str, failed: Sequence[tuple[str, int, str, str]]) -> int:
+        """Mark records terminally failed: ``(fingerprint, token, cls, reason)``;
+        token rules as in :meth:`ack`. Keeps class and reason (see :meth:`requeue`)."""
+
+    @abc.abstractmethod
+    def release(self, worker: str, fingerprints: Sequence[str] | None = None) -> int:
+        """Return ``worker``'s leases (all, or those listed) to pending at once,
+        keeping their place in line. Used at clean shutdown for unprocessed buffer."""
+
+    @abc.abstractmethod
+    def reclaim(self, worker: str | None = None) -> int:
+        """Return every expired lease to pending, plus every lease of ``worker``
+        (expired or not: the caller is that worker restarted). Returns how many."""
+
+    @abc.abstractmethod
+    def dead_letter(self, fingerprint: str, reason: str) -> None:
+        """Move a record that cannot be decoded out of the frontier, into the
+        dead-letter set with ``reason``; the crawl goes on without it."""
+
+    @abc.abstractmethod
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        """Dead letters, oldest first."""
+
+    # ---- outside feeders (Redis key for JSON seeds) -----------------------------
+
+    def pop_feed(self, n: int) -> list[str]:
+        """Pop up to ``n`` raw JSON seed messages pushed by feeders (see
+        :attr:`feed_key`); backends without a feed return []."""
+        return []
+
+    @property
+    def feed_key(self) -> str | None:
+        """Where feeders push JSON seeds (Redis: a list key), or None."""
+        return None
+
+    # ---- observation -----------------------------------------------------------
+
+    @abc.abstractmethod
+    def counts(self) -> dict[str, int]:
+        """Records by state, keys :data:`COUNT_KEYS` (``delayed`` apart from
+        ``pending``). Cheap (maintained counters, not a scan)."""
+
+    def drained(self) -> bool:
+        """No pending, delayed or leased record."""
+        c = self.counts()
+        return not (c["pending"] or c["delayed"] or c["leased"])
+
+    @abc.abstractmethod
+    def next_eligible_at(self) -> float | None:
+        """The earliest not-before time among delayed records (None when none)."""
+
+    @abc.abstractmethod
+    def status(self) -> Status:
+        """Counts by state and failure class, oldest pending age, average wait,
+        leases per worker, the run; see :class:`Status`."""
+
+    @abc.abstractmethod
+    def get(self, fingerprint: str) -> dict[str, object] | None:
+        """One record as a dict (keys: fingerprint, state, data, domain, priority,
+        attempts, eligible_at, enqueued_at, last_failure, owner, lease_expires,
+        token), or None. ``state`` is a :class:`State` value; a delayed record
+        has state ``pending`` and ``eligible_at`` in the future."""
+
+    # ---- commands ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Start over: delete every record, lease, dead letter and feed message of
+        the job and end the current run (reason ``reset``); run history stays."""
+
+    @abc.abstractmethod
+    def requeue(self, cls: str | None = None) -> int:
+        """Failed records of failure class ``cls`` (every class if None) become
+        pending again, eligible now, attempts reset to 0, last failure kept.
+        Also reopens the run if it had ended. Returns how many."""
+
+    def seed(self, requests: Iterable[Request | str], priority: int = 0) -> list[EnqueueResult]:
+        """Enqueue seeds from outside a crawl (``scrapy scale seed JOB URL...``):
+        URLs or Requests, fingerprinted with Scrapy's default fingerprinter,
+        deduplicated like any request. An ended run is reopened so workers pick
+        the seeds up (a new ``scrapy crawl`` joins it instead of starting over)."""
+        from scrapy_scale.frontier.codec import new_request
+
+        batch = [new_request(r, priority=priority) for r in requests]
+        self.reopen_run()
+        return self.enqueue(batch)
+
+    @abc.abstractmethod
+    def reopen_run(self) -> None:
+        """If the current run has ended, mark it running again (no-op otherwise;
+        starts a run when there is none)."""
+
+
+def domain_of(url: str) -> str:
+    """The fairness unit of a URL: its lower-case host (no port, no userinfo)."""
+    return (urlsplit(url).hostname or "").lower()
+
+
+def open_store(
+    url: str,
+    job: str,
+    *,
+    state_dir: str = ".scale",
+    clock: clock_mod.Clock = clock_mod.wall,
+    connect: bool = True,
+) -> FrontierStore:
+    """The store for ``url`` and ``job``, opened (``connect=False``: not yet).
+
+    - ``sqlite:///abs/path.db`` or ``sqlite:///rel/path.db`` (relative to the
+      current directory); ``sqlite://`` alone = ``{state_dir}/frontier.db``. One
+      file holds every job.
+    - ``redis://host:port/db`` (``rediss://`` for TLS): keys ``scale:{job}:...``,
+      hash-tagged per job so one job lives in one Redis Cluster slot.
+
+    Raises :class:`FrontierError` for an unknown scheme, an unreachable server or
+    an incompatible file.
+    """
+    scheme = urlsplit(url).scheme
+    store: FrontierStore
+    if scheme == "sqlite":
+        from scrapy_scale.frontier.sqlite import SqliteStore
+
+        store = SqliteStore(SqliteStore.path_from_url(url, state_dir), job, clock=clock)
+    elif scheme in ("redis", "rediss"):
+        from scrapy_scale.frontier.redis import RedisStore
+
+        store = RedisStore(url, job, clock=clock)
+    else:
+        raise FrontierError(
+            f"SCALE_FRONTIER_URL: unknown URL scheme {scheme!r} in {url!r}; "
+            "use sqlite:///path/to/frontier.db (one machine) or redis://host:6379/0 (many workers)"
+        )
+    if connect:
+        store.open()
+    return store
