@@ -35,6 +35,7 @@ class Addon:
     """Scrapy add-on enabling all of scrapy-scale."""
 
     def update_settings(self, settings: BaseSettings) -> None:
+        config._load_declarations()  # SCALE_ENABLED lives in a declaring module
         if not config.get(settings, "SCALE_ENABLED"):
             return
         config.validate_all(settings)
