@@ -1,0 +1,102 @@
+"""The catalog spider: listing pages -> detail pages -> one item per product.
+
+    scrapy crawl catalog                                  # starts its own testbed (3 hosts x 60 pages)
+    scrapy crawl catalog -a hosts=5 -a pages=200 -a faults="429:/item/*,p=0.1,retry_after=1"
+    scrapy crawl catalog -a start_urls=http://shop1.example.test:8080/,http://...   # a running testbed
+                                                          # (plus its settings, see docs/testbed.md)
+
+Targets come from ``-a start_urls=URL,URL`` or the ``CATALOG_START_URLS`` setting;
+without either, the spider starts a :class:`~scrapy_scale.testbed.Testbed` in this
+process (options ``-a hosts= pages= seed= faults=``) and installs the testbed's name
+resolver on the reactor before its first request.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import scrapy
+from scrapy import signals
+from scrapy.http import Response
+
+from scrapy_scale import meta
+from scrapy_scale.testbed import Testbed, install_resolver
+
+#: the demo's faults: each hits a few pages once, so a crawl that retries well gets every item
+#: (but /item/60 of shop1 is really gone: 404)
+DEFAULT_FAULTS = (
+    "429@1:/item/1*,first=1,retry_after=1; 503@2:/item/2*,first=1,retry_after=1;"
+    " reset@3:/item/3*,first=1; 500:/item/5,first=1; 404@1:/item/60"
+)
+
+
+class CatalogSpider(scrapy.Spider):
+    name = "catalog"
+
+    def __init__(self, start_urls: str | list[str] | None = None, hosts: str | int = 3,
+                 pages: str | int = 60, seed: str | int = 1, faults: str = DEFAULT_FAULTS,
+                 **kwargs: Any):
+        super().__init__(**kwargs)
+        if isinstance(start_urls, str):
+            start_urls = [u.strip() for u in start_urls.split(",") if u.strip()]
+        self.start_urls = list(start_urls or [])
+        self.testbed_options = {"hosts": int(hosts), "pages": int(pages), "seed": int(seed),
+                                "faults": faults}
+        self.testbed: Testbed | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> CatalogSpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        if not spider.start_urls:
+            spider.start_urls = crawler.settings.getlist("CATALOG_START_URLS")
+        if not spider.start_urls:
+            spider.testbed = Testbed(**spider.testbed_options).start()
+            spider.start_urls = spider.testbed.start_urls
+            crawler.signals.connect(spider._stop_testbed, signal=signals.spider_closed)
+            spider.logger.info(
+                "No target given: started a testbed of %d hosts x %d pages (faults: %s)",
+                len(spider.testbed.hosts), spider.testbed.pages, spider.testbed_options["faults"] or "none",
+            )
+        return spider
+
+    async def start(self) -> AsyncIterator[Any]:
+        if self.testbed is not None:
+            # Scrapy installed its resolver when the reactor started; ours goes on top now
+            install_resolver(hosts=self.testbed.addresses)
+        for url in self.start_urls:
+            yield scrapy.Request(url, callback=self.parse)
+
+    def parse(self, response: Response) -> Iterator[scrapy.Request]:
+        """A listing page: every detail link, then the next listing page."""
+        for href in response.css("a.item::attr(href)").getall():
+            yield response.follow(href, callback=self.parse_item, meta={meta.EXPECT_ITEMS: True})
+        nxt = response.css("a.next::attr(href)").get()
+        if nxt:
+            yield response.follow(nxt, callback=self.parse)
+
+    def parse_item(self, response: Response) -> Iterator[dict[str, Any]]:
+        """A detail page: one item, or none when the page has no product (block page, new layout)."""
+        sku = response.css("span.sku::text").get()
+        if not sku:
+            self.logger.warning("No product on %s (block page or changed layout?)", response.url)
+            return
+        price = response.css("span.price::text").get()
+        yield {
+            "sku": sku.strip(),
+            "title": (response.css("h1.title::text").get() or "").strip() or None,
+            "price": float(price) if price else None,
+            "url": response.url,
+        }
+
+    def _stop_testbed(self, spider: scrapy.Spider) -> None:
+        tb = self.testbed
+        if tb is None:
+            return
+        kinds = Counter(r.kind for r in tb.log)
+        self.logger.info(
+            "Testbed served %d requests (%s)", sum(kinds.values()),
+            ", ".join(f"{k}: {n}" for k, n in kinds.most_common()),
+        )
+        tb.stop()

@@ -1,0 +1,196 @@
+"""HTTP forward proxies (absolute-URI requests and CONNECT) acting as egresses.
+
+Each proxy connects to targets from its own loopback source address, so a target
+sees which egress a request came through (``Served.egress``), for plain requests
+and CONNECT tunnels alike. Modes: healthy, slow (``delay`` before each request),
+flaky (resets ``p`` of the requests), auth (407 without the right
+Proxy-Authorization); dead proxies are handled in the server (bound, not listening).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ipaddress
+import time
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from scrapy_scale.testbed.catalog import unit
+from scrapy_scale.testbed.faults import ProxySpec
+from scrapy_scale.testbed.log import ProxyEvent
+
+if TYPE_CHECKING:
+    from scrapy_scale.testbed.server import Testbed
+
+_HOP = {"proxy-authorization", "proxy-connection", "connection", "keep-alive"}
+
+
+async def start_proxy(tb: Testbed, spec: ProxySpec, source_ip: str) -> asyncio.Server:
+    proxy = _Proxy(tb, spec, source_ip)
+    return await asyncio.start_server(proxy.handle, host="127.0.0.1", port=0, backlog=1024)
+
+
+class _Proxy:
+    def __init__(self, tb: Testbed, spec: ProxySpec, source_ip: str):
+        self.tb = tb
+        self.spec = spec
+        self.source_ip = source_ip
+        self.count = 0
+        want = f"{spec.user}:{spec.password}".encode()
+        self.auth = "Basic " + base64.b64encode(want).decode()
+
+    def _event(self, method: str, target: str, client: str, outcome: str) -> None:
+        if self.tb.keep_log:
+            self.tb._proxy_log.append(ProxyEvent(time.time(), self.spec.id, method, target, client, outcome))
+
+    def _resolve(self, host: str) -> str | None:
+        host = host.lower()
+        if host in self.tb.addresses:
+            return self.tb.addresses[host]
+        try:
+            ip = ipaddress.IPv4Address(host)
+        except ValueError:
+            return None
+        return str(ip) if ip.is_loopback else None  # nothing ever leaves loopback
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        from scrapy_scale.testbed.server import http_response, reset_transport
+
+        self.tb._proxy_writers.add(writer)
+        peer = writer.get_extra_info("peername")
+        client = peer[0] if peer else "?"
+        upstreams: dict[tuple[str, int], tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                try:
+                    method, target, _version = lines[0].split(" ", 2)
+                except ValueError:
+                    return
+                headers: list[tuple[str, str]] = []
+                for line in lines[1:]:
+                    if line:
+                        k, _, v = line.partition(":")
+                        headers.append((k.strip(), v.strip()))
+                hmap = {k.lower(): v for k, v in headers}
+                body = b""
+                length = int(hmap.get("content-length", "0") or 0)
+                if length:
+                    body = await reader.readexactly(length)
+                self.count += 1
+                spec = self.spec
+                if spec.mode == "auth" and hmap.get("proxy-authorization") != self.auth:
+                    self._event(method, target, client, "auth_required")
+                    writer.write(http_response(
+                        407, b"proxy authentication required",
+                        [("Proxy-Authenticate", 'Basic realm="testbed"')]))
+                    await writer.drain()
+                    continue
+                if spec.mode == "flaky" and unit(self.tb.seed, "proxy", spec.id, self.count) < spec.p:
+                    self._event(method, target, client, "reset")
+                    reset_transport(writer.transport)
+                    return
+                if spec.mode == "slow":
+                    await asyncio.sleep(spec.delay)
+                if method == "CONNECT":
+                    await self._tunnel(target, reader, writer, client)
+                    return
+                u = urlsplit(target)
+                ip = self._resolve(u.hostname or "")
+                if not u.scheme or ip is None:
+                    self._event(method, target, client, "bad_gateway")
+                    writer.write(http_response(502, b"bad gateway"))
+                    await writer.drain()
+                    continue
+                port = u.port or 80
+                key = (ip, port)
+                up = upstreams.get(key)
+                if up is None or up[1].is_closing() or up[0].at_eof():
+                    try:
+                        up = await asyncio.open_connection(ip, port, local_addr=(self.source_ip, 0))
+                    except OSError:
+                        self._event(method, target, client, "bad_gateway")
+                        writer.write(http_response(502, b"bad gateway"))
+                        await writer.drain()
+                        continue
+                    upstreams[key] = up
+                self._event(method, target, client, "forwarded")
+                path = (u.path or "/") + (f"?{u.query}" if u.query else "")
+                out = [f"{method} {path} HTTP/1.1"]
+                out += [f"{k}: {v}" for k, v in headers if k.lower() not in _HOP]
+                up[1].write(("\r\n".join(out) + "\r\n\r\n").encode("latin-1") + body)
+                try:
+                    rhead = await up[0].readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    # the target reset or closed: the client sees the same
+                    reset_transport(writer.transport)
+                    return
+                rmap = {}
+                for line in rhead.decode("latin-1").split("\r\n")[1:]:
+                    k, _, v = line.partition(":")
+                    rmap[k.strip().lower()] = v.strip()
+                if "content-length" in rmap:
+                    rbody = await up[0].readexactly(int(rmap["content-length"])) if method != "HEAD" else b""
+                    writer.write(rhead + rbody)
+                    await writer.drain()
+                    if rmap.get("connection", "").lower() == "close":
+                        up[1].close()
+                        upstreams.pop(key, None)
+                    if hmap.get("connection", "").lower() == "close":
+                        return
+                else:
+                    writer.write(rhead + await up[0].read())
+                    await writer.drain()
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            return  # CancelledError: the testbed is stopping
+        finally:
+            self.tb._proxy_writers.discard(writer)
+            for _r, w in upstreams.values():
+                w.close()
+            if not writer.is_closing():
+                writer.close()
+
+    async def _tunnel(self, target: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      client: str) -> None:
+        from scrapy_scale.testbed.server import http_response
+
+        host, _, port_s = target.rpartition(":")
+        ip = self._resolve(host.strip("[]"))
+        if ip is None or not port_s.isdigit():
+            self._event("CONNECT", target, client, "bad_gateway")
+            writer.write(http_response(502, b"bad gateway", close=True))
+            await writer.drain()
+            return
+        try:
+            ur, uw = await asyncio.open_connection(ip, int(port_s), local_addr=(self.source_ip, 0))
+        except OSError:
+            self._event("CONNECT", target, client, "bad_gateway")
+            writer.write(http_response(502, b"bad gateway", close=True))
+            await writer.drain()
+            return
+        self._event("CONNECT", target, client, "tunnel")
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+        self.tb._proxy_writers.add(uw)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+                pass
+            finally:
+                if not dst.is_closing():
+                    dst.close()
+
+        try:
+            await asyncio.gather(pipe(reader, uw), pipe(ur, writer))
+        finally:
+            self.tb._proxy_writers.discard(uw)

@@ -1,0 +1,81 @@
+"""The testbed with real `scrapy crawl catalog` subprocesses: resolver, proxies, the demo, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from scrapy_scale.testbed import ProxySpec, Testbed
+from tests.crawling import ROOT, run_crawl
+from tests.test_testbed import get
+
+
+def test_resolver_in_a_real_crawl_yields_exactly_the_catalog(tmp_path: Path) -> None:
+    with Testbed(hosts=3, pages=25, seed=4, faults="500:/item/7,first=1") as tb:
+        res = run_crawl(tb, {}, tmp_path, timeout=90)
+        assert res.returncode == 0, res.tail()
+        assert len(res.items) == len(tb.detail_urls()) == 75
+        assert res.item_urls == tb.detail_urls()
+        for item in res.items:
+            assert item == tb.expected_item(item["url"])
+        assert res.stats["item_scraped_count"] == 75
+        # every request Scrapy made is in the log: robots + listing pages + details + the retries
+        assert tb.count(kind="robots") == 3
+        assert tb.count(kind="500") == 3
+        assert len(tb.log) == 3 + 3 * 2 + 75 + 3
+        assert res.stats["downloader/response_count"] == len(tb.log)
+        assert all(r.egress is None for r in tb.log)
+
+
+def test_crawl_through_a_proxy(tmp_path: Path) -> None:
+    with Testbed(hosts=2, pages=10, proxies=[ProxySpec("p1", mode="auth")]) as tb:
+        res = run_crawl(tb, {}, tmp_path, timeout=90, env={"http_proxy": tb.proxy_urls[0], "no_proxy": ""})
+        assert res.returncode == 0, res.tail()
+        assert res.item_urls == tb.detail_urls()
+        assert {r.egress for r in tb.log} == {"p1"}
+        assert "secret" not in res.log  # the proxy password stays out of the log
+
+
+def test_demo_crawl_starts_its_own_testbed(tmp_path: Path) -> None:
+    res = run_crawl(None, {}, tmp_path, timeout=90, extra_args=["-a", "hosts=2", "-a", "pages=30"])
+    assert res.returncode == 0, res.tail()
+    # default faults: everything comes back after retries except shop1's /item/60 (not in 30 pages)
+    assert len(res.items) == 60
+    assert {i["url"].split("/")[2].split(":")[0] for i in res.items} == {"shop1.example.test", "shop2.example.test"}
+    assert "No target given: started a testbed" in res.log
+    assert "Testbed served" in res.log
+
+
+def test_cli_prints_urls_and_settings_until_interrupted(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scrapy_scale.testbed", "--hosts", "2", "--pages", "30", "--seed", "5",
+         "--faults", "429:/item/3,retry_after=2", "--proxy", "p1:healthy", "--state-file", str(state)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not state.exists() and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            time.sleep(0.05)
+        info = json.loads(state.read_text())
+        assert info["hosts"] == ["shop1.example.test", "shop2.example.test"]
+        assert len(info["start_urls"]) == 2 and info["settings"]["TESTBED_HOSTS"]
+        port = info["port"]
+        tb = Testbed(hosts=2, pages=30, seed=5)
+        tb.port = port  # only for get(): a client view of the CLI's testbed
+        assert get(tb, 1, "/item/3")[0] == 429
+        assert get(tb, 1, "/item/4")[0] == 200
+        assert info["proxy_urls"][0].startswith("http://127.0.0.1:")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 0, out
+    assert "shop1.example.test" in out and "TWISTED_DNS_RESOLVER" in out
+    assert "served 2 requests" in out
+    assert not os.path.exists(state)  # removed on exit
