@@ -399,13 +399,21 @@ class SqliteStore(FrontierStore):
             for r in rows
         ]
 
-    def renew(self, worker: str, seconds: float) -> int:
+    def renew(self, worker: str, seconds: float, fingerprints: Sequence[str] | None = None) -> int:
+        until = self.clock() + seconds
         with self._tx() as db:
-            cur = db.execute(
-                "UPDATE requests SET lease_expires=? WHERE job=? AND state=2 AND owner=?",
-                (self.clock() + seconds, self.job, worker),
-            )
-            return cur.rowcount
+            if fingerprints is None:
+                return db.execute(
+                    "UPDATE requests SET lease_expires=? WHERE job=? AND state=2 AND owner=?",
+                    (until, self.job, worker),
+                ).rowcount
+            n = 0
+            for fp in fingerprints:
+                n += db.execute(
+                    "UPDATE requests SET lease_expires=? WHERE job=? AND fp=? AND state=2 AND owner=?",
+                    (until, self.job, fp, worker),
+                ).rowcount
+            return n
 
     def ack(self, worker: str, done: Sequence[tuple[str, int]]) -> int:
         if not done:

@@ -250,8 +250,10 @@ class FrontierStore(abc.ABC):
         nothing is eligible."""
 
     @abc.abstractmethod
-    def renew(self, worker: str, seconds: float) -> int:
-        """Extend every lease held by ``worker`` to now + ``seconds``; returns how many."""
+    def renew(self, worker: str, seconds: float, fingerprints: Sequence[str] | None = None) -> int:
+        """Extend ``worker``'s leases (those listed, or all when None) to now +
+        ``seconds``; returns how many. The scheduler lists what it really holds, so
+        a lease whose reply was lost in a connection drop is not kept alive."""
 
     @abc.abstractmethod
     def ack(self, worker: str, done: Sequence[tuple[str, int]]) -> int:
@@ -385,7 +387,7 @@ def open_store(
 
         store = SqliteStore(SqliteStore.path_from_url(url, state_dir), job, clock=clock)
     elif scheme in ("redis", "rediss"):
-        from scrapy_scale.frontier.redis import RedisStore
+        from scrapy_scale.frontier.redis_store import RedisStore
 
         store = RedisStore(url, job, clock=clock)
     else:

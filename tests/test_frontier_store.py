@@ -1,0 +1,385 @@
+"""Conformance suite of the frontier store: one suite, every backend (SQLite, Redis).
+
+Time is a FakeClock: lease expiry and delayed retries are tested by moving it,
+never by sleeping. Redis tests use a unique job name on the shared Redis (the
+redis_prefix fixture deletes its keys afterwards).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from scrapy import Request
+
+from scrapy_scale.clock import FakeClock
+from scrapy_scale.frontier import codec
+from scrapy_scale.frontier.store import (
+    EnqueueResult,
+    FrontierError,
+    FrontierStore,
+    NewRequest,
+    State,
+    open_store,
+)
+
+W = "host/0"
+LEASE = 60.0
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def make_store(backend: str, tmp_path: Path, clock: FakeClock, request: pytest.FixtureRequest):
+    opened: list[FrontierStore] = []
+    if backend == "redis":
+        url = request.getfixturevalue("redis_url")
+        job = request.getfixturevalue("redis_prefix")
+    else:
+        url = f"sqlite:///{tmp_path / 'f.db'}"
+        job = "job"
+
+    def make(job_name: str | None = None) -> FrontierStore:
+        s = open_store(url, job_name or job, clock=clock)
+        opened.append(s)
+        return s
+
+    yield make
+    for s in opened:
+        s.close()
+
+
+@pytest.fixture
+def store(make_store) -> Iterator[FrontierStore]:
+    s = make_store()
+    s.begin_run()
+    yield s
+
+
+def req(url: str, priority: int = 0, **kw) -> NewRequest:
+    r = Request(url, priority=priority)
+    return codec.new_request(r, **kw)
+
+
+def fp(url: str) -> str:
+    return codec.default_fingerprint(Request(url))
+
+
+# ---- states, dedup ------------------------------------------------------------------
+
+
+def test_enqueue_dedups_by_fingerprint(store: FrontierStore) -> None:
+    a = req("http://a.test/1")
+    assert store.enqueue([a, req("http://a.test/2"), a]) == [
+        EnqueueResult.ADDED, EnqueueResult.ADDED, EnqueueResult.DUPLICATE]
+    assert store.enqueue([a]) == [EnqueueResult.DUPLICATE]
+    assert store.counts()["pending"] == 2
+
+
+def test_lease_ack_fail_transitions(store: FrontierStore, clock: FakeClock) -> None:
+    store.enqueue([req("http://a.test/1"), req("http://a.test/2")])
+    got = store.lease(W, 10, LEASE)
+    assert {x.fingerprint for x in got} == {fp("http://a.test/1"), fp("http://a.test/2")}
+    assert store.counts() == {"pending": 0, "delayed": 0, "leased": 2, "done": 0, "failed": 0}
+    rec = store.get(got[0].fingerprint)
+    assert rec is not None and rec["state"] == State.LEASED and rec["owner"] == W
+    assert rec["lease_expires"] == pytest.approx(clock.now + LEASE)
+    assert codec.decode(got[0].data).url.startswith("http://a.test/")
+
+    assert store.ack(W, [(got[0].fingerprint, got[0].token)]) == 1
+    assert store.ack(W, [(got[0].fingerprint, got[0].token)]) == 0  # a repeated ack changes nothing
+    assert store.fail(W, [(got[1].fingerprint, got[1].token, "blocked", "403 from target")]) == 1
+    assert store.get(got[0].fingerprint)["state"] == State.DONE  # type: ignore[index]
+    failed = store.get(got[1].fingerprint)
+    assert failed["state"] == State.FAILED and failed["last_failure"] == ("blocked", "403 from target")  # type: ignore[index]
+    assert store.counts() == {"pending": 0, "delayed": 0, "leased": 0, "done": 1, "failed": 1}
+    assert store.lease(W, 10, LEASE) == []
+    # a done fingerprint stays deduplicated
+    assert store.enqueue([req("http://a.test/1")]) == [EnqueueResult.DUPLICATE]
+
+
+def test_dont_filter_reopens_only_finished_records(store: FrontierStore) -> None:
+    a = req("http://a.test/1")
+    store.enqueue([a])
+    reopen = NewRequest(a.fingerprint, a.data, a.domain, reopen=True)
+    assert store.enqueue([reopen]) == [EnqueueResult.DUPLICATE]  # still pending: nothing to do
+    (x,) = store.lease(W, 1, LEASE)
+    store.ack(W, [(x.fingerprint, x.token)])
+    assert store.enqueue([reopen]) == [EnqueueResult.REOPENED]
+    assert store.counts()["pending"] == 1
+
+
+# ---- retries: update, delay ---------------------------------------------------------
+
+
+def test_retry_updates_the_record_and_waits_until_eligible(store: FrontierStore, clock: FakeClock) -> None:
+    a = req("http://a.test/1")
+    store.enqueue([a])
+    (x,) = store.lease(W, 1, LEASE)
+    retry = NewRequest(a.fingerprint, a.data, a.domain, not_before=clock.now + 30, attempts=1,
+                       last_failure=("rate_limited", "429"), update=True)
+    assert store.enqueue([retry]) == [EnqueueResult.UPDATED]
+    assert store.counts() == {"pending": 0, "delayed": 1, "leased": 0, "done": 0, "failed": 0}
+    rec = store.get(a.fingerprint)
+    assert rec["state"] == State.PENDING and rec["eligible_at"] == clock.now + 30  # type: ignore[index]
+    assert store.next_eligible_at() == clock.now + 30
+    assert store.lease(W, 10, LEASE) == []
+    # the lease of the first attempt is void: its late ack must not mark the retry done
+    assert store.ack(W, [(x.fingerprint, x.token)]) == 0
+    clock.advance(29)
+    assert store.lease(W, 10, LEASE) == []
+    clock.advance(2)
+    (y,) = store.lease(W, 10, LEASE)
+    assert y.fingerprint == a.fingerprint and y.attempts == 1
+    assert y.last_failure == ("rate_limited", "429")
+    assert y.token != x.token
+    assert store.ack(W, [(y.fingerprint, y.token)]) == 1
+
+
+def test_delayed_new_request_is_held(store: FrontierStore, clock: FakeClock) -> None:
+    store.enqueue([NewRequest("f1", codec.encode(Request("http://a.test/")), "a.test", not_before=clock.now + 5)])
+    assert store.counts()["delayed"] == 1 and not store.drained()
+    assert store.lease(W, 1, LEASE) == []
+    clock.advance(5)
+    assert [x.fingerprint for x in store.lease(W, 1, LEASE)] == ["f1"]
+
+
+# ---- order ----------------------------------------------------------------------------
+
+
+def test_priority_first(store: FrontierStore) -> None:
+    store.enqueue([req("http://a.test/low", -5), req("http://a.test/mid"), req("http://b.test/high", 10)])
+    order = [codec.decode(x.data).url for x in store.lease(W, 3, LEASE)]
+    assert order == ["http://b.test/high", "http://a.test/mid", "http://a.test/low"]
+
+
+def test_fairness_one_big_domain_cannot_starve_others(store: FrontierStore) -> None:
+    store.enqueue([req(f"http://big.test/{i}") for i in range(200)])
+    store.enqueue([req("http://small1.test/1"), req("http://small2.test/1"), req("http://small2.test/2")])
+    first = [x.domain for x in store.lease(W, 6, LEASE)]
+    # all three domains are served in the first batch, round-robin
+    assert first[:3] == sorted(first[:3], key=["big.test", "small1.test", "small2.test"].index) or set(
+        first[:3]) == {"big.test", "small1.test", "small2.test"}
+    assert first.count("small1.test") == 1 and first.count("small2.test") == 2
+    # leasing one at a time alternates domains too
+    store.enqueue([req(f"http://other.test/{i}") for i in range(5)])
+    singles = [store.lease(W, 1, LEASE)[0].domain for _ in range(4)]
+    assert set(singles) == {"big.test", "other.test"}
+    assert all(a != b for a, b in zip(singles, singles[1:], strict=False))
+
+
+def test_fifo_within_a_domain(store: FrontierStore) -> None:
+    store.enqueue([req(f"http://a.test/{i}") for i in range(5)])
+    urls = [codec.decode(x.data).url for x in store.lease(W, 5, LEASE)]
+    assert urls == [f"http://a.test/{i}" for i in range(5)]
+
+
+# ---- leases -----------------------------------------------------------------------------
+
+
+def test_expired_lease_returns_to_pending(store: FrontierStore, clock: FakeClock) -> None:
+    store.enqueue([req("http://a.test/1")])
+    (x,) = store.lease("dead/0", 1, LEASE)
+    clock.advance(LEASE - 1)
+    assert store.reclaim() == 0
+    clock.advance(2)
+    assert store.reclaim() == 1
+    assert store.counts()["pending"] == 1
+    (y,) = store.lease("alive/0", 1, LEASE)
+    assert y.fingerprint == x.fingerprint
+    assert store.ack("dead/0", [(x.fingerprint, x.token)]) == 0  # the dead worker's token is stale
+    assert store.ack("alive/0", [(y.fingerprint, y.token)]) == 1
+
+
+def test_renew_keeps_leases_alive(store: FrontierStore, clock: FakeClock) -> None:
+    store.enqueue([req("http://a.test/1"), req("http://a.test/2")])
+    store.lease(W, 2, LEASE)
+    clock.advance(50)
+    assert store.renew(W, LEASE) == 2
+    clock.advance(50)
+    assert store.reclaim() == 0
+    assert store.status().leases_by_worker == {W: 2}
+
+
+def test_restarted_worker_takes_its_own_leases_back_at_once(store: FrontierStore) -> None:
+    store.enqueue([req("http://a.test/1"), req("http://b.test/1")])
+    store.lease(W, 1, LEASE)
+    store.lease("other/0", 1, LEASE)
+    assert store.reclaim(W) == 1  # only mine, though unexpired
+    c = store.counts()
+    assert c["pending"] == 1 and c["leased"] == 1
+
+
+def test_release_returns_leases(store: FrontierStore) -> None:
+    store.enqueue([req(f"http://a.test/{i}") for i in range(3)])
+    got = store.lease(W, 3, LEASE)
+    assert store.release(W, [got[0].fingerprint]) == 1
+    assert store.release(W) == 2
+    assert store.counts()["pending"] == 3
+
+
+def test_two_workers_never_lease_the_same_record(make_store) -> None:
+    s1, s2 = make_store(), make_store()
+    s1.begin_run()
+    s2.begin_run()
+    s1.enqueue([req(f"http://d{i % 7}.test/{i}") for i in range(100)])
+    seen: list[str] = []
+    while True:
+        a, b = s1.lease("w/1", 8, LEASE), s2.lease("w/2", 8, LEASE)
+        if not a and not b:
+            break
+        seen += [x.fingerprint for x in a + b]
+    assert len(seen) == len(set(seen)) == 100
+
+
+def test_claim_worker_reuses_a_dead_slot(store: FrontierStore) -> None:
+    alive = {111, 222}
+    assert store.claim_worker("h", 111, alive.__contains__) == "h/0"
+    assert store.claim_worker("h", 222, alive.__contains__) == "h/1"
+    alive.discard(111)  # the first process died: a new one takes its id
+    alive.add(333)
+    assert store.claim_worker("h", 333, alive.__contains__) == "h/0"
+    assert store.claim_worker("h", 222, alive.__contains__) == "h/1"  # same pid: same slot
+
+
+# ---- drain and runs -----------------------------------------------------------------------
+
+
+def test_drain_and_runs(make_store, clock: FakeClock) -> None:
+    s = make_store()
+    first = s.begin_run()
+    assert not first.resumed
+    s.enqueue([req("http://a.test/1")])
+    assert s.finish_run() is None  # pending
+    (x,) = s.lease(W, 1, LEASE)
+    assert s.finish_run() is None  # leased
+    s.enqueue([NewRequest(x.fingerprint, x.data, x.domain, not_before=clock.now + 9, attempts=1, update=True)])
+    assert s.finish_run() is None  # delayed
+    clock.advance(10)
+    (y,) = s.lease(W, 1, LEASE)
+    s.ack(W, [(y.fingerprint, y.token)])
+    assert s.drained()
+    ended = s.finish_run()
+    assert ended is not None and ended.ended_at == clock.now and ended.counts["done"] == 1
+    # an interrupted (unfinished) run is resumed; a finished one is followed by a new run
+    again = make_store().begin_run()
+    assert again.run_id == first.run_id + 1 and not again.resumed
+    assert s.counts()["done"] == 0  # the new run starts from an empty frontier
+    s.enqueue([req("http://a.test/1")])
+    resumed = make_store().begin_run()
+    assert resumed.resumed and resumed.run_id == again.run_id
+    assert s.counts()["pending"] == 1
+    assert [r.run_id for r in s.runs()] == [first.run_id, again.run_id]
+
+
+# ---- bad records, commands ----------------------------------------------------------------
+
+
+def test_dead_letter(store: FrontierStore) -> None:
+    store.enqueue([NewRequest("bad", '{"v": 99, "r": {}}', "a.test")])
+    (x,) = store.lease(W, 1, LEASE)
+    with pytest.raises(codec.CodecError, match="version 99"):
+        codec.decode(x.data)
+    store.dead_letter(x.fingerprint, "version 99")
+    assert store.drained()
+    (d,) = store.dead_letters()
+    assert (d.fingerprint, d.reason) == ("bad", "version 99") and "99" in d.data
+    assert store.status().dead_letters == 1
+
+
+def test_status_requeue_reset(store: FrontierStore, clock: FakeClock) -> None:
+    store.enqueue([req(f"http://a.test/{i}") for i in range(6)])
+    clock.advance(4)
+    got = store.lease(W, 4, LEASE)
+    store.fail(W, [(got[0].fingerprint, got[0].token, "blocked", "403"),
+                   (got[1].fingerprint, got[1].token, "blocked", "block page"),
+                   (got[2].fingerprint, got[2].token, "fatal", "400")])
+    clock.advance(6)
+    st = store.status()
+    assert st.counts == {"pending": 2, "delayed": 0, "leased": 1, "done": 0, "failed": 3}
+    assert st.failed_by_class == {"blocked": 2, "fatal": 1}
+    assert st.leases_by_worker == {W: 1}
+    assert st.average_wait == pytest.approx(4.0)
+    assert st.oldest_pending_age == pytest.approx(10.0)
+    assert st.run is not None and st.run.ended_at is None
+
+    assert store.requeue("blocked") == 2
+    st = store.status()
+    assert st.counts["pending"] == 4 and st.failed_by_class == {"fatal": 1}
+    assert store.requeue() == 1
+
+    store.reset()
+    assert store.counts() == dict.fromkeys(["pending", "delayed", "leased", "done", "failed"], 0)
+    assert store.status().run.ended_at is not None  # type: ignore[union-attr]
+
+
+def test_seed_from_outside_reopens_a_finished_job(store: FrontierStore) -> None:
+    assert store.finish_run() is not None
+    res = store.seed(["http://a.test/1", "http://a.test/1", Request("http://b.test/")])
+    assert res == [EnqueueResult.ADDED, EnqueueResult.DUPLICATE, EnqueueResult.ADDED]
+    assert store.status().run.ended_at is None  # type: ignore[union-attr]
+    assert store.counts()["pending"] == 2
+
+
+# ---- startup errors ----------------------------------------------------------------------
+
+
+def test_unknown_scheme_fails_with_a_hint(tmp_path: Path) -> None:
+    with pytest.raises(FrontierError, match="unknown URL scheme 'mysql'.*sqlite:///.*redis://"):
+        open_store("mysql://x/y", "job")
+
+
+def test_unreachable_redis_fails_at_startup() -> None:
+    from tests.services import free_port
+
+    with pytest.raises(FrontierError, match="cannot reach Redis.*start"):
+        open_store(f"redis://127.0.0.1:{free_port()}/0", "job")
+
+
+def test_foreign_or_incompatible_sqlite_file_fails(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)")
+    with pytest.raises(FrontierError, match="another program"):
+        open_store(f"sqlite:///{other}", "job")
+    old = tmp_path / "old.db"
+    open_store(f"sqlite:///{old}", "job").close()
+    db = sqlite3.connect(old)
+    db.execute("UPDATE scale_meta SET value='0' WHERE key='layout'")
+    db.commit()
+    db.close()
+    with pytest.raises(FrontierError, match="layout 0.*move the file away"):
+        open_store(f"sqlite:///{old}", "job")
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(os.urandom(4096))
+    with pytest.raises(FrontierError, match="not a usable"):
+        open_store(f"sqlite:///{junk}", "job")
+
+
+# ---- codec ---------------------------------------------------------------------------------
+
+
+def test_codec_round_trip_and_refusals() -> None:
+    r = Request("http://a.test/x", method="POST", body=b"\x00\xffhi", headers={"X": "y"},
+                meta={"scale_attempt": 2, "k": [1, {"a": b"b"}]}, cb_kwargs={"n": 1}, priority=3)
+    back = codec.decode(codec.encode(r))
+    assert (back.url, back.method, back.body, back.priority) == (r.url, "POST", b"\x00\xffhi", 3)
+    assert back.headers[b"X"] == b"y" and back.meta == r.meta and back.cb_kwargs == {"n": 1}
+    with pytest.raises(codec.CodecError, match="type object"):
+        codec.encode(Request("http://a.test/", meta={"o": object()}))
+    with pytest.raises(codec.CodecError, match="not JSON"):
+        codec.decode("{nope")
+    assert codec.request_from_feed('"http://a.test/f"').url == "http://a.test/f"
+    assert codec.request_from_feed('{"url": "http://a.test/g", "priority": 4}').priority == 4
+    with pytest.raises(codec.CodecError, match="unknown fields"):
+        codec.request_from_feed('{"url": "http://a.test/", "evil": 1}')
