@@ -445,7 +445,7 @@ class RedisStore(FrontierStore):
             self._r = None
 
     @property
-    def r(self) -> redis.Redis:
+    def r(self) -> Any:  # redis.Redis with decode_responses=True: str replies
         if self._r is None:
             raise FrontierError("the Redis frontier is not open")
         return self._r
