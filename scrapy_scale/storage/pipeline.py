@@ -1,0 +1,382 @@
+"""Scrapy glue: the item pipeline and the spider middleware that tells it where items came from.
+
+``StoreSpiderMiddleware`` notes, for every item a callback yields, the response URL,
+the item's position among that response's items and the callback's name.
+``StorePipeline`` turns each item into a keyed document, hands it to the batch
+writer thread, and returns from ``process_item`` only once the item is committed
+(or dead-lettered, then ``DropItem``): Scrapy's ``item_scraped`` means "stored".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from itemadapter import ItemAdapter
+from scrapy import Request, Spider, signals
+from scrapy.crawler import Crawler
+from scrapy.exceptions import DropItem
+from scrapy.http import Response
+from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet import threads
+from twisted.internet.defer import Deferred
+
+from scrapy_scale import config
+from scrapy_scale.storage import settings as S
+from scrapy_scale.storage.backends import DeadRow, Row, Store, open_store, redact
+from scrapy_scale.storage.encode import Unencodable, encode_item, encode_value, to_json
+from scrapy_scale.storage.keys import InvalidKey, KeyRules
+from scrapy_scale.storage.writer import BatchReport, BatchWriter, DeadLettered, Result, Submission
+
+logger = logging.getLogger(__name__)
+
+STATS = "scale/store/"
+
+
+class Source:
+    """Where an item came from."""
+
+    __slots__ = ("item", "url", "index", "callback")
+
+    def __init__(self, item: Any, url: str | None, index: int, callback: str):
+        self.item, self.url, self.index, self.callback = item, url, index, callback
+
+
+class SourceTable:
+    """item object -> its sources, FIFO (the same object may be yielded twice)."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, deque[Source]] = {}
+
+    def add(self, src: Source) -> None:
+        self._by_id.setdefault(id(src.item), deque()).append(src)
+
+    def pop(self, item: Any) -> Source | None:
+        q = self._by_id.get(id(item))
+        if not q:
+            return None
+        src = q.popleft()
+        if not q:
+            del self._by_id[id(item)]
+        return src if src.item is item else None
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+
+def callback_name(spider: Spider | None, response: Response | None) -> str:
+    spider_name = type(spider).__name__ if spider is not None else "Spider"
+    if response is None:
+        return f"{spider_name}.start"
+    req = getattr(response, "request", None)
+    cb = getattr(req, "callback", None) if req is not None else None
+    name = getattr(cb, "__name__", None) or "parse"
+    return f"{spider_name}.{name}"
+
+
+def _sources_of(crawler: Crawler) -> SourceTable:
+    table = getattr(crawler, "_scale_item_sources", None)
+    if table is None:
+        table = SourceTable()
+        crawler._scale_item_sources = table  # type: ignore[attr-defined]
+    return table
+
+
+class StoreSpiderMiddleware:
+    """Records each yielded item's response, index and callback for StorePipeline."""
+
+    def __init__(self, crawler: Crawler):
+        self.crawler = crawler
+        self.sources = _sources_of(crawler)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> StoreSpiderMiddleware:
+        return cls(crawler)
+
+    def _note(self, out: Any, response: Response | None, state: list[int], cb: str) -> None:
+        if out is None or isinstance(out, Request):
+            return
+        self.sources.add(Source(out, response.url if response is not None else None, state[0], cb))
+        state[0] += 1
+
+    def process_spider_output(self, response: Response, result: Iterable[Any], spider: Spider | None = None):
+        state = [0]
+        cb = callback_name(self.crawler.spider, response)
+        for out in result:
+            self._note(out, response, state, cb)
+            yield out
+
+    async def process_spider_output_async(
+        self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None
+    ) -> AsyncIterator[Any]:
+        state = [0]
+        cb = callback_name(self.crawler.spider, response)
+        async for out in result:
+            self._note(out, response, state, cb)
+            yield out
+
+    async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        state = [0]
+        cb = callback_name(self.crawler.spider, None)
+        async for out in start:
+            self._note(out, None, state, cb)
+            yield out
+
+
+def default_store_url(settings: Any) -> str:
+    folder = settings.get("JOBDIR") or config.get(settings, "SCALE_STATE_DIR")
+    return "sqlite:///" + os.path.abspath(os.path.join(folder, "items.sqlite"))
+
+
+def resolve_run_id(crawler: Crawler) -> str:
+    """The frontier's run id when it offers one (``crawler.scale_run_id`` or the
+    scheduler's ``run_id``), else a new id for this process."""
+    rid = getattr(crawler, "scale_run_id", None)
+    if not rid:
+        slot = getattr(crawler.engine, "_slot", None) if crawler.engine else None
+        rid = getattr(getattr(slot, "scheduler", None), "run_id", None)
+    if not rid:
+        rid = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+    return str(rid)
+
+
+class StorePipeline:
+    """Idempotent, durable item storage (see docs/storage.md)."""
+
+    def __init__(self, crawler: Crawler):
+        self.crawler = crawler
+        s = crawler.settings
+        self.url: str = config.get(s, "SCALE_STORE_URL") or default_store_url(s)
+        self.collection: str = config.get(s, "SCALE_STORE_COLLECTION")
+        self.dead_collection: str = config.get(s, "SCALE_STORE_DEAD_LETTER") or f"{self.collection}_dead_letter"
+        self.keys = KeyRules(config.get(s, "SCALE_ITEM_KEY"))
+        self.batch_size: int = config.get(s, "SCALE_STORE_BATCH_SIZE")
+        self.max_latency: float = config.get(s, "SCALE_STORE_MAX_LATENCY")
+        self.max_pending: int = config.get(s, "SCALE_STORE_MAX_PENDING")
+        self.retry_max_delay: float = config.get(s, "SCALE_STORE_RETRY_MAX_DELAY")
+        self.max_item_bytes: int = config.get(s, "SCALE_STORE_MAX_ITEM_BYTES")
+        self.drop_duplicates: bool = config.get(s, "SCALE_STORE_DROP_DUPLICATES")
+        self.fields: dict[str, str] = config.get(s, "SCALE_STORE_FIELDS")
+        self.reserved = set(self.fields.values())
+        self.stats = crawler.stats
+        self.sources = _sources_of(crawler)
+        self.store: Store | None = None
+        self.writer: BatchWriter | None = None
+        self.job = ""
+        self.run_id = ""
+        #: keys written (or on their way) in this run, for the duplicate count
+        self._seen: set[str] = set()
+        self._pending = 0
+        self._paused = False
+        self._latency_sum = 0.0
+        self._outage_logged = 0.0
+        crawler.signals.connect(self._forget, signal=signals.item_dropped)
+        crawler.signals.connect(self._forget, signal=signals.item_error)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> StorePipeline:
+        for name in S.__dict__.values():
+            if isinstance(name, config.Setting):
+                config.get(crawler.settings, name.name)  # fail at startup on a bad value
+        return cls(crawler)
+
+    # ---- lifecycle -------------------------------------------------------------
+
+    def open_spider(self, spider: Spider | None = None) -> None:
+        spider = spider or self.crawler.spider
+        self.job = config.get(self.crawler.settings, "SCALE_JOB") or (spider.name if spider else "job")
+        self.run_id = resolve_run_id(self.crawler)
+        from twisted.internet import reactor
+
+        self.store = open_store(self.url, self.collection, self.dead_collection, self.fields)
+        self.writer = BatchWriter(
+            self.store, self.batch_size, self.max_latency, self.retry_max_delay,
+            report=lambda r: reactor.callFromThread(self._on_batch, r),  # type: ignore[attr-defined]
+            on_unavailable=lambda e, n, d: reactor.callFromThread(self._on_unavailable, e, n, d),  # type: ignore[attr-defined]
+        )
+        self.writer.start()
+        logger.info("storing items in %s (collection %s, run %s)", redact(self.url), self.collection, self.run_id)
+
+    async def close_spider(self, spider: Spider | None = None) -> None:
+        if self.writer is None:
+            return
+        writer, store = self.writer, self.store
+        await maybe_deferred_to_future(threads.deferToThread(writer.close))
+        if store is not None:
+            store.close()
+        if self._seen:
+            self.stats.set_value(STATS + "keys_in_run", len(self._seen))
+        written = self.stats.get_value(STATS + "written", 0)
+        if written:
+            self.stats.set_value(STATS + "item_latency_avg", round(self._latency_sum / written, 4))
+        if writer.error is not None:
+            logger.error("the store writer failed: %r", writer.error)
+
+    def _forget(self, item: Any, **kw: Any) -> None:
+        """An item another pipeline dropped never reaches us: forget its source."""
+        self.sources.pop(item)
+
+    # ---- items -----------------------------------------------------------------
+
+    async def process_item(self, item: Any, spider: Spider | None = None) -> Any:
+        src = self.sources.pop(item)
+        d: Deferred[Result] = Deferred()
+        sub = self._submission(item, src, d)
+        if sub is None:  # duplicate dropped
+            raise DropItem("duplicate: key already written in this run (SCALE_STORE_DROP_DUPLICATES)")
+        assert self.writer is not None, "StorePipeline used before open_spider"
+        self.writer.submit(sub)
+        self._pending += 1
+        if self._pending >= self.max_pending and not self._paused and self.crawler.engine:
+            self._paused = True
+            self.crawler.engine.pause()
+            self.stats.inc_value(STATS + "pauses")
+            logger.warning("store is behind (%d items waiting): crawl paused", self._pending)
+        result = await maybe_deferred_to_future(d)
+        if isinstance(result, DeadLettered):
+            if not ItemAdapter.is_item(item):
+                raise TypeError(result.reason)
+            raise DropItem(f"dead-lettered: {result.reason}")
+        return item
+
+    def _submission(self, item: Any, src: Source | None, d: Deferred[Result]) -> Submission | None:
+        done = self._done_callback(d)
+        url = src.url if src else None
+        cb = src.callback if src else "unknown callback"
+        type_name = type(item).__name__
+        meta = {
+            self.fields["run_id"]: self.run_id,
+            self.fields["job"]: self.job,
+            self.fields["source_url"]: url,
+            self.fields["item_type"]: type_name,
+        }
+
+        def dead(reason: str, key: str | None = None, doc: Any = None) -> DeadRow:
+            body = {
+                "key": key, "reason": _clean(reason), "callback": _clean(cb), "source_url": _clean(url),
+                "item_type": _clean(type_name), "run_id": self.run_id, "job": self.job,
+                "item": _item_text(item if doc is None else doc),
+            }
+            ident = hashlib.sha1(
+                json.dumps([key, url, src.index if src else None, type_name, reason]).encode()
+            ).hexdigest()
+            return DeadRow(ident, body)
+
+        def dead_sub(reason: str, key: str | None = None, doc: Any = None) -> Submission:
+            self.stats.inc_value(STATS + "dead_letter_reason/" + reason.split(":", 1)[0].strip().replace(" ", "_")[:40])
+            return Submission(done=done, dead=dead(reason, key, doc), reason=reason)
+
+        if not ItemAdapter.is_item(item):
+            reason = (
+                f"not an item: {cb} yielded a {type(item).__module__}.{type(item).__qualname__} "
+                "(expected a dict, scrapy.Item, dataclass or attrs object)"
+            )
+            logger.error("%s (from %s)", reason, url)
+            return dead_sub(reason)
+        fields = ItemAdapter(item).asdict()
+        try:
+            key = self.keys.key(type_name, fields, url, src.index if src else 0)
+        except InvalidKey as e:
+            return dead_sub(f"invalid key: {e}")
+        try:
+            doc = encode_item(fields, self.reserved)
+            size = len(to_json(doc).encode("utf-8"))
+        except Unencodable as e:
+            return dead_sub(f"unencodable: {e}", key)
+        except (UnicodeEncodeError, ValueError) as e:
+            return dead_sub(f"unencodable: {type(e).__name__}: {str(e)[:200]}", key)
+        if size > self.max_item_bytes:
+            return dead_sub(f"too large: {size} bytes > SCALE_STORE_MAX_ITEM_BYTES={self.max_item_bytes}", key)
+        if key in self._seen:
+            self.stats.inc_value(STATS + "duplicates_in_run")
+            if self.drop_duplicates:
+                return None
+        else:
+            self._seen.add(key)
+        doc.update(meta)
+        return Submission(
+            done=done, row=Row(key, doc),
+            on_refused=lambda reason: dead(reason, key, doc),
+        )
+
+    def _done_callback(self, d: Deferred[Result]):
+        from twisted.internet import reactor
+
+        def done(result: Result) -> None:
+            reactor.callFromThread(self._resolve, d, result)  # type: ignore[attr-defined]
+
+        return done
+
+    def _resolve(self, d: Deferred[Result], result: Result) -> None:
+        self._pending -= 1
+        if self._paused and self._pending <= self.max_pending // 2:
+            self._paused = False
+            engine = self.crawler.engine
+            if engine is not None:
+                engine.unpause()
+                slot = getattr(engine, "_slot", None)
+                if slot is not None:
+                    slot.nextcall.schedule()
+            logger.info("store caught up (%d items waiting): crawl resumed", self._pending)
+        d.callback(result)
+
+    # ---- stats -----------------------------------------------------------------
+
+    def _on_batch(self, r: BatchReport) -> None:
+        st, p = self.stats, STATS
+        st.inc_value(p + "batches")
+        st.inc_value(p + "written", r.inserted + r.updated)
+        st.inc_value(p + "inserted", r.inserted)
+        st.inc_value(p + "updated", r.updated)
+        if r.dead:
+            st.inc_value(p + "dead_lettered", r.dead)
+        if r.retries:
+            st.inc_value(p + "retries", r.retries)
+        st.inc_value(p + "write_seconds", round(r.write_seconds, 6))  # type: ignore[arg-type]
+        st.max_value(p + "write_latency_max", round(r.write_seconds, 6))
+        st.max_value(p + "item_latency_max", round(r.max_item_latency, 6))
+        self._latency_sum += r.max_item_latency * (r.inserted + r.updated)
+        if self._outage_logged:
+            logger.warning("store is available again after %.1fs", time.monotonic() - self._outage_logged)
+            self._outage_logged = 0.0
+
+    def _on_unavailable(self, error: str, attempt: int, delay: float) -> None:
+        if not self._outage_logged:
+            self._outage_logged = time.monotonic()
+        if attempt == 1 or attempt % 10 == 0:
+            logger.warning("store unavailable (attempt %d, next in %.1fs; %d items waiting): %s",
+                           attempt, delay, self._pending, error)
+
+
+def _clean(s: str | None) -> str | None:
+    """A string any store accepts (lone surrogates escaped)."""
+    if s is None:
+        return None
+    return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _item_text(item: Any, limit: int = 10_000) -> str:
+    """The item for the dead letter, as text any store accepts: JSON of its fields
+    (each encoded by the rules, else its repr), or the item's repr; at most ``limit`` chars."""
+    try:
+        if isinstance(item, dict) or ItemAdapter.is_item(item):
+            out: dict[str, Any] = {}
+            for k, v in ItemAdapter(item).items():
+                try:
+                    out[str(k)] = encode_value(v, str(k))
+                except Exception:  # noqa: BLE001
+                    out[str(k)] = repr(v)[:limit]
+            text = json.dumps(out, ensure_ascii=True, default=repr)
+        else:
+            text = repr(item)
+    except Exception:  # noqa: BLE001
+        text = f"<unrepresentable {type(item).__name__}>"
+    text = text if len(text) <= limit else text[:limit] + "...(truncated)"
+    return _clean(text) or ""

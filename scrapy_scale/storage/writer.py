@@ -1,0 +1,280 @@
+"""The batch writer: one dedicated thread that owns the store connection.
+
+Items are submitted from the reactor thread; the writer thread writes them in
+batches of up to ``batch_size``, as soon as a batch is full or its oldest item
+has waited ``max_latency`` seconds (or at once when closing). Each submission's
+``done`` callback is called (on the writer thread) only after its batch was
+committed by the store, or after the item went to the dead letter.
+
+While the store is unavailable the same batch is tried again with capped,
+jittered exponential backoff, for as long as it takes: nothing is dropped. A batch
+the store refuses for another reason is split and written row by row, so one bad
+row cannot block the others; rows refused for good go to the dead letter.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from scrapy_scale.clock import Randomness
+from scrapy_scale.storage.backends import DeadRow, Row, Store, StoreUnavailable, WriteResult
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Stored:
+    key: str
+    inserted: bool
+
+
+@dataclass
+class DeadLettered:
+    key: str | None
+    reason: str
+
+
+Result = Stored | DeadLettered
+
+
+@dataclass
+class Submission:
+    """One item on its way to the store: an upsert ``row``, or a ``dead`` record."""
+
+    done: Callable[[Result], None]
+    row: Row | None = None
+    dead: DeadRow | None = None
+    #: reason when ``dead`` is set
+    reason: str = ""
+    #: builds the dead-letter record if the store refuses ``row`` for good
+    on_refused: Callable[[str], DeadRow] | None = None
+    t: float = field(default=0.0)
+
+
+@dataclass
+class BatchReport:
+    items: int
+    inserted: int
+    updated: int
+    dead: int
+    retries: int
+    write_seconds: float
+    #: the oldest item's wait, from submission to commit
+    max_item_latency: float
+
+
+class _Abandoned(Exception):
+    """abandon() was called while the store was unavailable."""
+
+
+class Backoff:
+    def __init__(self, base: float, cap: float, rng: Randomness | None = None):
+        self.base, self.cap = base, cap
+        self.rng = rng or Randomness()
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after the ``attempt``-th failure (1-based): full jitter in [d/2, d]."""
+        d = min(self.cap, self.base * 2 ** (attempt - 1))
+        return self.rng.uniform(d / 2, d)
+
+
+class BatchWriter:
+    def __init__(
+        self,
+        store: Store,
+        batch_size: int = 100,
+        max_latency: float = 0.2,
+        retry_max_delay: float = 10.0,
+        report: Callable[[BatchReport], None] | None = None,
+        on_unavailable: Callable[[str, int, float], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        rng: Randomness | None = None,
+    ):
+        self.store = store
+        self.batch_size = batch_size
+        self.max_latency = max_latency
+        self.backoff = Backoff(min(0.25, retry_max_delay), retry_max_delay, rng)
+        self.report = report
+        self.on_unavailable = on_unavailable
+        self.clock = clock
+        self.wall = wall
+        self._queue: deque[Submission] = deque()
+        self._cond = threading.Condition()
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self._stop_retrying = threading.Event()
+        self.error: BaseException | None = None
+
+    # ---- reactor side ----------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="scrapy-scale-store-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, s: Submission) -> None:
+        s.t = self.clock()
+        with self._cond:
+            if self._closing:
+                raise RuntimeError("the store writer is closed")
+            self._queue.append(s)
+            if len(self._queue) >= self.batch_size or self.max_latency == 0:
+                self._cond.notify()
+            elif len(self._queue) == 1:
+                self._cond.notify()  # wake to arm the latency timer
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._queue)
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Write everything pending, then stop. Blocking; True when all was written."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    def abandon(self) -> None:
+        """Stop retrying an unavailable store (shutdown that cannot wait any longer)."""
+        self._stop_retrying.set()
+
+    # ---- writer thread ---------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            failures = 0
+            while True:
+                try:
+                    self._write_batch(batch)
+                    break
+                except _Abandoned:
+                    return
+                except Exception as e:  # noqa: BLE001 - never lose the batch: log, wait, again
+                    failures += 1
+                    self.error = e
+                    logger.exception("store writer: a batch of %d failed (attempt %d); trying again",
+                                     len(batch), failures)
+                    if self._stop_retrying.wait(self.backoff.delay(failures)):
+                        return
+
+    def _next_batch(self) -> list[Submission] | None:
+        with self._cond:
+            while True:
+                if self._queue:
+                    age = self.clock() - self._queue[0].t
+                    if self._closing or len(self._queue) >= self.batch_size or age >= self.max_latency:
+                        n = min(self.batch_size, len(self._queue))
+                        return [self._queue.popleft() for _ in range(n)]
+                    self._cond.wait(self.max_latency - age)
+                elif self._closing:
+                    return None
+                else:
+                    self._cond.wait()
+
+    def _retrying(self, what: str, fn: Callable[[], Any]) -> tuple[Any, int]:
+        """Call ``fn`` until the store answers; returns (result, retries)."""
+        attempt = 0
+        while True:
+            try:
+                return fn(), attempt
+            except StoreUnavailable as e:
+                attempt += 1
+                delay = self.backoff.delay(attempt)
+                if self.on_unavailable:
+                    self.on_unavailable(str(e), attempt, delay)
+                if self._stop_retrying.wait(delay):
+                    raise _Abandoned() from e
+
+    def _write_batch(self, batch: list[Submission]) -> None:
+        t0 = self.clock()
+        # one upsert per key: later items of the same key win, field by field
+        rows: dict[str, Row] = {}
+        for s in batch:
+            if s.row is not None:
+                r = rows.get(s.row.key)
+                if r is None:
+                    rows[s.row.key] = Row(s.row.key, dict(s.row.doc))
+                else:
+                    r.doc.update(s.row.doc)
+        inserted: set[str] = set()
+        failed: dict[str, str] = {}
+        retries = 0
+        todo = list(rows.values())
+        while todo:
+            res, n = self._retrying("write", functools.partial(self._write_isolating, todo))
+            retries += n
+            inserted.update(res.inserted)
+            failed.update(res.failed)
+            if res.retry:
+                retries += 1
+                delay = self.backoff.delay(1)
+                if self._stop_retrying.wait(delay):
+                    raise _Abandoned()
+            todo = res.retry
+        dead: list[DeadRow] = []
+        results: list[tuple[Submission, Result]] = []
+        for s in batch:
+            if s.row is not None and s.row.key not in failed:
+                results.append((s, Stored(s.row.key, s.row.key in inserted)))
+                inserted.discard(s.row.key)  # a second item of the key is an update
+                continue
+            if s.row is not None:
+                reason = failed[s.row.key]
+                assert s.on_refused is not None
+                dead.append(s.on_refused(reason))
+                results.append((s, DeadLettered(s.row.key, reason)))
+            else:
+                assert s.dead is not None
+                dead.append(s.dead)
+                results.append((s, DeadLettered(s.dead.doc.get("key"), s.reason)))
+        if dead:
+            _, n = self._retrying("dead letter", lambda: self.store.dead_letter(dead, self.wall()))
+            retries += n
+        t1 = self.clock()
+        if self.report:
+            n_ins = sum(1 for _, res_ in results if isinstance(res_, Stored) and res_.inserted)
+            n_stored = sum(1 for _, res_ in results if isinstance(res_, Stored))
+            self.report(BatchReport(
+                items=len(batch), inserted=n_ins, updated=n_stored - n_ins, dead=len(dead), retries=retries,
+                write_seconds=t1 - t0, max_item_latency=t1 - min(s.t for s in batch),
+            ))
+        for s, outcome in results:
+            try:
+                s.done(outcome)
+            except Exception:  # noqa: BLE001
+                logger.exception("store writer: completion callback failed")
+
+    def _write_isolating(self, rows: list[Row]) -> WriteResult:
+        """Write ``rows``; if the store rejects the batch as a whole (not an outage),
+        write them one by one and report the rows it rejects as failed."""
+        now = self.wall()
+        try:
+            return self.store.write(rows, now)
+        except StoreUnavailable:
+            raise
+        except Exception as e:  # noqa: BLE001
+            if len(rows) == 1:
+                return WriteResult(failed={rows[0].key: f"store refused the item: {type(e).__name__}: {e}"[:1000]})
+            logger.warning("store refused a batch of %d (%s: %s); writing its rows one by one",
+                           len(rows), type(e).__name__, e)
+        out = WriteResult()
+        for r in rows:
+            res = self._write_isolating([r])
+            out.inserted += res.inserted
+            out.updated += res.updated
+            out.failed.update(res.failed)
+            out.retry += res.retry
+        return out
