@@ -262,3 +262,21 @@ def test_rate_limit_per_client() -> None:
         time.sleep(0.5)
         assert get(tb, 1, "/item/50", conn=conn)[0] == 200  # refilled
         assert tb.count(kind="rate_limited") == len(limited)
+
+
+def test_resolver_answers_testbed_names_from_setting_and_registry() -> None:
+    from scrapy_scale.testbed import resolver
+
+    def resolve(r: resolver.TestbedResolver, name: str) -> str:
+        out: list[str] = []
+        r.getHostByName(name).addCallback(out.append)
+        return out[0]
+
+    fixed = resolver.TestbedResolver(None, 0, 5.0, resolver.parse_hosts('{"Shop9.example.test": "127.0.0.10"}'))
+    assert resolve(fixed, "shop9.example.test") == "127.0.0.10"
+    a, b = Testbed(hosts=2, pages=5), Testbed(hosts=1, pages=5)
+    with a:
+        with b:
+            assert resolve(fixed, "shop2.example.test") == "127.0.0.3"
+        assert resolve(fixed, "shop1.example.test") == "127.0.0.2"  # still registered by a
+    assert "shop1.example.test" not in resolver._REGISTRY

@@ -67,8 +67,9 @@ def test_cli_prints_urls_and_settings_until_interrupted(tmp_path: Path) -> None:
         assert info["hosts"] == ["shop1.example.test", "shop2.example.test"]
         assert len(info["start_urls"]) == 2 and info["settings"]["TESTBED_HOSTS"]
         port = info["port"]
-        tb = Testbed(hosts=2, pages=30, seed=5)
-        tb.port = port  # only for get(): a client view of the CLI's testbed
+        tb = Testbed.view(state)
+        assert tb.port == port and tb.start_urls == info["start_urls"]
+        assert len(tb.detail_urls()) == 60
         assert get(tb, 1, "/item/3")[0] == 429
         assert get(tb, 1, "/item/4")[0] == 200
         assert info["proxy_urls"][0].startswith("http://127.0.0.1:")

@@ -47,7 +47,7 @@ def state(tb: Testbed) -> dict[str, Any]:
     return {
         "pid": os.getpid(), "port": tb.port, "hosts": tb.hosts, "addresses": tb.addresses,
         "start_urls": tb.start_urls, "proxy_urls": tb.proxy_urls, "settings": tb.scrapy_settings(),
-        "pages_per_host": tb.pages, "seed": tb.seed,
+        "pages_per_host": tb.pages, "per_page": tb.catalog.per_page, "seed": tb.seed,
     }
 
 

@@ -19,17 +19,24 @@ from twisted.internet import defer
 RESOLVER_PATH = "scrapy_scale.testbed.resolver.TestbedResolver"
 HOSTS_SETTING = "TESTBED_HOSTS"
 
-#: names of testbeds started in this process (Testbed.start registers, stop removes)
+#: names of testbeds started in this process (Testbed.start registers, stop removes);
+#: counted, since two running testbeds share names (host n is always 127.0.0.{n+1})
 _REGISTRY: dict[str, str] = {}
+_REFS: dict[str, int] = {}
 
 
 def register(mapping: Mapping[str, str]) -> None:
-    _REGISTRY.update(mapping)
+    for name, addr in mapping.items():
+        _REGISTRY[name] = addr
+        _REFS[name] = _REFS.get(name, 0) + 1
 
 
 def unregister(mapping: Mapping[str, str]) -> None:
     for name in mapping:
-        _REGISTRY.pop(name, None)
+        _REFS[name] = _REFS.get(name, 1) - 1
+        if _REFS[name] <= 0:
+            _REFS.pop(name, None)
+            _REGISTRY.pop(name, None)
 
 
 def parse_hosts(raw: Any) -> dict[str, str]:

@@ -7,6 +7,8 @@ import email.utils
 import errno
 import functools
 import ipaddress
+import json
+import os
 import socket
 import struct
 import threading
@@ -121,6 +123,8 @@ class Testbed:
         self._proxy_log: list[ProxyEvent] = []
         self._counters: Counter[tuple[str, Any]] = Counter()
         self._ordinals: Counter[tuple[int, str]] = Counter()
+        # per-path ordinals cost memory per distinct URL: kept only when the log or a fault needs them
+        self._track_ordinals = keep_log or bool(self.faults)
         self._buckets: dict[tuple[int, str], tuple[float, float]] = {}
         self._lock = threading.Lock()
         self._conn_ids = 0
@@ -142,6 +146,18 @@ class Testbed:
         if h not in self.host_numbers:
             raise ValueError(f"no host {h!r}")
         return self.host_numbers[h]
+
+    @classmethod
+    def view(cls, state: dict[str, Any] | str | os.PathLike[str]) -> Testbed:
+        """A not-started Testbed describing one that runs elsewhere (the CLI's ``--state-file``
+        or its dict): ``start_urls``, ``detail_urls()``, ``expected_item()``, ``addresses``."""
+        if isinstance(state, dict):
+            info: dict[str, Any] = state
+        else:
+            with open(state) as f:
+                info = json.load(f)
+        return cls(hosts=len(info["hosts"]), pages=info["pages_per_host"], seed=info["seed"],
+                   per_page=info.get("per_page", 20), port=info["port"])
 
     # ---- lifecycle ----------------------------------------------------------------
 
@@ -334,9 +350,11 @@ class Testbed:
         now = time.time()
         host = self.hosts[host_no - 1]
         path = target.split("?", 1)[0]
-        with self._lock:
-            self._ordinals[(host_no, target)] += 1
-            ordinal = self._ordinals[(host_no, target)]
+        ordinal = 0
+        if self._track_ordinals:
+            with self._lock:
+                self._ordinals[(host_no, target)] += 1
+                ordinal = self._ordinals[(host_no, target)]
         ans = self._decide(host_no, host, path, egress, client, ordinal, now)
         rec = Served(now, host, target, method, egress, client, conn, ans.status, ans.kind, ordinal)
         with self._lock:
