@@ -18,10 +18,16 @@ from scrapy_scale import config
 #: the project already lists the component (a project disables one with None).
 COMPONENTS: list[tuple[str, str, int]] = [
     ("EXTENSIONS", "scrapy_scale.config_check.SettingsCheck", 0),
+    ("DOWNLOADER_MIDDLEWARES", "scrapy_scale.outcomes.OutcomeDownloaderMiddleware", 550),
+    ("SPIDER_MIDDLEWARES", "scrapy_scale.outcomes.OutcomeSpiderMiddleware", 45),
+    ("EXTENSIONS", "scrapy_scale.outcomes.record.OutcomeLog", 0),
 ]
 
 #: Scrapy built-ins that an enabled component supersedes: set to None.
-DISABLES: list[tuple[str, str]] = []
+DISABLES: list[tuple[str, str]] = [
+    # superseded by scrapy_scale.outcomes (classify once, retry per class)
+    ("DOWNLOADER_MIDDLEWARES", "scrapy.downloadermiddlewares.retry.RetryMiddleware"),
+]
 
 #: single-valued settings the add-on sets; a project's own value wins
 SINGLE: dict[str, Any] = {

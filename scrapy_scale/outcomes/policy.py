@@ -1,0 +1,238 @@
+"""The retry policy: per failure class, an attempt budget and a backoff.
+
+Plain Python with an injectable clock and randomness (no reactor), so it is
+unit-tested with :class:`scrapy_scale.clock.FakeClock` and ``Randomness(seed)``.
+
+Backoff is exponential with FULL jitter: the n-th retry waits
+``uniform(0, min(cap, base * 2 ** (n - 1)))`` seconds, so requests that failed
+together do not come back together. A ``Retry-After`` from the server is a
+floor: the retry waits ``Retry-After + full-jitter backoff`` (so 200 requests
+told "come back in 3 s" do not all come back at exactly 3 s).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from scrapy_scale.clock import Clock, Randomness, wall
+from scrapy_scale.outcomes._log import FirstFew
+from scrapy_scale.outcomes.model import FailureClass
+
+logger = logging.getLogger(__name__)
+
+C = FailureClass
+
+
+@dataclass(frozen=True, slots=True)
+class ClassPolicy:
+    """What to do with one failure class.
+
+    ``retries``: retries allowed after the first attempt (attempt budget = 1 + retries).
+    ``base``/``cap``: full-jitter backoff window in seconds, ``min(cap, base * 2**(n-1))``.
+    ``new_egress``: the retry must avoid the egress the failed attempt went through.
+    ``give_up_level``: log level of the one line logged when the budget is spent.
+    """
+
+    retries: int = 0
+    base: float = 1.0
+    cap: float = 30.0
+    new_egress: bool = False
+    give_up_level: int = logging.WARNING
+
+
+DEFAULT_POLICIES: dict[FailureClass, ClassPolicy] = {
+    C.OK: ClassPolicy(),
+    C.NOT_FOUND: ClassPolicy(),
+    C.TRANSIENT: ClassPolicy(retries=2, base=1.0, cap=30.0),
+    C.RATE_LIMITED: ClassPolicy(retries=5, base=2.0, cap=120.0),
+    C.BLOCKED: ClassPolicy(retries=2, base=0.5, cap=10.0, new_egress=True),
+    C.EGRESS_FAILED: ClassPolicy(retries=3, base=0.0, cap=0.0, new_egress=True),
+    C.PARSE_FAILED: ClassPolicy(),
+    C.FATAL: ClassPolicy(),
+}
+
+#: classes that are never retried whatever the settings say
+NEVER_RETRIED = frozenset({C.OK, C.NOT_FOUND, C.PARSE_FAILED})
+
+_KEYS = {f.name for f in fields(ClassPolicy)}
+
+
+def _level(v: Any) -> int:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if isinstance(v, str):
+        lv = logging.getLevelName(v.upper())
+        if isinstance(lv, int):
+            return lv
+    raise ValueError(f"unknown log level {v!r}")
+
+
+def parse_policy_overrides(value: Any) -> dict[FailureClass, dict[str, Any]]:
+    """Validate ``SCALE_RETRY_POLICY``: ``{class: {retries, base, cap, new_egress, give_up_level}}``."""
+    from scrapy_scale.config import as_dict
+
+    raw = as_dict(value)
+    out: dict[FailureClass, dict[str, Any]] = {}
+    for name, spec in raw.items():
+        cls = FailureClass.parse(str(name))
+        if not isinstance(spec, Mapping):
+            raise ValueError(f"{cls.value}: expected a dict of {', '.join(sorted(_KEYS))}")
+        unknown = set(spec) - _KEYS
+        if unknown:
+            raise ValueError(
+                f"{cls.value}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_KEYS))}"
+            )
+        clean: dict[str, Any] = {}
+        for key, v in spec.items():
+            if key == "retries":
+                if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                    raise ValueError(f"{cls.value}.retries: expected an integer >= 0")
+                if v and cls in NEVER_RETRIED:
+                    raise ValueError(f"{cls.value}: this class is never retried")
+                clean[key] = v
+            elif key in ("base", "cap"):
+                if (
+                    isinstance(v, bool)
+                    or not isinstance(v, int | float)
+                    or not math.isfinite(v)
+                    or v < 0
+                ):
+                    raise ValueError(f"{cls.value}.{key}: expected a number of seconds >= 0")
+                clean[key] = float(v)
+            elif key == "new_egress":
+                if not isinstance(v, bool):
+                    raise ValueError(f"{cls.value}.new_egress: expected True or False")
+                clean[key] = v
+            else:
+                clean[key] = _level(v)
+        out[cls] = clean
+    return out
+
+
+def build_policies(
+    overrides: Mapping[FailureClass, Mapping[str, Any]] | None = None,
+    retry_times: int | None = None,
+    give_up_level: int | None = None,
+) -> dict[FailureClass, ClassPolicy]:
+    """Defaults, then Scrapy's RETRY_TIMES / RETRY_GIVE_UP_LOG_LEVEL (when the project set
+    them) for every retried class, then the per-class ``SCALE_RETRY_POLICY`` overrides."""
+    out = dict(DEFAULT_POLICIES)
+    for cls, p in out.items():
+        if cls in NEVER_RETRIED or cls is C.FATAL:
+            continue
+        if retry_times is not None:
+            p = replace(p, retries=retry_times)
+        if give_up_level is not None:
+            p = replace(p, give_up_level=give_up_level)
+        out[cls] = p
+    for cls, changes in (overrides or {}).items():
+        out[cls] = replace(out[cls], **changes)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The policy's verdict on one failed attempt."""
+
+    retry: bool
+    #: seconds to wait before the next attempt (retry only)
+    delay: float = 0.0
+    #: epoch seconds before which the retry must not be sent (retry only)
+    not_before: float | None = None
+    #: the class is retryable but its budget is spent (or retries were switched off)
+    gave_up: bool = False
+    #: why it was not retried: "budget", "dont_retry", "disabled", "" (class not retried)
+    why: str = ""
+
+
+NO_RETRY = Decision(False)
+
+
+class RetryPolicy:
+    def __init__(
+        self,
+        policies: Mapping[FailureClass, ClassPolicy] | None = None,
+        *,
+        retry_after_max: float = 600.0,
+        clock: Clock = wall,
+        rng: Randomness | None = None,
+        warn: Callable[..., None] | None = None,
+    ):
+        self.policies = dict(policies or DEFAULT_POLICIES)
+        self.retry_after_max = retry_after_max
+        self.clock = clock
+        self.rng = rng or Randomness()
+        self.warn = warn or FirstFew(logger)
+
+    def window(self, cls: FailureClass, attempt: int) -> float:
+        """Upper bound of the backoff after failed attempt number ``attempt`` (1-based)."""
+        p = self.policies[cls]
+        if p.base <= 0 or p.cap <= 0:
+            return 0.0
+        exp = min(attempt - 1, 60)  # 2**60 seconds is past any cap
+        return min(p.cap, p.base * (2.0**exp))
+
+    def backoff(self, cls: FailureClass, attempt: int) -> float:
+        w = self.window(cls, attempt)
+        return self.rng.uniform(0.0, w) if w > 0 else 0.0
+
+    def clamp_retry_after(self, seconds: float | None, where: str = "") -> float | None:
+        """Negative -> 0 and past ``retry_after_max`` -> the max, each with a warning."""
+        if seconds is None:
+            return None
+        if seconds < 0:
+            self.warn(
+                "retry_after_negative",
+                "Retry-After in the past (%.1f s) from %s; retrying without waiting for it",
+                seconds,
+                where or "?",
+            )
+            return 0.0
+        if seconds > self.retry_after_max:
+            self.warn(
+                "retry_after_huge",
+                "Retry-After %.0f s from %s exceeds SCALE_RETRY_AFTER_MAX; waiting %.0f s",
+                seconds,
+                where or "?",
+                self.retry_after_max,
+            )
+            return self.retry_after_max
+        return seconds
+
+    def decide(
+        self,
+        cls: FailureClass,
+        attempt: int,
+        *,
+        retry_after: float | None = None,
+        max_retries: int | None = None,
+        dont_retry: bool = False,
+        enabled: bool = True,
+        where: str = "",
+    ) -> Decision:
+        """Retry the attempt number ``attempt`` (1-based) that failed with ``cls``?
+
+        ``max_retries`` (the ``max_retry_times`` meta key) replaces the class's budget;
+        ``retry_after`` is the server's raw Retry-After in seconds (clamped here).
+        """
+        p = self.policies[cls]
+        if cls in NEVER_RETRIED or (cls is C.FATAL and p.retries <= 0):
+            return NO_RETRY
+        if dont_retry:
+            return Decision(False, gave_up=True, why="dont_retry")
+        if not enabled:
+            return Decision(False, gave_up=True, why="disabled")
+        budget = p.retries if max_retries is None else max_retries
+        if attempt > budget:
+            if budget <= 0 and max_retries is None:
+                return Decision(False, gave_up=False, why="")
+            return Decision(False, gave_up=True, why="budget")
+        delay = self.backoff(cls, attempt)
+        ra = self.clamp_retry_after(retry_after, where)
+        if ra is not None:
+            delay += ra
+        return Decision(True, delay=delay, not_before=self.clock() + delay)

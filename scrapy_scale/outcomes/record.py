@@ -1,0 +1,50 @@
+"""An extension that writes every outcome to a JSON-lines file (``SCALE_OUTCOME_LOG``).
+
+For debugging a crawl ("why was this URL not retried?") and for tests. One line per
+outcome: the :class:`~scrapy_scale.outcomes.model.Outcome` fields plus ``time``.
+Egress ids never carry credentials, so the file holds no secrets.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from typing import IO, Any
+
+from scrapy import signals as scrapy_signals
+from scrapy.exceptions import NotConfigured
+
+from scrapy_scale import config
+from scrapy_scale import signals as scale_signals
+from scrapy_scale.outcomes import settings as oset
+from scrapy_scale.outcomes.model import Outcome
+
+
+class OutcomeLog:
+    def __init__(self, path: str):
+        self.path = path
+        self.file: IO[str] | None = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> OutcomeLog:
+        path = config.get(crawler.settings, oset.OUTCOME_LOG.name)
+        if not path:
+            raise NotConfigured
+        ext = cls(path)
+        crawler.signals.connect(ext.record, signal=scale_signals.outcome)
+        crawler.signals.connect(ext.close, signal=scrapy_signals.engine_stopped)
+        return ext
+
+    def record(self, outcome: Outcome, **kwargs: Any) -> None:
+        if self.file is None:
+            return
+        d = asdict(outcome)
+        d["cls"] = outcome.cls.value
+        d["time"] = time.time()
+        self.file.write(json.dumps(d, default=str) + "\n")
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
