@@ -80,3 +80,12 @@ def test_cli_prints_urls_and_settings_until_interrupted(tmp_path: Path) -> None:
     assert "shop1.example.test" in out and "TWISTED_DNS_RESOLVER" in out
     assert "served 2 requests" in out
     assert not os.path.exists(state)  # removed on exit
+
+
+def test_https_crawl_through_connect_proxy(tmp_path: Path) -> None:
+    with Testbed(hosts=2, pages=10, tls=True, proxies=[ProxySpec("p1"), ProxySpec("p2", mode="auth")]) as tb:
+        res = run_crawl(tb, {}, tmp_path, timeout=90, env={"https_proxy": tb.proxy_urls[1], "no_proxy": ""})
+        assert res.returncode == 0, res.tail()
+        assert res.item_urls == tb.detail_urls()
+        assert {r.egress for r in tb.log} == {"p2"}
+        assert {e.method for e in tb.proxy_log} == {"CONNECT"}

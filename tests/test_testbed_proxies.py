@@ -142,3 +142,21 @@ def test_proxy_spec_parsing() -> None:
     assert parse_proxy("p2,banned_by=1+shop3.example.test") == ProxySpec("p2", banned_by=(1, "shop3.example.test"))
     with pytest.raises(ValueError):
         parse_proxy("p3:zombie")
+
+
+def test_tls_hosts_directly_and_through_a_connect_tunnel() -> None:
+    import ssl
+
+    ctx = ssl._create_unverified_context()
+    with Testbed(hosts=2, pages=10, tls=True, proxies=[ProxySpec("p1")]) as t:
+        assert t.start_urls[0] == f"https://shop1.example.test:{t.port}/"
+        c = http.client.HTTPSConnection(t.addresses["shop1.example.test"], t.port, timeout=5, context=ctx)
+        c.request("GET", "/item/1", headers={"Host": f"shop1.example.test:{t.port}"})
+        assert c.getresponse().status == 200
+        c.close()
+        c = http.client.HTTPSConnection("127.0.0.1", t.proxy_ports["p1"], timeout=5, context=ctx)
+        c.set_tunnel(f"shop2.example.test:{t.port}")
+        c.request("GET", "/item/2")
+        assert c.getresponse().status == 200
+        assert [(r.host, r.egress) for r in t.log] == [("shop1.example.test", None), ("shop2.example.test", "p1")]
+        assert via(t, "p1", f"https://shop2.example.test:{t.port}/")[0] == 502  # https only via CONNECT

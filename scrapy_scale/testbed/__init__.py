@@ -7,7 +7,7 @@ Usage::
     tb = Testbed(hosts=3, pages=100, seed=1,
                  faults=[Fault("429", path="/item/*", p=0.1, retry_after=2)],
                  proxies=[ProxySpec("p1"), ProxySpec("p2", mode="flaky", p=0.3)],
-                 rate_limit=None)
+                 rate_limit=None, tls=False)
     with tb:                     # a thread runs its own asyncio loop (independent of Twisted)
         tb.hosts                 # ["shop1.example.test", "shop2.example.test", "shop3.example.test"]
         tb.start_urls            # ["http://shop1.example.test:PORT/", ...] (one listing root per host)

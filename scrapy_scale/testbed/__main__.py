@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=0, help="port of every host (default: a free one)")
     p.add_argument("--state-file", type=Path, help="write URLs and settings here as JSON (removed on exit)")
     p.add_argument("--summary-file", type=Path, help="write request counts here as JSON on exit")
+    p.add_argument("--tls", action="store_true", help="hosts serve HTTPS (self-signed certificate)")
     p.add_argument("--no-log", action="store_true", help="keep counters only, no per-request log (long runs)")
     return p
 
@@ -47,7 +48,7 @@ def state(tb: Testbed) -> dict[str, Any]:
     return {
         "pid": os.getpid(), "port": tb.port, "hosts": tb.hosts, "addresses": tb.addresses,
         "start_urls": tb.start_urls, "proxy_urls": tb.proxy_urls, "settings": tb.scrapy_settings(),
-        "pages_per_host": tb.pages, "per_page": tb.catalog.per_page, "seed": tb.seed,
+        "pages_per_host": tb.pages, "per_page": tb.catalog.per_page, "seed": tb.seed, "tls": tb.tls,
     }
 
 
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         proxies = [parse_proxy(s) for s in args.proxy]
         tb = Testbed(hosts=args.hosts, pages=args.pages, seed=args.seed, faults=faults, proxies=proxies,
                      rate_limit=args.rate_limit, per_page=args.per_page, port=args.port,
-                     robots_disallow=args.robots_disallow, keep_log=not args.no_log)
+                     robots_disallow=args.robots_disallow, keep_log=not args.no_log, tls=args.tls)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

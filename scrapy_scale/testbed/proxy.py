@@ -102,7 +102,7 @@ class _Proxy:
                     return
                 u = urlsplit(target)
                 ip = self._resolve(u.hostname or "")
-                if not u.scheme or ip is None:
+                if u.scheme != "http" or ip is None:  # https goes through CONNECT
                     self._event(method, target, client, "bad_gateway")
                     writer.write(http_response(502, b"bad gateway"))
                     await writer.drain()

@@ -96,6 +96,7 @@ class Testbed:
         port: int = 0,
         robots_disallow: Iterable[str] = (),
         keep_log: bool = True,
+        tls: bool = False,
     ):
         if hosts < 1:
             raise ValueError("hosts must be >= 1")
@@ -109,6 +110,8 @@ class Testbed:
         self.rate_limit = rate_limit
         self.robots = robots_txt(list(robots_disallow))
         self.keep_log = keep_log
+        self.tls = tls
+        self.scheme = "https" if tls else "http"
         self.hosts: list[str] = [HOST_NAME.format(n=n) for n in range(1, hosts + 1)]
         self.host_numbers = {name: n for n, name in enumerate(self.hosts, 1)}
         self.addresses = {name: host_ip(n) for name, n in self.host_numbers.items()}
@@ -157,7 +160,7 @@ class Testbed:
             with open(state) as f:
                 info = json.load(f)
         return cls(hosts=len(info["hosts"]), pages=info["pages_per_host"], seed=info["seed"],
-                   per_page=info.get("per_page", 20), port=info["port"])
+                   per_page=info.get("per_page", 20), port=info["port"], tls=info.get("tls", False))
 
     # ---- lifecycle ----------------------------------------------------------------
 
@@ -225,6 +228,11 @@ class Testbed:
 
     async def _astart(self) -> None:
         loop = asyncio.get_running_loop()
+        ssl_ctx = None
+        if self.tls:
+            from scrapy_scale.testbed.tls import server_context
+
+            ssl_ctx = server_context()
         for _attempt in range(50):
             servers: list[asyncio.AbstractServer] = []
             port = self.port
@@ -232,7 +240,7 @@ class Testbed:
                 for name, n in self.host_numbers.items():
                     srv = await loop.create_server(
                         functools.partial(_TargetProtocol, self, n), host=self.addresses[name], port=port,
-                        reuse_address=True, backlog=1024,
+                        reuse_address=True, backlog=1024, ssl=ssl_ctx,
                     )
                     port = srv.sockets[0].getsockname()[1]
                     servers.append(srv)
@@ -264,7 +272,7 @@ class Testbed:
 
     @property
     def start_urls(self) -> list[str]:
-        return [f"http://{h}:{self.port}/" for h in self.hosts]
+        return [f"{self.scheme}://{h}:{self.port}/" for h in self.hosts]
 
     @property
     def proxy_urls(self) -> list[str]:
@@ -315,7 +323,7 @@ class Testbed:
 
     def detail_urls(self) -> set[str]:
         return {
-            f"http://{h}:{self.port}/item/{i}" for h in self.hosts for i in range(1, self.pages + 1)
+            f"{self.scheme}://{h}:{self.port}/item/{i}" for h in self.hosts for i in range(1, self.pages + 1)
         }
 
     def expected_item(self, url: str) -> dict[str, Any]:
