@@ -104,6 +104,7 @@ DECLARING_MODULES: list[str] = [
     "scrapy_scale.settings_core",
     "scrapy_scale.outcomes.settings",
     "scrapy_scale.frontier.settings",
+    "scrapy_scale.storage.settings",
 ]
 
 

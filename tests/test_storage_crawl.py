@@ -1,0 +1,216 @@
+"""StorePipeline in real `scrapy crawl` subprocesses: the catalog against the testbed,
+and a small spider of bad items. Stores are real (SQLite file, MongoDB wire server)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+from scrapy_scale.storage.backends import open_store
+from scrapy_scale.storage.keys import page_key
+from scrapy_scale.testbed import Testbed
+from tests.crawling import run_crawl, start_crawl
+
+ONLY_STORE = {
+    # the storage components alone (the add-on enables them too; this keeps the test about them)
+    "ITEM_PIPELINES": {"scrapy_scale.storage.StorePipeline": 900},
+    "SPIDER_MIDDLEWARES": {"scrapy_scale.storage.StoreSpiderMiddleware": 50},
+}
+
+
+def sqlite_store(tmp_path: Path):
+    s = open_store(f"sqlite:///{tmp_path}/state/items.sqlite", "items")
+    s.open()
+    return s
+
+
+def test_crawl_stores_each_page_item_once_and_a_second_run_updates_in_place(tmp_path: Path) -> None:
+    with Testbed(hosts=2, pages=30, seed=3, faults="500:/item/4,first=1; 429:/item/9,first=1,retry_after=1") as tb:
+        expected = {page_key(u): u for u in tb.detail_urls()}
+        res = run_crawl(tb, {}, tmp_path, timeout=120)
+        assert res.returncode == 0, res.tail()
+        st = res.stats
+        assert st["item_scraped_count"] == 60
+        assert (st["scale/store/written"], st["scale/store/inserted"]) == (60, 60)
+        assert st.get("scale/store/updated", 0) == 0 and st.get("scale/store/dead_lettered", 0) == 0
+        assert st["scale/store/batches"] >= 1 and "scale/store/write_latency_max" in st
+        s = sqlite_store(tmp_path)
+        docs = {d["_id"]: d for d in s.documents()}
+        assert set(docs) == set(expected), "stored keys are the detail pages' URL fingerprints"
+        for key, url in expected.items():
+            d = docs[key]
+            assert {k: d[k] for k in ("sku", "title", "price", "url")} == tb.expected_item(url)
+            assert d["_source_url"] == url and d["_job"] == "catalog" and d["_item_type"] == "dict"
+            assert d["_first_seen"] == d["_last_seen"]
+        first = {k: (d["_first_seen"], d["_run_id"]) for k, d in docs.items()}
+        s.close()
+
+        res2 = run_crawl(tb, {}, tmp_path, timeout=120)
+        assert res2.returncode == 0, res2.tail()
+        st2 = res2.stats
+        assert st2["scale/store/written"] == 60 and st2.get("scale/store/inserted", 0) == 0
+        assert st2["scale/store/updated"] == 60
+        s = sqlite_store(tmp_path)
+        docs2 = {d["_id"]: d for d in s.documents()}
+        s.close()
+        assert set(docs2) == set(expected), "a second run adds no row"
+        for k, d in docs2.items():
+            assert d["_first_seen"] == first[k][0] < d["_last_seen"]
+            assert d["_run_id"] != first[k][1]
+
+
+BAD_SPIDER = '''
+import datetime, decimal
+import scrapy
+from scrapy import signals
+from scrapy_scale.storage.keys import page_key
+
+
+class Product(scrapy.Item):
+    sku = scrapy.Field()
+    when = scrapy.Field()
+    price = scrapy.Field()
+    raw = scrapy.Field()
+    tags = scrapy.Field()
+    blob = scrapy.Field()
+
+
+class BadItemsSpider(scrapy.Spider):
+    name = "bad_items"
+    start_urls = ["data:text/plain,hello"]
+
+    def parse(self, response):
+        yield {"ok": 1}
+        yield "not an item"
+        yield Product(sku="A1", when=datetime.datetime(2026, 1, 2, 3, 4), price=decimal.Decimal("9.90"),
+                      raw=b"hi", tags={"b", "a"})
+        yield Product(sku="A1", price=decimal.Decimal("9.80"))  # same key again: an in-run duplicate
+        yield Product(sku=None)  # invalid key
+        yield Product(sku="A2", blob=object())  # no rule to encode
+        yield Product(sku="A3", blob="x" * 5000)  # too large for the limit set below
+
+
+class ScrapedLog:
+    """Appends the key of every item_scraped to a file, flushed at once (survives kill -9)."""
+
+    def __init__(self, path):
+        self.f = open(path, "a", buffering=1)
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        ext = cls(crawler.settings.get("SCRAPED_LOG"))
+        crawler.signals.connect(ext.scraped, signal=signals.item_scraped)
+        return ext
+
+    def scraped(self, item, response, spider):
+        self.f.write(page_key(response.url) + "\\n")
+        self.f.flush()
+        import os
+        os.fsync(self.f.fileno())
+'''
+
+
+def write_spiders(tmp_path: Path) -> dict[str, str]:
+    pkg = tmp_path / "spiders_pkg"
+    pkg.mkdir(exist_ok=True)
+    (pkg / "storage_test_spiders.py").write_text(textwrap.dedent(BAD_SPIDER))
+    return {"PYTHONPATH": str(pkg)}
+
+
+def test_bad_items_never_crash_the_crawl(tmp_path: Path) -> None:
+    env = write_spiders(tmp_path)
+    settings = {
+        **ONLY_STORE,
+        "SPIDER_MODULES": ["storage_test_spiders"],
+        "SCALE_ITEM_KEY": {"Product": ["sku"]},
+        "SCALE_STORE_MAX_ITEM_BYTES": 2048,
+        "ADDONS": {},
+    }
+    res = run_crawl(None, settings, tmp_path, spider="bad_items", timeout=60, env=env)
+    assert res.returncode == 0, res.tail()
+    assert "BadItemsSpider.parse yielded a builtins.str" in res.log
+    st = res.stats
+    assert st["scale/store/dead_lettered"] == 4
+    assert st["scale/store/duplicates_in_run"] == 1
+    assert st["scale/store/written"] == 3 and st["scale/store/inserted"] == 2
+    assert st["item_scraped_count"] == 3 and st["item_dropped_count"] == 3
+    s = sqlite_store(tmp_path)
+    dl = sorted(d["reason"].split(":")[0] for d in s.dead_letters())
+    assert dl == ["invalid key", "not an item", "too large", "unencodable"]
+    assert all(d["callback"] == "BadItemsSpider.parse" for d in s.dead_letters())
+    docs = list(s.documents())
+    prod = next(d for d in docs if d.get("sku") == "A1")
+    # encoding rules; the duplicate's fields win, fields it lacks are kept
+    assert (prod["when"], prod["price"], prod["raw"], prod["tags"]) == ("2026-01-02T03:04:00", "9.80", "aGk=", ["a", "b"])
+    assert prod["_item_type"] == "Product"
+    assert len(docs) == 2
+    s.close()
+
+
+def test_bad_store_url_fails_at_startup(tmp_path: Path) -> None:
+    res = run_crawl(None, {**ONLY_STORE, "SCALE_STORE_URL": "mysql://127.0.0.1/db"}, tmp_path,
+                    spider="catalog", timeout=60, start_urls=["data:,x"])
+    assert res.returncode != 0
+    assert "SCALE_STORE_URL: unknown URL scheme 'mysql'" in res.log
+
+
+def test_items_reported_scraped_are_in_sqlite_after_kill_9(tmp_path: Path) -> None:
+    """item_scraped means stored: kill -9 mid-crawl, then every key the crawl reported
+    scraped (fsynced by an extension as the signal fired) is in the SQLite file."""
+    env = write_spiders(tmp_path)
+    log = tmp_path / "scraped.txt"
+    with Testbed(hosts=2, pages=300, seed=5) as tb:
+        proc = start_crawl(tb, {
+            **ONLY_STORE, "SPIDER_MODULES": ["example_project.spiders", "storage_test_spiders"],
+            "EXTENSIONS": {"storage_test_spiders.ScrapedLog": 0}, "SCRAPED_LOG": str(log),
+            "SCALE_STORE_MAX_LATENCY": 0.05, "SCALE_STORE_BATCH_SIZE": 7,
+        }, tmp_path, env=env)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            if log.exists() and len(log.read_text().split()) >= 60:
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, "the crawl ended before it could be killed"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    scraped = set(log.read_text().split())
+    assert len(scraped) >= 60
+    s = sqlite_store(tmp_path)
+    stored = {d["_id"] for d in s.documents()}
+    s.close()
+    assert scraped <= stored, f"{len(scraped - stored)} items reported scraped are not stored"
+
+
+def test_mongodb_killed_and_restarted_mid_crawl_nothing_lost(tmp_path: Path, mongo_server) -> None:
+    # a short server selection timeout (a URI option wins over the store's 5 s default), so the
+    # 4 s outage shows up as failed attempts that the writer retries, not one long wait
+    url = f"mongodb://127.0.0.1:{mongo_server.port}/crawl?serverSelectionTimeoutMS=800"
+    with Testbed(hosts=2, pages=150, seed=7) as tb:
+        proc = start_crawl(tb, {
+            **ONLY_STORE, "SCALE_STORE_URL": url, "SCALE_STORE_MAX_PENDING": 40,
+            "SCALE_STORE_RETRY_MAX_DELAY": 1.0, "SCALE_STORE_MAX_LATENCY": 0.05,
+        }, tmp_path)
+        watch = open_store(url, "items")
+        watch.open()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None and watch.count() < 30:
+            time.sleep(0.05)
+        watch.close()
+        assert proc.poll() is None, "the crawl ended before the store could be killed"
+        mongo_server.kill()
+        time.sleep(4)
+        assert proc.poll() is None, "the crawl ended while the store was down"
+        mongo_server.start()
+        res = proc.finish(120)
+    assert res.returncode == 0, res.tail()
+    st = res.stats
+    assert st["scale/store/retries"] >= 1
+    assert st["scale/store/pauses"] >= 1, "the crawl did not pause while items piled up"
+    assert st["item_scraped_count"] == 300 and st.get("item_dropped_count", 0) == 0
+    s = open_store(url, "items")
+    keys = {d["_id"] for d in s.documents()}
+    s.close()
+    assert keys == {page_key(u) for u in tb.detail_urls()}
