@@ -36,6 +36,8 @@ SINGLE: dict[str, Any] = {
     # polite by default: robots.txt honoured, a few requests per site at a time
     "ROBOTSTXT_OBEY": True,
     "CONCURRENT_REQUESTS_PER_DOMAIN": 4,
+    # the persisted, lease-based frontier (SQLite by default; SCALE_FRONTIER_URL)
+    "SCHEDULER": "scrapy_scale.frontier.Scheduler",
 }
 
 

@@ -205,6 +205,9 @@ class SqliteStore(FrontierStore):
     def _tx(self) -> _Tx:
         return _Tx(self.db)
 
+    def batch(self) -> _Tx:
+        return _Tx(self.db)
+
     # ---- runs ------------------------------------------------------------------------
 
     def _run(self, run_id: int | None, resumed: bool = False) -> RunInfo | None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -192,6 +193,11 @@ class FrontierStore(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release connections. Idempotent. Leases stay (use :meth:`release` first)."""
+
+    def batch(self) -> AbstractContextManager[object]:
+        """``with store.batch():`` groups the calls inside into as few round trips /
+        transactions as the backend allows (SQLite: one transaction). Optional."""
+        return nullcontext()
 
     def __enter__(self) -> FrontierStore:
         self.open()

@@ -1,0 +1,561 @@
+"""``scrapy_scale.frontier.Scheduler``: a Scrapy scheduler over the persisted frontier.
+
+The reactor never waits for the store. The scheduler keeps three small things in
+memory -- an *outbox* of writes (enqueues, acks, failures, dead letters, in
+order), a *buffer* of leased requests (at most ``SCALE_FRONTIER_BATCH``), and the
+*in-flight* table (leased requests handed to the engine, not yet acked) -- and a
+single store thread "syncs" them: it writes the outbox in order (one SQLite
+transaction; Redis scripts in order), renews leases, reclaims expired ones, pulls
+feeder seeds and leases the next batch. A sync starts every 0.25 s, or at once
+when the buffer runs low or the outbox grows.
+
+Ack (contract 3 of HELPERS_COMMON.md): a request is acked when its final outcome
+(the ``scrapy_scale.signals.outcome`` signal) is done-class and ``outcome.items``
+item signals (item_scraped/dropped/error) were seen for it; a terminal failure is
+recorded with its class and reason. Without the outcome middlewares (plain
+Scrapy), a request is acked when the engine has finished with it (its response
+went through the callback and the item pipelines). Children are enqueued before
+their parent's ack in the same ordered outbox, so a crash never loses them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request, Spider, signals
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.exceptions import DontCloseSpider
+from twisted.internet import defer, task, threads
+from twisted.python.threadpool import ThreadPool
+
+from scrapy_scale import config, meta
+from scrapy_scale import signals as scale_signals
+from scrapy_scale.frontier import codec
+from scrapy_scale.frontier import settings as frontier_settings
+from scrapy_scale.frontier.store import (
+    EnqueueResult,
+    FrontierError,
+    FrontierStore,
+    Leased,
+    NewRequest,
+    domain_of,
+    open_store,
+)
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+    from scrapy_scale.outcomes.model import Outcome
+
+logger = logging.getLogger(__name__)
+
+TICK = 0.25
+#: seconds after the engine finished a request with no final outcome before the
+#: scheduler acks it itself (signal mode; a missing outcome must not hang a job)
+OUTCOME_GRACE = 10.0
+
+
+@dataclass
+class InFlight:
+    token: int
+    url: str
+    attempts: int
+    request: Request | None = None
+    items_expected: int | None = None
+    items_seen: int = 0
+    responded: bool = False
+    #: monotonic time the engine was first seen done with the request
+    left_at: float | None = None
+
+
+@dataclass
+class SyncResult:
+    enqueued: list[EnqueueResult] = field(default_factory=list)
+    acked: int = 0
+    failed: int = 0
+    dead: int = 0
+    leased: list[Leased] = field(default_factory=list)
+    reclaimed: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    finished_run: bool = False
+    feed_bad: int = 0
+    error: str | None = None
+
+
+def pid_alive(pid: int) -> bool:
+    """Is ``pid`` a live (non-zombie) process on this host?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+class Scheduler(BaseScheduler):
+    """Persisted, lease-based scheduler; see docs/frontier.md."""
+
+    #: retries with meta scale_not_before are held by the store (contract 2)
+    supports_not_before = True
+
+    def __init__(self, crawler: Crawler, store: FrontierStore, *, batch: int, lease_seconds: float,
+                 wait_for_seeds: bool, worker: str | None, signal_mode: bool):
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.store = store
+        self.batch = batch
+        self.lease_seconds = lease_seconds
+        self.wait_for_seeds = wait_for_seeds
+        self.worker = worker or ""
+        self._explicit_worker = worker is not None
+        self.signal_mode = signal_mode
+        self.fingerprinter = crawler.request_fingerprinter
+        self.spider: Spider | None = None
+        self.outbox: list[tuple[str, Any]] = []
+        self.buffer: deque[Leased] = deque()
+        self.memq: deque[Request] = deque()
+        self.inflight: dict[str, InFlight] = {}
+        self.remote: dict[str, int] = {"pending": 0, "delayed": 0, "leased": 0, "done": 0, "failed": 0}
+        self._synced_once = False
+        self._sync_running: defer.Deferred[Any] | None = None
+        self._pool: ThreadPool | None = None
+        self._loop: task.LoopingCall | None = None
+        self._last_renew = time.monotonic()
+        self._last_reclaim = 0.0
+        self._finish_requested = False
+        self._finished = False
+        self._closing = False
+        self._wait_sum = 0.0
+        self._wait_n = 0
+        self._warned_unserializable = False
+
+    # ---- construction ------------------------------------------------------------------
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Scheduler:
+        s = crawler.settings
+        url = frontier_settings.frontier_url(s)
+        job = config.get(s, "SCALE_JOB") or getattr(crawler.spidercls, "name", None)
+        if not job:
+            raise FrontierError("no job name: set SCALE_JOB or give the spider a name")
+        batch = config.get(s, "SCALE_FRONTIER_BATCH")
+        lease_seconds = config.get(s, "SCALE_FRONTIER_LEASE")
+        wait = config.get(s, "SCALE_FRONTIER_WAIT_FOR_SEEDS")
+        worker = config.get(s, "SCALE_FRONTIER_WORKER")
+        state_dir = config.get(s, "SCALE_STATE_DIR")
+        try:
+            store = open_store(url, job, state_dir=state_dir)
+        except FrontierError as e:
+            logger.error("scrapy-scale frontier cannot start: %s", e)
+            raise
+        return cls(crawler, store, batch=batch, lease_seconds=lease_seconds, wait_for_seeds=wait,
+                   worker=worker, signal_mode=_outcomes_enabled(crawler))
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def open(self, spider: Spider) -> defer.Deferred[None] | None:
+        self.spider = spider
+        run = self.store.begin_run()
+        if not self._explicit_worker:
+            self.worker = self.store.claim_worker(socket.gethostname(), os.getpid(), pid_alive)
+        reclaimed = self.store.reclaim(self.worker)
+        self.remote = self.store.counts()
+        self._synced_once = True
+        self._inc("reclaimed", reclaimed)
+        self.stats.set_value("scale/frontier/run", run.run_id)
+        self.stats.set_value("scale/frontier/worker", self.worker)
+        logger.info(
+            "frontier %s job %r run %d (%s) worker %s: %s; took back %d lease(s)",
+            type(self.store).__name__, self.store.job, run.run_id, "resumed" if run.resumed else "new",
+            self.worker, self.remote, reclaimed,
+        )
+        sig = self.crawler.signals
+        sig.connect(self._on_outcome, signal=scale_signals.outcome)
+        sig.connect(self._on_item, signal=signals.item_scraped)
+        sig.connect(self._on_item, signal=signals.item_dropped)
+        sig.connect(self._on_item, signal=signals.item_error)
+        sig.connect(self._on_response, signal=signals.response_received)
+        sig.connect(self._on_idle, signal=signals.spider_idle)
+        self._pool = ThreadPool(1, 1, name="scale-frontier")
+        self._pool.start()
+        self._loop = task.LoopingCall(self._tick)
+        self._loop.start(TICK, now=False)
+        return None
+
+    def close(self, reason: str) -> defer.Deferred[None]:
+        self._closing = True
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        return defer.ensureDeferred(self._close(reason))
+
+    async def _close(self, reason: str) -> None:
+        while self._sync_running is not None:
+            await self._sync_running
+        held = [x.fingerprint for x in self.buffer] + list(self.inflight)
+        ops = self._take_outbox()
+        finish = reason == "finished" and not self.wait_for_seeds
+
+        def work() -> tuple[SyncResult, int]:
+            res = SyncResult()
+            self._write_ops(ops, res)
+            released = self.store.release(self.worker, held) if held else 0
+            if finish:
+                res.finished_run = self.store.finish_run() is not None
+            res.counts = self.store.counts()
+            return res, released
+
+        try:
+            res, released = await self._in_thread(work)
+            self._apply_counts(res)
+            self._inc("released", released)
+            logger.info("frontier closed (%s): %s; released %d lease(s)%s", reason, res.counts, released,
+                        "; run finished" if res.finished_run or self._finished else "")
+        except Exception:  # noqa: BLE001 - closing must not raise; leases expire anyway
+            logger.exception("frontier: final write failed; unacked leases will expire and be retried")
+        finally:
+            self.buffer.clear()
+            self.inflight.clear()
+            self.store.close()
+            if self._pool is not None:
+                self._pool.stop()
+
+    # ---- engine interface ------------------------------------------------------------------
+
+    def has_pending_requests(self) -> bool:
+        if self.buffer or self.memq or self.outbox:
+            return True
+        r = self.remote
+        return bool(r["pending"] or r["delayed"] or r["leased"])
+
+    def __len__(self) -> int:
+        return len(self.buffer) + len(self.memq) + self.remote["pending"] + self.remote["delayed"]
+
+    def enqueue_request(self, request: Request) -> bool:
+        fp, update = self._fingerprint(request)
+        attempt = _int(request.meta.get(meta.ATTEMPT), 1)
+        not_before = _float(request.meta.get(meta.NOT_BEFORE), 0.0)
+        last = request.meta.get(meta.LAST_FAILURE)
+        last_failure = (str(last[0]), str(last[1])) if isinstance(last, list | tuple) and len(last) == 2 else None
+        try:
+            data = codec.encode(request, self.spider)
+        except codec.CodecError as e:
+            self._inc("unserializable")
+            if not self._warned_unserializable:
+                logger.warning("frontier: %s is kept in memory only (not persisted): %s", request, e)
+                self._warned_unserializable = True
+            self.memq.append(request)
+            return True
+        is_start = bool(request.meta.get("is_start_request"))
+        nr = NewRequest(
+            fingerprint=fp, data=data, domain=domain_of(request.url), priority=request.priority,
+            not_before=not_before, attempts=max(0, attempt - 1), last_failure=last_failure,
+            update=update, reopen=request.dont_filter and not is_start and not update,
+        )
+        if update:
+            self.inflight.pop(fp, None)  # its lease is void; the record will be leased anew
+        if not_before > time.time():
+            self._inc("delayed")
+        self.outbox.append(("enq", nr))
+        if len(self.outbox) >= self.batch:
+            self._kick()
+        return True
+
+    def next_request(self) -> Request | None:
+        if self.memq:
+            return self.memq.popleft()
+        request = None
+        while self.buffer and request is None:
+            lz = self.buffer.popleft()
+            try:
+                request = codec.decode(lz.data, self.spider)
+            except codec.CodecError as e:
+                logger.warning("frontier: record %s cannot be read, dead-lettered: %s", lz.fingerprint, e)
+                self.outbox.append(("dead", (lz.fingerprint, str(e))))
+                self._inc("dead_lettered")
+                continue
+            request.meta[meta.FINGERPRINT] = lz.fingerprint
+            self.inflight[lz.fingerprint] = InFlight(lz.token, request.url, lz.attempts, request)
+        if len(self.buffer) <= self.batch // 2:
+            self._kick()
+        return request
+
+    # ---- fingerprints, continuations ----------------------------------------------------------
+
+    def _fingerprint(self, request: Request) -> tuple[str, bool]:
+        """The record key of ``request``, and whether it continues a known record
+        (a retry: same fingerprint, attempt > 1 or in flight here; a redirect of a
+        request in flight here)."""
+        real = self.fingerprinter.fingerprint(request).hex()
+        given = request.meta.get(meta.FINGERPRINT)
+        attempt = _int(request.meta.get(meta.ATTEMPT), 1)
+        fp, update = real, False
+        if given == real:
+            update = attempt > 1 or real in self.inflight
+        elif given and given in self.inflight:
+            redirects = request.meta.get("redirect_urls") or []
+            if redirects and redirects[-1] == self.inflight[given].url:
+                fp, update = given, True
+        request.meta[meta.FINGERPRINT] = fp
+        return fp, update
+
+    # ---- acks ------------------------------------------------------------------------------------
+
+    def _on_outcome(self, outcome: Outcome, request: Request | None = None, spider: Spider | None = None,
+                    **kw: Any) -> None:
+        if not outcome.final:
+            return
+        entry = self.inflight.get(outcome.fingerprint)
+        if entry is None:
+            return
+        if outcome.done:
+            entry.items_expected = outcome.items
+            self._maybe_ack(outcome.fingerprint, entry)
+        else:
+            del self.inflight[outcome.fingerprint]
+            self.outbox.append(("fail", (outcome.fingerprint, entry.token, str(outcome.cls), outcome.reason)))
+            self._inc("failed")
+
+    def _on_item(self, item: Any = None, response: Any = None, spider: Any = None, **kw: Any) -> None:
+        req = getattr(response, "request", None)
+        fp = req.meta.get(meta.FINGERPRINT) if req is not None else None
+        entry = self.inflight.get(fp) if fp else None
+        if entry is not None:
+            entry.items_seen += 1
+            self._maybe_ack(fp, entry)  # type: ignore[arg-type]
+
+    def _on_response(self, response: Any = None, request: Request | None = None, **kw: Any) -> None:
+        fp = request.meta.get(meta.FINGERPRINT) if request is not None else None
+        entry = self.inflight.get(fp) if fp else None
+        if entry is not None:
+            entry.responded = True
+
+    def _maybe_ack(self, fp: str, entry: InFlight) -> None:
+        if entry.items_expected is not None and entry.items_seen >= entry.items_expected:
+            del self.inflight[fp]
+            self.outbox.append(("ack", (fp, entry.token)))
+            self._inc("acked")
+
+    def _ack_finished_by_engine(self) -> None:
+        """Ack what the engine is done with but no outcome covered: every such
+        request without the outcome middlewares, after OUTCOME_GRACE with them."""
+        engine = self.crawler.engine
+        slot = getattr(engine, "_slot", None)
+        inprogress = getattr(slot, "inprogress", None)
+        if inprogress is None:
+            return
+        now = time.monotonic()
+        for fp, entry in list(self.inflight.items()):
+            if entry.request is None or entry.request in inprogress:
+                continue
+            if entry.left_at is None:
+                entry.left_at = now
+            if self.signal_mode and now - entry.left_at < OUTCOME_GRACE:
+                continue
+            del self.inflight[fp]
+            if self.signal_mode:
+                self._inc("acked_without_outcome")
+            if entry.responded or self.signal_mode:
+                self.outbox.append(("ack", (fp, entry.token)))
+                self._inc("acked")
+            else:
+                self.outbox.append(("fail", (fp, entry.token, "fatal", "no response")))
+                self._inc("failed")
+
+    # ---- idle / drain ------------------------------------------------------------------------------
+
+    def _on_idle(self, spider: Spider | None = None) -> None:
+        if self.wait_for_seeds:
+            raise DontCloseSpider
+        if self._finished:
+            return
+        # nothing buffered, in flight or left anywhere (as of the last sync): end the run
+        self._finish_requested = True
+        self._kick()
+        raise DontCloseSpider
+
+    # ---- sync ----------------------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        self._ack_finished_by_engine()
+        self._kick()
+
+    def _take_outbox(self) -> list[tuple[str, Any]]:
+        ops, self.outbox = self.outbox, []
+        return ops
+
+    def _kick(self) -> None:
+        if self._sync_running is not None or self._closing or self._pool is None:
+            return
+        ops = self._take_outbox()
+        want = self.batch - len(self.buffer) if len(self.buffer) <= self.batch // 2 else 0
+        now = time.monotonic()
+        renew: list[str] | None = None
+        if now - self._last_renew >= self.lease_seconds / 3:
+            renew = [x.fingerprint for x in self.buffer] + list(self.inflight)
+            self._last_renew = now
+        reclaim = now - self._last_reclaim >= min(5.0, self.lease_seconds / 4)
+        if reclaim:
+            self._last_reclaim = now
+        finish = self._finish_requested and not ops and not self.buffer and not self.inflight
+        if finish:
+            self._finish_requested = False
+        feed = self.batch if self.store.feed_key else 0
+        d = self._in_thread(lambda: self._sync_work(ops, want, renew, reclaim, finish, feed))
+        self._sync_running = d
+        d.addCallbacks(self._sync_done, self._sync_failed, errbackArgs=(ops,))
+
+    def _in_thread(self, fn: Callable[[], Any]) -> defer.Deferred[Any]:
+        from twisted.internet import reactor  # the one Scrapy installed
+
+        assert self._pool is not None
+        return threads.deferToThreadPool(reactor, self._pool, fn)  # type: ignore[arg-type]
+
+    def _write_ops(self, ops: list[tuple[str, Any]], res: SyncResult) -> None:
+        """Write ``ops`` in order, consecutive ops of one kind as one call."""
+        i = 0
+        while i < len(ops):
+            kind = ops[i][0]
+            j = i
+            while j < len(ops) and ops[j][0] == kind:
+                j += 1
+            group = [op[1] for op in ops[i:j]]
+            if kind == "enq":
+                res.enqueued += self.store.enqueue(group)
+            elif kind == "ack":
+                res.acked += self.store.ack(self.worker, group)
+            elif kind == "fail":
+                res.failed += self.store.fail(self.worker, group)
+            elif kind == "dead":
+                for fp, reason in group:
+                    self.store.dead_letter(fp, reason)
+                    res.dead += 1
+            i = j
+
+    def _sync_work(self, ops: list[tuple[str, Any]], want: int, renew: list[str] | None, reclaim: bool,
+                   finish: bool, feed: int) -> SyncResult:
+        """Runs in the store thread: one round of writes, lease upkeep, and the next batch."""
+        res = SyncResult()
+        with self.store.batch():
+            self._write_ops(ops, res)
+            if feed:
+                self._pull_feed(feed, res)
+            if renew:
+                self.store.renew(self.worker, self.lease_seconds, renew)
+            if reclaim:
+                res.reclaimed = self.store.reclaim()
+            if want > 0:
+                res.leased = self.store.lease(self.worker, want, self.lease_seconds)
+            res.counts = self.store.counts()
+        if finish and not res.leased:
+            c = res.counts
+            if not (c["pending"] or c["delayed"] or c["leased"]):
+                res.finished_run = self.store.finish_run() is not None
+        return res
+
+    def _pull_feed(self, n: int, res: SyncResult) -> None:
+        batch: list[NewRequest] = []
+        for msg in self.store.pop_feed(n):
+            try:
+                r = codec.request_from_feed(msg, self.spider)
+                fp = self.fingerprinter.fingerprint(r).hex()
+                batch.append(codec.new_request(r, fingerprint=fp, spider=self.spider))
+            except codec.CodecError as e:
+                logger.warning("frontier: feed message refused: %s (%.200r)", e, msg)
+                res.feed_bad += 1
+        if batch:
+            self.store.reopen_run()
+            res.enqueued += self.store.enqueue(batch)
+
+    def _sync_done(self, res: SyncResult) -> None:
+        self._sync_running = None
+        for r in res.enqueued:
+            if r in (EnqueueResult.ADDED, EnqueueResult.REOPENED):
+                self._inc("enqueued")
+            elif r is EnqueueResult.UPDATED:
+                self._inc("updated")
+            else:
+                self._inc("deduplicated")
+        self._inc("reclaimed", res.reclaimed)
+        self._inc("feed_refused", res.feed_bad)
+        if res.leased:
+            now = time.time()
+            for lz in res.leased:
+                self._wait_sum += max(0.0, now - lz.eligible_at)
+                self._wait_n += 1
+            self._inc("leased", len(res.leased))
+            self.buffer.extend(res.leased)
+            self.stats.set_value("scale/frontier/wait_seconds_avg", round(self._wait_sum / self._wait_n, 3))
+        self._apply_counts(res)
+        if res.finished_run:
+            self._finished = True
+            logger.info("frontier: job %r drained; run finished: %s", self.store.job, res.counts)
+        if self._closing:
+            return
+        if res.leased or res.finished_run:
+            self._wake_engine()
+        if res.leased and len(self.buffer) <= self.batch // 2:
+            self._kick()
+        elif self.outbox and len(self.outbox) >= self.batch:
+            self._kick()
+
+    def _sync_failed(self, failure: Any, ops: list[tuple[str, Any]]) -> None:
+        self._sync_running = None
+        # keep the writes (in order, ahead of newer ones) and try again on the next tick
+        self.outbox = ops + self.outbox
+        logger.error("frontier sync failed (will retry): %s", failure.getErrorMessage())
+        self._inc("sync_errors")
+
+    def _apply_counts(self, res: SyncResult) -> None:
+        if not res.counts:
+            return
+        self.remote = res.counts
+        for k, v in res.counts.items():
+            self.stats.set_value(f"scale/frontier/state/{k}", v)
+        self.stats.set_value("scale/frontier/queue_length", res.counts["pending"] + res.counts["delayed"])
+
+    def _wake_engine(self) -> None:
+        slot = getattr(self.crawler.engine, "_slot", None)
+        nextcall = getattr(slot, "nextcall", None)
+        if nextcall is not None:
+            nextcall.schedule()
+
+    def _inc(self, key: str, n: int = 1) -> None:
+        if n:
+            self.stats.inc_value(f"scale/frontier/{key}", n)
+
+
+def _outcomes_enabled(crawler: Crawler) -> bool:
+    """Are the outcome middlewares (which send the outcome signal) enabled?"""
+    for name in ("SPIDER_MIDDLEWARES", "DOWNLOADER_MIDDLEWARES"):
+        comps = crawler.settings.getwithbase(name)
+        for key, order in comps.items():
+            path = key if isinstance(key, str) else f"{getattr(key, '__module__', '')}.{getattr(key, '__name__', '')}"
+            if order is not None and path.startswith("scrapy_scale.outcomes"):
+                return True
+    return False
+
+
+def _int(v: Any, default: int) -> int:
+    try:
+        return int(v) if v is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
+def _float(v: Any, default: float) -> float:
+    try:
+        return float(v) if v is not None else default
+    except (TypeError, ValueError):
+        return default
