@@ -156,7 +156,7 @@ def start_crawl(testbed: Any, settings: dict[str, Any] | None, tmp_path: Path, s
     module = f"crawl_settings_{n}"
     lines = ["from example_project.settings import *  # noqa: F401,F403", ""]
     lines += [f"{k} = {_literal(k, v)}" for k, v in merged.items() if v is not None]
-    lines += [f"del {k}" for k, v in merged.items() if v is None]
+    lines += [f"globals().pop({k!r}, None)" for k, v in merged.items() if v is None]
     (run_dir / f"{module}.py").write_text("\n".join(lines) + "\n")
     urls = start_urls if start_urls is not None else (testbed.start_urls if testbed is not None else [])
     argv = [PYTHON, "-m", "scrapy", "crawl", spider]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from scrapy_scale.testbed import Fault, Testbed, parse_faults
+from scrapy_scale.testbed import Fault, ProxySpec, Testbed, parse_faults
 from scrapy_scale.testbed.faults import KINDS
 
 
@@ -280,3 +280,52 @@ def test_resolver_answers_testbed_names_from_setting_and_registry() -> None:
             assert resolve(fixed, "shop2.example.test") == "127.0.0.3"
         assert resolve(fixed, "shop1.example.test") == "127.0.0.2"  # still registered by a
     assert "shop1.example.test" not in resolver._REGISTRY
+
+
+def test_restart_keeps_ports_and_down_host_refuses() -> None:
+    tb = Testbed(hosts=1, pages=5, proxies=[ProxySpec("p1")])
+    with tb:
+        port, pport = tb.port, tb.proxy_ports["p1"]
+        assert get(tb, 1, "/item/1")[0] == 200
+    with pytest.raises(ConnectionRefusedError):
+        get(tb, 1, "/item/1")
+    with tb:
+        assert (tb.port, tb.proxy_ports["p1"]) == (port, pport)
+        assert get(tb, 1, "/item/1")[0] == 200
+        assert [r.attempt for r in tb.log] == [1, 2]
+
+
+def test_set_faults_while_serving() -> None:
+    with Testbed(hosts=1, pages=5) as tb:
+        assert get(tb, 1, "/item/1")[0] == 200
+        tb.set_faults("410:/item/1")
+        assert get(tb, 1, "/item/1")[0] == 410
+        tb.set_faults([])
+        assert get(tb, 1, "/item/1")[0] == 200
+
+
+def test_catalog_spider_parses_what_the_testbed_serves() -> None:
+    from scrapy.http import HtmlResponse, Request
+
+    from example_project.spiders.catalog import CatalogSpider
+    from scrapy_scale import meta
+
+    spider = CatalogSpider(start_urls="http://x/")
+    faults = "block:/item/2;layout:/item/3,variant=renamed;layout:/item/4,variant=missing"
+    with Testbed(hosts=1, pages=25, faults=faults) as tb:
+        def response(path: str) -> HtmlResponse:
+            url = f"http://shop1.example.test:{tb.port}{path}"
+            return HtmlResponse(url, body=get(tb, 1, path)[2], request=Request(url))
+
+        out = list(spider.parse(response("/")))
+        details = [r for r in out if r.callback == spider.parse_item]
+        assert [r.url for r in details] == [f"http://shop1.example.test:{tb.port}/item/{i}" for i in range(1, 21)]
+        assert all(r.meta[meta.EXPECT_ITEMS] is True for r in details)
+        assert [r.url.rsplit("/", 1)[1] for r in out if r.callback == spider.parse] == ["2"]
+        assert list(spider.parse(response("/list/2")))[-1].url.endswith("/item/25")  # last page: no next
+        ok = list(spider.parse_item(response("/item/1")))
+        assert ok == [tb.expected_item(ok[0]["url"])]
+        assert list(spider.parse_item(response("/item/2"))) == []  # block page
+        assert list(spider.parse_item(response("/item/3"))) == []  # renamed fields
+        (missing,) = spider.parse_item(response("/item/4"))
+        assert missing["price"] is None and missing["sku"] == tb.expected_item(missing["url"])["sku"]

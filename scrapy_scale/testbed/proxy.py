@@ -26,9 +26,10 @@ if TYPE_CHECKING:
 _HOP = {"proxy-authorization", "proxy-connection", "connection", "keep-alive"}
 
 
-async def start_proxy(tb: Testbed, spec: ProxySpec, source_ip: str) -> asyncio.Server:
+async def start_proxy(tb: Testbed, spec: ProxySpec, source_ip: str, port: int = 0) -> asyncio.Server:
     proxy = _Proxy(tb, spec, source_ip)
-    return await asyncio.start_server(proxy.handle, host="127.0.0.1", port=0, backlog=1024)
+    return await asyncio.start_server(proxy.handle, host="127.0.0.1", port=port, backlog=1024,
+                                      reuse_address=True)
 
 
 class _Proxy:

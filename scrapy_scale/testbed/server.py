@@ -165,8 +165,13 @@ class Testbed:
     # ---- lifecycle ----------------------------------------------------------------
 
     def start(self, timeout: float = 30) -> Testbed:
+        """Serve (again: after stop(), a restart keeps the ports, log and counters)."""
         if self._thread is not None:
             raise RuntimeError("testbed already started")
+        self._ready = threading.Event()
+        self._error = None
+        self._servers = []
+        self._dead_sockets = []
         self._thread = threading.Thread(target=self._run, name="testbed", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout):
@@ -185,6 +190,7 @@ class Testbed:
             loop.call_soon_threadsafe(self._shutdown)
         thread.join(10)
         self._thread = None
+        self._loop = None
 
     def __enter__(self) -> Testbed:
         return self.start()
@@ -260,13 +266,22 @@ class Testbed:
         for i, spec in enumerate(self.proxy_specs):
             if spec.mode == "dead":
                 sock = socket.socket()
-                sock.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                # bound, never listening: connections are refused
+                sock.bind(("127.0.0.1", self.proxy_ports.get(spec.id, 0)))
                 self._dead_sockets.append(sock)
                 self.proxy_ports[spec.id] = sock.getsockname()[1]
                 continue
-            proxy_srv = await start_proxy(self, spec, egress_ip(i))
+            proxy_srv = await start_proxy(self, spec, egress_ip(i), self.proxy_ports.get(spec.id, 0))
             self._servers.append(proxy_srv)
             self.proxy_ports[spec.id] = proxy_srv.sockets[0].getsockname()[1]
+
+    def set_faults(self, faults: Iterable[Fault] | str) -> None:
+        """Replace the fault rules while serving (e.g. a layout change or a ban mid-crawl).
+        Plans keep counting from the requests already served."""
+        new = parse_faults(faults) if isinstance(faults, str) else list(faults)
+        self._track_ordinals = True
+        self.faults = new
 
     # ---- public view --------------------------------------------------------------
 
