@@ -55,7 +55,8 @@ def test_cli_prints_urls_and_settings_until_interrupted(tmp_path: Path) -> None:
     state = tmp_path / "state.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "scrapy_scale.testbed", "--hosts", "2", "--pages", "30", "--seed", "5",
-         "--faults", "429:/item/3,retry_after=2", "--proxy", "p1:healthy", "--state-file", str(state)],
+         "--faults", "429:/item/3,retry_after=2", "--proxy", "p1:healthy", "--state-file", str(state),
+         "--summary-file", str(tmp_path / "summary.json"), "--log-file", str(tmp_path / "log.jsonl")],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
@@ -80,6 +81,10 @@ def test_cli_prints_urls_and_settings_until_interrupted(tmp_path: Path) -> None:
     assert "shop1.example.test" in out and "TWISTED_DNS_RESOLVER" in out
     assert "served 2 requests" in out
     assert not os.path.exists(state)  # removed on exit
+    assert json.loads((tmp_path / "summary.json").read_text()) == {
+        "requests": 2, "kinds": {"429": 1, "ok": 1}, "statuses": {"429": 1, "200": 1}}
+    recs = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [(r["path"], r["status"], r["egress"]) for r in recs] == [("/item/3", 429, None), ("/item/4", 200, None)]
 
 
 def test_https_crawl_through_connect_proxy(tmp_path: Path) -> None:

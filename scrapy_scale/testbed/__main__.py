@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=0, help="port of every host (default: a free one)")
     p.add_argument("--state-file", type=Path, help="write URLs and settings here as JSON (removed on exit)")
     p.add_argument("--summary-file", type=Path, help="write request counts here as JSON on exit")
+    p.add_argument("--log-file", type=Path, help="write the request log here as JSON lines on exit")
     p.add_argument("--tls", action="store_true", help="hosts serve HTTPS (self-signed certificate)")
     p.add_argument("--no-log", action="store_true", help="keep counters only, no per-request log (long runs)")
     return p
@@ -106,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         s = summary(tb)
         if args.summary_file:
             args.summary_file.write_text(json.dumps(s, indent=1))
+        if args.log_file:
+            with open(args.log_file, "w") as f:
+                for rec in tb.log:
+                    f.write(json.dumps(rec.as_dict()) + "\n")
         print(f"served {s['requests']} requests: " + ", ".join(f"{k} {n}" for k, n in sorted(s["kinds"].items())),
               flush=True)
     return 0
