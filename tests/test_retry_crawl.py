@@ -31,12 +31,19 @@ FAST = {
 }
 
 
-def crawl(tb: Testbed, tmp_path: Path, settings: dict[str, Any], explicit: bool = True, timeout: float = 90):
+def crawl(
+    tb: Testbed,
+    tmp_path: Path,
+    settings: dict[str, Any],
+    explicit: bool = True,
+    timeout: float = 90,
+    spider: str = "catalog",
+):
     log = tmp_path / f"outcomes-{len(list(tmp_path.glob('outcomes-*')))}.jsonl"
     s = dict(EXPLICIT) if explicit else {}
     s.update(settings)
     s["SCALE_OUTCOME_LOG"] = str(log)
-    res = run_crawl(tb, s, tmp_path, timeout=timeout)
+    res = run_crawl(tb, s, tmp_path, spider=spider, timeout=timeout)
     assert res.returncode == 0, res.tail()
     outcomes = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return res, outcomes

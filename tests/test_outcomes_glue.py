@@ -1,0 +1,54 @@
+"""The middlewares' contract in a real crawl: meta keys, hooks, not-before, errbacks."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+
+from scrapy_scale.testbed import Testbed
+from tests.test_outcomes_spiders import NOT_BEFORE_DELAY
+from tests.test_retry_crawl import EXPLICIT, FAST, crawl, finals_by_path
+
+H1 = "shop1.example.test"
+
+
+@pytest.mark.parametrize("scheduler", ["scrapy", "eager"])
+def test_probe_spider_hooks_and_not_before(tmp_path, scheduler):
+    settings = {
+        "SPIDER_MODULES": ["tests.test_outcomes_spiders"],
+        "SCALE_RETRY_POLICY": FAST,
+        "DOWNLOADER_MIDDLEWARES": dict(EXPLICIT["DOWNLOADER_MIDDLEWARES"]),
+    }
+    if scheduler == "eager":
+        settings["SCHEDULER"] = "tests.test_outcomes_spiders.EagerScheduler"
+    with Testbed(hosts=1, pages=10, seed=1, faults="500@1:/item/2;500@1:/item/3;reset@1:/item/5") as tb:
+        res, outcomes = crawl(tb, tmp_path, settings, spider="outcomes_probe")
+        served = Counter(r.path for r in tb.log)
+        times = {r.path: r.time for r in tb.log}
+    assert served["/item/2"] == 1  # dont_retry
+    assert served["/item/3"] == 5  # max_retry_times = 4
+    nb = float(re.search(r"probe not_before=([\d.]+)", res.log).group(1))
+    assert times["/item/4"] >= nb  # never sent before its not-before time
+    finals = finals_by_path(outcomes)
+    f = {p: (o["cls"], o["reason"], o["items"], o["attempt"]) for (h, p), o in finals.items()}
+    assert f["/item/1"] == ("parse_failed", "callback raised ValueError", 0, 1)
+    assert f["/item/2"][:2] == ("transient", "HTTP 500") and f["/item/2"][3] == 1
+    assert f["/item/3"][0] == "transient" and f["/item/3"][3] == 5
+    assert f["/item/4"] == ("ok", "", 1, 1)
+    assert f["/item/5"][0] == "transient" and f["/item/5"][3] == 3
+    assert f["/item/6"] == ("parse_failed", "callback raised KeyError", 1, 1)
+    assert f["/item/7"] == ("parse_failed", "no items", 0, 1)  # @expects_items
+    assert f["/item/8"] == ("ok", "", 0, 1)  # meta scale_expect_items=False wins
+    # the errback sees the real download exception, not a wrapper
+    eb = [i for i in res.items if "errback" in i]
+    assert len(eb) == 1 and eb[0]["errback"] in ("DownloadFailedError", "ResponseFailed", "ResponseNeverReceived")
+    assert res.stats["scale/gave_up/transient"] == 3  # /item/2 (dont_retry), /item/3, /item/5
+    if scheduler == "eager":
+        assert res.stats["scale/retry/not_before_guard"] >= 1
+    # retries carry the contract's meta keys: attempt, not-before, last failure (checked via outcomes)
+    nonfinal = [o for o in outcomes if not o["final"] and o["url"].endswith("/item/3")]
+    assert [o["attempt"] for o in nonfinal] == [1, 2, 3, 4]
+    assert all(o["retry_at"] >= o["time"] - 0.01 for o in nonfinal)
+    assert times["/item/4"] - min(times.values()) >= NOT_BEFORE_DELAY - 0.5
