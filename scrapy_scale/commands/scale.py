@@ -1,0 +1,94 @@
+"""``scrapy scale``: look at and steer a job's persisted frontier from the shell.
+
+Thin glue: argument parsing and printing. The operations live in
+:mod:`scrapy_scale.frontier.cli_ops` so they are testable and reusable.
+
+    scrapy scale status JOB [--json]
+    scrapy scale seed JOB URL [URL ...] [--priority N]
+    scrapy scale reset JOB
+    scrapy scale requeue JOB --class CLASS
+
+The frontier is the one named by ``SCALE_FRONTIER_URL`` in the project's
+settings (or ``-s SCALE_FRONTIER_URL=...``), so ``status`` works from any
+machine pointed at the same Redis, while the job runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+from scrapy_scale.config import ScaleSettingError
+
+SUBCOMMANDS = ("status", "seed", "reset", "requeue")
+
+
+class Command(ScrapyCommand):
+    requires_project = False
+    requires_crawler_process = False
+    default_settings = {"LOG_ENABLED": False}
+
+    def syntax(self) -> str:
+        return "{status,seed,reset,requeue} JOB [URL ...] [options]"
+
+    def short_desc(self) -> str:
+        return "Inspect and steer a scrapy-scale job's frontier (status, seed, reset, requeue)"
+
+    def long_desc(self) -> str:
+        return (
+            "status JOB: counts by state and failure class, oldest pending age, average wait, "
+            "leases per worker. seed JOB URL...: add start URLs. reset JOB: forget the job's "
+            "frontier so the next crawl starts over. requeue JOB --class CLASS: put terminal "
+            "failures of that class back to pending. The frontier is SCALE_FRONTIER_URL "
+            "(use -s SCALE_FRONTIER_URL=redis://... to point at another one)."
+        )
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument("--class", dest="failure_class", metavar="CLASS",
+                            help="requeue: the failure class to put back (e.g. blocked)")
+        parser.add_argument("--json", dest="as_json", action="store_true",
+                            help="status: print JSON instead of text")
+        parser.add_argument("--priority", type=int, default=0,
+                            help="seed: priority of the seeded requests (default 0)")
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        from scrapy_scale.frontier import cli_ops
+
+        if not args or args[0] not in SUBCOMMANDS:
+            raise UsageError(f"expected one of {', '.join(SUBCOMMANDS)}", print_help=False)
+        sub, rest = args[0], args[1:]
+        if not rest:
+            raise UsageError(f"{sub}: missing JOB", print_help=False)
+        job, extra = rest[0], rest[1:]
+        if sub == "seed" and not extra:
+            raise UsageError("seed: give at least one URL", print_help=False)
+        if sub != "seed" and extra:
+            raise UsageError(f"{sub}: unexpected arguments {' '.join(extra)}", print_help=False)
+        if sub == "requeue" and not opts.failure_class:
+            raise UsageError("requeue: --class CLASS is required", print_help=False)
+        assert self.settings is not None
+        try:
+            with cli_ops.open_job(self.settings, job, must_exist=sub != "seed") as ops:
+                if sub == "status":
+                    st = ops.status()
+                    print(json.dumps(st, indent=2, sort_keys=True) if opts.as_json
+                          else cli_ops.format_status(st))
+                elif sub == "seed":
+                    added = ops.seed(extra, priority=opts.priority)
+                    print(f"{job}: {added} of {len(extra)} URL(s) enqueued"
+                          f" ({len(extra) - added} already known)")
+                elif sub == "reset":
+                    n = ops.reset()
+                    print(f"{job}: reset ({n} request record(s) removed); "
+                          "the next `scrapy crawl` starts the job over")
+                else:
+                    n = ops.requeue(opts.failure_class)
+                    print(f"{job}: {n} request(s) of class {opts.failure_class} put back to pending")
+        except (cli_ops.OpError, ScaleSettingError) as e:
+            print(f"scrapy scale {sub}: error: {e}", file=sys.stderr)
+            self.exitcode = 1

@@ -1,0 +1,226 @@
+"""What ``scrapy scale status|seed|reset|requeue`` do, over the frontier store API.
+
+Plain Python (no Twisted), so the command stays thin and the operations are
+usable from scripts::
+
+    from scrapy.utils.project import get_project_settings
+    with open_job(get_project_settings(), "catalog") as ops:
+        print(format_status(ops.status()))
+
+The store is the one a crawl with the same settings would use:
+``SCALE_FRONTIER_URL``, else ``frontier.db`` under ``JOBDIR`` / ``SCALE_STATE_DIR``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+from scrapy_scale import config
+from scrapy_scale.frontier import settings as frontier_settings
+from scrapy_scale.frontier.store import (
+    COUNT_KEYS,
+    EnqueueResult,
+    FrontierError,
+    FrontierStore,
+    Status,
+    open_store,
+)
+from scrapy_scale.outcomes.model import DONE_CLASSES, FailureClass
+
+#: seconds a command keeps retrying an unreachable Redis before it gives up
+REDIS_GIVE_UP = 10.0
+
+#: failure classes a record can be failed with (done classes never are)
+FAILED_CLASSES = tuple(c.value for c in FailureClass if c not in DONE_CLASSES)
+
+
+class OpError(RuntimeError):
+    """A command cannot do what was asked; the message says why and what to do."""
+
+
+class JobOps:
+    """Operations on one job's frontier (an open store)."""
+
+    def __init__(self, store: FrontierStore, where: str):
+        self.store = store
+        self.where = where
+
+    @property
+    def job(self) -> str:
+        return self.store.job
+
+    def exists(self) -> bool:
+        """Has this job ever had a run or a record in this frontier?"""
+        if self.store.runs():
+            return True
+        return any(self.store.counts().values())
+
+    def status(self) -> dict[str, Any]:
+        """The job's state as plain JSON-able data (see :func:`format_status`)."""
+        st: Status = self.store.status()
+        run = st.run
+        return {
+            "job": st.job,
+            "frontier": self.where,
+            "run": None if run is None else {
+                "id": run.run_id,
+                "started_at": run.started_at,
+                "ended_at": run.ended_at,
+                "state": "running" if run.ended_at is None else "finished",
+            },
+            "counts": {k: int(st.counts.get(k, 0)) for k in COUNT_KEYS},
+            "total": sum(int(st.counts.get(k, 0)) for k in COUNT_KEYS),
+            "failed_by_class": dict(sorted(st.failed_by_class.items())),
+            "oldest_pending_age": st.oldest_pending_age,
+            "average_wait": st.average_wait,
+            "leases_by_worker": dict(sorted(st.leases_by_worker.items())),
+            "dead_letters": st.dead_letters,
+            "drained": st.drained,
+        }
+
+    def seed(self, urls: Sequence[str], priority: int = 0) -> int:
+        """Enqueue ``urls`` (deduplicated like any request); returns how many were new."""
+        bad = [u for u in urls if urlsplit(u).scheme not in ("http", "https") or not urlsplit(u).netloc]
+        if bad:
+            raise OpError(f"not an absolute http(s) URL: {', '.join(bad)}")
+        results = self.store.seed(list(urls), priority=priority)
+        return sum(1 for r in results if r in (EnqueueResult.ADDED, EnqueueResult.REOPENED))
+
+    def reset(self) -> int:
+        """Forget every record of the job (run history stays); returns how many there were."""
+        n = sum(self.store.counts().values())
+        self.store.reset()
+        return n
+
+    def requeue(self, cls: str) -> int:
+        """Put the job's terminal failures of class ``cls`` back to pending."""
+        present = self.store.status().failed_by_class
+        if cls not in FAILED_CLASSES and cls not in present:
+            known = ", ".join(FAILED_CLASSES)
+            here = ", ".join(f"{k} ({v})" for k, v in sorted(present.items())) or "none"
+            hint = " (done classes are never failed)" if cls in {c.value for c in DONE_CLASSES} else ""
+            raise OpError(f"unknown failure class {cls!r}{hint}; classes: {known}; "
+                          f"this job's failures: {here}")
+        return self.store.requeue(cls)
+
+
+@contextmanager
+def open_job(settings: Any, job: str, must_exist: bool = True) -> Iterator[JobOps]:
+    """Open the frontier of ``job`` as a crawl with ``settings`` would.
+
+    ``must_exist``: fail with :class:`OpError` (naming the known jobs when the
+    backend can list them) unless the job has a run or records there.
+    """
+    if not job or not job.strip():
+        raise OpError("the job name is empty")
+    config.validate_all(settings)  # every SCALE_* setting, as a crawl would check them
+    url = frontier_settings.frontier_url(settings)
+    state_dir = config.get(settings, "SCALE_STATE_DIR")
+    scheme = urlsplit(url).scheme
+    where = _safe_url(url)
+    if scheme == "sqlite" and must_exist:
+        from scrapy_scale.frontier.sqlite import SqliteStore
+
+        path = SqliteStore.path_from_url(url, state_dir)
+        if not os.path.exists(path):
+            raise OpError(
+                f"no frontier at {path} (no crawl has used it yet); run the command where the "
+                "crawl runs, or give -s SCALE_FRONTIER_URL=... / -s SCALE_STATE_DIR=..."
+            )
+    try:
+        store = open_store(url, job, state_dir=state_dir, connect=False)
+        if hasattr(store, "retry_for"):
+            store.retry_for = REDIS_GIVE_UP  # a command must not wait forever for Redis
+        store.open()
+    except FrontierError as e:
+        raise OpError(str(e)) from None
+    try:
+        ops = JobOps(store, where)
+        if must_exist and not ops.exists():
+            others = [j for j in known_jobs(store) if j != job]
+            hint = f"; known jobs: {', '.join(others)}" if others else "; no job has run there yet"
+            raise OpError(f"unknown job {job!r} in the frontier at {where}{hint}")
+        yield ops
+    except FrontierError as e:
+        raise OpError(str(e)) from None
+    finally:
+        store.close()
+
+
+def known_jobs(store: FrontierStore) -> list[str]:
+    """Names of the jobs that have had a run in ``store``'s frontier (best effort:
+    reads the backend's layout; [] when it cannot tell)."""
+    try:
+        from scrapy_scale.frontier.redis_store import RedisStore
+    except ImportError:  # the redis extra is not installed
+        RedisStore = None  # type: ignore[assignment,misc]  # noqa: N806
+    from scrapy_scale.frontier.sqlite import SqliteStore
+
+    try:
+        if isinstance(store, SqliteStore):
+            rows = store.db.execute("SELECT DISTINCT job FROM runs ORDER BY job").fetchall()
+            return [str(r[0]) for r in rows]
+        if RedisStore is not None and isinstance(store, RedisStore):
+            names = set()
+            for key in store.r.scan_iter(match="scale:{*}:runs", count=1000):
+                names.add(key[len("scale:{"):-len("}:runs")])
+            return sorted(names)
+    except Exception:  # noqa: BLE001 - only a hint in an error message
+        return []
+    return []
+
+
+def _safe_url(url: str) -> str:
+    """``url`` without a password."""
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        return parts._replace(netloc=netloc).geturl()
+    return url
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}min"
+    return f"{seconds / 3600:.1f}h"
+
+
+def format_status(st: dict[str, Any], now: float | None = None) -> str:
+    """The status as the text ``scrapy scale status`` prints."""
+    now = time.time() if now is None else now
+    lines = [f"job {st['job']}  (frontier {st['frontier']})"]
+    run = st["run"]
+    if run is None:
+        lines.append("run: none yet")
+    else:
+        ended = run["ended_at"]
+        lines.append(
+            f"run {run['id']}: {run['state']}, started {_age(now - run['started_at'])} ago"
+            + (f", ended {_age(now - ended)} ago" if ended is not None else "")
+        )
+    c = st["counts"]
+    lines.append("state     count")
+    for k in COUNT_KEYS:
+        lines.append(f"{k:<9} {c[k]:>7}")
+    lines.append(f"{'total':<9} {st['total']:>7}")
+    if st["failed_by_class"]:
+        lines.append("failed by class: " + ", ".join(f"{k} {v}" for k, v in st["failed_by_class"].items()))
+    lines.append(f"oldest pending: {_age(st['oldest_pending_age'])}   average wait: {_age(st['average_wait'])}")
+    leases = st["leases_by_worker"]
+    if leases:
+        lines.append("leases by worker: " + ", ".join(f"{w} {n}" for w, n in leases.items()))
+    else:
+        lines.append("leases by worker: none")
+    if st["dead_letters"]:
+        lines.append(f"dead letters: {st['dead_letters']}")
+    lines.append("drained: yes" if st["drained"] else "drained: no")
+    return "\n".join(lines)
