@@ -86,7 +86,7 @@ class SyncResult:
     counts: dict[str, int] = field(default_factory=dict)
     finished_run: bool = False
     feed_bad: int = 0
-    error: str | None = None
+    seconds: float = 0.0
 
 
 def pid_alive(pid: int) -> bool:
@@ -447,6 +447,7 @@ class Scheduler(BaseScheduler):
                    finish: bool, feed: int) -> SyncResult:
         """Runs in the store thread: one round of writes, lease upkeep, and the next batch."""
         res = SyncResult()
+        t0 = time.monotonic()
         with self.store.batch():
             self._write_ops(ops, res)
             if feed:
@@ -462,6 +463,7 @@ class Scheduler(BaseScheduler):
             c = res.counts
             if not (c["pending"] or c["delayed"] or c["leased"]):
                 res.finished_run = self.store.finish_run() is not None
+        res.seconds = time.monotonic() - t0
         return res
 
     def _pull_feed(self, n: int, res: SyncResult) -> None:
@@ -480,6 +482,8 @@ class Scheduler(BaseScheduler):
 
     def _sync_done(self, res: SyncResult) -> None:
         self._sync_running = None
+        self._inc("syncs")
+        self.stats.inc_value("scale/frontier/sync_seconds", round(res.seconds, 6))
         for r in res.enqueued:
             if r in (EnqueueResult.ADDED, EnqueueResult.REOPENED):
                 self._inc("enqueued")
@@ -503,8 +507,8 @@ class Scheduler(BaseScheduler):
             logger.info("frontier: job %r drained; run finished: %s", self.store.job, res.counts)
         if self._closing:
             return
-        if res.leased or res.finished_run:
-            self._wake_engine()
+        if res.leased or res.finished_run or not self.has_pending_requests():
+            self._wake_engine()  # new work, or maybe idle now: let the engine look at once
         if res.leased and len(self.buffer) <= self.batch // 2:
             self._kick()
         elif self.outbox and len(self.outbox) >= self.batch:
