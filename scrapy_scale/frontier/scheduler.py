@@ -139,6 +139,7 @@ class Scheduler(BaseScheduler):
         self._closing = False
         self._wait_sum = 0.0
         self._wait_n = 0
+        self._sync_seconds = 0.0
         self._warned_unserializable = False
 
     # ---- construction ------------------------------------------------------------------
@@ -483,7 +484,8 @@ class Scheduler(BaseScheduler):
     def _sync_done(self, res: SyncResult) -> None:
         self._sync_running = None
         self._inc("syncs")
-        self.stats.inc_value("scale/frontier/sync_seconds", round(res.seconds, 6))
+        self._sync_seconds += res.seconds
+        self.stats.set_value("scale/frontier/sync_seconds", round(self._sync_seconds, 3))
         for r in res.enqueued:
             if r in (EnqueueResult.ADDED, EnqueueResult.REOPENED):
                 self._inc("enqueued")
