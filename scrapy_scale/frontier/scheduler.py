@@ -167,6 +167,16 @@ class Scheduler(BaseScheduler):
     # ---- lifecycle -----------------------------------------------------------------------
 
     def open(self, spider: Spider) -> defer.Deferred[None] | None:
+        self.attach(spider)
+        self._pool = ThreadPool(1, 1, name="scale-frontier")
+        self._pool.start()
+        self._loop = task.LoopingCall(self._tick)
+        self._loop.start(TICK, now=False)
+        return None
+
+    def attach(self, spider: Spider) -> None:
+        """Join (or start) the run, pick the worker id, take back this worker's
+        leases, connect the signals. ``open`` = this + the store thread and tick."""
         self.spider = spider
         run = self.store.begin_run()
         if not self._explicit_worker:
@@ -189,11 +199,6 @@ class Scheduler(BaseScheduler):
         sig.connect(self._on_item, signal=signals.item_error)
         sig.connect(self._on_response, signal=signals.response_received)
         sig.connect(self._on_idle, signal=signals.spider_idle)
-        self._pool = ThreadPool(1, 1, name="scale-frontier")
-        self._pool.start()
-        self._loop = task.LoopingCall(self._tick)
-        self._loop.start(TICK, now=False)
-        return None
 
     def close(self, reason: str) -> defer.Deferred[None]:
         self._closing = True
@@ -351,8 +356,7 @@ class Scheduler(BaseScheduler):
     def _ack_finished_by_engine(self) -> None:
         """Ack what the engine is done with but no outcome covered: every such
         request without the outcome middlewares, after OUTCOME_GRACE with them."""
-        engine = self.crawler.engine
-        slot = getattr(engine, "_slot", None)
+        slot = getattr(self._engine(), "_slot", None)
         inprogress = getattr(slot, "inprogress", None)
         if inprogress is None:
             return
@@ -396,9 +400,21 @@ class Scheduler(BaseScheduler):
         ops, self.outbox = self.outbox, []
         return ops
 
+    def sync_blocking(self) -> SyncResult:
+        """One sync in the calling thread (tests, tools): same as a tick's."""
+        res = self._sync_work(*self._sync_args())
+        self._sync_done(res)
+        return res
+
     def _kick(self) -> None:
         if self._sync_running is not None or self._closing or self._pool is None:
             return
+        args = self._sync_args()
+        d = self._in_thread(lambda: self._sync_work(*args))
+        self._sync_running = d
+        d.addCallbacks(self._sync_done, self._sync_failed, errbackArgs=(args[0],))
+
+    def _sync_args(self) -> tuple[list[tuple[str, Any]], int, list[str] | None, bool, bool, int]:
         ops = self._take_outbox()
         want = self.batch - len(self.buffer) if len(self.buffer) <= self.batch // 2 else 0
         now = time.monotonic()
@@ -413,9 +429,7 @@ class Scheduler(BaseScheduler):
         if finish:
             self._finish_requested = False
         feed = self.batch if self.store.feed_key else 0
-        d = self._in_thread(lambda: self._sync_work(ops, want, renew, reclaim, finish, feed))
-        self._sync_running = d
-        d.addCallbacks(self._sync_done, self._sync_failed, errbackArgs=(ops,))
+        return ops, want, renew, reclaim, finish, feed
 
     def _in_thread(self, fn: Callable[[], Any]) -> defer.Deferred[Any]:
         from twisted.internet import reactor  # the one Scrapy installed
@@ -531,8 +545,14 @@ class Scheduler(BaseScheduler):
             self.stats.set_value(f"scale/frontier/state/{k}", v)
         self.stats.set_value("scale/frontier/queue_length", res.counts["pending"] + res.counts["delayed"])
 
+    def _engine(self) -> Any:
+        try:
+            return self.crawler.engine
+        except (AttributeError, RuntimeError):  # not crawling (tools, tests)
+            return None
+
     def _wake_engine(self) -> None:
-        slot = getattr(self.crawler.engine, "_slot", None)
+        slot = getattr(self._engine(), "_slot", None)
         nextcall = getattr(slot, "nextcall", None)
         if nextcall is not None:
             nextcall.schedule()

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from scrapy_scale import config
+from scrapy_scale import (
+    config,
+    settings_core,  # noqa: F401 - declares SCALE_JOB / SCALE_STATE_DIR (used alone, without the add-on)
+)
 from scrapy_scale.config import as_bool, as_float, as_int, as_str, as_url, declare
 
 COMPONENT = "frontier"

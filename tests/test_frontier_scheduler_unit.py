@@ -1,0 +1,183 @@
+"""The scheduler's contract handling, without a reactor: a real Crawler and a real
+SQLite store, syncs run in the test's thread (``sync_blocking``).
+
+Contract 2 (retries update their record), contract 3 (ack = done-class final
+outcome + all its items seen; a terminal failure keeps class and reason),
+dedup rules for start requests and dont_filter, and dead letters.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from scrapy import Request, Spider, signals
+from scrapy.http import HtmlResponse
+from scrapy.utils.test import get_crawler
+
+from scrapy_scale import meta
+from scrapy_scale import signals as scale_signals
+from scrapy_scale.frontier.scheduler import Scheduler
+from scrapy_scale.frontier.store import State
+from scrapy_scale.outcomes.model import FailureClass, Outcome
+
+
+class S(Spider):
+    name = "unit"
+
+    def parse(self, response):  # pragma: no cover - never called
+        yield from ()
+
+
+@pytest.fixture
+def sched(tmp_path: Path) -> Scheduler:
+    crawler = get_crawler(S, {"SCALE_FRONTIER_URL": f"sqlite:///{tmp_path / 'f.db'}",
+                              "SCALE_FRONTIER_BATCH": 8})
+    s = Scheduler.from_crawler(crawler)
+    crawler.stats.open_spider()
+    s.attach(S())
+    yield s
+    s.store.close()
+
+
+def lease_one(s: Scheduler) -> Request:
+    s.sync_blocking()
+    r = s.next_request()
+    assert r is not None
+    return r
+
+
+def outcome(r: Request, cls: FailureClass = FailureClass.OK, items: int = 0, final: bool = True,
+            reason: str = "") -> None:
+    o = Outcome(fingerprint=r.meta[meta.FINGERPRINT], url=r.url, domain="a.test", cls=cls, reason=reason,
+                items=items, final=final)
+    crawler = sched_crawler[0]
+    crawler.signals.send_catch_log(scale_signals.outcome, outcome=o, request=r, spider=None)
+
+
+sched_crawler: list = []
+
+
+@pytest.fixture(autouse=True)
+def _keep_crawler(sched: Scheduler) -> None:
+    sched_crawler[:] = [sched.crawler]
+
+
+def item(s: Scheduler, r: Request) -> None:
+    resp = HtmlResponse(r.url, body=b"<html></html>", request=r)
+    s.crawler.signals.send_catch_log(signals.item_scraped, item={"x": 1}, response=resp, spider=None)
+
+
+def state(s: Scheduler, r: Request) -> State:
+    rec = s.store.get(r.meta[meta.FINGERPRINT])
+    assert rec is not None
+    return rec["state"]  # type: ignore[return-value]
+
+
+def test_ack_waits_for_every_item_of_the_request(sched: Scheduler) -> None:
+    sched.enqueue_request(Request("http://a.test/1"))
+    r = lease_one(sched)
+    item(sched, r)  # an item may be stored before the outcome is sent
+    outcome(r, items=3)
+    sched.sync_blocking()
+    assert state(sched, r) == State.LEASED
+    item(sched, r)
+    sched.sync_blocking()
+    assert state(sched, r) == State.LEASED
+    item(sched, r)
+    sched.sync_blocking()
+    assert state(sched, r) == State.DONE
+    outcome(r, items=3)  # a second final outcome does not ack twice
+    assert sched.crawler.stats.get_value("scale/frontier/acked") == 1
+    assert not sched.has_pending_requests()
+
+
+def test_terminal_failure_keeps_class_and_reason(sched: Scheduler) -> None:
+    sched.enqueue_request(Request("http://a.test/1"))
+    r = lease_one(sched)
+    outcome(r, FailureClass.BLOCKED, final=False)  # will be retried: no change
+    sched.sync_blocking()
+    assert state(sched, r) == State.LEASED
+    outcome(r, FailureClass.BLOCKED, reason="403 from target")
+    sched.sync_blocking()
+    rec = sched.store.get(r.meta[meta.FINGERPRINT])
+    assert rec["state"] == State.FAILED and rec["last_failure"] == ("blocked", "403 from target")  # type: ignore[index]
+
+
+def test_a_retry_updates_its_record_and_is_held_until_eligible(sched: Scheduler) -> None:
+    sched.enqueue_request(Request("http://a.test/1"))
+    r = lease_one(sched)
+    retry = r.replace(dont_filter=True, meta={**r.meta, meta.ATTEMPT: 2, meta.NOT_BEFORE: time.time() + 60,
+                                              meta.LAST_FAILURE: ["rate_limited", "HTTP 429"]})
+    sched.enqueue_request(retry)
+    sched.sync_blocking()
+    rec = sched.store.get(r.meta[meta.FINGERPRINT])
+    assert rec["state"] == State.PENDING and rec["attempts"] == 1  # type: ignore[index]
+    assert rec["last_failure"] == ("rate_limited", "HTTP 429")  # type: ignore[index]
+    assert rec["eligible_at"] > time.time() + 50  # type: ignore[index,operator]
+    assert sched.store.counts()["delayed"] == 1
+    assert sched.next_request() is None and sched.has_pending_requests()
+    # the first attempt's outcome arrives late: it must not ack the pending retry
+    outcome(r)
+    sched.sync_blocking()
+    assert sched.store.counts()["done"] == 0
+
+
+def test_a_redirect_continues_its_record_but_copied_meta_does_not(sched: Scheduler) -> None:
+    sched.enqueue_request(Request("http://a.test/old"))
+    r = lease_one(sched)
+    fp = r.meta[meta.FINGERPRINT]
+    moved = r.replace(url="http://a.test/new", meta={**r.meta, "redirect_urls": ["http://a.test/old"]})
+    sched.enqueue_request(moved)
+    assert moved.meta[meta.FINGERPRINT] == fp
+    child = Request("http://a.test/child", meta=dict(r.meta))  # meta=response.meta, a common idiom
+    sched.enqueue_request(child)
+    assert child.meta[meta.FINGERPRINT] != fp
+    sched.sync_blocking()
+    c = sched.store.counts()
+    assert c["pending"] + c["leased"] == 2 and c["done"] == 0  # the record holds the redirect target now
+    urls = {sched.next_request().url for _ in range(2)}  # type: ignore[union-attr]
+    assert urls == {"http://a.test/new", "http://a.test/child"}
+
+
+def test_start_requests_dedup_even_with_dont_filter_other_dont_filter_reopens(sched: Scheduler) -> None:
+    seed = Request("http://a.test/", dont_filter=True, meta={"is_start_request": True})
+    sched.enqueue_request(seed)
+    r = lease_one(sched)
+    outcome(r)
+    sched.sync_blocking()
+    # a resumed crawl yields its seeds again: done seeds are not crawled again
+    sched.enqueue_request(Request("http://a.test/", dont_filter=True, meta={"is_start_request": True}))
+    sched.sync_blocking()
+    assert sched.store.counts() == {"pending": 0, "delayed": 0, "leased": 0, "done": 1, "failed": 0}
+    assert sched.crawler.stats.get_value("scale/frontier/deduplicated") == 1
+    # a dont_filter request from a callback means "fetch again"
+    sched.enqueue_request(Request("http://a.test/", dont_filter=True))
+    sched.sync_blocking()
+    c = sched.store.counts()
+    assert c["pending"] + c["leased"] == 1 and c["done"] == 0
+
+
+def test_an_unreadable_record_is_dead_lettered_and_the_crawl_goes_on(sched: Scheduler) -> None:
+    from scrapy_scale.frontier.store import NewRequest
+
+    sched.store.enqueue([NewRequest("bad", "{not json", "a.test", priority=5)])
+    sched.enqueue_request(Request("http://a.test/ok"))
+    sched.sync_blocking()
+    r = sched.next_request()
+    assert r is not None and r.url == "http://a.test/ok"
+    sched.sync_blocking()
+    (d,) = sched.store.dead_letters()
+    assert d.fingerprint == "bad" and "not JSON" in d.reason
+    assert sched.crawler.stats.get_value("scale/frontier/dead_lettered") == 1
+
+
+def test_buffer_is_bounded(sched: Scheduler) -> None:
+    for i in range(100):
+        sched.enqueue_request(Request(f"http://d{i % 5}.test/{i}"))
+    sched.sync_blocking()
+    assert len(sched.buffer) == sched.batch == 8
+    assert sched.store.counts()["leased"] == 8
+    # round-robin across the 5 domains
+    assert len({x.domain for x in list(sched.buffer)[:5]}) == 5
