@@ -518,7 +518,7 @@ class Scheduler(BaseScheduler):
             self.buffer.extend(res.leased)
             self.stats.set_value("scale/frontier/wait_seconds_avg", round(self._wait_sum / self._wait_n, 3))
         self._apply_counts(res)
-        if res.finished_run:
+        if res.finished_run and not self._finished:
             self._finished = True
             logger.info("frontier: job %r drained; run finished: %s", self.store.job, res.counts)
         if self._closing:
