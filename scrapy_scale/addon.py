@@ -18,6 +18,7 @@ from scrapy_scale import config
 #: the project already lists the component (a project disables one with None).
 COMPONENTS: list[tuple[str, str, int]] = [
     ("EXTENSIONS", "scrapy_scale.config_check.SettingsCheck", 0),
+    ("EXTENSIONS", "scrapy_scale.monitor.summary.RunSummary", 0),
     ("DOWNLOADER_MIDDLEWARES", "scrapy_scale.outcomes.OutcomeDownloaderMiddleware", 550),
     ("SPIDER_MIDDLEWARES", "scrapy_scale.outcomes.OutcomeSpiderMiddleware", 45),
     ("EXTENSIONS", "scrapy_scale.outcomes.record.OutcomeLog", 0),

@@ -12,7 +12,7 @@ Each run gets its own folder ``tmp_path/crawlN`` (items.jsonl, stats.json, crawl
 the generated settings module). The Scrapy settings are, from weakest to strongest:
 example_project/settings.py, then these defaults -- the testbed's resolver settings,
 ``SCALE_STATE_DIR = tmp_path/"state"`` (shared by every run in the same tmp_path, so a
-second run resumes the first), ``TELNETCONSOLE_ENABLED = False`` -- then the items feed
+second run resumes the first), ``TELNETCONSOLE_ENABLED = False``, ``DOWNLOAD_DELAY = 0`` -- then the items feed
 and the stats dump, then ``settings``. They are written as a settings module (project
 priority, above the add-on's defaults), so values keep their Python types: use literals
 (dicts, lists, numbers, strings; a class as its dotted path). A key in ``settings`` whose
@@ -146,6 +146,8 @@ def start_crawl(testbed: Any, settings: dict[str, Any] | None, tmp_path: Path, s
         merged.update(testbed.scrapy_settings())
     merged["SCALE_STATE_DIR"] = str(tmp_path / "state")
     merged["TELNETCONSOLE_ENABLED"] = False
+    # the example project is polite (DOWNLOAD_DELAY) for the demo; tests run at full speed unless they set it
+    merged["DOWNLOAD_DELAY"] = 0
     merged["FEEDS"] = {str(run_dir / "items.jsonl"): {"format": "jsonlines"}}
     merged[STATS_SETTING] = str(run_dir / "stats.json")
     user = dict(settings or {})

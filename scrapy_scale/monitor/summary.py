@@ -1,0 +1,301 @@
+"""A short, readable account of a run, logged when the crawl ends.
+
+``RunSummary`` (enabled by the add-on; usable alone in ``EXTENSIONS``) logs at
+INFO, as the very last thing a crawl prints, about ten lines a newcomer can
+read: how long it ran, pages fetched, items stored and where, outcomes by
+failure class, retries and give-ups, the frontier's state, and the one command
+to look further. It reads the crawl's stats only, and reads them defensively:
+a component that is not enabled simply leaves its line out.
+
+The text is built by :func:`render`, a pure function of the stats and a few
+facts, so it is testable without a reactor.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from scrapy import signals
+from scrapy.crawler import Crawler
+from scrapy.spiders import Spider
+
+from scrapy_scale import config
+from scrapy_scale.outcomes.model import FailureClass
+
+logger = logging.getLogger(__name__)
+
+#: frontier states shown, in this order (leased and delayed only when not zero)
+FRONTIER_STATES = ("done", "failed", "pending", "delayed", "leased")
+_ALWAYS_SHOWN = ("done", "failed", "pending")
+_CLASSES = tuple(c.value for c in FailureClass)
+#: one line per failure class, for a reader who sees the class names for the first time
+MEANING = {
+    "not_found": "404/410: the page is gone; nothing to retry",
+    "transient": "a passing error (5xx, reset, timeout): retried with backoff",
+    "rate_limited": "the site said slow down (429, 503): retried after Retry-After",
+    "blocked": "403 or a block page: retried through another egress",
+    "egress_failed": "the proxy failed: retried at once through another egress",
+    "parse_failed": "the callback failed or found no data: not retried",
+    "fatal": "cannot succeed (400, bad URL): not retried",
+}
+#: query parameters that may carry secrets in a URL
+_SECRET_WORDS = ("pass", "secret", "token", "key", "cred")
+
+
+def redact_url(url: str) -> str:
+    """``url`` without credentials: user and password dropped, secret-looking query values masked."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    netloc = parts.netloc.rpartition("@")[2]
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(_secret(k) for k, _ in pairs):
+            query = urlencode([(k, "***" if _secret(k) else v) for k, v in pairs], safe="*/:")
+    # built by hand: urlunsplit would turn sqlite:////abs/path into sqlite://abs/path
+    if "://" not in url:
+        return url.rpartition("@")[2]
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
+
+
+def _secret(key: str) -> bool:
+    return any(w in key.lower() for w in _SECRET_WORDS)
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    m, s = divmod(int(round(seconds)), 60)
+    if m < 60:
+        return f"{m} min {s} s"
+    h, m = divmod(m, 60)
+    return f"{h} h {m} min"
+
+
+def _num(stats: Mapping[str, Any], key: str) -> int:
+    v = stats.get(key, 0)
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return 0
+
+
+def by_class(stats: Mapping[str, Any], prefix: str) -> dict[str, int]:
+    """``{class: count}`` from stats ``<prefix><class>`` (failure classes only), zeros left out."""
+    return {c: _num(stats, prefix + c) for c in _CLASSES if _num(stats, prefix + c)}
+
+
+def _counts(d: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} {v:,}" for k, v in d.items())
+
+
+@dataclass
+class RunFacts:
+    """What the summary needs besides the stats."""
+
+    job: str
+    reason: str
+    duration: float
+    #: where items went (credentials removed); None when no scrapy-scale item store is enabled
+    store_url: str | None = None
+    #: frontier counts by state (done/failed/pending/...), None when no frontier is in use
+    frontier: Mapping[str, int] | None = None
+    #: terminal failures by class, from the frontier
+    frontier_failed: Mapping[str, int] = field(default_factory=dict)
+    status_command: str | None = None
+
+
+def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
+    """The summary's lines (no trailing newlines)."""
+
+    def row(label: str, text: str) -> str:
+        return f"  {label:<14}{text}"
+
+    reason = facts.reason
+    how = "finished" if reason == "finished" else f"stopped early ({reason})"
+    lines = [f"scrapy-scale summary: job '{facts.job}' {how} in {format_duration(facts.duration)}"]
+
+    # every HTTP response, retried ones included (response_received_count counts only the last)
+    pages = _num(stats, "downloader/response_count") or _num(stats, "response_received_count")
+    rate = f" ({pages / facts.duration:.1f}/s)" if facts.duration > 0 and pages else ""
+    fetched = f"{pages:,} responses{rate}"
+    no_answer = _num(stats, "downloader/exception_count")
+    if no_answer:
+        fetched += f"; {no_answer:,} attempts got no response (reset, timeout)"
+    lines.append(row("pages", fetched))
+
+    items = _num(stats, "item_scraped_count")
+    if facts.store_url:
+        item_text = f"{items:,} stored in {facts.store_url}"
+        ins, upd = _num(stats, "scale/store/inserted"), _num(stats, "scale/store/updated")
+        if upd:
+            item_text += f" ({ins:,} new, {upd:,} updated)"
+    else:
+        item_text = f"{items:,} scraped (no scrapy-scale item store enabled)"
+    dropped = _num(stats, "item_dropped_count")
+    if dropped:
+        item_text += f"; {dropped:,} dropped"
+    lines.append(row("items", item_text))
+
+    outcomes = by_class(stats, "scale/outcome/")
+    if outcomes:
+        lines.append(row("requests", _counts(outcomes)))
+
+    retries = by_class(stats, "scale/retry/")
+    gave_up = by_class(stats, "scale/gave_up/")
+    if outcomes or retries or gave_up:
+        text = f"{sum(retries.values()):,} retries" + (f" ({_counts(retries)})" if retries else "")
+        text += f"; gave up on {sum(gave_up.values()):,} requests" + (f" ({_counts(gave_up)})" if gave_up else "")
+        lines.append(row("retries", text))
+    elif "retry/count" in stats or "retry/max_reached" in stats:  # Scrapy's own RetryMiddleware
+        lines.append(row(
+            "retries",
+            f"{_num(stats, 'retry/count'):,} retries; gave up on {_num(stats, 'retry/max_reached'):,} requests",
+        ))
+
+    seen = [c for c in MEANING if outcomes.get(c) or retries.get(c) or gave_up.get(c)]
+    for i, c in enumerate(seen):
+        lines.append(row("" if i else "classes", f"{c + ':':<14}{MEANING[c]}"))
+
+    if facts.frontier is not None:
+        shown = {s: int(facts.frontier.get(s, 0)) for s in FRONTIER_STATES
+                 if s in _ALWAYS_SHOWN or facts.frontier.get(s)}
+        text = ", ".join(f"{v:,} {s}" for s, v in shown.items())
+        if facts.frontier_failed:
+            text += f" (failed: {_counts(facts.frontier_failed)})"
+        lines.append(row("frontier", text))
+        if any(shown.get(s) for s in ("pending", "delayed", "leased")):
+            lines.append(row("", "the same `scrapy crawl` again resumes the unfinished requests"))
+
+    logged = _num(stats, "log_count/ERROR")
+    if logged:
+        lines.append(row("errors", f"{logged:,} ERROR lines in the log above"))
+
+    if facts.status_command:
+        lines.append(row("look further", facts.status_command))
+    return lines
+
+
+def _enabled(crawler: Crawler, dict_name: str, module_prefix: str) -> bool:
+    """Is a component from ``module_prefix`` enabled in the component dict ``dict_name``?"""
+    for comp, order in crawler.settings.getwithbase(dict_name).items():
+        path = comp if isinstance(comp, str) else f"{comp.__module__}.{comp.__qualname__}"
+        if order is not None and path.startswith(module_prefix):
+            return True
+    return False
+
+
+def _scheduler_is_frontier(crawler: Crawler) -> bool:
+    sched = crawler.settings.get("SCHEDULER")
+    path = sched if isinstance(sched, str) else f"{sched.__module__}.{sched.__qualname__}"
+    return path.startswith("scrapy_scale.frontier")
+
+
+def store_url(crawler: Crawler) -> str | None:
+    """The item store's URL without credentials, when scrapy-scale's store pipeline is on."""
+    if not _enabled(crawler, "ITEM_PIPELINES", "scrapy_scale.storage"):
+        return None
+    from scrapy_scale.storage.pipeline import default_store_url
+
+    url = config.get(crawler.settings, "SCALE_STORE_URL") or default_store_url(crawler.settings)
+    return redact_url(str(url))
+
+
+FrontierCounts = tuple[dict[str, int], dict[str, int]]
+
+
+def read_frontier(crawler: Crawler, job: str) -> FrontierCounts | None:
+    """(counts by state, failed by class) of the job's frontier; None when it is not in use.
+
+    Asks the frontier itself, as ``scrapy scale status`` does (its final numbers); falls
+    back to the counts the scheduler last put in the stats.
+    """
+    if not _scheduler_is_frontier(crawler):
+        return None
+    try:
+        from scrapy_scale.frontier import cli_ops
+
+        with cli_ops.open_job(crawler.settings, job, must_exist=True) as ops:
+            st = ops.status()
+        return ({str(k): int(v) for k, v in st["counts"].items()},
+                {str(k): int(v) for k, v in st["failed_by_class"].items() if v})
+    except Exception:  # noqa: BLE001 - the summary must never break a crawl's end
+        logger.debug("run summary: frontier status unavailable", exc_info=True)
+    stats = crawler.stats.get_stats() if crawler.stats else {}
+    prefix = "scale/frontier/state/"
+    states = {k[len(prefix):]: _num(stats, k) for k in stats if isinstance(k, str) and k.startswith(prefix)}
+    return (states, {}) if states else None
+
+
+def status_command(crawler: Crawler, job: str) -> str:
+    """``scrapy scale status JOB``, with the settings needed to find a non-default frontier."""
+    cmd = f"scrapy scale status {job}"
+    for name in ("SCALE_FRONTIER_URL", "SCALE_STATE_DIR"):
+        value = crawler.settings.get(name)
+        declared = config.REGISTRY.get(name)
+        if value and (declared is None or value != declared.default):
+            cmd += f" -s {name}={redact_url(str(value)) if '://' in str(value) else value}"
+    return cmd
+
+
+class RunSummary:
+    """Extension: logs :func:`render`'s lines at INFO once the engine has stopped."""
+
+    def __init__(self, crawler: Crawler,
+                 frontier_reader: Callable[[Crawler, str], FrontierCounts | None] = read_frontier):
+        self.crawler = crawler
+        self.frontier_reader = frontier_reader
+        self.started: float | None = None
+        self.reason: str | None = None
+        self.job: str | None = None
+        self.done = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> RunSummary:
+        ext = cls(crawler)
+        crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
+        crawler.signals.connect(ext.engine_stopped, signal=signals.engine_stopped)
+        return ext
+
+    def spider_opened(self, spider: Spider) -> None:
+        self.started = time.monotonic()
+        self.job = config.get(self.crawler.settings, "SCALE_JOB") or spider.name
+
+    def spider_closed(self, spider: Spider, reason: str) -> None:
+        self.reason = reason
+
+    def engine_stopped(self) -> None:
+        # after the stats dump and "Spider closed": the summary is the last thing printed
+        if self.done or self.reason is None:
+            return
+        self.done = True
+        try:
+            logger.info("\n".join(self.lines()))
+        except Exception:  # noqa: BLE001 - never turn a finished crawl into a failure
+            logger.exception("run summary failed")
+
+    def lines(self) -> list[str]:
+        stats = self.crawler.stats.get_stats() if self.crawler.stats else {}
+        elapsed = stats.get("elapsed_time_seconds")
+        if not isinstance(elapsed, int | float):
+            elapsed = time.monotonic() - self.started if self.started is not None else 0.0
+        job = self.job or "?"
+        frontier = self.frontier_reader(self.crawler, job)
+        facts = RunFacts(
+            job=job,
+            reason=self.reason or "?",
+            duration=float(elapsed),
+            store_url=store_url(self.crawler),
+            frontier=frontier[0] if frontier else None,
+            frontier_failed=frontier[1] if frontier else {},
+            status_command=status_command(self.crawler, job) if frontier else None,
+        )
+        return render(stats, facts)

@@ -1,0 +1,90 @@
+"""The run summary (scrapy_scale.monitor.summary) at the end of real `scrapy crawl` runs."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+from scrapy_scale.monitor.summary import RunFacts, redact_url, render
+from scrapy_scale.testbed import Testbed
+from tests.crawling import run_crawl
+
+HEAD = "scrapy-scale summary: job "
+
+
+def summary_of(log: str) -> str:
+    """The summary block: from its head line to the end of the log."""
+    assert HEAD in log, f"no run summary in the log; tail:\n{log[-3000:]}"
+    return log[log.rindex(HEAD):]
+
+
+def row(summary: str, label: str) -> str:
+    m = re.search(rf"^  {label} +(.*)$", summary, re.M)
+    assert m, f"no {label!r} line in:\n{summary}"
+    return m.group(1)
+
+
+def test_summary_with_the_add_on_tells_what_happened(tmp_path: Path) -> None:
+    faults = "429@1:/item/2,first=1,retry_after=1; 404@2:/item/5; 500@1:/item/7,first=99"
+    with Testbed(hosts=2, pages=20, seed=5, faults=faults) as tb:
+        res = run_crawl(tb, {"SCALE_RETRY_POLICY": {"transient": {"retries": 2, "base": 0.05, "cap": 0.1}}},
+                        tmp_path, timeout=90)
+        served = len(tb.log)
+    assert res.returncode == 0, res.tail()
+    s = summary_of(res.log)
+    # the summary is the very last thing the crawl prints, after Scrapy's own stats dump
+    assert res.log.rindex("Dumping Scrapy stats") < res.log.rindex("Spider closed (finished)") < res.log.rindex(HEAD)
+    assert s.splitlines()[0].endswith("job 'catalog' finished in " + s.splitlines()[0].rsplit(" in ", 1)[1])
+    assert 6 <= len(s.strip().splitlines()) <= 15, s
+
+    # every number agrees with what really happened: the testbed's log and the item store
+    assert row(s, "pages").startswith(f"{served} responses (")  # no resets here: one response per request
+    items = 40 - 2  # /item/5 of shop2 is gone, /item/7 of shop1 never stops failing
+    state = tmp_path / "state"
+    db = state / "items.sqlite"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM items").fetchone()[0] == items
+    assert row(s, "items") == f"{items} stored in sqlite:///{db}"
+    outcomes = dict(kv.rsplit(" ", 1) for kv in row(s, "requests").split(", "))
+    assert outcomes == {"ok": str(res.stats["scale/outcome/ok"]), "not_found": "1", "transient": "1"}
+    assert row(s, "retries") == "3 retries (transient 2, rate_limited 1); gave up on 1 requests (transient 1)"
+    assert row(s, "classes").startswith("not_found:")  # a line per class seen, explaining it
+    assert re.search(r"^ +transient: +a passing error", s, re.M) and re.search(r"^ +rate_limited: ", s, re.M)
+    done = res.stats["scale/outcome/ok"] + 1
+    assert row(s, "frontier") == f"{done} done, 1 failed, 0 pending (failed: transient 1)"
+    assert row(s, "look further") == f"scrapy scale status catalog -s SCALE_STATE_DIR={state}"
+
+
+def test_summary_of_a_plain_scrapy_crawl_leaves_out_what_is_not_there(tmp_path: Path) -> None:
+    # no add-on: only the summary extension, next to Scrapy's own retry middleware
+    settings = {"ADDONS": {}, "EXTENSIONS": {"scrapy_scale.monitor.summary.RunSummary": 0},
+                "RETRY_TIMES": 1}
+    with Testbed(hosts=1, pages=10, seed=2, faults="500:/item/3,first=99") as tb:
+        res = run_crawl(tb, settings, tmp_path, timeout=90)
+    assert res.returncode == 0, res.tail()
+    s = summary_of(res.log)
+    assert row(s, "items") == "9 scraped (no scrapy-scale item store enabled)"
+    assert row(s, "retries") == "1 retries; gave up on 1 requests"
+    assert "frontier" not in s and "look further" not in s and "requests " not in s
+
+
+def test_stopped_run_with_work_left_says_how_to_resume() -> None:
+    lines = render(
+        {"downloader/response_count": 10, "item_scraped_count": 4, "log_count/ERROR": 2},
+        RunFacts(job="j", reason="shutdown", duration=75, store_url="sqlite:///x",
+                 frontier={"done": 4, "failed": 0, "pending": 6, "delayed": 0, "leased": 2}),
+    )
+    text = "\n".join(lines)
+    assert lines[0] == "scrapy-scale summary: job 'j' stopped early (shutdown) in 1 min 15 s"
+    assert "4 done, 0 failed, 6 pending, 2 leased" in text and "delayed" not in text
+    assert "again resumes the unfinished requests" in text
+    assert "2 ERROR lines" in text
+
+
+def test_store_urls_lose_their_credentials() -> None:
+    assert redact_url("mongodb://app:s3cret@db1:27017/shop?authSource=admin") == "mongodb://db1:27017/shop?authSource=admin"
+    assert redact_url("redis://:pw@127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+    assert redact_url("mongodb://db/x?password=hunter2&w=1") == "mongodb://db/x?password=***&w=1"
+    assert redact_url("sqlite:////abs/items.sqlite") == "sqlite:////abs/items.sqlite"
+    assert redact_url("sqlite:///rel/items.sqlite") == "sqlite:///rel/items.sqlite"
