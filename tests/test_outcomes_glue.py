@@ -23,7 +23,7 @@ def test_probe_spider_hooks_and_not_before(tmp_path, scheduler):
     }
     if scheduler == "eager":
         settings["SCHEDULER"] = "tests.test_outcomes_spiders.EagerScheduler"
-    with Testbed(hosts=1, pages=10, seed=1, faults="500@1:/item/2;500@1:/item/3;reset@1:/item/5") as tb:
+    with Testbed(hosts=1, pages=12, seed=1, faults="500@1:/item/2;500@1:/item/3;reset@1:/item/5;503@1:/item/11,first=1") as tb:
         res, outcomes = crawl(tb, tmp_path, settings, spider="outcomes_probe")
         served = Counter(r.path for r in tb.log)
         times = {r.path: r.time for r in tb.log}
@@ -41,6 +41,14 @@ def test_probe_spider_hooks_and_not_before(tmp_path, scheduler):
     assert f["/item/6"] == ("parse_failed", "callback raised KeyError", 1, 1)
     assert f["/item/7"] == ("parse_failed", "no items", 0, 1)  # @expects_items
     assert f["/item/8"] == ("ok", "", 0, 1)  # meta scale_expect_items=False wins
+    # a retry made by the callback (get_retry_request) continues the chain: non-final, then final
+    assert served["/item/9"] == 2 and f["/item/9"] == ("ok", "", 1, 2)
+    nf9 = [o for o in outcomes if o["url"].endswith("/item/9") and not o["final"]]
+    assert [(o["cls"], o["reason"], o["attempt"]) for o in nf9] == [("parse_failed", "retried by the callback", 1)]
+    # a request that copied response.meta (chain keys too) starts its own chain
+    assert f["/item/11"][0] == "ok" and f["/item/11"][3] == 2
+    assert f["/item/10"] == ("ok", "", 1, 1)
+    assert finals[(H1, "/item/10")]["fingerprint"] != finals[(H1, "/item/11")]["fingerprint"]
     # the errback sees the real download exception, not a wrapper
     eb = [i for i in res.items if "errback" in i]
     assert len(eb) == 1 and eb[0]["errback"] in ("DownloadFailedError", "ResponseFailed", "ResponseNeverReceived")

@@ -9,6 +9,7 @@ from typing import Any
 
 import scrapy
 from scrapy.core.scheduler import Scheduler
+from scrapy.downloadermiddlewares.retry import get_retry_request
 
 from scrapy_scale.outcomes import expects_items
 
@@ -41,6 +42,8 @@ class ProbeSpider(scrapy.Spider):
         yield scrapy.Request(b + "/item/6", callback=self.half)
         yield scrapy.Request(b + "/item/7", callback=self.nothing)
         yield scrapy.Request(b + "/item/8", callback=self.nothing, meta={"scale_expect_items": False})
+        yield scrapy.Request(b + "/item/9", callback=self.retry_once)
+        yield scrapy.Request(b + "/item/11", callback=self.copy_meta)
 
     def parse(self, response: Any) -> Iterator[dict[str, Any]]:
         yield {"url": response.url}
@@ -55,6 +58,16 @@ class ProbeSpider(scrapy.Spider):
     @expects_items
     def nothing(self, response: Any) -> Iterator[dict[str, Any]]:
         return iter(())
+
+    def retry_once(self, response: Any) -> Iterator[Any]:
+        if response.meta.get("retry_times", 0) < 1:
+            yield get_retry_request(response.request, spider=self, reason="looks incomplete")
+            return
+        yield {"url": response.url}
+
+    def copy_meta(self, response: Any) -> Iterator[Any]:
+        # the anti-pattern: all of response.meta (chain keys included) copied into a new request
+        yield response.follow("/item/10", callback=self.parse, meta=dict(response.meta))
 
     def errback(self, failure: Any) -> Iterator[dict[str, Any]]:
         yield {"url": failure.request.url, "errback": failure.type.__name__}

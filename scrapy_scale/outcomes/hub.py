@@ -89,10 +89,13 @@ def _project_set(settings: BaseSettings, name: str) -> bool:
 
 @dataclass
 class _ParseState:
-    pending: Outcome
+    #: the downloader middleware's verdict on the response, its status and latency
+    pending: tuple[Verdict, int | None, float | None]
     items: int = 0
     missing: tuple[str, ...] = ()
     done: bool = False
+    #: the callback yielded a retry of its own request (same fingerprint and URL)
+    retried: bool = False
 
 
 class OutcomeHub:
@@ -110,6 +113,9 @@ class OutcomeHub:
         s = crawler.settings
         self.clock = clock
         self.stats = crawler.stats
+        self._inc = (
+            crawler.stats.inc_value
+        )  # bound once: the stats collector's attribute access is slow
         rules = config.get(s, oset.FAILURE_RULES.name)
         detectors: list[BlockPageDetector] = []
         for path in config.get(s, oset.BLOCK_DETECTORS.name):
@@ -151,7 +157,9 @@ class OutcomeHub:
         self.item_check = ItemCheck(config.get(s, oset.CRITICAL_FIELDS.name))
         self.parse_log = FirstFew(logger)
         self.spider_mw_active = False
-        self.pending: weakref.WeakKeyDictionary[Request, Outcome] = weakref.WeakKeyDictionary()
+        self.pending: weakref.WeakKeyDictionary[
+            Request, tuple[Verdict, int | None, float | None]
+        ] = weakref.WeakKeyDictionary()
         self.parsing: weakref.WeakKeyDictionary[Response, _ParseState] = weakref.WeakKeyDictionary()
         self.started: weakref.WeakKeyDictionary[Request, float] = weakref.WeakKeyDictionary()
         self.held: dict[int, tuple[Any, Request]] = {}
@@ -192,6 +200,7 @@ class OutcomeHub:
         final: bool = True,
         retry_at: float | None = None,
         avoid: tuple[str, ...] = (),
+        items: int = 0,
     ) -> Outcome:
         exc_name = None
         if exception is not None:
@@ -211,17 +220,18 @@ class OutcomeHub:
             final=final,
             retry_at=retry_at,
             avoid_egress=avoid,
+            items=items,
         )
 
     def emit(self, outcome: Outcome, request: Request) -> None:
-        stats = self.stats
+        inc = self._inc
         cls = outcome.cls.value
         if outcome.final:
             self.finals += 1
-            stats.inc_value(f"scale/outcome/{cls}")
-            stats.inc_value(f"scale/retry_depth/{outcome.attempt}")
+            inc(f"scale/outcome/{cls}")
+            inc(f"scale/retry_depth/{outcome.attempt}")
         else:
-            stats.inc_value(f"scale/retry/{cls}")
+            inc(f"scale/retry/{cls}")
         if outcome.cls is not C.OK:
             key = (cls, outcome.reason)
             if key in self.errors or len(self.errors) < _MAX_GROUPS:
@@ -404,18 +414,23 @@ class OutcomeHub:
         if st is None:
             request = response.request
             pending = self.pending.pop(request, None) if request is not None else None
-            if pending is None:
-                pending = self.response_outcome(response)
+            if pending is None:  # the downloader middleware did not see it (used alone)
+                req = request or Request(response.url)
+                v = self.classifier.classify_response(response, req)
+                pending = (v, response.status, req.meta.get("download_latency"))
             st = self.parsing[response] = _ParseState(pending)
         return st
 
-    def response_outcome(self, response: Response) -> Outcome:
-        """A final outcome for a response the downloader middleware did not see (standalone use)."""
-        request = response.request or Request(response.url)
-        v = self.classifier.classify_response(response, request)
-        return self.outcome(
-            request, v, status=response.status, latency=request.meta.get("download_latency")
-        )
+    def callback_retry(self, response: Response, st: _ParseState, retry: Request) -> None:
+        """The callback retries its own request (Scrapy's ``get_retry_request``): this attempt's
+        outcome becomes non-final and the retry continues the chain as the next attempt."""
+        request = response.request
+        attempt = int(request.meta.get(meta.ATTEMPT, 1)) if request is not None else 1
+        retry.meta[meta.ATTEMPT] = attempt + 1
+        verdict = st.pending[0]
+        cls = verdict.cls if verdict.cls is not C.OK else C.PARSE_FAILED
+        retry.meta[meta.LAST_FAILURE] = [cls.value, "retried by the callback"]
+        st.retried = True
 
     def finish_parse(
         self, response: Response, st: _ParseState, error: BaseException | None = None
@@ -423,23 +438,41 @@ class OutcomeHub:
         if st.done:
             return
         st.done = True
-        o = st.pending
+        verdict, status, latency = st.pending
         request = response.request or Request(response.url)
         kind = None
         if error is not None and not _is_http_error(error):
             kind, reason = "callback_error", f"callback raised {type(error).__name__}"
-        elif o.cls is C.OK and error is None:
+        elif verdict.cls is C.OK and error is None:
             if st.missing:
                 kind, reason = "missing_fields", "missing fields: " + ", ".join(sorted(st.missing))
             elif st.items == 0 and self._expects_items(request):
                 kind, reason = "no_items", "no items"
         if kind is not None:
-            self.stats.inc_value(f"scale/parse_failed/{kind}")
+            self._inc(f"scale/parse_failed/{kind}")
             self.parse_log(
-                kind, "parse_failed (%s) %s", reason, o.url, extra={"spider": self.crawler.spider}
+                kind,
+                "parse_failed (%s) %s",
+                reason,
+                request.url,
+                extra={"spider": self.crawler.spider},
             )
-            o = o.but(cls=C.PARSE_FAILED, reason=reason)
-        self.emit(o.but(items=st.items), request)
+            verdict = Verdict(C.PARSE_FAILED, reason)
+        if st.retried:
+            if verdict.cls is C.OK:
+                verdict = Verdict(C.PARSE_FAILED, "retried by the callback")
+            o = self.outcome(
+                request,
+                verdict,
+                status=status,
+                latency=latency,
+                items=st.items,
+                final=False,
+                retry_at=self.clock(),
+            )
+        else:
+            o = self.outcome(request, verdict, status=status, latency=latency, items=st.items)
+        self.emit(o, request)
 
     def _expects_items(self, request: Request) -> bool:
         from scrapy_scale.outcomes.parsecheck import expected_items

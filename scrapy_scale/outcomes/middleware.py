@@ -35,6 +35,7 @@ logger = logging.getLogger("scrapy_scale.outcomes")
 C = FailureClass
 _RETRY_AFTER_CLASSES = frozenset({C.RATE_LIMITED, C.TRANSIENT})
 _GATED = frozenset({C.RATE_LIMITED, C.TRANSIENT})
+_CHAIN_KEYS = (meta.ATTEMPT, meta.NOT_BEFORE, meta.LAST_FAILURE, meta.AVOID_EGRESS, "retry_times")
 
 
 class GaveUpError(IgnoreRequest):
@@ -59,6 +60,16 @@ class OutcomeDownloaderMiddleware:
 
     def process_request(self, request: Request, spider: Any = None) -> Request | None:
         m = request.meta
+        fp = m.get(meta.FINGERPRINT)
+        if fp is None:
+            m[meta.FINGERPRINT] = self.hub.fingerprint(request)
+        elif not m.get("redirect_urls"):
+            real = self.hub.crawler.request_fingerprinter.fingerprint(request).hex()  # type: ignore[union-attr]
+            if real != fp:
+                # chain keys copied along with response.meta into a new request: a new chain
+                m[meta.FINGERPRINT] = real
+                for key in _CHAIN_KEYS:
+                    m.pop(key, None)
         nb = m.get(meta.NOT_BEFORE)
         if nb and nb > self.clock() + NOT_BEFORE_TOLERANCE:
             # never sent early: back to the engine, held until its time (not blocking a slot)
@@ -66,8 +77,6 @@ class OutcomeDownloaderMiddleware:
             again = request.replace(dont_filter=True)
             self.hub.hold(again)
             return again
-        if meta.FINGERPRINT not in m:
-            m[meta.FINGERPRINT] = self.hub.fingerprint(request)
         self.hub.started[request] = self.clock()
         return None
 
@@ -80,8 +89,7 @@ class OutcomeDownloaderMiddleware:
             return self._internal(request, verdict) or response
         latency = request.meta.get("download_latency")
         if verdict.cls is C.OK:
-            o = hub.outcome(request, verdict, status=response.status, latency=latency)
-            self._final_after_callback(request, o)
+            self._final_after_callback(request, verdict, response.status, latency)
             return response
         retry_after = None
         if verdict.cls in _RETRY_AFTER_CLASSES:
@@ -108,10 +116,9 @@ class OutcomeDownloaderMiddleware:
             new, avoid = hub.retry_request(request, o, decision)
             hub.emit(o.but(avoid_egress=avoid), request)
             return new
-        o = hub.outcome(request, verdict, status=response.status, latency=latency)
         if decision.gave_up:
-            hub.gave_up(o, decision)
-        self._final_after_callback(request, o)
+            hub.gave_up(hub.outcome(request, verdict, status=response.status), decision)
+        self._final_after_callback(request, verdict, response.status, latency)
         return response
 
     def _internal(self, request: Request, verdict: Any) -> Request | None:
@@ -129,11 +136,15 @@ class OutcomeDownloaderMiddleware:
         self.hub.stats.inc_value(f"scale/retry_internal/{verdict.cls.value}")
         return new
 
-    def _final_after_callback(self, request: Request, o: Any) -> None:
-        if self.hub.spider_mw_active:
-            self.hub.pending[request] = o  # sent by the spider middleware, with the item count
+    def _final_after_callback(
+        self, request: Request, verdict: Any, status: int, latency: float | None
+    ) -> None:
+        hub = self.hub
+        if hub.spider_mw_active:
+            # the spider middleware sends it once the callback output is consumed, with the item count
+            hub.pending[request] = (verdict, status, latency)
         else:
-            self.hub.emit(o, request)
+            hub.emit(hub.outcome(request, verdict, status=status, latency=latency), request)
 
     def process_exception(
         self, request: Request, exception: Exception, spider: Any = None
@@ -193,9 +204,16 @@ class OutcomeSpiderMiddleware:
         hub = self.hub
         st = hub.parse_state(response)
         check = hub.item_check
+        req = response.request
+        fp = req.meta.get(meta.FINGERPRINT) if req is not None else None
         try:
             async for x in result:
-                if x is not None and not isinstance(x, Request):
+                if isinstance(x, Request):
+                    if fp is not None and x.url == req.url and x.meta.get(meta.FINGERPRINT) == fp:  # type: ignore[union-attr]
+                        hub.callback_retry(
+                            response, st, x
+                        )  # e.g. get_retry_request() in the callback
+                elif x is not None:
                     st.items += 1
                     if check:
                         miss = check.missing(x)

@@ -1,0 +1,199 @@
+"""Benchmark of scrapy_scale.outcomes (not a test): CPU cost of classification + retry policy.
+
+The bench crawl: `scrapy crawl catalog` of a testbed (default 4 hosts x 500 pages) with
+a seeded fault plan (3% of requests answer 500, 1% of detail pages are gone for good),
+so both retry implementations send exactly the same requests. Variants, alternated
+round by round, CPU seconds of the crawl process (user + sys) compared in one run:
+
+1. Scrapy's RetryMiddleware (plain Scrapy, no add-on);
+2. scrapy_scale's outcome middlewares instead (classifier, policy, outcome signal,
+   parse checks, stats), RetryMiddleware disabled;
+3. as 2, plus a css block-page rule and SCALE_CRITICAL_FIELDS (the predicate path).
+
+Before the crawls, an in-process measurement of the same code per request (no network,
+no reactor): the middlewares' hooks on 20,000 ready 200 responses, each callback
+yielding one item, with the request fingerprint and parsed URL already cached as the
+dupefilter and the downloader leave them in a crawl.
+
+    python -m benchmarks.bench_retry                      # 4 hosts x 500 pages, 3 rounds
+    python -m benchmarks.bench_retry --hosts 4 --pages 1000 --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+FAULTS = "500:/item/*,p=0.03;404:/item/*,p=0.01,sticky=1"
+
+
+def crawl(args: Any, tmp: Path, settings: dict[str, Any]) -> dict[str, float]:
+    from scrapy_scale.testbed import Testbed
+    from tests.crawling import run_crawl
+
+    # a fresh testbed per crawl: fault plans count requests per path, so every variant
+    # meets exactly the same faults
+    with Testbed(hosts=args.hosts, pages=args.pages, seed=11, faults=FAULTS, keep_log=False) as tb:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        res = run_crawl(tb, settings, tmp, timeout=900)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if res.returncode != 0:
+        raise SystemExit(f"crawl failed:\n{res.tail()}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    st = res.stats
+    return {
+        "wall": res.duration,
+        "cpu": cpu,
+        "requests": st.get("downloader/request_count", 0),
+        "items": st.get("item_scraped_count", 0),
+    }
+
+
+def per_request_us(n: int = 20000) -> tuple[float, float]:
+    """CPU microseconds per 200 response: Scrapy's RetryMiddleware vs the outcome middlewares."""
+    import asyncio
+    import time
+
+    from scrapy import Request, Spider
+    from scrapy.downloadermiddlewares.retry import RetryMiddleware
+    from scrapy.http import HtmlResponse
+    from scrapy.utils.httpobj import urlparse_cached
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_scale.outcomes import OutcomeDownloaderMiddleware, OutcomeSpiderMiddleware
+
+    class Bench(Spider):
+        name = "bench"
+
+    crawler = get_crawler(Bench, {"LOG_LEVEL": "ERROR"})
+    crawler.spider = Bench.from_crawler(crawler)
+    crawler.stats.open_spider()
+    body = b"<html><body>" + b"<p>text</p>" * 300 + b"</body></html>"
+
+    def batch() -> list[tuple[Request, HtmlResponse]]:
+        out = []
+        for i in range(n):
+            req = Request(f"http://shop1.example.test/item/{i}")
+            crawler.request_fingerprinter.fingerprint(req)  # as the dupefilter did
+            urlparse_cached(req)  # as the downloader's slot lookup did
+            out.append((req, HtmlResponse(req.url, body=body, request=req)))
+        return out
+
+    async def one_item() -> Any:
+        yield {"sku": "S1", "price": 1.0}
+
+    retry = RetryMiddleware.from_crawler(crawler)
+    dl = OutcomeDownloaderMiddleware.from_crawler(crawler)
+    sp = OutcomeSpiderMiddleware.from_crawler(crawler)
+
+    async def scrapy_side(pairs: list[tuple[Request, HtmlResponse]]) -> None:
+        for req, resp in pairs:
+            retry.process_response(req, resp)
+            async for _ in one_item():
+                pass
+
+    async def ours(pairs: list[tuple[Request, HtmlResponse]]) -> None:
+        for req, resp in pairs:
+            dl.process_request(req)
+            r = dl.process_response(req, resp)
+            async for _ in sp.process_spider_output(r, one_item()):
+                pass
+
+    results = []
+    for fn in (scrapy_side, ours):
+        best = float("inf")
+        for _ in range(3):
+            pairs = batch()
+            t = time.process_time()
+            asyncio.run(fn(pairs))
+            best = min(best, time.process_time() - t)
+        results.append(best / n * 1e6)
+    return results[0], results[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--hosts", type=int, default=4)
+    ap.add_argument("--pages", type=int, default=500)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+
+    base: dict[str, Any] = {
+        "ADDONS": {},
+        "LOG_LEVEL": "INFO",
+        "CONCURRENT_REQUESTS": 32,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 8,
+        "ROBOTSTXT_OBEY": True,
+    }
+    ours = {
+        "DOWNLOADER_MIDDLEWARES": {
+            "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
+            "scrapy_scale.outcomes.OutcomeDownloaderMiddleware": 550,
+        },
+        "SPIDER_MIDDLEWARES": {"scrapy_scale.outcomes.OutcomeSpiderMiddleware": 45},
+        # the same budget as Scrapy's RETRY_TIMES = 2, so both send the same requests
+        "SCALE_RETRY_POLICY": {"transient": {"retries": 2, "base": 0.2, "cap": 1.0}},
+    }
+    variants = {
+        "Scrapy RetryMiddleware": dict(base),
+        "scrapy_scale outcomes": {**base, **ours},
+        "scrapy_scale outcomes + css rule + critical fields": {
+            **base,
+            **ours,
+            "SCALE_FAILURE_RULES": [{"css": "#challenge-form", "class": "blocked"}],
+            "SCALE_CRITICAL_FIELDS": ["sku", "price"],
+        },
+    }
+    base_us, ours_us = per_request_us()
+    print("## 1. Per request, in process (CPU microseconds per 200 response with one item)\n")
+    print("| Scrapy RetryMiddleware | scrapy_scale outcomes | extra per request |")
+    print("|---|---|---|")
+    print(f"| {base_us:.1f} us | {ours_us:.1f} us | {ours_us - base_us:.1f} us |\n")
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench_retry_"))
+    results: dict[str, list[dict[str, float]]] = {k: [] for k in variants}
+    crawl(args, tmp / "warmup", base)  # imports and disk caches warm for every variant
+    for r in range(args.rounds):
+        order = list(variants.items())
+        if r % 2:
+            order.reverse()
+        for i, (name, settings) in enumerate(order):
+            results[name].append(crawl(args, tmp / f"r{r}_{i}", settings))
+    print(
+        f"## 2. CPU of the bench crawl ({args.hosts} hosts x {args.pages} pages, "
+        f"faults {FAULTS!r}, median of {args.rounds} rounds)\n"
+    )
+    print("| variant | requests | items | wall s | CPU s | CPU ms / request | CPU ratio |")
+    print("|---|---|---|---|---|---|---|")
+    ref = None
+    for name, rs in results.items():
+        cpu = statistics.median(x["cpu"] for x in rs)
+        wall = statistics.median(x["wall"] for x in rs)
+        req = statistics.median(x["requests"] for x in rs)
+        items = statistics.median(x["items"] for x in rs)
+        ref = ref or cpu
+        print(
+            f"| {name} | {req:,.0f} | {items:,.0f} | {wall:.1f} | {cpu:.2f} | {1000 * cpu / req:.3f} | "
+            f"{cpu / ref:.3f} |"
+        )
+    pairs = zip(results["Scrapy RetryMiddleware"], results["scrapy_scale outcomes"], strict=True)
+    per_round = [o["cpu"] / s["cpu"] for s, o in pairs]
+    print(
+        f"\nper-round CPU ratio (outcomes / RetryMiddleware): {', '.join(f'{x:.3f}' for x in per_round)}"
+    )
+    scrapy_runs = results["Scrapy RetryMiddleware"]
+    per_req_ms = statistics.median(x["cpu"] * 1000 / x["requests"] for x in scrapy_runs)
+    print(
+        f"in-process extra {ours_us - base_us:.1f} us per request = "
+        f"{100 * (ours_us - base_us) / 1000 / per_req_ms:.2f}% of the crawl's {per_req_ms:.2f} ms CPU per request"
+    )
+
+
+if __name__ == "__main__":
+    main()
