@@ -232,16 +232,20 @@ def _css_to_xpath(sel: str) -> str:
         raise ValueError(f"bad css {sel!r}: {e}") from None
 
 
+def reject_unknown_keys(where: str, given: Iterable[str], known: Iterable[str]) -> None:
+    unknown = set(given) - set(known)
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}"
+        )
+
+
 def parse_rule(raw: Any, index: int = 0) -> Rule:
     """One rule from its dict form; ``ValueError`` says what is wrong."""
     where = f"rule {index}"
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: expected a dict, got {type(raw).__name__}")
-    unknown = set(raw) - _RULE_KEYS
-    if unknown:
-        raise ValueError(
-            f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_RULE_KEYS))}"
-        )
+    reject_unknown_keys(where, raw, _RULE_KEYS)
     if "class" not in raw:
         raise ValueError(f"{where}: missing 'class'")
     try:

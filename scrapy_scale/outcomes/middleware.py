@@ -105,21 +105,19 @@ class OutcomeDownloaderMiddleware:
         ):
             decision = decision.__class__(False)  # the project's RETRY_HTTP_CODES does not list it
         if decision.retry:
-            o = hub.outcome(
-                request,
-                verdict,
-                status=response.status,
-                latency=latency,
-                final=False,
-                retry_at=decision.not_before,
-            )
-            new, avoid = hub.retry_request(request, o, decision)
-            hub.emit(o.but(avoid_egress=avoid), request)
-            return new
+            return self._retry(request, verdict, decision, status=response.status, latency=latency)
         if decision.gave_up:
             hub.gave_up(hub.outcome(request, verdict, status=response.status), decision)
         self._final_after_callback(request, verdict, response.status, latency)
         return response
+
+    def _retry(self, request: Request, verdict: Any, decision: Any, **fields: Any) -> Request:
+        """Send the attempt's non-final outcome and return the retry request."""
+        hub = self.hub
+        o = hub.outcome(request, verdict, final=False, retry_at=decision.not_before, **fields)
+        new, avoid = hub.retry_request(request, o, decision)
+        hub.emit(o.but(avoid_egress=avoid), request)
+        return new
 
     def _internal(self, request: Request, verdict: Any) -> Request | None:
         """Scrapy's own downloads (robots.txt, media pipelines: callback NO_CALLBACK) go
@@ -159,17 +157,7 @@ class OutcomeDownloaderMiddleware:
         latency = self.clock() - t0 if t0 is not None else None
         decision = hub.decide(request, verdict)
         if decision.retry:
-            o = hub.outcome(
-                request,
-                verdict,
-                exception=exception,
-                latency=latency,
-                final=False,
-                retry_at=decision.not_before,
-            )
-            new, avoid = hub.retry_request(request, o, decision)
-            hub.emit(o.but(avoid_egress=avoid), request)
-            return new
+            return self._retry(request, verdict, decision, exception=exception, latency=latency)
         o = hub.outcome(request, verdict, exception=exception, latency=latency)
         hub.emit(o, request)
         if isinstance(exception, IgnoreRequest) or not verdict.expected:

@@ -74,6 +74,7 @@ def _level(v: Any) -> int:
 def parse_policy_overrides(value: Any) -> dict[FailureClass, dict[str, Any]]:
     """Validate ``SCALE_RETRY_POLICY``: ``{class: {retries, base, cap, new_egress, give_up_level}}``."""
     from scrapy_scale.config import as_dict
+    from scrapy_scale.outcomes.classify import reject_unknown_keys
 
     raw = as_dict(value)
     out: dict[FailureClass, dict[str, Any]] = {}
@@ -81,11 +82,7 @@ def parse_policy_overrides(value: Any) -> dict[FailureClass, dict[str, Any]]:
         cls = FailureClass.parse(str(name))
         if not isinstance(spec, Mapping):
             raise ValueError(f"{cls.value}: expected a dict of {', '.join(sorted(_KEYS))}")
-        unknown = set(spec) - _KEYS
-        if unknown:
-            raise ValueError(
-                f"{cls.value}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_KEYS))}"
-            )
+        reject_unknown_keys(cls.value, spec, _KEYS)
         clean: dict[str, Any] = {}
         for key, v in spec.items():
             if key == "retries":
