@@ -120,3 +120,18 @@ def test_bad_frontier_url_fails_at_startup_with_what_to_do(tmp_path: Path) -> No
                     start_urls=["http://shop1.example.test/"], timeout=60)
     assert res.returncode != 0
     assert "SCALE_FRONTIER_URL" in res.log and "unknown URL scheme" in res.log
+
+
+def test_plain_scrapy_without_the_addon(tmp_path: Path) -> None:
+    """The scheduler alone (no outcome middlewares): Scrapy's RetryMiddleware retries
+    update their record, and requests are acked once the engine is done with them."""
+    settings = {"ADDONS": {}, "SCHEDULER": "scrapy_scale.frontier.Scheduler"}
+    with Testbed(hosts=2, pages=40, seed=3, faults="500:/item/1*,first=1; 404:/item/7") as tb:
+        res = run_crawl(tb, settings, tmp_path)
+        assert res.returncode == 0, res.tail()
+        assert res.item_urls == {u for u in tb.detail_urls() if not u.endswith("/item/7")}
+        assert res.stats["retry/count"] == res.stats["scale/frontier/updated"] > 0
+        with frontier(tmp_path, settings) as store:
+            st = store.status()
+        assert st.drained and st.run is not None and st.run.ended_at is not None
+        assert st.counts["done"] == len(pages_served(tb))
