@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 
 import pytest
 
-from scrapy_scale.testbed import Testbed
+from scrapy_scale.testbed import ProxySpec, Testbed
+from tests.crawling import run_crawl
 from tests.test_outcomes_spiders import NOT_BEFORE_DELAY
 from tests.test_retry_crawl import EXPLICIT, FAST, crawl, finals_by_path
 
@@ -60,3 +62,32 @@ def test_probe_spider_hooks_and_not_before(tmp_path, scheduler):
     assert [o["attempt"] for o in nonfinal] == [1, 2, 3, 4]
     assert all(o["retry_at"] >= o["time"] - 0.01 for o in nonfinal)
     assert times["/item/4"] - min(times.values()) >= NOT_BEFORE_DELAY - 0.5
+
+
+@pytest.mark.parametrize("mode", ["auth", "dead"])
+def test_egress_failures_name_the_egress_to_avoid_without_its_secret(tmp_path, mode):
+    with Testbed(hosts=1, pages=3, seed=1, proxies=[ProxySpec("p1", mode=mode, password="s3cr3t")]) as tb:
+        port = tb.proxy_ports["p1"]
+        # wrong credentials for "auth": the proxy answers 407; "dead": the connection is refused
+        proxy = f"http://user:wr0ngpass@127.0.0.1:{port}"
+        s = dict(EXPLICIT)
+        s.update({"SCALE_RETRY_POLICY": {"egress_failed": {"retries": 1}}, "ROBOTSTXT_OBEY": False})
+        s["SCALE_OUTCOME_LOG"] = str(tmp_path / "outcomes.jsonl")
+        res = run_crawl(tb, s, tmp_path, env={"http_proxy": proxy, "no_proxy": ""})
+        assert res.returncode == 0, res.tail()
+        text = (tmp_path / "outcomes.jsonl").read_text()
+        outcomes = [json.loads(line) for line in text.splitlines()]
+        proxied = len([e for e in tb.proxy_log if e.target.endswith("/")]) if mode == "auth" else None
+    root = [o for o in outcomes if o["url"].endswith("/")]
+    assert [(o["cls"], o["final"], o["attempt"]) for o in root] == [
+        ("egress_failed", False, 1),
+        ("egress_failed", True, 2),
+    ]
+    egress = f"127.0.0.1:{port}"
+    assert root[0]["egress"] == egress and root[0]["avoid_egress"] == [egress]
+    assert root[0]["reason"] == ("HTTP 407" if mode == "auth" else "proxy unreachable")
+    if proxied is not None:
+        assert proxied == 2  # the budget: one retry
+    assert res.stats["scale/gave_up/egress_failed"] == 1
+    for where in (text, res.log, json.dumps(res.stats)):
+        assert "wr0ngpass" not in where and "s3cr3t" not in where
