@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,9 +31,47 @@ W = "host/0"
 LEASE = 60.0
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "redis-cluster"])
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A private 3-node Redis Cluster (no replicas) on loopback, for the whole session."""
+    import subprocess
+
+    from tests import services
+
+    exe = services.need_binary("redis-server", "install it with `apt-get install redis-server`")
+    cli = services.need_binary("redis-cli", "install it with `apt-get install redis-tools`")
+    root = tmp_path_factory.mktemp("cluster")
+    nodes: list[services.Process] = []
+    try:
+        while len(nodes) < 3:
+            port = services.free_port()
+            if port + 10000 > 65535 or services.port_open(port + 10000):
+                continue  # the cluster bus port must be free too
+            work = root / str(port)
+            argv = [exe, "--port", str(port), "--bind", services.LOOPBACK, "--cluster-enabled", "yes",
+                    "--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no"]
+            node = services.Process("redis-cluster", argv, port, work,
+                                    lambda port=port: services.redis_ping(f"redis://127.0.0.1:{port}/0"))
+            node.start()
+            nodes.append(node)
+        subprocess.run([cli, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in nodes],
+                        "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
+        import redis
+
+        def ok() -> bool:
+            info = redis.Redis(port=nodes[0].port).cluster("info")
+            return info.get("cluster_state") == "ok"
+
+        services.wait_until(ok, 30, "the Redis Cluster")
+        yield f"redis://127.0.0.1:{nodes[1].port}/0"
+    finally:
+        for n in nodes:
+            n.kill()
 
 
 @pytest.fixture
@@ -46,12 +85,17 @@ def make_store(backend: str, tmp_path: Path, clock: FakeClock, request: pytest.F
     if backend == "redis":
         url = request.getfixturevalue("redis_url")
         job = request.getfixturevalue("redis_prefix")
+    elif backend == "redis-cluster":
+        url = request.getfixturevalue("redis_cluster_url")
+        job = f"job-{uuid.uuid4().hex[:8]}"
     else:
         url = f"sqlite:///{tmp_path / 'f.db'}"
         job = "job"
 
     def make(job_name: str | None = None) -> FrontierStore:
         s = open_store(url, job_name or job, clock=clock)
+        if backend == "redis-cluster":  # really talking to a cluster, not to one node
+            assert getattr(s, "cluster", False)
         opened.append(s)
         return s
 

@@ -402,7 +402,13 @@ redis.call('HSET', K..':workers', wid, pid)
 return 1
 """
 
-_RETRYABLE = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+_RETRYABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+try:  # a Cluster that is failing over or resharding
+    from redis.exceptions import ClusterDownError, TryAgainError
+
+    _RETRYABLE += (ClusterDownError, TryAgainError)
+except ImportError:  # pragma: no cover
+    pass
 
 
 class RedisStore(FrontierStore):
@@ -415,19 +421,29 @@ class RedisStore(FrontierStore):
         super().__init__(job, clock)
         self.url = url
         self.key = f"scale:{{{job}}}"
-        self._r: redis.Redis | None = None
+        self._r: Any = None
         self._scripts: dict[str, Any] = {}
         self.sleep: Callable[[float], None] = time.sleep
+        #: True when the URL points at a Redis Cluster node
+        self.cluster = False
 
     # ---- connection ------------------------------------------------------------------
 
     def open(self) -> None:
         if self._r is not None:
             return
+        opts: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 5, "decode_responses": True}
         try:
-            r = redis.Redis.from_url(self.url, socket_timeout=30, socket_connect_timeout=5,
-                                     health_check_interval=15, decode_responses=True)
+            r: Any = redis.Redis.from_url(self.url, health_check_interval=15, **opts)
             r.ping()
+            if str(r.info("cluster").get("cluster_enabled", 0)) == "1":
+                # a Cluster node: talk to the cluster (every key of a job is in one slot)
+                from redis.cluster import RedisCluster
+
+                r.close()
+                r = RedisCluster.from_url(self.url, **opts)
+                r.ping()
+                self.cluster = True
         except (redis.RedisError, ValueError) as e:
             raise FrontierError(
                 f"cannot reach Redis for the frontier at {_safe_url(self.url)} ({type(e).__name__}: {e}); "
