@@ -410,6 +410,15 @@ def test_foreign_or_incompatible_sqlite_file_fails(tmp_path: Path) -> None:
         open_store(f"sqlite:///{junk}", "job")
 
 
+def test_sqlite_url_reading() -> None:
+    from scrapy_scale.frontier.sqlite import SqliteStore
+
+    assert SqliteStore.path_from_url("sqlite:///abs/f.db") == "/abs/f.db"
+    assert SqliteStore.path_from_url("sqlite:////abs/f.db") == "/abs/f.db"
+    assert SqliteStore.path_from_url("sqlite://rel/f.db") == "rel/f.db"
+    assert SqliteStore.path_from_url("sqlite://", "st") == os.path.join("st", "frontier.db")
+
+
 # ---- codec ---------------------------------------------------------------------------------
 
 

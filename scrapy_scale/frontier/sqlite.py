@@ -134,7 +134,8 @@ class SqliteStore(FrontierStore):
 
     @staticmethod
     def path_from_url(url: str, state_dir: str = ".scale") -> str:
-        """``sqlite:///abs.db`` -> ``/abs.db``; ``sqlite:///rel.db``... see open_store."""
+        """``sqlite:///abs.db`` and ``sqlite:////abs.db`` -> ``/abs.db``;
+        ``sqlite://rel/f.db`` -> ``rel/f.db``; ``sqlite://`` -> ``{state_dir}/frontier.db``."""
         parts = urlsplit(url)
         path = (parts.netloc or "") + parts.path
         if path in ("", "/"):

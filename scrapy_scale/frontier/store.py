@@ -377,9 +377,10 @@ def open_store(
 ) -> FrontierStore:
     """The store for ``url`` and ``job``, opened (``connect=False``: not yet).
 
-    - ``sqlite:///abs/path.db`` or ``sqlite:///rel/path.db`` (relative to the
-      current directory); ``sqlite://`` alone = ``{state_dir}/frontier.db``. One
-      file holds every job.
+    - ``sqlite:///abs/path.db`` (also ``sqlite:////abs/path.db``) is absolute,
+      ``sqlite://rel/path.db`` relative to the current directory (the item
+      store reads its URL the same way); ``sqlite://`` alone =
+      ``{state_dir}/frontier.db``. One file holds every job.
     - ``redis://host:port/db`` (``rediss://`` for TLS): keys ``scale:{job}:...``,
       hash-tagged per job so one job lives in one Redis Cluster slot.
 
