@@ -135,3 +135,24 @@ def test_plain_scrapy_without_the_addon(tmp_path: Path) -> None:
             st = store.status()
         assert st.drained and st.run is not None and st.run.ended_at is not None
         assert st.counts["done"] == len(pages_served(tb))
+
+
+def test_wait_for_seeds_keeps_the_worker_open_for_outside_seeds(tmp_path: Path) -> None:
+    settings = {"SCALE_FRONTIER_WAIT_FOR_SEEDS": True, "CLOSESPIDER_TIMEOUT": 8}
+    with Testbed(hosts=2, pages=10, seed=9) as tb:
+        proc = start_crawl(tb, settings, tmp_path, start_urls=tb.start_urls[:1])
+        host1 = {u for u in tb.detail_urls() if tb.hosts[0] in u}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with frontier(tmp_path, settings) as store:
+                if store.counts()["done"] >= len(host1) + 1 and store.drained():
+                    break
+            time.sleep(0.2)
+        time.sleep(1)
+        assert proc.poll() is None, "the worker closed although it should wait for seeds"
+        with frontier(tmp_path, settings) as store:
+            store.seed([tb.start_urls[1]])  # what `scrapy scale seed JOB URL` does
+        res = proc.finish(60)
+        assert res.returncode == 0, res.tail()
+        assert res.item_urls == tb.detail_urls()  # the second host came in while it waited
+        assert "closespider_timeout" in res.log
