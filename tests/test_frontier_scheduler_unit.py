@@ -141,6 +141,16 @@ def test_a_redirect_continues_its_record_but_copied_meta_does_not(sched: Schedul
     assert urls == {"http://a.test/new", "http://a.test/child"}
 
 
+def test_same_url_with_copied_meta_is_a_duplicate_not_a_retry(sched: Scheduler) -> None:
+    sched.enqueue_request(Request("http://a.test/1"))
+    r = lease_one(sched)
+    again = Request(r.url, meta=dict(r.meta))  # no dont_filter: Scrapy would filter it
+    sched.enqueue_request(again)
+    sched.sync_blocking()
+    assert state(sched, r) == State.LEASED  # not reset to pending (that would loop forever)
+    assert sched.crawler.stats.get_value("scale/frontier/deduplicated") == 1
+
+
 def test_start_requests_dedup_even_with_dont_filter_other_dont_filter_reopens(sched: Scheduler) -> None:
     seed = Request("http://a.test/", dont_filter=True, meta={"is_start_request": True})
     sched.enqueue_request(seed)

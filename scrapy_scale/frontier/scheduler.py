@@ -73,6 +73,8 @@ class InFlight:
     responded: bool = False
     #: monotonic time the engine was first seen done with the request
     left_at: float | None = None
+    #: the ack/fail to write once the engine lets go of the request (see _settle)
+    settled: tuple[str, Any] | None = None
 
 
 @dataclass
@@ -300,15 +302,16 @@ class Scheduler(BaseScheduler):
     # ---- fingerprints, continuations ----------------------------------------------------------
 
     def _fingerprint(self, request: Request) -> tuple[str, bool]:
-        """The record key of ``request``, and whether it continues a known record
-        (a retry: same fingerprint, attempt > 1 or in flight here; a redirect of a
-        request in flight here)."""
+        """The record key of ``request``, and whether it continues a known record:
+        a retry (same fingerprint, ``dont_filter`` as every retry has, and attempt > 1
+        or in flight here) or a redirect of a request in flight here. Anything else
+        -- e.g. a request that copied ``response.meta`` -- is deduplicated as usual."""
         real = self.fingerprinter.fingerprint(request).hex()
         given = request.meta.get(meta.FINGERPRINT)
         attempt = _int(request.meta.get(meta.ATTEMPT), 1)
         fp, update = real, False
         if given == real:
-            update = attempt > 1 or real in self.inflight
+            update = request.dont_filter and (attempt > 1 or real in self.inflight)
         elif given and given in self.inflight:
             redirects = request.meta.get("redirect_urls") or []
             if redirects and redirects[-1] == self.inflight[given].url:
@@ -329,9 +332,8 @@ class Scheduler(BaseScheduler):
             entry.items_expected = outcome.items
             self._maybe_ack(outcome.fingerprint, entry)
         else:
-            del self.inflight[outcome.fingerprint]
-            self.outbox.append(("fail", (outcome.fingerprint, entry.token, str(outcome.cls), outcome.reason)))
-            self._inc("failed")
+            self._settle(outcome.fingerprint, entry,
+                         ("fail", (outcome.fingerprint, entry.token, str(outcome.cls), outcome.reason)))
 
     def _on_item(self, item: Any = None, response: Any = None, spider: Any = None, **kw: Any) -> None:
         req = getattr(response, "request", None)
@@ -349,9 +351,27 @@ class Scheduler(BaseScheduler):
 
     def _maybe_ack(self, fp: str, entry: InFlight) -> None:
         if entry.items_expected is not None and entry.items_seen >= entry.items_expected:
-            del self.inflight[fp]
-            self.outbox.append(("ack", (fp, entry.token)))
-            self._inc("acked")
+            self._settle(fp, entry, ("ack", (fp, entry.token)))
+
+    # -- crash-test fix (commands/crash-test helper): Scrapy's scraper drains a callback's
+    # output into a queue and enqueues the requests in it afterwards, so the final outcome
+    # (sent when the output iterator ends) can come BEFORE the children reach
+    # enqueue_request. Acking then put the parent's ack ahead of its children in the
+    # outbox, and a kill -9 between two syncs lost the children for good (seen in
+    # tests/test_frontier_crash.py). The engine holds the request in its in-progress set
+    # until the scraper has processed all of that output, so the ack/fail waits for that.
+    def _settle(self, fp: str, entry: InFlight, op: tuple[str, Any]) -> None:
+        """Write ``op`` (the ack or fail of ``fp``) now, or once the engine lets go of it."""
+        if self._engine_holds(entry.request):
+            entry.settled = op  # written by _ack_finished_by_engine on a later tick
+            return
+        del self.inflight[fp]
+        self.outbox.append(op)
+        self._inc("acked" if op[0] == "ack" else "failed")
+
+    def _engine_holds(self, request: Request | None) -> bool:
+        inprogress = getattr(getattr(self._engine(), "_slot", None), "inprogress", None)
+        return bool(request is not None and inprogress is not None and request in inprogress)
 
     def _ack_finished_by_engine(self) -> None:
         """Ack what the engine is done with but no outcome covered: every such
@@ -363,6 +383,9 @@ class Scheduler(BaseScheduler):
         now = time.monotonic()
         for fp, entry in list(self.inflight.items()):
             if entry.request is None or entry.request in inprogress:
+                continue
+            if entry.settled is not None:
+                self._settle(fp, entry, entry.settled)
                 continue
             if entry.left_at is None:
                 entry.left_at = now
