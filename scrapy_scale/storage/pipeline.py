@@ -136,9 +136,12 @@ def default_store_url(settings: Any) -> str:
 
 
 def resolve_run_id(crawler: Crawler) -> str:
-    """The frontier's run id when it offers one (``crawler.scale_run_id`` or the
-    scheduler's ``run_id``), else a new id for this process."""
+    """The frontier's run when there is one (it opens before the pipelines and puts its run
+    number in the ``scale/frontier/run`` stat; a resumed run keeps its number), else a new
+    id for this process (``20261130T090000Z-1a2b3c4d``)."""
     rid = getattr(crawler, "scale_run_id", None)
+    if not rid and crawler.stats is not None:
+        rid = crawler.stats.get_value("scale/frontier/run")
     if not rid:
         slot = getattr(crawler.engine, "_slot", None) if crawler.engine else None
         rid = getattr(getattr(slot, "scheduler", None), "run_id", None)
@@ -174,6 +177,8 @@ class StorePipeline:
         #: keys written (or on their way) in this run, for the duplicate count
         self._seen: set[str] = set()
         self._pending = 0
+        #: id(submission) -> the Deferred its process_item waits on
+        self._waiting: dict[int, Deferred[Result]] = {}
         self._paused = False
         self._latency_sum = 0.0
         self._outage_logged = 0.0
@@ -198,7 +203,7 @@ class StorePipeline:
         self.store = open_store(self.url, self.collection, self.dead_collection, self.fields)
         self.writer = BatchWriter(
             self.store, self.batch_size, self.max_latency, self.retry_max_delay,
-            report=lambda r: reactor.callFromThread(self._on_batch, r),  # type: ignore[attr-defined]
+            on_batch=lambda r, results: reactor.callFromThread(self._on_batch, r, results),  # type: ignore[attr-defined]
             on_unavailable=lambda e, n, d: reactor.callFromThread(self._on_unavailable, e, n, d),  # type: ignore[attr-defined]
         )
         self.writer.start()
@@ -228,10 +233,11 @@ class StorePipeline:
     async def process_item(self, item: Any, spider: Spider | None = None) -> Any:
         src = self.sources.pop(item)
         d: Deferred[Result] = Deferred()
-        sub = self._submission(item, src, d)
+        sub = self._submission(item, src)
         if sub is None:  # duplicate dropped
             raise DropItem("duplicate: key already written in this run (SCALE_STORE_DROP_DUPLICATES)")
         assert self.writer is not None, "StorePipeline used before open_spider"
+        self._waiting[id(sub)] = d
         self.writer.submit(sub)
         self._pending += 1
         if self._pending >= self.max_pending and not self._paused and self.crawler.engine:
@@ -246,8 +252,7 @@ class StorePipeline:
             raise DropItem(f"dead-lettered: {result.reason}")
         return item
 
-    def _submission(self, item: Any, src: Source | None, d: Deferred[Result]) -> Submission | None:
-        done = self._done_callback(d)
+    def _submission(self, item: Any, src: Source | None) -> Submission | None:
         url = src.url if src else None
         cb = src.callback if src else "unknown callback"
         type_name = type(item).__name__
@@ -271,7 +276,7 @@ class StorePipeline:
 
         def dead_sub(reason: str, key: str | None = None, doc: Any = None) -> Submission:
             self.stats.inc_value(STATS + "dead_letter_reason/" + reason.split(":", 1)[0].strip().replace(" ", "_")[:40])
-            return Submission(done=done, dead=dead(reason, key, doc), reason=reason)
+            return Submission(dead=dead(reason, key, doc), reason=reason)
 
         if not ItemAdapter.is_item(item):
             reason = (
@@ -302,20 +307,14 @@ class StorePipeline:
             self._seen.add(key)
         doc.update(meta)
         return Submission(
-            done=done, row=Row(key, doc),
+            row=Row(key, doc),
             on_refused=lambda reason: dead(reason, key, doc),
         )
 
-    def _done_callback(self, d: Deferred[Result]):
-        from twisted.internet import reactor
-
-        def done(result: Result) -> None:
-            reactor.callFromThread(self._resolve, d, result)  # type: ignore[attr-defined]
-
-        return done
-
-    def _resolve(self, d: Deferred[Result], result: Result) -> None:
-        self._pending -= 1
+    def _on_batch(self, r: BatchReport, results: list[tuple[Submission, Result]]) -> None:
+        """On the reactor thread, once per written batch: stats, then resolve its items."""
+        self._count_batch(r)
+        self._pending -= len(results)
         if self._paused and self._pending <= self.max_pending // 2:
             self._paused = False
             engine = self.crawler.engine
@@ -325,11 +324,14 @@ class StorePipeline:
                 if slot is not None:
                     slot.nextcall.schedule()
             logger.info("store caught up (%d items waiting): crawl resumed", self._pending)
-        d.callback(result)
+        for sub, result in results:
+            d = self._waiting.pop(id(sub), None)
+            if d is not None:
+                d.callback(result)
 
     # ---- stats -----------------------------------------------------------------
 
-    def _on_batch(self, r: BatchReport) -> None:
+    def _count_batch(self, r: BatchReport) -> None:
         st, p = self.stats, STATS
         st.inc_value(p + "batches")
         st.inc_value(p + "written", r.inserted + r.updated)

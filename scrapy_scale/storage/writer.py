@@ -48,7 +48,8 @@ Result = Stored | DeadLettered
 class Submission:
     """One item on its way to the store: an upsert ``row``, or a ``dead`` record."""
 
-    done: Callable[[Result], None]
+    #: called on the writer thread with the result (unless the writer has ``on_batch``)
+    done: Callable[[Result], None] | None = None
     row: Row | None = None
     dead: DeadRow | None = None
     #: reason when ``dead`` is set
@@ -94,6 +95,7 @@ class BatchWriter:
         retry_max_delay: float = 10.0,
         report: Callable[[BatchReport], None] | None = None,
         on_unavailable: Callable[[str, int, float], None] | None = None,
+        on_batch: Callable[[BatchReport, list[tuple[Submission, Result]]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         rng: Randomness | None = None,
@@ -104,6 +106,7 @@ class BatchWriter:
         self.backoff = Backoff(min(0.25, retry_max_delay), retry_max_delay, rng)
         self.report = report
         self.on_unavailable = on_unavailable
+        self.on_batch = on_batch
         self.clock = clock
         self.wall = wall
         self._queue: deque[Submission] = deque()
@@ -244,16 +247,22 @@ class BatchWriter:
             _, n = self._retrying("dead letter", lambda: self.store.dead_letter(dead, self.wall()))
             retries += n
         t1 = self.clock()
+        n_ins = sum(1 for _, res_ in results if isinstance(res_, Stored) and res_.inserted)
+        n_stored = sum(1 for _, res_ in results if isinstance(res_, Stored))
+        report = BatchReport(
+            items=len(batch), inserted=n_ins, updated=n_stored - n_ins, dead=len(dead), retries=retries,
+            write_seconds=t1 - t0, max_item_latency=t1 - min(s.t for s in batch),
+        )
+        if self.on_batch is not None:
+            # one hand-over per batch (one reactor wake-up, not one per item)
+            self.on_batch(report, results)
+            return
         if self.report:
-            n_ins = sum(1 for _, res_ in results if isinstance(res_, Stored) and res_.inserted)
-            n_stored = sum(1 for _, res_ in results if isinstance(res_, Stored))
-            self.report(BatchReport(
-                items=len(batch), inserted=n_ins, updated=n_stored - n_ins, dead=len(dead), retries=retries,
-                write_seconds=t1 - t0, max_item_latency=t1 - min(s.t for s in batch),
-            ))
+            self.report(report)
         for s, outcome in results:
             try:
-                s.done(outcome)
+                if s.done is not None:
+                    s.done(outcome)
             except Exception:  # noqa: BLE001
                 logger.exception("store writer: completion callback failed")
 
