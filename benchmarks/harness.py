@@ -59,6 +59,7 @@ BASE_SETTINGS: dict[str, Any] = {
 }
 
 Settings = Mapping[str, Any] | Callable[[str], Mapping[str, Any]]
+Cleanup = Callable[[str], Mapping[str, float] | None]
 
 
 @dataclass
@@ -75,6 +76,8 @@ class Metrics:
     returncode: int
     run_dir: Path
     stats: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: measures a variant adds (what its cleanup returned), e.g. a server's CPU seconds
+    extra: dict[str, float] = field(default_factory=dict)
 
     @property
     def pages_per_s(self) -> float:
@@ -88,11 +91,12 @@ class Metrics:
 @dataclass
 class Variant:
     """A named set of settings. ``settings`` may be a function of a unique run id (for a
-    Redis key, say); ``cleanup(run_id)`` runs after each crawl of the variant."""
+    Redis key, say); ``cleanup(run_id)`` runs after each crawl of the variant and may
+    return extra measures (a dict of numbers, kept in ``Metrics.extra``)."""
 
     name: str
     settings: Settings
-    cleanup: Callable[[str], None] | None = None
+    cleanup: Cleanup | None = None
 
 
 class TestbedProcess:
@@ -103,9 +107,10 @@ class TestbedProcess:
     ``scrapy_settings()``.
     """
 
-    def __init__(self, hosts: int, pages: int, seed: int = 1, faults: str = "",
+    def __init__(self, hosts: int, pages: int, seed: int = 1, faults: str = "", per_page: int = 20,
                  extra_args: Sequence[str] = (), workdir: Path | None = None):
         self.hosts = hosts
+        self.per_page = per_page
         self.pages_per_host = max(1, pages // hosts)
         self.pages = self.pages_per_host * hosts
         self.seed = seed
@@ -120,6 +125,7 @@ class TestbedProcess:
     def start(self, timeout: float = 30) -> TestbedProcess:
         argv = [PYTHON, "-m", "scrapy_scale.testbed", "--hosts", str(self.hosts),
                 "--pages", str(self.pages_per_host), "--seed", str(self.seed), "--no-log",
+                "--per-page", str(self.per_page),
                 "--state-file", str(self.state_file), "--summary-file", str(self.workdir / "served.json")]
         if self.faults:
             argv += ["--faults", self.faults]
@@ -169,7 +175,7 @@ class TestbedProcess:
 def run_variant(name: str, settings: Settings, pages: int, hosts: int, *,
                 testbed: TestbedProcess | None = None, workdir: Path | None = None,
                 spider: str = "catalog", timeout: float = 900, env: dict[str, str] | None = None,
-                cleanup: Callable[[str], None] | None = None, keep: bool = False) -> Metrics:
+                cleanup: Cleanup | None = None, keep: bool = False) -> Metrics:
     """One crawl of the testbed (``pages`` detail pages in all, over ``hosts``) with
     ``settings`` on top of the example project's; returns what it measured.
 
@@ -186,11 +192,12 @@ def run_variant(name: str, settings: Settings, pages: int, hosts: int, *,
     merged.update(settings(run_id) if callable(settings) else settings)
     t0 = time.monotonic()
     proc = start_crawl(testbed, merged, base, spider=spider, env=env)
+    extra: Mapping[str, float] | None = None
     try:
         _, status, usage = _wait4(proc.pid, timeout)
     finally:
         if cleanup is not None:
-            cleanup(run_id)
+            extra = cleanup(run_id)
     wall = time.monotonic() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
     res = proc.result()
@@ -206,8 +213,9 @@ def run_variant(name: str, settings: Settings, pages: int, hosts: int, *,
         returncode=proc.returncode,
         run_dir=res.run_dir,
         stats=st,
+        extra=dict(extra or {}),
     )
-    expected = testbed.pages + testbed.hosts * -(-testbed.pages_per_host // 20)  # details + listings
+    expected = testbed.pages + testbed.hosts * -(-testbed.pages_per_host // testbed.per_page)  # details + listings
     if m.returncode != 0 or m.pages < expected:
         raise RuntimeError(
             f"{name}: crawl failed or incomplete (exit {m.returncode}, {m.pages} responses of at least "
@@ -253,16 +261,26 @@ def run_rounds(variants: Sequence[Variant], pages: int, hosts: int, rounds: int 
     return results
 
 
+def value(m: Metrics, attr: str) -> float:
+    """A metric by name: an attribute of Metrics, else one of its extra measures."""
+    return float(getattr(m, attr)) if hasattr(m, attr) else float(m.extra.get(attr, float("nan")))
+
+
 def _median(ms: Iterable[Metrics], attr: str) -> float:
-    return float(statistics.median(getattr(m, attr) for m in ms))
+    return float(statistics.median(value(m, attr) for m in ms))
 
 
-def table(results: Mapping[str, Sequence[Metrics]], baseline: str | None = None) -> str:
-    """A Markdown table: medians per variant and their ratios to ``baseline`` (default: the first)."""
+COLUMNS = [("pages/s", "pages_per_s", "{:.0f}"), ("CPU s / 1k pages", "cpu_per_1k", "{:.2f}"),
+           ("peak RSS MiB", "peak_rss_mib", "{:.0f}")]
+
+
+def table(results: Mapping[str, Sequence[Metrics]], baseline: str | None = None,
+          extra: Sequence[tuple[str, str, str]] = ()) -> str:
+    """A Markdown table: medians per variant and their ratios to ``baseline`` (default: the
+    first). ``extra``: more columns as (title, metric or extra-measure name, format)."""
     names = list(results)
     base = baseline or names[0]
-    cols = [("pages/s", "pages_per_s", "{:.0f}"), ("CPU s / 1k pages", "cpu_per_1k", "{:.2f}"),
-            ("peak RSS MiB", "peak_rss_mib", "{:.0f}")]
+    cols = COLUMNS + list(extra)
     head = "| variant | runs | pages |" + "".join(f" {c} | ratio |" for c, _, _ in cols)
     out = [head, "|---|---:|---:|" + "---:|---:|" * len(cols)]
     for n in names:
