@@ -98,7 +98,7 @@ def main() -> None:
     mongo_url = uri.rstrip("/") + "/bench"
     try:
         print(f"## 1. Store throughput (items/s, durable writes; MongoDB server: {server})\n")
-        print("| store | one write per item | batches of %d | ratio |" % args.batch)
+        print(f"| store | one write per item | batches of {args.batch} | ratio |")
         print("|---|---|---|---|")
         for name, url in (("MongoDB", mongo_url), ("SQLite", f"sqlite:///{tmp}/bench.sqlite")):
             single = max(store_rate(url, args.single_items, 1, 0) for _ in range(args.rounds))
