@@ -214,3 +214,39 @@ def test_mongodb_killed_and_restarted_mid_crawl_nothing_lost(tmp_path: Path, mon
     keys = {d["_id"] for d in s.documents()}
     s.close()
     assert keys == {page_key(u) for u in tb.detail_urls()}
+
+
+def _crash_and_resume(tmp_path: Path, settings: dict, store_url: str) -> None:
+    """Start the catalog with the add-on (frontier + store), kill -9 it once items are being
+    stored, run the same crawl again until it ends: exactly the expected rows, all of one run."""
+    with Testbed(hosts=2, pages=150, seed=11) as tb:
+        expected = {page_key(u) for u in tb.detail_urls()}
+        proc = start_crawl(tb, settings, tmp_path)
+        watch = open_store(store_url, "items")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None and watch.count() < 60:
+            time.sleep(0.05)
+        assert proc.poll() is None, "the crawl ended before it could be killed"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        killed_at = watch.count()
+        assert 0 < killed_at < len(expected)
+        res = run_crawl(tb, settings, tmp_path, timeout=180)
+        assert res.returncode == 0, res.tail()
+        docs = list(watch.documents())
+        watch.close()
+    keys = [d["_id"] for d in docs]
+    assert len(keys) == len(set(keys)) == len(expected), f"{len(keys)} rows for {len(expected)} pages"
+    assert set(keys) == expected
+    assert len({d["_run_id"] for d in docs}) == 1, "the resumed run wrote under another run id"
+
+
+def test_kill_9_and_resume_with_the_sqlite_frontier(tmp_path: Path) -> None:
+    _crash_and_resume(tmp_path, {}, f"sqlite:///{tmp_path}/state/items.sqlite")
+
+
+def test_kill_9_and_resume_with_redis_frontier_and_mongodb(tmp_path: Path, redis_url: str, redis_prefix: str,
+                                                          mongo_uri: str) -> None:
+    store_url = f"{mongo_uri.rstrip('/')}/{redis_prefix.replace('-', '_')}"
+    _crash_and_resume(tmp_path, {"SCALE_FRONTIER_URL": redis_url, "SCALE_JOB": redis_prefix,
+                                 "SCALE_STORE_URL": store_url}, store_url)
