@@ -9,6 +9,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from scrapy_scale.storage.backends import open_store
 from scrapy_scale.storage.keys import page_key
 from scrapy_scale.testbed import Testbed
@@ -120,14 +122,17 @@ def write_spiders(tmp_path: Path) -> dict[str, str]:
     return {"PYTHONPATH": str(pkg)}
 
 
-def test_bad_items_never_crash_the_crawl(tmp_path: Path) -> None:
+@pytest.mark.parametrize("drop", [False, True], ids=["update-duplicates", "drop-duplicates"])
+def test_bad_items_never_crash_the_crawl(tmp_path: Path, drop: bool) -> None:
     env = write_spiders(tmp_path)
     settings = {
         **ONLY_STORE,
         "SPIDER_MODULES": ["storage_test_spiders"],
         "SCALE_ITEM_KEY": {"Product": ["sku"]},
         "SCALE_STORE_MAX_ITEM_BYTES": 2048,
+        "SCALE_STORE_DROP_DUPLICATES": drop,
         "ADDONS": {},
+        "FEEDS": None,  # the JSON feed exporter cannot write a set; the store can
     }
     res = run_crawl(None, settings, tmp_path, spider="bad_items", timeout=60, env=env)
     assert res.returncode == 0, res.tail()
@@ -135,16 +140,20 @@ def test_bad_items_never_crash_the_crawl(tmp_path: Path) -> None:
     st = res.stats
     assert st["scale/store/dead_lettered"] == 4
     assert st["scale/store/duplicates_in_run"] == 1
-    assert st["scale/store/written"] == 3 and st["scale/store/inserted"] == 2
-    assert st["item_scraped_count"] == 3 and st["item_dropped_count"] == 3
+    assert st["scale/store/inserted"] == 2
+    assert st["scale/store/written"] == (2 if drop else 3)
+    assert st["item_scraped_count"] == (2 if drop else 3)
+    assert st["item_dropped_count"] == (4 if drop else 3)
+    assert st["log_count/ERROR"] == 1  # the non-item, named with its callback
     s = sqlite_store(tmp_path)
     dl = sorted(d["reason"].split(":")[0] for d in s.dead_letters())
     assert dl == ["invalid key", "not an item", "too large", "unencodable"]
     assert all(d["callback"] == "BadItemsSpider.parse" for d in s.dead_letters())
     docs = list(s.documents())
     prod = next(d for d in docs if d.get("sku") == "A1")
-    # encoding rules; the duplicate's fields win, fields it lacks are kept
-    assert (prod["when"], prod["price"], prod["raw"], prod["tags"]) == ("2026-01-02T03:04:00", "9.80", "aGk=", ["a", "b"])
+    # encoding rules; a written duplicate's fields win, fields it lacks are kept
+    assert (prod["when"], prod["raw"], prod["tags"]) == ("2026-01-02T03:04:00", "aGk=", ["a", "b"])
+    assert prod["price"] == ("9.90" if drop else "9.80")
     assert prod["_item_type"] == "Product"
     assert len(docs) == 2
     s.close()

@@ -283,7 +283,6 @@ class StorePipeline:
                 f"not an item: {cb} yielded a {type(item).__module__}.{type(item).__qualname__} "
                 "(expected a dict, scrapy.Item, dataclass or attrs object)"
             )
-            logger.error("%s (from %s)", reason, url)
             return dead_sub(reason)
         fields = ItemAdapter(item).asdict()
         try:
