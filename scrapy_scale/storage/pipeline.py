@@ -54,6 +54,8 @@ class SourceTable:
 
     def __init__(self) -> None:
         self._by_id: dict[int, deque[Source]] = {}
+        #: set by StorePipeline; without it nobody would pop, so nothing is recorded
+        self.consumed = False
 
     def add(self, src: Source) -> None:
         self._by_id.setdefault(id(src.item), deque()).append(src)
@@ -101,7 +103,7 @@ class StoreSpiderMiddleware:
         return cls(crawler)
 
     def _note(self, out: Any, response: Response | None, state: list[int], cb: str) -> None:
-        if out is None or isinstance(out, Request):
+        if out is None or isinstance(out, Request) or not self.sources.consumed:
             return
         self.sources.add(Source(out, response.url if response is not None else None, state[0], cb))
         state[0] += 1
@@ -170,6 +172,7 @@ class StorePipeline:
         self.reserved = set(self.fields.values())
         self.stats = crawler.stats
         self.sources = _sources_of(crawler)
+        self.sources.consumed = True
         self.store: Store | None = None
         self.writer: BatchWriter | None = None
         self.job = ""
