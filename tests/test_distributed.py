@@ -1,0 +1,133 @@
+"""Several `scrapy crawl` workers on one Redis frontier: one SIGKILLed mid-run, and
+the Redis server itself killed and restarted mid-crawl. Real processes, real Redis
+(AOF on for the restart), real item stores."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from scrapy_scale.frontier import open_store
+from scrapy_scale.testbed import Testbed
+from tests.crawling import CrawlProcess, start_crawl
+from tests.test_frontier_crash_support import (
+    all_paths,
+    check_items_exact,
+    expected_requests,
+    served_ok_paths,
+    stored_items,
+)
+
+WORKER_SETTINGS = {
+    "CONCURRENT_REQUESTS": 16,
+    "CONCURRENT_REQUESTS_PER_DOMAIN": 4,
+    "LOG_LEVEL": "INFO",
+    # the killed worker's leases come back to the others after this (no restart of it)
+    "SCALE_FRONTIER_LEASE": 4.0,
+    "SCALE_FRONTIER_BATCH": 16,
+}
+
+
+def _wait_for(pred, timeout: float, what: str, procs: list[CrawlProcess]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        dead = [p for p in procs if p.poll() is not None]
+        if dead:
+            raise AssertionError(f"a worker exited (rc={dead[0].returncode}) while waiting for {what}:\n"
+                                 f"{dead[0].result().tail()}")
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _finish_all(procs: list[CrawlProcess], timeout: float) -> list:
+    results = []
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        results.append(p.finish(max(1.0, deadline - time.monotonic())))
+    return results
+
+
+@pytest.mark.timeout(240)
+def test_three_workers_one_killed_every_page_done_once_and_the_others_exit(
+    tmp_path: Path, redis_url: str, redis_prefix: str, mongo_uri: str
+) -> None:
+    job = redis_prefix
+    store_url = f"{mongo_uri.rstrip('/')}/dist_{uuid.uuid4().hex[:8]}"
+    base = {**WORKER_SETTINGS, "SCALE_JOB": job, "SCALE_FRONTIER_URL": redis_url, "SCALE_STORE_URL": store_url}
+    with Testbed(hosts=6, pages=200, seed=21) as tb:
+        total = expected_requests(tb)
+        procs = [start_crawl(tb, {**base, "SCALE_FRONTIER_WORKER": f"w{i}"}, tmp_path) for i in range(3)]
+        store = open_store(redis_url, job)
+        try:
+            # kill w1 mid-run, while it holds leases (so the others must take them over)
+            def w1_busy() -> bool:
+                st = store.status()
+                return st.counts["done"] >= total // 3 and st.leases_by_worker.get("w1", 0) > 0
+            _wait_for(w1_busy, 120, "w1 to hold leases a third into the crawl", procs)
+            held = store.status().leases_by_worker.get("w1", 0)
+            os.kill(procs[1].pid, signal.SIGKILL)
+            procs[1].wait(30)
+            assert procs[1].returncode == -signal.SIGKILL
+            survivors = [procs[0], procs[2]]
+            results = _finish_all(survivors, 150)  # they exit by themselves once the job drained
+            for r in results:
+                assert r.returncode == 0, r.tail()
+                assert "drained" in r.log or "run finished" in r.log, r.tail()
+            counts = store.counts()
+            status = store.status()
+        finally:
+            store.close()
+        assert held > 0
+        assert counts == {"pending": 0, "delayed": 0, "leased": 0, "done": total, "failed": 0}, counts
+        assert status.run is not None and status.run.ended_at is not None, "the run was marked finished"
+        # the survivors reclaimed w1's expired leases
+        assert sum(r.stats.get("scale/frontier/reclaimed", 0) for r in results) >= 1
+        missing = all_paths(tb) - served_ok_paths(tb)
+        assert not missing, f"{len(missing)} pages never crawled"
+        check_items_exact(tb, stored_items(store_url))
+        # every worker did a share of the work
+        for r in results:
+            assert r.stats.get("scale/frontier/acked", 0) > 0
+
+
+@pytest.mark.timeout(240)
+def test_redis_restart_mid_crawl_workers_wait_reconnect_and_finish(tmp_path: Path, redis_server) -> None:
+    job = "restart"
+    url = f"redis://127.0.0.1:{redis_server.port}/0"
+    store_url = f"sqlite:///{tmp_path}/state/items.sqlite"
+    base = {**WORKER_SETTINGS, "SCALE_JOB": job, "SCALE_FRONTIER_URL": url, "SCALE_STORE_URL": store_url}
+    with Testbed(hosts=4, pages=250, seed=22) as tb:
+        total = expected_requests(tb)
+        procs = [start_crawl(tb, {**base, "SCALE_FRONTIER_WORKER": f"w{i}"}, tmp_path) for i in range(2)]
+        store = open_store(url, job)
+        try:
+            _wait_for(lambda: store.counts()["done"] >= total // 3, 120, "a third of the crawl", procs)
+        finally:
+            store.close()
+        redis_server.kill()
+        down_at = time.monotonic()
+        time.sleep(3.0)
+        assert all(p.poll() is None for p in procs), "a worker died while Redis was down"
+        redis_server.start()
+        downtime = time.monotonic() - down_at
+        results = _finish_all(procs, 150)
+        for r in results:
+            assert r.returncode == 0, r.tail()
+            assert "unreachable" in r.log and "is back" in r.log, r.tail()
+        store = open_store(url, job)
+        try:
+            counts = store.counts()
+        finally:
+            store.close()
+        assert counts == {"pending": 0, "delayed": 0, "leased": 0, "done": total, "failed": 0}, counts
+        missing = all_paths(tb) - served_ok_paths(tb)
+        assert not missing, f"{len(missing)} pages never crawled"
+        check_items_exact(tb, stored_items(store_url))
+        assert downtime >= 3.0
