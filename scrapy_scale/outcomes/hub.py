@@ -166,6 +166,8 @@ class OutcomeHub:
         self.force_hold: set[int] = set()
         self._keys = itertools.count()
         self.scheduler_delays: bool | None = None
+        #: the scheduler keys requests by their real fingerprint itself (the scrapy-scale frontier)
+        self.scheduler_fingerprints = False
         self.errors: Counter[tuple[str, str]] = Counter()
         self.finals = 0
         sig = crawler.signals
@@ -316,6 +318,9 @@ class OutcomeHub:
             if sched is None:
                 return False
             self.scheduler_delays = bool(getattr(sched, "supports_not_before", False))
+            self.scheduler_fingerprints = self.scheduler_delays and type(
+                sched
+            ).__module__.startswith("scrapy_scale.")
         return self.scheduler_delays
 
     def spider_opened(self, spider: Any) -> None:

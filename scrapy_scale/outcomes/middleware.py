@@ -63,7 +63,8 @@ class OutcomeDownloaderMiddleware:
         fp = m.get(meta.FINGERPRINT)
         if fp is None:
             m[meta.FINGERPRINT] = self.hub.fingerprint(request)
-        elif not m.get("redirect_urls"):
+        elif not m.get("redirect_urls") and not self.hub.scheduler_fingerprints:
+            # (the frontier sets the real fingerprint at enqueue; elsewhere it is cached)
             real = self.hub.crawler.request_fingerprinter.fingerprint(request).hex()  # type: ignore[union-attr]
             if real != fp:
                 # chain keys copied along with response.meta into a new request: a new chain
