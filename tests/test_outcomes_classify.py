@@ -198,3 +198,19 @@ def test_bad_critical_fields_and_detectors_name_their_setting():
         config.get(Settings({"SCALE_CRITICAL_FIELDS": {"Product": [1]}}), "SCALE_CRITICAL_FIELDS")
     with pytest.raises(config.ScaleSettingError, match="^SCALE_BLOCK_DETECTORS: "):
         config.get(Settings({"SCALE_BLOCK_DETECTORS": [3]}), "SCALE_BLOCK_DETECTORS")
+
+
+@pytest.mark.parametrize(
+    "path,problem",
+    [("no.such.Detector", "cannot import 'no.such.Detector'"), ("scrapy.Request", "has no detect(response, request)")],
+)
+def test_bad_detector_fails_when_the_middleware_starts(path, problem):
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_scale.outcomes import OutcomeDownloaderMiddleware
+
+    crawler = get_crawler(Spider, {"SCALE_BLOCK_DETECTORS": [path]})
+    with pytest.raises(config.ScaleSettingError) as e:
+        OutcomeDownloaderMiddleware.from_crawler(crawler)
+    assert e.value.setting == "SCALE_BLOCK_DETECTORS" and problem in str(e.value)
