@@ -216,9 +216,13 @@ class StorePipeline:
         if self.writer is None:
             return
         writer, store = self.writer, self.store
-        await maybe_deferred_to_future(threads.deferToThread(writer.close))
-        if store is not None:
-            store.close()
+
+        def finish() -> None:  # blocking: off the reactor thread
+            writer.close()
+            if store is not None:
+                store.close()
+
+        await maybe_deferred_to_future(threads.deferToThread(finish))
         if self._seen:
             self.stats.set_value(STATS + "keys_in_run", len(self._seen))
         written = self.stats.get_value(STATS + "written", 0)
