@@ -140,6 +140,8 @@ def test_bad_items_never_crash_the_crawl(tmp_path: Path, drop: bool) -> None:
     st = res.stats
     assert st["scale/store/dead_lettered"] == 4
     assert st["scale/store/duplicates_in_run"] == 1
+    assert {k.rsplit("/", 1)[1]: v for k, v in st.items() if "dead_letter_reason/" in k} == {
+        "not_an_item": 1, "invalid_key": 1, "unencodable": 1, "too_large": 1}
     assert st["scale/store/inserted"] == 2
     assert st["scale/store/written"] == (2 if drop else 3)
     assert st["item_scraped_count"] == (2 if drop else 3)

@@ -282,7 +282,6 @@ class StorePipeline:
             return DeadRow(ident, body)
 
         def dead_sub(reason: str, key: str | None = None, doc: Any = None) -> Submission:
-            self.stats.inc_value(STATS + "dead_letter_reason/" + reason.split(":", 1)[0].strip().replace(" ", "_")[:40])
             return Submission(dead=dead(reason, key, doc), reason=reason)
 
         if not ItemAdapter.is_item(item):
@@ -331,6 +330,8 @@ class StorePipeline:
                     slot.nextcall.schedule()
             logger.info("store caught up (%d items waiting): crawl resumed", self._pending)
         for sub, result in results:
+            if isinstance(result, DeadLettered):
+                self.stats.inc_value(STATS + "dead_letter_reason/" + reason_kind(result.reason))
             d = self._waiting.pop(id(sub), None)
             if d is not None:
                 d.callback(result)
@@ -361,6 +362,13 @@ class StorePipeline:
         if attempt == 1 or attempt % 10 == 0:
             logger.warning("store unavailable (attempt %d, next in %.1fs; %d items waiting): %s",
                            attempt, delay, self._pending, error)
+
+
+def reason_kind(reason: str) -> str:
+    """The stat suffix of a dead-letter reason: ``invalid key: ...`` -> ``invalid_key``;
+    ``MongoDB refused the write (code 2): ...`` -> ``MongoDB_refused_the_write``."""
+    head = reason.split(":", 1)[0].split("(", 1)[0].strip()
+    return head.replace(" ", "_")[:40] or "other"
 
 
 def _clean(s: str | None) -> str | None:
