@@ -12,7 +12,8 @@ Variants (all on the same testbed process, interleaved, the order rotated per ro
 - ``scale``: the scrapy-scale add-on on its embedded defaults (SQLite frontier and item store),
   for reference: it does more work per page (durable frontier, outcome classification, item store).
 
-Prints the medians and their ratios to the first variant as a Markdown table.
+Prints the medians and the ratios to the first variant (median of per-round ratios) as a
+Markdown table.
 """
 
 from __future__ import annotations
@@ -147,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         extra.append(("CPU s / 1k pages incl. Redis server", "cpu_all_per_1k", "{:.2f}"))
     print()
     print(f"`{cmd.strip()}` ({args.rounds} rounds, {time.monotonic() - t0:.0f} s in all, load average "
-          f"{load0:.1f} at the start and {os.getloadavg()[0]:.1f} at the end; medians, ratios to {vs[0].name}):")
+          f"{load0:.1f} at the start and {os.getloadavg()[0]:.1f} at the end; medians, and ratios to "
+          f"{vs[0].name} as the median of the per-round ratios):")
     print()
     print(table(results, extra=extra))
     print()

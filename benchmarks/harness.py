@@ -274,12 +274,23 @@ COLUMNS = [("pages/s", "pages_per_s", "{:.0f}"), ("CPU s / 1k pages", "cpu_per_1
            ("peak RSS MiB", "peak_rss_mib", "{:.0f}")]
 
 
+def ratio(variant: Sequence[Metrics], base: Sequence[Metrics], attr: str) -> float:
+    """variant / base for one metric: the median of the per-round ratios when both ran the
+    same rounds (each pair ran back to back, under the same load), else the ratio of medians."""
+    if len(variant) == len(base) and variant:
+        pairs = [value(v, attr) / value(b, attr) for v, b in zip(variant, base, strict=True) if value(b, attr)]
+        if pairs:
+            return float(statistics.median(pairs))
+    b = _median(base, attr)
+    return _median(variant, attr) / b if b else float("nan")
+
+
 def table(results: Mapping[str, Sequence[Metrics]], baseline: str | None = None,
           extra: Sequence[tuple[str, str, str]] = ()) -> str:
-    """A Markdown table: medians per variant and their ratios to ``baseline`` (default: the
-    first). ``extra``: more columns as (title, metric or extra-measure name, format)."""
+    """A Markdown table: medians per variant and ratios to ``baseline`` (default: the first;
+    see :func:`ratio`). ``extra``: more columns as (title, metric or extra-measure name, format)."""
     names = list(results)
-    base = baseline or names[0]
+    base = results[baseline or names[0]]
     cols = COLUMNS + list(extra)
     head = "| variant | runs | pages |" + "".join(f" {c} | ratio |" for c, _, _ in cols)
     out = [head, "|---|---:|---:|" + "---:|---:|" * len(cols)]
@@ -287,8 +298,7 @@ def table(results: Mapping[str, Sequence[Metrics]], baseline: str | None = None,
         ms = results[n]
         row = f"| {n} | {len(ms)} | {int(_median(ms, 'pages'))} |"
         for _, attr, fmt in cols:
-            v, b = _median(ms, attr), _median(results[base], attr)
-            row += f" {fmt.format(v)} | {v / b:.2f} |" if b else f" {fmt.format(v)} | - |"
+            row += f" {fmt.format(_median(ms, attr))} | {ratio(ms, base, attr):.2f} |"
         out.append(row)
     return "\n".join(out)
 
