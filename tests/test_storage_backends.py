@@ -240,3 +240,16 @@ def test_mongodb_killed_and_restarted_nothing_lost(mongo_server):
     assert s.count() == 100
     assert sum(r.retries for r in c.reports) >= 1
     s.close()
+
+
+def test_urls_paths_and_redaction():
+    from scrapy_scale.storage.backends import redact, sqlite_path
+
+    assert sqlite_path("sqlite:///abs/items.sqlite") == "/abs/items.sqlite"
+    assert sqlite_path("sqlite:////abs/items.sqlite") == "/abs/items.sqlite"
+    assert sqlite_path("sqlite://rel/items.sqlite") == "rel/items.sqlite"
+    assert redact("mongodb://user:s3cret@db.example:27017/x?authSource=admin") == \
+        "mongodb://***@db.example:27017/x?authSource=admin"
+    assert redact("mongodb://127.0.0.1:27017/x") == "mongodb://127.0.0.1:27017/x"
+    with pytest.raises(ValueError, match="unknown store URL scheme"):
+        open_store("mysql://h/db")
