@@ -1,0 +1,475 @@
+"""Benchmark (not a test): the persisted frontier against what users run today.
+
+    python -m benchmarks.bench_frontier                          # every part, defaults below
+    python -m benchmarks.bench_frontier --parts crawl --pages 3000 --hosts 10 --rounds 3
+    python -m benchmarks.bench_frontier --parts ops,rss,kill9
+
+Parts (each prints Markdown, ratios side by side from one run):
+
+- ``crawl``: the bench crawl (testbed process, ``--pages`` detail pages over ``--hosts``,
+  no faults, plain Scrapy otherwise: ``ADDONS = {}``) with five schedulers, interleaved by
+  ``benchmarks.harness.run_rounds``: Scrapy's default scheduler, Scrapy with ``JOBDIR``,
+  ``scrapy_scale.frontier.Scheduler`` on SQLite, the scrapy-redis scheduler
+  (``scrapy_redis.scheduler.Scheduler`` + ``RFPDupeFilter``), and our scheduler on Redis;
+  both Redis variants on the same Redis server (a private one by default, so its CPU is
+  counted). Two tables: SQLite frontier vs default vs JOBDIR; Redis frontier vs scrapy-redis.
+- ``ops``: store operations per second on the same Redis: our enqueue (batches of 64, as
+  the scheduler writes them), lease (batches of 64) and ack (batches of 64), and the same
+  with batches of 1, vs scrapy-redis ``RFPDupeFilter.request_seen`` + ``PriorityQueue.push``
+  and ``PriorityQueue.pop`` (one call per request, as its scheduler makes them). Each side
+  includes its own fingerprinting and (de)serialisation. SQLite store for reference.
+- ``rss``: peak RSS of a worker crawling ``--rss-pages`` pages (``CLOSESPIDER_PAGECOUNT``)
+  from a frontier holding ``--pending`` (1,000,000) pending requests vs an empty one, per
+  backend (SQLite; Redis on a private server).
+- ``kill9``: the ANCHORS.md comparison: a 2,000-page site (4 x 500), the crawl SIGKILLed
+  once after ``--kill-at`` responses and resumed with the same command to its end:
+  distinct pages ever crawled with scrapy-redis (``SCHEDULER_PERSIST``) vs our frontier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bench_schedulers import PLAIN, private_redis, redis_cpu, redis_variant
+from benchmarks.harness import (
+    BASE_SETTINGS,
+    TestbedProcess,
+    Variant,
+    _wait4,
+    run_rounds,
+    spread,
+    table,
+)
+
+FRONTIER = "scrapy_scale.frontier.Scheduler"
+
+
+# ---- crawl ---------------------------------------------------------------------------------
+
+
+def frontier_redis_variant(redis_url: str) -> Variant:
+    cpu_before: dict[str, float] = {}
+
+    def settings(run_id: str) -> dict[str, Any]:
+        cpu_before[run_id] = redis_cpu(redis_url)
+        return {"ADDONS": {}, "SCHEDULER": FRONTIER, "SCALE_FRONTIER_URL": redis_url, "SCALE_JOB": f"bench-{run_id}"}
+
+    def cleanup(run_id: str) -> dict[str, float]:
+        used = redis_cpu(redis_url) - cpu_before.pop(run_id)
+        _delete_keys(redis_url, f"scale:{{bench-{run_id}}}*")
+        return {"redis_cpu": used}
+
+    return Variant("Redis frontier", settings, cleanup)
+
+
+def _delete_keys(redis_url: str, pattern: str) -> None:
+    import redis
+
+    r = redis.Redis.from_url(redis_url)
+    for key in r.scan_iter(match=pattern, count=1000):
+        r.delete(key)
+
+
+def part_crawl(args: argparse.Namespace, redis_url: str) -> str:
+    jobdirs = Path(tempfile.mkdtemp(prefix="bench-jobdir-"))
+    variants = [
+        Variant("Scrapy default scheduler", PLAIN),
+        Variant("Scrapy JOBDIR", lambda run_id: {"ADDONS": {}, "JOBDIR": str(jobdirs / run_id)}),
+        Variant("SQLite frontier", {"ADDONS": {}, "SCHEDULER": FRONTIER}),
+        redis_variant(redis_url),
+        frontier_redis_variant(redis_url),
+    ]
+    t0 = time.monotonic()
+    load0 = os.getloadavg()[0]
+    with TestbedProcess(args.hosts, args.pages) as tb:
+        results = run_rounds(variants, tb.pages, tb.hosts, args.rounds, testbed=tb)
+    for ms in results.values():
+        for m in ms:
+            m.extra["cpu_all_per_1k"] = 1000 * (m.cpu + m.extra.get("redis_cpu", 0.0)) / m.pages
+    one = {k: results[k] for k in ("SQLite frontier", "Scrapy default scheduler", "Scrapy JOBDIR")}
+    two = {k: results[k] for k in ("Redis frontier", "scrapy-redis scheduler")}
+    extra = [("CPU s / 1k pages incl. Redis server", "cpu_all_per_1k", "{:.2f}")]
+    lines = [
+        f"Crawl: {tb.hosts} hosts x {tb.pages_per_host} pages, {args.rounds} rounds + warm-up, "
+        f"{time.monotonic() - t0:.0f} s, load average {load0:.1f} -> {os.getloadavg()[0]:.1f}. "
+        "Ratios: each row over the table's first row (median of the per-round ratios).",
+        "",
+        table({k: one[k] for k in ("Scrapy default scheduler", "Scrapy JOBDIR", "SQLite frontier")},
+              baseline="Scrapy default scheduler"),
+        "",
+        table({"Scrapy JOBDIR": one["Scrapy JOBDIR"], "SQLite frontier": one["SQLite frontier"]},
+              baseline="Scrapy JOBDIR"),
+        "",
+        table({"scrapy-redis scheduler": two["scrapy-redis scheduler"], "Redis frontier": two["Redis frontier"]},
+              baseline="scrapy-redis scheduler", extra=extra),
+        "",
+        spread(results),
+    ]
+    return "\n".join(lines)
+
+
+# ---- ops -------------------------------------------------------------------------------------
+
+
+class _Spider:
+    """What scrapy-redis and the codec need of a spider (a name; callbacks by name)."""
+
+    name = "benchops"
+
+    def parse(self, response: Any) -> None:  # pragma: no cover - never called
+        pass
+
+
+def _requests(n: int) -> list[Any]:
+    from scrapy import Request
+
+    sp = _Spider()
+    return [Request(f"http://shop{i % 10 + 1}.example.test:8080/item/{i}", callback=sp.parse) for i in range(n)]
+
+
+def _rate(n: int, fn: Callable[[], None]) -> float:
+    t = time.perf_counter()
+    fn()
+    return n / (time.perf_counter() - t)
+
+
+def ops_ours(url: str, n: int, batch: int) -> dict[str, float]:
+    from scrapy.utils.request import RequestFingerprinter
+
+    from scrapy_scale.frontier import NewRequest, codec, open_store
+    from scrapy_scale.frontier.store import domain_of
+
+    sp = _Spider()
+    fper = RequestFingerprinter()
+    reqs = _requests(n)
+    job = f"benchops-{uuid.uuid4().hex[:8]}"
+    store = open_store(url, job)
+    store.begin_run()
+    leased: list[Any] = []
+
+    def enqueue() -> None:
+        for i in range(0, n, batch):
+            store.enqueue([NewRequest(fper.fingerprint(r).hex(), codec.encode(r, sp), domain_of(r.url))
+                           for r in reqs[i:i + batch]])
+
+    def lease() -> None:
+        while True:
+            got = store.lease("w", batch, 600)
+            if not got:
+                break
+            for lz in got:
+                codec.decode(lz.data, sp)  # type: ignore[arg-type]
+            leased.extend(got)
+
+    def ack() -> None:
+        for i in range(0, len(leased), batch):
+            store.ack("w", [(x.fingerprint, x.token) for x in leased[i:i + batch]])
+
+    try:
+        out = {"enqueue": _rate(n, enqueue), "lease": _rate(n, lease), "ack": _rate(n, ack)}
+        assert len(leased) == n and store.counts()["done"] == n, (len(leased), store.counts())
+        return out
+    finally:
+        store.reset()
+        store.close()
+        if url.startswith("redis"):
+            _delete_keys(url, f"scale:{{{job}}}*")
+
+
+def ops_scrapy_redis(url: str, n: int) -> dict[str, float]:
+    import redis
+    from scrapy_redis.dupefilter import RFPDupeFilter
+    from scrapy_redis.queue import PriorityQueue
+
+    server = redis.Redis.from_url(url)
+    key = f"benchops-{uuid.uuid4().hex[:8]}"
+    sp = _Spider()
+    q = PriorityQueue(server, sp, f"{key}:requests")
+    df = RFPDupeFilter(server, f"{key}:dupefilter")
+    reqs = _requests(n)
+    popped: list[Any] = []
+
+    def push() -> None:
+        for r in reqs:
+            if not df.request_seen(r):
+                q.push(r)
+
+    def pop() -> None:
+        while True:
+            r = q.pop()
+            if r is None:
+                break
+            popped.append(r)
+
+    try:
+        out = {"enqueue": _rate(n, push), "pop": _rate(n, pop)}
+        assert len(popped) == n
+        return out
+    finally:
+        server.delete(f"{key}:requests", f"{key}:dupefilter")
+
+
+def part_ops(args: argparse.Namespace, redis_url: str) -> str:
+    n = args.ops
+    rows = []
+    sr = [ops_scrapy_redis(redis_url, n) for _ in range(args.rounds)]
+    ours64 = [ops_ours(redis_url, n, 64) for _ in range(args.rounds)]
+    ours1 = [ops_ours(redis_url, min(n, 5000), 1) for _ in range(args.rounds)]
+    sq = [ops_ours(f"sqlite:///{tempfile.mkdtemp(prefix='bench-ops-')}/f.db", n, 64) for _ in range(args.rounds)]
+
+    def med(runs: list[dict[str, float]], k: str) -> float:
+        return float(statistics.median(r[k] for r in runs))
+
+    base_enq, base_pop = med(sr, "enqueue"), med(sr, "pop")
+    rows.append(f"| scrapy-redis (dupefilter SADD + ZADD; ZRANGE+ZREM pop), 1 call per request | "
+                f"{base_enq:,.0f} | 1.00 | {base_pop:,.0f} | 1.00 | - | - |")
+    for name, runs in (("Redis frontier, batches of 64 (as the scheduler)", ours64),
+                       ("Redis frontier, batches of 1", ours1),
+                       ("SQLite frontier, batches of 64 (reference)", sq)):
+        e, le, a = med(runs, "enqueue"), med(runs, "lease"), med(runs, "ack")
+        both = 1 / (1 / le + 1 / a)
+        rows.append(f"| {name} | {e:,.0f} | {e / base_enq:.2f} | {le:,.0f} (lease+ack: {both:,.0f}) | "
+                    f"{both / base_pop:.2f} | {a:,.0f} | - |")
+    head = [
+        f"Store operations per second, {n:,} requests ({min(n, 5000):,} for batches of 1), median of "
+        f"{args.rounds} rounds, one client on the same Redis; fingerprinting and (de)serialisation included. "
+        "Ratio of take = (lease+ack, i.e. requests taken AND confirmed per second) / scrapy-redis pops.",
+        "",
+        "| store | enqueue/s | ratio | take/s: pop or lease | ratio | ack/s | |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    return "\n".join(head + rows)
+
+
+# ---- rss -------------------------------------------------------------------------------------
+
+
+def fill(url: str, job: str, tb: TestbedProcess, pending: int, log: Callable[[str], None]) -> float:
+    """Open a run of ``job`` holding ``pending`` pending detail-page requests of the testbed."""
+    from scrapy import Request
+
+    from scrapy_scale.frontier import NewRequest, codec, open_store
+
+    sp = _Spider()
+    port = tb.state["port"]
+    tmpl_url = f"http://shop1.example.test:{port}/item/1"
+    tmpl = codec.encode(Request(tmpl_url, callback=sp.parse), sp).replace('"parse"', '"parse_item"')
+    store = open_store(url, job)
+    t = time.monotonic()
+    try:
+        store.begin_run()
+        batch = []
+        per_host = tb.pages_per_host
+        for i in range(pending):
+            h, item = i % tb.hosts + 1, i // tb.hosts + 1
+            if item > per_host:
+                raise SystemExit("--pending is larger than the testbed's catalog")
+            u = f"http://shop{h}.example.test:{port}/item/{item}"
+            # a stable per-URL key (Scrapy's fingerprinter costs ~100 us each: 2 min for a million)
+            batch.append(NewRequest(hashlib.sha1(u.encode()).hexdigest(), tmpl.replace(tmpl_url, u),
+                                    f"shop{h}.example.test"))
+            if len(batch) == 10_000:
+                store.enqueue(batch)
+                batch = []
+        if batch:
+            store.enqueue(batch)
+        counts = store.counts()
+    finally:
+        store.close()
+    took = time.monotonic() - t
+    log(f"filled {job}: {counts} in {took:.0f} s")
+    return took
+
+
+def measure(tb: TestbedProcess, settings: dict[str, Any], workdir: Path, timeout: float = 900) -> dict[str, Any]:
+    from tests.crawling import start_crawl
+
+    proc = start_crawl(tb, {**BASE_SETTINGS, **settings}, workdir)
+    t = time.monotonic()
+    _, status, usage = _wait4(proc.pid, timeout)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    res = proc.result()
+    if proc.returncode != 0:
+        raise RuntimeError(f"crawl failed ({proc.returncode}): {res.tail()}")
+    return {"rss": usage.ru_maxrss / 1024, "pages": res.stats.get("downloader/response_count", 0),
+            "wall": time.monotonic() - t, "cpu": usage.ru_utime + usage.ru_stime,
+            "pending_after": res.stats.get("scale/frontier/queue_length")}
+
+
+def part_rss(args: argparse.Namespace, stack: ExitStack, log: Callable[[str], None]) -> str:
+    hosts = 10
+    per_host = -(-args.pending // hosts) + 1000
+    tb = stack.enter_context(TestbedProcess(hosts, per_host * hosts))
+    work = Path(tempfile.mkdtemp(prefix="bench-rss-"))
+    rows = []
+    backends: list[tuple[str, Callable[[str], str]]] = [
+        ("SQLite", lambda name: f"sqlite:///{work}/{name}.db"),
+    ]
+    rurl = stack.enter_context(private_redis())
+    backends.append(("Redis", lambda name: rurl))
+    for backend, url_of in backends:
+        res: dict[str, list[dict[str, Any]]] = {"empty": [], "full": []}
+        fill_s = 0.0
+        for r in range(args.rss_rounds):
+            for kind in (("empty", "full") if r % 2 == 0 else ("full", "empty")):
+                job = f"rss-{kind}-{uuid.uuid4().hex[:6]}"
+                url = url_of(job)
+                if kind == "full":
+                    fill_s = fill(url, job, tb, args.pending, log)
+                s = {"ADDONS": {}, "SCHEDULER": FRONTIER, "SCALE_FRONTIER_URL": url, "SCALE_JOB": job,
+                     "CLOSESPIDER_PAGECOUNT": args.rss_pages}
+                m = measure(tb, s, work / job)
+                log(f"{backend} {kind}: {m}")
+                res[kind].append(m)
+                if backend == "Redis":
+                    _delete_keys(rurl, f"scale:{{{job}}}*")
+        e = statistics.median(m["rss"] for m in res["empty"])
+        f = statistics.median(m["rss"] for m in res["full"])
+        rows.append(f"| {backend} | {args.pending:,} | {fill_s:.0f} | {e:.0f} | {f:.0f} | {f - e:+.0f} | "
+                    f"{statistics.median(m['pages'] for m in res['full']):.0f} |")
+    head = [
+        f"Peak RSS (MiB) of a worker (scheduler only, `ADDONS = {{}}`) crawling {args.rss_pages:,} pages "
+        f"(`CLOSESPIDER_PAGECOUNT`) from a frontier with {args.pending:,} pending requests vs an empty one; "
+        f"median of {args.rss_rounds} each.",
+        "",
+        "| backend | pending | fill s | empty frontier | with the pending | difference | pages crawled |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    return "\n".join(head + rows)
+
+
+# ---- kill9 -----------------------------------------------------------------------------------
+
+
+@contextmanager
+def _in_process_testbed(hosts: int, pages: int) -> Iterator[Any]:
+    from scrapy_scale.testbed import Testbed
+
+    with Testbed(hosts=hosts, pages=pages, seed=4) as tb:
+        yield tb
+
+
+def kill9_once(tb: Any, settings: dict[str, Any], workdir: Path, kill_at: int) -> dict[str, Any]:
+    from tests.crawling import start_crawl
+
+    tb.clear_log()
+    first = start_crawl(tb, {**BASE_SETTINGS, **settings}, workdir)
+    deadline = time.monotonic() + 120
+    while len(tb.log) < kill_at:
+        if first.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the crawl ended before the kill: {first.result().tail()}")
+        time.sleep(0.01)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(30)
+    at_kill = len(tb.log)
+    second = start_crawl(tb, {**BASE_SETTINGS, **settings}, workdir).finish(600)
+    if second.returncode != 0:
+        raise RuntimeError(f"the resumed crawl failed: {second.tail()}")
+    ok = {r.path and (r.host, r.path) for r in tb.log if r.status == 200 and r.kind == "ok"}
+    details = sum(1 for _, p in ok if p.startswith("/item/"))
+    return {"at_kill": at_kill, "pages": len(ok), "details": details,
+            "fetches": sum(1 for r in tb.log if r.kind == "ok")}
+
+
+def part_kill9(args: argparse.Namespace, redis_url: str) -> str:
+    base = {"CONCURRENT_REQUESTS": 16, "CONCURRENT_REQUESTS_PER_DOMAIN": 8}
+    work = Path(tempfile.mkdtemp(prefix="bench-kill9-"))
+    kill_points = [int(x) for x in args.kill_at.split(",")]
+    rows = []
+    with _in_process_testbed(4, 500) as tb:
+        total_pages = len(tb.detail_urls()) + tb.catalog.list_pages * len(tb.hosts)
+        variants: list[tuple[str, Callable[[str], dict[str, Any]]]] = [
+            ("scrapy-redis scheduler (SCHEDULER_PERSIST)", lambda rid: {
+                **base, "ADDONS": {}, "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+                "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter", "REDIS_URL": redis_url,
+                "SCHEDULER_QUEUE_KEY": f"k9:{rid}:requests", "SCHEDULER_DUPEFILTER_KEY": f"k9:{rid}:dupefilter",
+                "SCHEDULER_PERSIST": True}),
+            ("Redis frontier (scheduler only)", lambda rid: {
+                **base, "ADDONS": {}, "SCHEDULER": FRONTIER, "SCALE_FRONTIER_URL": redis_url,
+                "SCALE_JOB": f"k9-{rid}"}),
+            ("scrapy-scale add-on (SQLite frontier + store)", lambda rid: {**base}),
+        ]
+        for name, settings in variants:
+            results = []
+            for kill_at in kill_points:
+                rid = uuid.uuid4().hex[:8]
+                results.append(kill9_once(tb, settings(rid), work / rid, kill_at))
+                _delete_keys(redis_url, f"k9:{rid}:*")
+                _delete_keys(redis_url, f"scale:{{k9-{rid}}}*")
+            cells = [", ".join(str(r[k]) for r in results) for k in ("details", "pages", "fetches")]
+            rows.append(f"| {name} | {cells[0]} | {cells[1]} | {cells[2]} |")
+    head = [
+        f"kill -9 once after N responses (N = {', '.join(map(str, kill_points))}: one crawl each, one "
+        "number per crawl), then the same command again to its end; a 4 x 500-page site "
+        f"({len(tb.detail_urls()):,} detail + {total_pages - len(tb.detail_urls())} listing pages), "
+        "CONCURRENT_REQUESTS=16 (8 per domain), fresh queue keys per crawl.",
+        "",
+        f"| scheduler | detail pages ever crawled (of {len(tb.detail_urls()):,}) | all pages (of {total_pages:,}) "
+        "| fetches, both runs |",
+        "|---|---:|---:|---:|",
+    ]
+    return "\n".join(head + rows)
+
+
+# ---- main ------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--parts", default="crawl,ops,rss,kill9")
+    p.add_argument("--pages", type=int, default=3000, help="crawl: detail pages in all (default 3000)")
+    p.add_argument("--hosts", type=int, default=10, help="crawl: testbed hosts (default 10)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--ops", type=int, default=20_000, help="ops: requests per round (default 20,000)")
+    p.add_argument("--pending", type=int, default=1_000_000, help="rss: pending requests (default 1,000,000)")
+    p.add_argument("--rss-pages", type=int, default=2000, help="rss: pages each crawl fetches (default 2,000)")
+    p.add_argument("--rss-rounds", type=int, default=1)
+    p.add_argument("--kill-at", default="300,700,1100",
+                   help="kill9: responses before the kill, one crawl per value (default 300,700,1100)")
+    p.add_argument("--redis-url", default=None,
+                   help="Redis for crawl/ops/kill9 (default: a private redis-server, so its CPU is counted)")
+    args = p.parse_args(argv)
+    parts = [x.strip() for x in args.parts.split(",") if x.strip()]
+    unknown = set(parts) - {"crawl", "ops", "rss", "kill9"}
+    if unknown:
+        raise SystemExit(f"unknown part(s): {', '.join(sorted(unknown))}")
+    cmd = "python -m benchmarks.bench_frontier " + " ".join(sys.argv[1:] if argv is None else argv)
+    out = [f"`{cmd.strip()}`", ""]
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    with ExitStack() as stack:
+        redis_url = args.redis_url or stack.enter_context(private_redis())
+        for part in parts:
+            t = time.monotonic()
+            log(f"--- {part}")
+            if part == "crawl":
+                text = part_crawl(args, redis_url)
+            elif part == "ops":
+                text = part_ops(args, redis_url)
+            elif part == "rss":
+                text = part_rss(args, stack, log)
+            else:
+                text = part_kill9(args, redis_url)
+            out += [f"### {part} ({time.monotonic() - t:.0f} s)", "", text, ""]
+            print("\n".join(out[-4:]), flush=True)
+    print()
+    print("\n".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
