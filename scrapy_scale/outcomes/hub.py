@@ -171,7 +171,9 @@ class OutcomeHub:
         self.errors: Counter[tuple[str, str]] = Counter()
         self.finals = 0
         sig = crawler.signals
-        sig.connect(self.request_scheduled, signal=scrapy_signals.request_scheduled)
+        self._watching = (
+            False  # request_scheduled is connected on first need (it costs per request)
+        )
         sig.connect(self.request_dropped, signal=scrapy_signals.request_dropped)
         sig.connect(self.spider_opened, signal=scrapy_signals.spider_opened)
         sig.connect(self.spider_idle, signal=scrapy_signals.spider_idle)
@@ -279,6 +281,8 @@ class OutcomeHub:
         m[meta.FINGERPRINT] = outcome.fingerprint
         m["retry_times"] = outcome.attempt  # what Scrapy's own retry code would show
         new.dont_filter = True
+        if not self._watching and not self._scheduler_delays():
+            self.watch()
         new.priority = request.priority + int(
             request.meta.get("priority_adjust", self.priority_adjust)
         )
@@ -351,6 +355,15 @@ class OutcomeHub:
     def hold(self, request: Request) -> None:
         """Make :meth:`request_scheduled` hold this request even with a delay-capable scheduler."""
         self.force_hold.add(id(request))
+        self.watch()
+
+    def watch(self) -> None:
+        """Start holding delayed requests (the first time one is made)."""
+        if not self._watching:
+            self._watching = True
+            self.crawler.signals.connect(
+                self.request_scheduled, signal=scrapy_signals.request_scheduled
+            )
 
     def _release(self, key: int) -> None:
         entry = self.held.pop(key, None)
