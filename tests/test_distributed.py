@@ -46,6 +46,11 @@ def _wait_for(pred, timeout: float, what: str, procs: list[CrawlProcess]) -> Non
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _start_workers(tb: Testbed, settings: dict, n: int, tmp_path: Path) -> list[CrawlProcess]:
+    """``n`` workers with the same settings, worker ids w0, w1, ..."""
+    return [start_crawl(tb, {**settings, "SCALE_FRONTIER_WORKER": f"w{i}"}, tmp_path) for i in range(n)]
+
+
 def _finish_all(procs: list[CrawlProcess], timeout: float) -> list:
     results = []
     deadline = time.monotonic() + timeout
@@ -63,7 +68,7 @@ def test_three_workers_one_killed_every_page_done_once_and_the_others_exit(
     base = {**WORKER_SETTINGS, "SCALE_JOB": job, "SCALE_FRONTIER_URL": redis_url, "SCALE_STORE_URL": store_url}
     with Testbed(hosts=6, pages=200, seed=21) as tb:
         total = expected_requests(tb)
-        procs = [start_crawl(tb, {**base, "SCALE_FRONTIER_WORKER": f"w{i}"}, tmp_path) for i in range(3)]
+        procs = _start_workers(tb, base, 3, tmp_path)
         store = open_store(redis_url, job)
         try:
             # kill w1 mid-run, while it holds leases (so the others must take them over)
@@ -105,7 +110,7 @@ def test_redis_restart_mid_crawl_workers_wait_reconnect_and_finish(tmp_path: Pat
     base = {**WORKER_SETTINGS, "SCALE_JOB": job, "SCALE_FRONTIER_URL": url, "SCALE_STORE_URL": store_url}
     with Testbed(hosts=4, pages=250, seed=22) as tb:
         total = expected_requests(tb)
-        procs = [start_crawl(tb, {**base, "SCALE_FRONTIER_WORKER": f"w{i}"}, tmp_path) for i in range(2)]
+        procs = _start_workers(tb, base, 2, tmp_path)
         store = open_store(url, job)
         try:
             _wait_for(lambda: store.counts()["done"] >= total // 3, 120, "a third of the crawl", procs)
