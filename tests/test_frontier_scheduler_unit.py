@@ -191,3 +191,16 @@ def test_buffer_is_bounded(sched: Scheduler) -> None:
     assert sched.store.counts()["leased"] == 8
     # round-robin across the 5 domains
     assert len({x.domain for x in list(sched.buffer)[:5]}) == 5
+
+
+def test_outbox_is_bounded_when_the_reactor_does_not_come_back(sched: Scheduler) -> None:
+    """Scrapy may consume start() without yielding to the reactor: no sync can run,
+    so enqueue_request itself writes the outbox once it holds OUTBOX_CAP batches."""
+    from scrapy_scale.frontier.scheduler import OUTBOX_CAP
+
+    cap = OUTBOX_CAP * sched.batch
+    for i in range(5 * cap):
+        sched.enqueue_request(Request(f"http://a.test/{i}", meta={"is_start_request": True}))
+        assert len(sched.outbox) < cap
+    assert sched.store.counts()["pending"] == 5 * cap
+    assert sched.crawler.stats.get_value("scale/frontier/outbox_flushes") == 5

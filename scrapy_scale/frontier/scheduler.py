@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -57,6 +58,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 TICK = 0.25
+#: the outbox is written at once (on the reactor thread) when it holds this many batches
+OUTBOX_CAP = 16
 #: seconds after the engine finished a request with no final outcome before the
 #: scheduler acks it itself (signal mode; a missing outcome must not hang a job)
 OUTCOME_GRACE = 10.0
@@ -142,6 +145,8 @@ class Scheduler(BaseScheduler):
         self._wait_sum = 0.0
         self._wait_n = 0
         self._sync_seconds = 0.0
+        #: held while the store is in use (the store thread, or a flush on the reactor thread)
+        self._store_lock = threading.Lock()
         self._warned_unserializable = False
 
     # ---- construction ------------------------------------------------------------------
@@ -217,12 +222,8 @@ class Scheduler(BaseScheduler):
 
         def work() -> tuple[SyncResult, int]:
             res = SyncResult()
-            self._write_ops(ops, res)
-            released = self.store.release(self.worker, held) if held else 0
-            if finish:
-                res.finished_run = self.store.finish_run() is not None
-            res.counts = self.store.counts()
-            return res, released
+            with self._store_lock:
+                return self._final_writes(ops, held, finish, res)
 
         try:
             res, released = await self._in_thread(work)
@@ -238,6 +239,15 @@ class Scheduler(BaseScheduler):
             self.store.close()
             if self._pool is not None:
                 self._pool.stop()
+
+    def _final_writes(self, ops: list[tuple[str, Any]], held: list[str], finish: bool,
+                      res: SyncResult) -> tuple[SyncResult, int]:
+        self._write_ops(ops, res)
+        released = self.store.release(self.worker, held) if held else 0
+        if finish:
+            res.finished_run = self.store.finish_run() is not None
+        res.counts = self.store.counts()
+        return res, released
 
     # ---- engine interface ------------------------------------------------------------------
 
@@ -276,9 +286,25 @@ class Scheduler(BaseScheduler):
         if not_before > time.time():
             self._inc("delayed")
         self.outbox.append(("enq", nr))
-        if len(self.outbox) >= self.batch:
+        if len(self.outbox) >= OUTBOX_CAP * self.batch:
+            self._flush_now()
+        elif len(self.outbox) >= self.batch:
             self._kick()
         return True
+
+    def _flush_now(self) -> None:
+        """Write the outbox on the reactor thread, waiting for a running sync.
+
+        Backpressure for a burst the reactor does not come back from (Scrapy
+        consumes ``start()`` without yielding while the downloader is full): the
+        outbox must stay bounded. Order holds: a running sync only has older ops,
+        and it finishes (the lock) before these are written."""
+        ops = self._take_outbox()
+        res = SyncResult()
+        with self._store_lock, self.store.batch():
+            self._write_ops(ops, res)
+        self._inc("outbox_flushes")
+        self._count_enqueued(res.enqueued)
 
     def next_request(self) -> Request | None:
         if self.memq:
@@ -486,7 +512,7 @@ class Scheduler(BaseScheduler):
         """Runs in the store thread: one round of writes, lease upkeep, and the next batch."""
         res = SyncResult()
         t0 = time.monotonic()
-        with self.store.batch():
+        with self._store_lock, self.store.batch():
             self._write_ops(ops, res)
             if feed:
                 self._pull_feed(feed, res)
@@ -500,7 +526,8 @@ class Scheduler(BaseScheduler):
         if finish and not res.leased:
             c = res.counts
             if not (c["pending"] or c["delayed"] or c["leased"]):
-                res.finished_run = self.store.finish_run() is not None
+                with self._store_lock:
+                    res.finished_run = self.store.finish_run() is not None
         res.seconds = time.monotonic() - t0
         return res
 
@@ -523,13 +550,7 @@ class Scheduler(BaseScheduler):
         self._inc("syncs")
         self._sync_seconds += res.seconds
         self.stats.set_value("scale/frontier/sync_seconds", round(self._sync_seconds, 3))
-        for r in res.enqueued:
-            if r in (EnqueueResult.ADDED, EnqueueResult.REOPENED):
-                self._inc("enqueued")
-            elif r is EnqueueResult.UPDATED:
-                self._inc("updated")
-            else:
-                self._inc("deduplicated")
+        self._count_enqueued(res.enqueued)
         self._inc("reclaimed", res.reclaimed)
         self._inc("feed_refused", res.feed_bad)
         if res.leased:
@@ -552,6 +573,15 @@ class Scheduler(BaseScheduler):
             self._kick()
         elif self.outbox and len(self.outbox) >= self.batch:
             self._kick()
+
+    def _count_enqueued(self, results: list[EnqueueResult]) -> None:
+        for r in results:
+            if r in (EnqueueResult.ADDED, EnqueueResult.REOPENED):
+                self._inc("enqueued")
+            elif r is EnqueueResult.UPDATED:
+                self._inc("updated")
+            else:
+                self._inc("deduplicated")
 
     def _sync_failed(self, failure: Any, ops: list[tuple[str, Any]]) -> None:
         self._sync_running = None
