@@ -34,7 +34,8 @@ def test_scrapy_crawl_catalog_runs_the_demo_and_ends_with_the_summary(tmp_path: 
     # 3 hosts x 60 products; the demo's faults are all retried away except shop1's /item/60 (404)
     items = 3 * 60 - 1
     db = state / "items.sqlite"
-    assert re.search(rf"^  items +{items} stored in sqlite:///{re.escape(str(db))}$", summary, re.M), summary
+    assert re.search(rf"^  items +{items} stored in sqlite:///{re.escape(str(db))} \({items} new, 0 updated\)$",
+                     summary, re.M), summary
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM items").fetchone()[0] == items
     # the planned faults were met and handled, and the reader is told so

@@ -27,10 +27,11 @@ def row(summary: str, label: str) -> str:
 
 def test_summary_with_the_add_on_tells_what_happened(tmp_path: Path) -> None:
     faults = "429@1:/item/2,first=1,retry_after=1; 404@2:/item/5; 500@1:/item/7,first=99"
+    settings = {"SCALE_RETRY_POLICY": {"transient": {"retries": 2, "base": 0.05, "cap": 0.1}}}
     with Testbed(hosts=2, pages=20, seed=5, faults=faults) as tb:
-        res = run_crawl(tb, {"SCALE_RETRY_POLICY": {"transient": {"retries": 2, "base": 0.05, "cap": 0.1}}},
-                        tmp_path, timeout=90)
+        res = run_crawl(tb, settings, tmp_path, timeout=90)
         served = len(tb.log)
+        again = run_crawl(tb, settings, tmp_path, timeout=90)  # same state: a new run of the finished job
     assert res.returncode == 0, res.tail()
     s = summary_of(res.log)
     # the summary is the very last thing the crawl prints, after Scrapy's own stats dump
@@ -45,7 +46,7 @@ def test_summary_with_the_add_on_tells_what_happened(tmp_path: Path) -> None:
     db = state / "items.sqlite"
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM items").fetchone()[0] == items
-    assert row(s, "items") == f"{items} stored in sqlite:///{db}"
+    assert row(s, "items") == f"{items} stored in sqlite:///{db} ({items} new, 0 updated)"
     outcomes = dict(kv.rsplit(" ", 1) for kv in row(s, "requests").split(", "))
     assert outcomes == {"ok": str(res.stats["scale/outcome/ok"]), "not_found": "1", "transient": "1"}
     assert row(s, "retries") == "3 retries (transient 2, rate_limited 1); gave up on 1 requests (transient 1)"
@@ -54,6 +55,12 @@ def test_summary_with_the_add_on_tells_what_happened(tmp_path: Path) -> None:
     done = res.stats["scale/outcome/ok"] + 1
     assert row(s, "frontier") == f"{done} done, 1 failed, 0 pending (failed: transient 1)"
     assert row(s, "look further") == f"scrapy scale status catalog -s SCALE_STATE_DIR={state}"
+
+    assert again.returncode == 0, again.tail()
+    s2 = summary_of(again.log)
+    assert row(s2, "items") == f"{items} stored in sqlite:///{db} (0 new, {items} updated)"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM items").fetchone()[0] == items
 
 
 def test_summary_of_a_plain_scrapy_crawl_leaves_out_what_is_not_there(tmp_path: Path) -> None:

@@ -134,8 +134,8 @@ def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
     items = _num(stats, "item_scraped_count")
     if facts.store_url:
         item_text = f"{items:,} stored in {facts.store_url}"
-        ins, upd = _num(stats, "scale/store/inserted"), _num(stats, "scale/store/updated")
-        if upd:
+        if "scale/store/written" in stats:  # upserts: new rows vs rows of an earlier run updated
+            ins, upd = _num(stats, "scale/store/inserted"), _num(stats, "scale/store/updated")
             item_text += f" ({ins:,} new, {upd:,} updated)"
     else:
         item_text = f"{items:,} scraped (no scrapy-scale item store enabled)"
