@@ -128,7 +128,7 @@ def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
     fetched = f"{pages:,} responses{rate}"
     no_answer = _num(stats, "downloader/exception_count")
     if no_answer:
-        fetched += f"; {no_answer:,} attempts got no response (reset, timeout)"
+        fetched += f"; {no_answer:,} attempts got no response (refused, reset, timed out)"
     lines.append(row("pages", fetched))
 
     items = _num(stats, "item_scraped_count")
