@@ -32,6 +32,18 @@ DEFAULT_FAULTS = (
 )
 
 
+#: the demo testbed's port: fixed, so an interrupted demo resumes against the same URLs
+#: (and its items keep their keys); a free one is used when it is taken
+DEMO_PORT = 8370
+
+
+def _start_demo_testbed(options: dict[str, Any]) -> Testbed:
+    try:
+        return Testbed(port=DEMO_PORT, **options).start()
+    except (OSError, RuntimeError):  # the port is taken (another demo is running)
+        return Testbed(**options).start()
+
+
 class CatalogSpider(scrapy.Spider):
     name = "catalog"
 
@@ -52,7 +64,7 @@ class CatalogSpider(scrapy.Spider):
         if not spider.start_urls:
             spider.start_urls = crawler.settings.getlist("CATALOG_START_URLS")
         if not spider.start_urls:
-            spider.testbed = Testbed(**spider.testbed_options).start()
+            spider.testbed = _start_demo_testbed(spider.testbed_options)
             spider.start_urls = spider.testbed.start_urls
             crawler.signals.connect(spider._stop_testbed, signal=signals.spider_closed)
             spider.logger.info(
