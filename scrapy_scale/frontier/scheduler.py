@@ -420,7 +420,7 @@ class Scheduler(BaseScheduler):
             del self.inflight[fp]
             if self.signal_mode:
                 self._inc("acked_without_outcome")
-            if entry.responded or self.signal_mode:
+            if entry.responded:
                 self.outbox.append(("ack", (fp, entry.token)))
                 self._inc("acked")
             else:
