@@ -47,7 +47,6 @@ from benchmarks.harness import (
     BASE_SETTINGS,
     TestbedProcess,
     Variant,
-    _wait4,
     run_rounds,
     spread,
     table,
@@ -139,13 +138,18 @@ def _requests(n: int) -> list[Any]:
     return [Request(f"http://shop{i % 10 + 1}.example.test:8080/item/{i}", callback=sp.parse) for i in range(n)]
 
 
-def _rate(n: int, fn: Callable[[], None]) -> float:
-    t = time.perf_counter()
+def _phase(n: int, fn: Callable[[], None], redis_url: str | None) -> dict[str, float]:
+    """Run ``fn`` (``n`` operations): ops/s (wall), this process's CPU and the Redis server's
+    CPU, each in microseconds per operation."""
+    r0 = redis_cpu(redis_url) if redis_url else 0.0
+    c0, t0 = time.process_time(), time.perf_counter()
     fn()
-    return n / (time.perf_counter() - t)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    server = (redis_cpu(redis_url) - r0) if redis_url else 0.0
+    return {"rate": n / wall, "client_us": 1e6 * cpu / n, "server_us": 1e6 * server / n}
 
 
-def ops_ours(url: str, n: int, batch: int) -> dict[str, float]:
+def ops_ours(url: str, n: int, batch: int) -> dict[str, dict[str, float]]:
     from scrapy.utils.request import RequestFingerprinter
 
     from scrapy_scale.frontier import NewRequest, codec, open_store
@@ -158,13 +162,14 @@ def ops_ours(url: str, n: int, batch: int) -> dict[str, float]:
     store = open_store(url, job)
     store.begin_run()
     leased: list[Any] = []
+    rurl = url if url.startswith("redis") else None
 
-    def enqueue() -> None:
+    def enqueue() -> None:  # fingerprint + encode (reactor thread) and the store call (store thread)
         for i in range(0, n, batch):
             store.enqueue([NewRequest(fper.fingerprint(r).hex(), codec.encode(r, sp), domain_of(r.url))
                            for r in reqs[i:i + batch]])
 
-    def lease() -> None:
+    def lease() -> None:  # the store call, then decode (reactor thread, next_request)
         while True:
             got = store.lease("w", batch, 600)
             if not got:
@@ -178,17 +183,17 @@ def ops_ours(url: str, n: int, batch: int) -> dict[str, float]:
             store.ack("w", [(x.fingerprint, x.token) for x in leased[i:i + batch]])
 
     try:
-        out = {"enqueue": _rate(n, enqueue), "lease": _rate(n, lease), "ack": _rate(n, ack)}
+        out = {"enqueue": _phase(n, enqueue, rurl), "take": _phase(n, lease, rurl), "ack": _phase(n, ack, rurl)}
         assert len(leased) == n and store.counts()["done"] == n, (len(leased), store.counts())
         return out
     finally:
         store.reset()
         store.close()
-        if url.startswith("redis"):
+        if rurl:
             _delete_keys(url, f"scale:{{{job}}}*")
 
 
-def ops_scrapy_redis(url: str, n: int) -> dict[str, float]:
+def ops_scrapy_redis(url: str, n: int) -> dict[str, dict[str, float]]:
     import redis
     from scrapy_redis.dupefilter import RFPDupeFilter
     from scrapy_redis.queue import PriorityQueue
@@ -214,7 +219,7 @@ def ops_scrapy_redis(url: str, n: int) -> dict[str, float]:
             popped.append(r)
 
     try:
-        out = {"enqueue": _rate(n, push), "pop": _rate(n, pop)}
+        out = {"enqueue": _phase(n, push, url), "take": _phase(n, pop, url)}
         assert len(popped) == n
         return out
     finally:
@@ -223,32 +228,45 @@ def ops_scrapy_redis(url: str, n: int) -> dict[str, float]:
 
 def part_ops(args: argparse.Namespace, redis_url: str) -> str:
     n = args.ops
+    runs: dict[str, list[dict[str, dict[str, float]]]] = {
+        "scrapy-redis: dupefilter + PriorityQueue, one call per request": [],
+        "Redis frontier, batches of 64 (as the scheduler)": [],
+        "Redis frontier, batches of 1": [],
+        "SQLite frontier, batches of 64 (reference)": [],
+    }
+    names = list(runs)
+    for _ in range(args.rounds):  # interleaved, so load changes hit every variant alike
+        runs[names[0]].append(ops_scrapy_redis(redis_url, n))
+        runs[names[1]].append(ops_ours(redis_url, n, 64))
+        runs[names[2]].append(ops_ours(redis_url, min(n, 5000), 1))
+        runs[names[3]].append(ops_ours(f"sqlite:///{tempfile.mkdtemp(prefix='bench-ops-')}/f.db", n, 64))
+
+    def med(name: str, phase: str, k: str) -> float:
+        vals = [r[phase][k] for r in runs[name] if phase in r]
+        return float(statistics.median(vals)) if vals else float("nan")
+
+    base = names[0]
     rows = []
-    sr = [ops_scrapy_redis(redis_url, n) for _ in range(args.rounds)]
-    ours64 = [ops_ours(redis_url, n, 64) for _ in range(args.rounds)]
-    ours1 = [ops_ours(redis_url, min(n, 5000), 1) for _ in range(args.rounds)]
-    sq = [ops_ours(f"sqlite:///{tempfile.mkdtemp(prefix='bench-ops-')}/f.db", n, 64) for _ in range(args.rounds)]
-
-    def med(runs: list[dict[str, float]], k: str) -> float:
-        return float(statistics.median(r[k] for r in runs))
-
-    base_enq, base_pop = med(sr, "enqueue"), med(sr, "pop")
-    rows.append(f"| scrapy-redis (dupefilter SADD + ZADD; ZRANGE+ZREM pop), 1 call per request | "
-                f"{base_enq:,.0f} | 1.00 | {base_pop:,.0f} | 1.00 | - | - |")
-    for name, runs in (("Redis frontier, batches of 64 (as the scheduler)", ours64),
-                       ("Redis frontier, batches of 1", ours1),
-                       ("SQLite frontier, batches of 64 (reference)", sq)):
-        e, le, a = med(runs, "enqueue"), med(runs, "lease"), med(runs, "ack")
-        both = 1 / (1 / le + 1 / a)
-        rows.append(f"| {name} | {e:,.0f} | {e / base_enq:.2f} | {le:,.0f} (lease+ack: {both:,.0f}) | "
-                    f"{both / base_pop:.2f} | {a:,.0f} | - |")
+    for name in names:
+        cells = []
+        for phase in ("enqueue", "take", "ack"):
+            if phase == "ack" and name == base:
+                cells.append("- (pop is destructive)")
+                continue
+            rate = med(name, phase, "rate")
+            ratio = f" ({rate / med(base, phase, 'rate'):.2f})" if phase != "ack" else ""
+            server = "" if name.startswith("SQLite") else f" / {med(name, phase, 'server_us'):.0f}"
+            cells.append(f"{rate:,.0f}{ratio}; {med(name, phase, 'client_us'):.0f}{server} us")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
     head = [
-        f"Store operations per second, {n:,} requests ({min(n, 5000):,} for batches of 1), median of "
-        f"{args.rounds} rounds, one client on the same Redis; fingerprinting and (de)serialisation included. "
-        "Ratio of take = (lease+ack, i.e. requests taken AND confirmed per second) / scrapy-redis pops.",
+        f"Store operations, {n:,} requests per round ({min(n, 5000):,} with batches of 1), one client, "
+        f"median of {args.rounds} interleaved rounds. Each cell: operations/s (ratio to scrapy-redis); "
+        "client CPU / Redis server CPU in microseconds per operation. Client CPU includes each side's "
+        "fingerprinting and (de)serialisation: scrapy-redis pickles `Request.to_dict`, the frontier "
+        "writes versioned JSON. take = scrapy-redis `pop()` vs our `lease()` + decode.",
         "",
-        "| store | enqueue/s | ratio | take/s: pop or lease | ratio | ack/s | |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| store | enqueue | take (pop / lease) | ack |",
+        "|---|---:|---:|---:|",
     ]
     return "\n".join(head + rows)
 
@@ -298,14 +316,36 @@ def measure(tb: TestbedProcess, settings: dict[str, Any], workdir: Path, timeout
 
     proc = start_crawl(tb, {**BASE_SETTINGS, **settings}, workdir)
     t = time.monotonic()
-    _, status, usage = _wait4(proc.pid, timeout)
+    # Peak RSS from the child's own VmHWM, polled: wait4's ru_maxrss also counts the RSS the
+    # child had at fork time, i.e. this (benchmark) process's, which can be the larger one.
+    hwm = 0.0
+    while True:
+        wpid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if wpid == proc.pid:
+            break
+        hwm = max(hwm, _vm_hwm_mib(proc.pid))
+        if time.monotonic() - t > timeout:
+            os.kill(proc.pid, signal.SIGKILL)
+        time.sleep(0.05)
     proc.returncode = os.waitstatus_to_exitcode(status)
     res = proc.result()
     if proc.returncode != 0:
         raise RuntimeError(f"crawl failed ({proc.returncode}): {res.tail()}")
-    return {"rss": usage.ru_maxrss / 1024, "pages": res.stats.get("downloader/response_count", 0),
+    return {"rss": hwm, "ru_maxrss": usage.ru_maxrss / 1024, "pages": res.stats.get("downloader/response_count", 0),
             "wall": time.monotonic() - t, "cpu": usage.ru_utime + usage.ru_stime,
             "pending_after": res.stats.get("scale/frontier/queue_length")}
+
+
+def _vm_hwm_mib(pid: int) -> float:
+    """The process's peak resident set size so far (VmHWM), in MiB; 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def part_rss(args: argparse.Namespace, stack: ExitStack, log: Callable[[str], None]) -> str:
