@@ -527,7 +527,8 @@ class Scheduler(BaseScheduler):
             c = res.counts
             if not (c["pending"] or c["delayed"] or c["leased"]):
                 with self._store_lock:
-                    res.finished_run = self.store.finish_run() is not None
+                    # no run at all (a Redis that lost its data): nothing left to wait for either
+                    res.finished_run = self.store.finish_run() is not None or not self.store.runs()
         res.seconds = time.monotonic() - t0
         return res
 
