@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request, Spider, signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.exceptions import DontCloseSpider
+from scrapy.utils.misc import build_from_crawler
 from twisted.internet import defer, task, threads
 from twisted.python.threadpool import ThreadPool
 
@@ -127,6 +128,7 @@ class Scheduler(BaseScheduler):
         self._explicit_worker = worker is not None
         self.signal_mode = signal_mode
         self.fingerprinter = crawler.request_fingerprinter
+        self._feed_fp: Any = None
         self.spider: Spider | None = None
         self.outbox: list[tuple[str, Any]] = []
         self.buffer: deque[Leased] = deque()
@@ -537,7 +539,7 @@ class Scheduler(BaseScheduler):
         for msg in self.store.pop_feed(n):
             try:
                 r = codec.request_from_feed(msg, self.spider)
-                fp = self.fingerprinter.fingerprint(r).hex()
+                fp = self._thread_fingerprinter().fingerprint(r).hex()
                 batch.append(codec.new_request(r, fingerprint=fp, spider=self.spider))
             except codec.CodecError as e:
                 logger.warning("frontier: feed message refused: %s (%.200r)", e, msg)
@@ -545,6 +547,16 @@ class Scheduler(BaseScheduler):
         if batch:
             self.store.reopen_run()
             res.enqueued += self.store.enqueue(batch)
+
+    def _thread_fingerprinter(self) -> Any:
+        """A fingerprinter of the crawler's class for the store thread (its cache
+        is not shared with the reactor thread's)."""
+        if self._feed_fp is None:
+            try:
+                self._feed_fp = build_from_crawler(type(self.fingerprinter), self.crawler)
+            except Exception:  # noqa: BLE001 - a custom class that cannot be built twice
+                self._feed_fp = self.fingerprinter
+        return self._feed_fp
 
     def _sync_done(self, res: SyncResult) -> None:
         self._sync_running = None
