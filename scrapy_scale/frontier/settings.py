@@ -25,7 +25,7 @@ BATCH = declare(
     "SCALE_FRONTIER_BATCH",
     64,
     as_int(1, 10_000),
-    "Requests leased per round trip; the worker buffers at most about twice this many.",
+    "Requests leased per round trip; the worker buffers at most this many leased requests.",
     COMPONENT,
 )
 LEASE = declare(
