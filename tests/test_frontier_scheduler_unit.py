@@ -204,3 +204,15 @@ def test_outbox_is_bounded_when_the_reactor_does_not_come_back(sched: Scheduler)
         assert len(sched.outbox) < cap
     assert sched.store.counts()["pending"] == 5 * cap
     assert sched.crawler.stats.get_value("scale/frontier/outbox_flushes") == 5
+
+
+def test_default_frontier_file_is_under_jobdir_else_the_state_dir(tmp_path: Path) -> None:
+    from scrapy.settings import Settings
+
+    from scrapy_scale.frontier.settings import frontier_url
+
+    assert frontier_url(Settings({"SCALE_STATE_DIR": str(tmp_path / "st")})) == \
+        f"sqlite:///{tmp_path / 'st' / 'frontier.db'}"
+    assert frontier_url(Settings({"SCALE_STATE_DIR": "st", "JOBDIR": str(tmp_path / "job")})) == \
+        f"sqlite:///{tmp_path / 'job' / 'frontier.db'}"
+    assert frontier_url(Settings({"SCALE_FRONTIER_URL": "redis://h:1/2"})) == "redis://h:1/2"
