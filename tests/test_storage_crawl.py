@@ -168,6 +168,14 @@ def test_bad_store_url_fails_at_startup(tmp_path: Path) -> None:
     assert "SCALE_STORE_URL: unknown URL scheme 'mysql'" in res.log
 
 
+def test_unusable_sqlite_path_fails_at_startup(tmp_path: Path) -> None:
+    (tmp_path / "a_file").write_text("")
+    res = run_crawl(None, {**ONLY_STORE, "SCALE_STORE_URL": f"sqlite:///{tmp_path}/a_file/items.sqlite"},
+                    tmp_path, spider="catalog", timeout=60, start_urls=["data:,x"])
+    assert res.returncode != 0
+    assert "SCALE_STORE_URL: cannot open the SQLite file" in res.log
+
+
 def test_items_reported_scraped_are_in_sqlite_after_kill_9(tmp_path: Path) -> None:
     """item_scraped means stored: kill -9 mid-crawl, then every key the crawl reported
     scraped (fsynced by an extension as the signal fired) is in the SQLite file."""

@@ -30,7 +30,15 @@ from twisted.internet.defer import Deferred
 
 from scrapy_scale import config
 from scrapy_scale.storage import settings as S
-from scrapy_scale.storage.backends import DeadRow, Row, Store, open_store, redact
+from scrapy_scale.storage.backends import (
+    DeadRow,
+    Row,
+    SQLiteStore,
+    Store,
+    StoreUnavailable,
+    open_store,
+    redact,
+)
 from scrapy_scale.storage.encode import Unencodable, encode_item, encode_value, to_json
 from scrapy_scale.storage.keys import InvalidKey, KeyRules
 from scrapy_scale.storage.writer import BatchReport, BatchWriter, DeadLettered, Result, Submission
@@ -204,6 +212,12 @@ class StorePipeline:
         from twisted.internet import reactor
 
         self.store = open_store(self.url, self.collection, self.dead_collection, self.fields)
+        if isinstance(self.store, SQLiteStore):
+            # a local file: a wrong path must stop the crawl now, not pause it forever
+            try:
+                self.store.open()
+            except (StoreUnavailable, OSError) as e:
+                raise config.ScaleSettingError("SCALE_STORE_URL", f"cannot open the SQLite file: {e}") from None
         self.writer = BatchWriter(
             self.store, self.batch_size, self.max_latency, self.retry_max_delay,
             on_batch=lambda r, results: reactor.callFromThread(self._on_batch, r, results),  # type: ignore[attr-defined]
