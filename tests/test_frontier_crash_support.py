@@ -89,7 +89,8 @@ def crash_and_resume(tb: Testbed, settings: dict[str, Any], tmp_path: Path, *, f
     rng = random.Random(seed)
     # progress targets spread over the crawl, ascending; a few kills are time-based instead
     targets = sorted(rng.sample(range(total // 20, total * 9 // 10), kills))
-    timed = set(rng.sample(range(kills), time_kills))
+    # time-based kills among the earlier ones: late in the crawl a slow kill could come after the end
+    timed = set(rng.sample(range(kills * 2 // 3), time_kills))
     out = CrashRun()
     for i in range(kills):
         proc = start_crawl(tb, settings, tmp_path)
