@@ -29,6 +29,61 @@ from pathlib import Path
 from typing import Any
 
 FAULTS = "500:/item/*,p=0.03;404:/item/*,p=0.01,sticky=1"
+OURS = "scrapy_scale/outcomes/"
+
+
+class Profile:
+    """Extension for the attribution crawl: cProfile from engine start to stop, saved to
+    the ``BENCH_PROFILE_OUT`` setting (start-up and imports are not in it)."""
+
+    def __init__(self, path: str):
+        import cProfile
+
+        self.path = path
+        self.prof = cProfile.Profile()
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> Profile:
+        from scrapy import signals
+
+        ext = cls(crawler.settings.get("BENCH_PROFILE_OUT"))
+        crawler.signals.connect(ext.start, signal=signals.engine_started)
+        crawler.signals.connect(ext.stop, signal=signals.engine_stopped)
+        return ext
+
+    def start(self) -> None:
+        self.prof.enable()
+
+    def stop(self) -> None:
+        self.prof.disable()
+        self.prof.dump_stats(self.path)
+
+
+def attribution(path: str) -> tuple[float, float]:
+    """Seconds of the profiled crawl spent in the outcome middlewares' hooks and signal
+    handlers (cumulative: with the stats, signal and weakref calls they make), and the total."""
+    import pstats
+
+    p = pstats.Stats(path)
+    entry = {
+        "process_request",
+        "process_response",
+        "process_exception",
+        "process_spider_exception",
+        "finish_parse",
+        "parse_state",
+        "request_scheduled",
+        "spider_idle",
+        "request_dropped",
+    }
+    ours = 0.0
+    for (file, _line, name), (_cc, _nc, tt, ct, _callers) in p.stats.items():  # type: ignore[attr-defined]
+        if OURS in file:
+            if name in entry:
+                ours += ct
+            elif name == "process_spider_output":  # its own time only: below it runs the callback
+                ours += tt
+    return ours, p.total_tt  # type: ignore[attr-defined]
 
 
 def crawl(args: Any, tmp: Path, settings: dict[str, Any]) -> dict[str, float]:
@@ -124,6 +179,7 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, default=4)
     ap.add_argument("--pages", type=int, default=500)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-profile", action="store_true", help="skip the profiled attribution crawl")
     args = ap.parse_args()
 
     base: dict[str, Any] = {
@@ -198,6 +254,18 @@ def main() -> None:
         f"\nper-round CPU ratio (outcomes / RetryMiddleware): {', '.join(f'{x:.3f}' for x in per_round)}"
     )
     print(f"median of the per-round ratios: {statistics.median(per_round):.3f}")
+    if not args.no_profile:
+        out = str(tmp / "outcomes.prof")
+        prof = {
+            **variants["scrapy_scale outcomes"],
+            "EXTENSIONS": {"benchmarks.bench_retry.Profile": 0},
+        }
+        crawl(args, tmp / "profiled", {**prof, "BENCH_PROFILE_OUT": out})
+        ours_s, total_s = attribution(out)
+        print(
+            f"\n## 3. Attribution (one crawl of the outcomes variant under cProfile)\n\n"
+            f"outcome hooks and handlers: {ours_s:.3f} s of {total_s:.2f} s profiled = {100 * ours_s / total_s:.2f}%"
+        )
     scrapy_runs = results["Scrapy RetryMiddleware"]
     per_req_ms = min(x["cpu"] * 1000 / x["requests"] for x in scrapy_runs)
     print(
