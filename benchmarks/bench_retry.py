@@ -108,6 +108,31 @@ def crawl(args: Any, tmp: Path, settings: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def crawl_pair(args: Any, tmp: Path, first: dict[str, Any], second: dict[str, Any]) -> list[float]:
+    """Both crawls at the same time (each against its own fresh testbed): whatever else
+    loads the machine loads both alike. Returns the CPU seconds of each crawl process."""
+    import os
+
+    from scrapy_scale.testbed import Testbed
+    from tests.crawling import start_crawl
+
+    kw = {"hosts": args.hosts, "pages": args.pages, "seed": 11, "faults": FAULTS, "keep_log": False}
+    with Testbed(**kw) as tb1, Testbed(**kw) as tb2:
+        procs = [start_crawl(tb1, first, tmp / "a"), start_crawl(tb2, second, tmp / "b")]
+        cpus = []
+        for proc in procs:
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            res = proc.result()
+            if (
+                proc.returncode != 0
+                or res.stats.get("downloader/request_count", 0) < args.hosts * args.pages
+            ):
+                raise SystemExit(f"crawl failed:\n{res.tail()}")
+            cpus.append(usage.ru_utime + usage.ru_stime)
+    return cpus
+
+
 def per_request_us(n: int = 20000) -> tuple[float, float]:
     """CPU microseconds per 200 response: Scrapy's RetryMiddleware vs the outcome middlewares."""
     import asyncio
@@ -180,6 +205,9 @@ def main() -> None:
     ap.add_argument("--pages", type=int, default=500)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-profile", action="store_true", help="skip the profiled attribution crawl")
+    ap.add_argument(
+        "--pairs", type=int, default=7, help="rounds of the two crawls run side by side (0: skip)"
+    )
     args = ap.parse_args()
 
     base: dict[str, Any] = {
@@ -254,6 +282,18 @@ def main() -> None:
         f"\nper-round CPU ratio (outcomes / RetryMiddleware): {', '.join(f'{x:.3f}' for x in per_round)}"
     )
     print(f"median of the per-round ratios: {statistics.median(per_round):.3f}")
+    if args.pairs:
+        a, b = variants["Scrapy RetryMiddleware"], variants["scrapy_scale outcomes"]
+        paired = []
+        for r in range(args.pairs):
+            x, y = (a, b) if r % 2 == 0 else (b, a)
+            cx, cy = crawl_pair(args, tmp / f"pair{r}", x, y)
+            paired.append(cy / cx if r % 2 == 0 else cx / cy)
+        print(
+            f"\n## 2b. The same two crawls side by side, {args.pairs} pairs (both under the same load)\n\n"
+            f"CPU ratio outcomes / RetryMiddleware per pair: {', '.join(f'{x:.3f}' for x in paired)}\n"
+            f"median {statistics.median(paired):.3f}, mean {statistics.mean(paired):.3f}"
+        )
     if not args.no_profile:
         out = str(tmp / "outcomes.prof")
         prof = {
