@@ -113,9 +113,8 @@ class OutcomeHub:
         s = crawler.settings
         self.clock = clock
         self.stats = crawler.stats
-        self._inc = (
-            crawler.stats.inc_value
-        )  # bound once: the stats collector's attribute access is slow
+        # bound once: the stats collector's attribute access is slow
+        self._inc = crawler.stats.inc_value
         rules = config.get(s, oset.FAILURE_RULES.name)
         detectors: list[BlockPageDetector] = []
         for path in config.get(s, oset.BLOCK_DETECTORS.name):
@@ -171,9 +170,8 @@ class OutcomeHub:
         self.errors: Counter[tuple[str, str]] = Counter()
         self.finals = 0
         sig = crawler.signals
-        self._watching = (
-            False  # request_scheduled is connected on first need (it costs per request)
-        )
+        # request_scheduled is connected on first need (a receiver costs on every request)
+        self._watching = False
         sig.connect(self.request_dropped, signal=scrapy_signals.request_dropped)
         sig.connect(self.spider_opened, signal=scrapy_signals.spider_opened)
         sig.connect(self.spider_idle, signal=scrapy_signals.spider_idle)
