@@ -312,7 +312,7 @@ class OutcomeHub:
 
     def _scheduler_delays(self) -> bool:
         if self.scheduler_delays is None:
-            engine = self.crawler.engine
+            engine = self._engine()
             sched = getattr(engine, "scheduler", None) if engine is not None else None
             slot = getattr(engine, "_slot", None)
             if sched is None and slot is not None:
@@ -324,6 +324,12 @@ class OutcomeHub:
                 sched
             ).__module__.startswith("scrapy_scale.")
         return self.scheduler_delays
+
+    def _engine(self) -> Any:
+        try:
+            return self.crawler.engine
+        except RuntimeError:  # Scrapy 2.19: "not set yet" before the crawl starts
+            return None
 
     def spider_opened(self, spider: Any) -> None:
         self.scheduler_delays = None
@@ -368,7 +374,7 @@ class OutcomeHub:
         if entry is None:
             return
         request = entry[1]
-        engine = self.crawler.engine
+        engine = self._engine()
         if engine is None or engine.spider is None:
             self._abandon(request, "spider closed")
             return

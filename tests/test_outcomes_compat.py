@@ -1,0 +1,147 @@
+"""The downloader middleware on a real (not started) Scrapy crawler: Scrapy's RETRY_* settings
+and meta keys, the retry request's meta contract, giving up. No reactor, no network."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from scrapy import Spider
+from scrapy.exceptions import DownloadTimeoutError, IgnoreRequest
+from scrapy.http import HtmlResponse, Request
+from scrapy.utils.test import get_crawler
+
+from scrapy_scale import meta
+from scrapy_scale import signals as scale_signals
+from scrapy_scale.outcomes import GaveUpError, OutcomeDownloaderMiddleware
+from scrapy_scale.outcomes.model import FailureClass as C
+
+URL = "http://shop1.example.test/item/1"
+
+
+class _Spider(Spider):
+    name = "compat"
+
+
+def make(settings=None):
+    s = {"DOWNLOADER_MIDDLEWARES": {"scrapy.downloadermiddlewares.retry.RetryMiddleware": None}}
+    s.update(settings or {})
+    crawler = get_crawler(_Spider, s)
+    crawler.spider = _Spider.from_crawler(crawler)
+    crawler.stats.open_spider()
+    outcomes = []
+    crawler.signals.connect(lambda outcome, **kw: outcomes.append(outcome), signal=scale_signals.outcome, weak=False)
+    return OutcomeDownloaderMiddleware.from_crawler(crawler), outcomes, crawler.stats
+
+
+def respond(mw, request, status, headers=None):
+    mw.process_request(request)
+    return mw.process_response(request, HtmlResponse(request.url, status=status, headers=headers or {}, request=request))
+
+
+def test_retry_request_carries_the_contract_meta_keys():
+    mw, outcomes, stats = make()
+    req = Request(URL, priority=5, meta={"proxy": "http://user:pw@10.1.2.3:3128"})
+    before = time.time()
+    new = respond(mw, req, 403)
+    assert isinstance(new, Request) and new is not req
+    m = new.meta
+    assert m[meta.ATTEMPT] == 2 and m["retry_times"] == 1
+    assert m[meta.NOT_BEFORE] >= before
+    assert m[meta.AVOID_EGRESS] == ["10.1.2.3:3128"]  # blocked: try another egress; no credentials
+    assert m[meta.LAST_FAILURE] == ["blocked", "HTTP 403"]
+    assert m[meta.FINGERPRINT] == req.meta[meta.FINGERPRINT]
+    assert new.dont_filter and new.priority == 4  # RETRY_PRIORITY_ADJUST = -1
+    (o,) = outcomes
+    assert (o.cls, o.final, o.attempt, o.egress, o.avoid_egress) == (C.BLOCKED, False, 1, "10.1.2.3:3128", ("10.1.2.3:3128",))
+    assert o.retry_at == m[meta.NOT_BEFORE]
+    assert stats.get_value("scale/retry/blocked") == 1
+
+
+def test_transient_retry_does_not_add_an_egress_to_avoid():
+    mw, _, _ = make()
+    new = respond(mw, Request(URL, meta={"scale_egress": "p7", meta.AVOID_EGRESS: ["p1"]}), 500)
+    assert new.meta[meta.AVOID_EGRESS] == ["p1"]
+
+
+def test_retry_enabled_false_classifies_but_never_retries():
+    mw, outcomes, stats = make({"RETRY_ENABLED": False})
+    resp = respond(mw, Request(URL), 503)
+    assert isinstance(resp, HtmlResponse)
+    # without the spider middleware the downloader middleware sends the final outcome itself
+    assert [(o.cls, o.final) for o in outcomes] == [(C.TRANSIENT, True)]
+    assert stats.get_value("scale/gave_up/transient") == 1
+
+
+def test_retry_times_set_by_the_project_is_the_budget():
+    mw, _, _ = make({"RETRY_TIMES": 4})
+    req = Request(URL)
+    for attempt in range(1, 6):
+        out = respond(mw, req, 500)
+        if attempt <= 4:
+            assert isinstance(out, Request) and out.meta[meta.ATTEMPT] == attempt + 1
+            req = out
+        else:
+            assert isinstance(out, HtmlResponse)
+
+
+def test_retry_http_codes_set_by_the_project():
+    mw, _, _ = make({"RETRY_HTTP_CODES": [500, 400]})
+    assert isinstance(respond(mw, Request(URL), 500), Request)
+    assert isinstance(respond(mw, Request(URL), 400), Request)  # listed: fatal becomes transient
+    assert isinstance(respond(mw, Request(URL), 503), HtmlResponse)  # not listed: not retried
+    assert isinstance(respond(mw, Request(URL), 429), HtmlResponse)
+    assert isinstance(respond(mw, Request(URL), 403), Request)  # blocked: another egress, not gated
+
+
+def test_meta_keys_dont_retry_max_retry_times_priority_adjust():
+    mw, _, _ = make({"RETRY_PRIORITY_ADJUST": -3})
+    assert isinstance(respond(mw, Request(URL, meta={"dont_retry": True}), 500), HtmlResponse)
+    assert isinstance(respond(mw, Request(URL, meta={"max_retry_times": 0}), 500), HtmlResponse)
+    assert respond(mw, Request(URL), 500).priority == -3
+    assert respond(mw, Request(URL, meta={"priority_adjust": 2}), 500).priority == 2
+    assert isinstance(respond(mw, Request(URL, meta={"max_retry_times": 7, meta.ATTEMPT: 7}), 500), Request)
+
+
+def test_retry_after_is_a_floor_of_the_not_before_time():
+    mw, outcomes, _ = make()
+    before = time.time()
+    new = respond(mw, Request(URL), 429, headers={"Retry-After": "30"})
+    assert new.meta[meta.NOT_BEFORE] >= before + 30
+    assert outcomes[0].cls is C.RATE_LIMITED
+
+
+def test_download_exception_given_up_raises_quietly_without_errback():
+    mw, outcomes, stats = make({"SCALE_RETRY_POLICY": {"transient": {"retries": 1, "base": 0}}})
+    req = Request(URL)
+    mw.process_request(req)
+    retry = mw.process_exception(req, DownloadTimeoutError("took too long"))
+    assert isinstance(retry, Request)
+    mw.process_request(retry)
+    with pytest.raises(GaveUpError) as e:
+        mw.process_exception(retry, DownloadTimeoutError("took too long"))
+    assert isinstance(e.value, IgnoreRequest) and isinstance(e.value.original, DownloadTimeoutError)
+    final = outcomes[-1]
+    assert (final.cls, final.final, final.attempt, final.exception) == (
+        C.TRANSIENT, True, 2, "scrapy.exceptions.DownloadTimeoutError",
+    )
+    assert final.latency is not None
+    assert stats.get_value("scale/gave_up/transient") == 1
+    # with an errback, the errback gets the original exception (the middleware returns None)
+    with_eb = Request(URL, errback=lambda f: None, meta={meta.ATTEMPT: 2})
+    assert mw.process_exception(with_eb, DownloadTimeoutError("x")) is None
+
+
+def test_unknown_exception_is_fatal_and_left_to_scrapy():
+    mw, outcomes, _ = make()
+    assert mw.process_exception(Request(URL), ZeroDivisionError()) is None  # Scrapy logs its traceback
+    assert (outcomes[-1].cls, outcomes[-1].final) == (C.FATAL, True)
+
+
+def test_a_request_with_a_future_not_before_is_sent_back_not_downloaded():
+    mw, _, stats = make()
+    req = Request(URL, meta={meta.NOT_BEFORE: time.time() + 60})
+    again = mw.process_request(req)
+    assert isinstance(again, Request) and again.dont_filter
+    assert stats.get_value("scale/retry/not_before_guard") == 1
+    assert mw.process_request(Request(URL, meta={meta.NOT_BEFORE: time.time() - 1})) is None
