@@ -58,12 +58,13 @@ FRONTIER = "scrapy_scale.frontier.Scheduler"
 # ---- crawl ---------------------------------------------------------------------------------
 
 
-def frontier_redis_variant(redis_url: str) -> Variant:
+def frontier_redis_variant(redis_url: str, extra: dict[str, Any] | None = None) -> Variant:
     cpu_before: dict[str, float] = {}
 
     def settings(run_id: str) -> dict[str, Any]:
         cpu_before[run_id] = redis_cpu(redis_url)
-        return {"ADDONS": {}, "SCHEDULER": FRONTIER, "SCALE_FRONTIER_URL": redis_url, "SCALE_JOB": f"bench-{run_id}"}
+        return {"ADDONS": {}, "SCHEDULER": FRONTIER, "SCALE_FRONTIER_URL": redis_url, "SCALE_JOB": f"bench-{run_id}",
+                **(extra or {})}
 
     def cleanup(run_id: str) -> dict[str, float]:
         used = redis_cpu(redis_url) - cpu_before.pop(run_id)
@@ -83,12 +84,13 @@ def _delete_keys(redis_url: str, pattern: str) -> None:
 
 def part_crawl(args: argparse.Namespace, redis_url: str) -> str:
     jobdirs = Path(tempfile.mkdtemp(prefix="bench-jobdir-"))
+    ours = {"SCALE_FRONTIER_BATCH": args.frontier_batch} if args.frontier_batch else {}
     variants = [
         Variant("Scrapy default scheduler", PLAIN),
         Variant("Scrapy JOBDIR", lambda run_id: {"ADDONS": {}, "JOBDIR": str(jobdirs / run_id)}),
-        Variant("SQLite frontier", {"ADDONS": {}, "SCHEDULER": FRONTIER}),
+        Variant("SQLite frontier", {"ADDONS": {}, "SCHEDULER": FRONTIER, **ours}),
         redis_variant(redis_url),
-        frontier_redis_variant(redis_url),
+        frontier_redis_variant(redis_url, ours),
     ]
     t0 = time.monotonic()
     load0 = os.getloadavg()[0]
@@ -472,6 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pages", type=int, default=3000, help="crawl: detail pages in all (default 3000)")
     p.add_argument("--hosts", type=int, default=10, help="crawl: testbed hosts (default 10)")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--frontier-batch", type=int, default=None,
+                   help="crawl: SCALE_FRONTIER_BATCH of the frontier variants (default: the setting's default)")
     p.add_argument("--ops", type=int, default=20_000, help="ops: requests per round (default 20,000)")
     p.add_argument("--pending", type=int, default=1_000_000, help="rss: pending requests (default 1,000,000)")
     p.add_argument("--rss-pages", type=int, default=2000, help="rss: pages each crawl fetches (default 2,000)")
