@@ -94,7 +94,7 @@ def part_crawl(args: argparse.Namespace, redis_url: str) -> str:
     ]
     t0 = time.monotonic()
     load0 = os.getloadavg()[0]
-    with TestbedProcess(args.hosts, args.pages) as tb:
+    with TestbedProcess(args.hosts, args.pages, per_page=args.per_page) as tb:
         results = run_rounds(variants, tb.pages, tb.hosts, args.rounds, testbed=tb)
     for ms in results.values():
         for m in ms:
@@ -103,7 +103,8 @@ def part_crawl(args: argparse.Namespace, redis_url: str) -> str:
     two = {k: results[k] for k in ("Redis frontier", "scrapy-redis scheduler")}
     extra = [("CPU s / 1k pages incl. Redis server", "cpu_all_per_1k", "{:.2f}")]
     lines = [
-        f"Crawl: {tb.hosts} hosts x {tb.pages_per_host} pages, {args.rounds} rounds + warm-up, "
+        f"Crawl: {tb.hosts} hosts x {tb.pages_per_host} pages, {tb.per_page} links per listing page, "
+        f"{args.rounds} rounds + warm-up, "
         f"{time.monotonic() - t0:.0f} s, load average {load0:.1f} -> {os.getloadavg()[0]:.1f}. "
         "Ratios: each row over the table's first row (median of the per-round ratios).",
         "",
@@ -474,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pages", type=int, default=3000, help="crawl: detail pages in all (default 3000)")
     p.add_argument("--hosts", type=int, default=10, help="crawl: testbed hosts (default 10)")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--per-page", type=int, default=20,
+                   help="crawl: detail links per listing page (default 20: each host is a chain of listing pages)")
     p.add_argument("--frontier-batch", type=int, default=None,
                    help="crawl: SCALE_FRONTIER_BATCH of the frontier variants (default: the setting's default)")
     p.add_argument("--ops", type=int, default=20_000, help="ops: requests per round (default 20,000)")
