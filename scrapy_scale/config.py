@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 
 from scrapy.settings import BaseSettings
 
+from scrapy_scale.redact import redact_text
+
 PREFIX = "SCALE_"
 
 
@@ -27,8 +29,8 @@ class ScaleSettingError(ValueError):
 
     def __init__(self, name: str, problem: str):
         self.setting = name
-        self.problem = problem
-        super().__init__(f"{name}: {problem}")
+        self.problem = redact_text(problem)  # a bad URL's password stays out of the log
+        super().__init__(f"{name}: {self.problem}")
 
 
 Parser = Callable[[Any], Any]

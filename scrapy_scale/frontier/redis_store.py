@@ -717,11 +717,7 @@ def _run_from_json(raw: str) -> RunInfo:
 
 
 def _safe_url(url: str) -> str:
-    """The URL without its password (never in logs)."""
-    from urllib.parse import urlsplit, urlunsplit
+    """The URL without its password, in the userinfo or in ``?password=`` (never in logs)."""
+    from scrapy_scale.redact import redact_url
 
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
+    return redact_url(url, userinfo="***@")

@@ -1,0 +1,37 @@
+"""Bugs found at the seams between packages (fresh-eyes review), one test each."""
+
+from __future__ import annotations
+
+import pytest
+
+from scrapy_scale import config
+
+
+def test_a_bad_url_setting_names_the_setting_but_not_its_password():
+    """A typo in a store URL must not print the database password into the log."""
+    config._load_declarations()
+    settings = {"SCALE_STORE_URL": "mongo://app:s3cret@db.example:27017/shop"}
+    with pytest.raises(config.ScaleSettingError) as e:
+        config.validate_all(settings)
+    msg = str(e.value)
+    assert msg.startswith("SCALE_STORE_URL: ")
+    assert "unknown URL scheme" in msg
+    assert "s3cret" not in msg and "app:" not in msg
+    assert "db.example:27017" in msg  # still says which URL was meant
+
+
+def test_a_bad_url_setting_masks_a_password_in_the_query():
+    config._load_declarations()
+    with pytest.raises(config.ScaleSettingError) as e:
+        config.get({"SCALE_FRONTIER_URL": "redis+x://127.0.0.1:6379/0?password=s3cret"}, "SCALE_FRONTIER_URL")
+    assert "s3cret" not in str(e.value)
+
+
+def test_an_unreachable_redis_frontier_does_not_log_a_query_password():
+    """redis-py takes the password from ``?password=`` too; the error must not show it."""
+    from scrapy_scale.frontier.store import FrontierError, open_store
+
+    with pytest.raises(FrontierError) as e:
+        open_store("redis://127.0.0.1:1/0?password=s3cret", "job")
+    assert "s3cret" not in str(e.value)
+    assert "127.0.0.1:1" in str(e.value)
