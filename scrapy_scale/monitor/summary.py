@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from scrapy import signals
 from scrapy.crawler import Crawler
@@ -26,6 +25,7 @@ from scrapy.spiders import Spider
 
 from scrapy_scale import config
 from scrapy_scale.outcomes.model import FailureClass
+from scrapy_scale.redact import redact_url
 
 logger = logging.getLogger(__name__)
 
@@ -43,32 +43,6 @@ MEANING = {
     "parse_failed": "the callback failed or found no data: not retried",
     "fatal": "cannot succeed (400, bad URL): not retried",
 }
-#: query parameters that may carry secrets in a URL
-_SECRET_WORDS = ("pass", "secret", "token", "key", "cred")
-
-
-def redact_url(url: str) -> str:
-    """``url`` without credentials: user and password dropped, secret-looking query values masked."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable URL>"
-    netloc = parts.netloc.rpartition("@")[2]
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(_secret(k) for k, _ in pairs):
-            query = urlencode([(k, "***" if _secret(k) else v) for k, v in pairs], safe="*/:")
-    # built by hand: urlunsplit would turn sqlite:////abs/path into sqlite://abs/path
-    if "://" not in url:
-        return url.rpartition("@")[2]
-    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
-
-
-def _secret(key: str) -> bool:
-    return any(w in key.lower() for w in _SECRET_WORDS)
-
-
 def format_duration(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.1f} s"

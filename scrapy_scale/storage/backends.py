@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from scrapy_scale.redact import redact_url
 from scrapy_scale.storage.encode import to_json
 from scrapy_scale.storage.settings import META_FIELDS
 
@@ -94,13 +95,8 @@ class Store:
 
 
 def redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None and parts.username is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return parts._replace(netloc=f"***@{host}").geturl()
+    """``url`` safe to log: credentials shown as ``***@`` (see :mod:`scrapy_scale.redact`)."""
+    return redact_url(url, userinfo="***@")
 
 
 # ---- SQLite ------------------------------------------------------------------------
