@@ -35,3 +35,17 @@ def test_an_unreachable_redis_frontier_does_not_log_a_query_password():
         open_store("redis://127.0.0.1:1/0?password=s3cret", "job")
     assert "s3cret" not in str(e.value)
     assert "127.0.0.1:1" in str(e.value)
+
+
+def test_an_outcome_log_that_cannot_be_opened_names_the_setting(tmp_path):
+    """Every SCALE_* problem stops the crawl with the setting's name, a bad path too
+    (it was a bare FileNotFoundError from the extension)."""
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_scale.outcomes.record import OutcomeLog
+
+    crawler = get_crawler(settings_dict={"SCALE_OUTCOME_LOG": str(tmp_path / "no" / "such" / "dir" / "o.jsonl")})
+    with pytest.raises(config.ScaleSettingError) as e:
+        OutcomeLog.from_crawler(crawler)
+    assert e.value.setting == "SCALE_OUTCOME_LOG"
+    assert "o.jsonl" in str(e.value)

@@ -31,7 +31,12 @@ class OutcomeLog:
         path = config.get(crawler.settings, oset.OUTCOME_LOG.name)
         if not path:
             raise NotConfigured
-        ext = cls(path)
+        try:
+            ext = cls(path)
+        except OSError as e:  # a bad path stops the crawl at startup, naming the setting
+            raise config.ScaleSettingError(
+                oset.OUTCOME_LOG.name, f"cannot open {path!r} for appending: {e.strerror or e}"
+            ) from None
         crawler.signals.connect(ext.record, signal=scale_signals.outcome)
         crawler.signals.connect(ext.close, signal=scrapy_signals.engine_stopped)
         return ext
