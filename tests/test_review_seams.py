@@ -49,3 +49,13 @@ def test_an_outcome_log_that_cannot_be_opened_names_the_setting(tmp_path):
         OutcomeLog.from_crawler(crawler)
     assert e.value.setting == "SCALE_OUTCOME_LOG"
     assert "o.jsonl" in str(e.value)
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///"])
+def test_a_store_url_without_a_file_fails_at_startup_with_the_setting_name(url):
+    """It was a bare ValueError from open_spider, after the crawl had started."""
+    config._load_declarations()
+    with pytest.raises(config.ScaleSettingError) as e:
+        config.validate_all({"SCALE_STORE_URL": url})
+    assert e.value.setting == "SCALE_STORE_URL"
+    assert "no file" in str(e.value)

@@ -57,10 +57,20 @@ def as_collection(v: Any) -> str:
     return name
 
 
+def as_store_url(v: Any) -> str:
+    """A store URL; an ``sqlite:`` one must name a file (checked here, at startup)."""
+    url: str = as_url(*SCHEMES)(v)
+    if url.startswith("sqlite:"):
+        from scrapy_scale.storage.backends import sqlite_path
+
+        sqlite_path(url)  # ValueError "no file in ..." when it names none
+    return url
+
+
 URL = declare(
     "SCALE_STORE_URL",
     None,
-    as_url(*SCHEMES),
+    as_store_url,
     "Item store: `sqlite:///path` or `mongodb://host:port/db`. Default: `items.sqlite` in `SCALE_STATE_DIR` (or `JOBDIR`).",
     "storage",
 )
