@@ -55,4 +55,14 @@ class Addon:
         for dict_name, path, order in COMPONENTS:
             settings.setdefault_in_component_priority_dict(dict_name, load_object(path), order)
         for dict_name, path in DISABLES:
-            settings.set_in_component_priority_dict(dict_name, load_object(path), None)
+            cls = load_object(path)
+            if any(v is not None and _same(k, cls) for k, v in settings.getdict(dict_name).items()):
+                continue  # the project lists it itself: its choice wins (the outcome hub warns)
+            settings.set_in_component_priority_dict(dict_name, cls, None)
+
+
+def _same(key: Any, cls: type) -> bool:
+    try:
+        return (load_object(key) if isinstance(key, str) else key) is cls
+    except (ImportError, ValueError, AttributeError, NameError):
+        return False
