@@ -162,3 +162,44 @@ def test_polite_defaults_hold_in_a_real_crawl(tmp_path: Path):
     assert re.search(r"'ROBOTSTXT_OBEY': True", res.log)
     assert re.search(r"'CONCURRENT_REQUESTS_PER_DOMAIN': 4\b", res.log)
     assert res.stats.get("robotstxt/forbidden", 0) >= 11  # /item/1 and /item/10 .. /item/19
+
+
+def test_retry_after_max_reaches_the_policy():
+    """SCALE_RETRY_AFTER_MAX: "a longer one is clamped to it with a warning" (the clamping
+    itself: tests/test_retry_policy.py); here: the setting is the value the policy uses."""
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_scale.outcomes.hub import OutcomeHub
+
+    hub = OutcomeHub(get_crawler(settings_dict={"SCALE_RETRY_AFTER_MAX": "7.5"}))
+    assert hub.policy.retry_after_max == 7.5
+
+
+def _table(db: Path, table: str) -> list[dict[str, object]]:
+    import json
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        return [json.loads(doc) for (doc,) in conn.execute(f'SELECT doc FROM "{table}"')]
+
+
+def test_store_collection_dead_letter_and_field_names_are_the_settings(tmp_path: Path):
+    """SCALE_STORE_COLLECTION, SCALE_STORE_DEAD_LETTER, SCALE_STORE_FIELDS and
+    SCALE_ITEM_KEY as the settings table describes them, in real crawls."""
+    names = {"SCALE_STORE_COLLECTION": "products", "SCALE_STORE_DEAD_LETTER": "rejects",
+             "SCALE_STORE_FIELDS": {"first_seen": "seen_at", "run_id": "run"}}
+    with Testbed(hosts=1, pages=5, seed=1) as tb:
+        first = run_crawl(tb, names, tmp_path, timeout=90)
+        assert first.returncode == 0, first.tail()
+        # a new run of the same job: every item now lacks its key field, so it goes to the dead letter
+        second = run_crawl(tb, {**names, "SCALE_ITEM_KEY": {"*": ["no_such_field"]}}, tmp_path, timeout=90)
+        assert second.returncode == 0, second.tail()
+    db = tmp_path / "state" / "items.sqlite"
+    rows = _table(db, "products")
+    assert len(rows) == 5, rows
+    for doc in rows:
+        assert "seen_at" in doc and "run" in doc and "_first_seen" not in doc and "_run_id" not in doc
+        assert "_last_seen" in doc  # the fields not renamed keep their default names
+    dead = _table(db, "rejects")
+    assert len(dead) == 5 and all(d["reason"].startswith("invalid key") for d in dead), dead
+    assert second.stats["scale/store/dead_lettered"] == 5
