@@ -59,3 +59,13 @@ def test_a_store_url_without_a_file_fails_at_startup_with_the_setting_name(url):
         config.validate_all({"SCALE_STORE_URL": url})
     assert e.value.setting == "SCALE_STORE_URL"
     assert "no file" in str(e.value)
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_an_empty_worker_id_fails_at_startup(value):
+    """`-s SCALE_FRONTIER_WORKER=$UNSET_VAR` gave every such worker the id "": they took
+    each other's leases back as their own. An id must say something."""
+    config._load_declarations()
+    with pytest.raises(config.ScaleSettingError) as e:
+        config.validate_all({"SCALE_FRONTIER_WORKER": value})
+    assert e.value.setting == "SCALE_FRONTIER_WORKER"

@@ -42,10 +42,18 @@ WAIT_FOR_SEEDS = declare(
     "Keep workers open when the job is drained, waiting for new seeds (instead of closing).",
     COMPONENT,
 )
+def as_worker_id(v: Any) -> str:
+    """A worker id: a non-empty string (an empty one would be shared by every such worker)."""
+    worker = as_str(v)
+    if not worker.strip():
+        raise ValueError("empty; leave it unset for the default hostname/N, or give each worker its own id")
+    return worker
+
+
 WORKER = declare(
     "SCALE_FRONTIER_WORKER",
     None,
-    as_str,
+    as_worker_id,
     "This worker's id in lease records. Default: `hostname/N`, the lowest slot not held by a live process.",
     COMPONENT,
 )
