@@ -630,13 +630,8 @@ class Scheduler(BaseScheduler):
 
 def _outcomes_enabled(crawler: Crawler) -> bool:
     """Are the outcome middlewares (which send the outcome signal) enabled?"""
-    for name in ("SPIDER_MIDDLEWARES", "DOWNLOADER_MIDDLEWARES"):
-        comps = crawler.settings.getwithbase(name)
-        for key, order in comps.items():
-            path = key if isinstance(key, str) else f"{getattr(key, '__module__', '')}.{getattr(key, '__name__', '')}"
-            if order is not None and path.startswith("scrapy_scale.outcomes"):
-                return True
-    return False
+    return any(config.component_enabled(crawler.settings, name, "scrapy_scale.outcomes")
+               for name in ("SPIDER_MIDDLEWARES", "DOWNLOADER_MIDDLEWARES"))
 
 
 def _int(v: Any, default: int) -> int:

@@ -157,15 +157,6 @@ def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
     return lines
 
 
-def _enabled(crawler: Crawler, dict_name: str, module_prefix: str) -> bool:
-    """Is a component from ``module_prefix`` enabled in the component dict ``dict_name``?"""
-    for comp, order in crawler.settings.getwithbase(dict_name).items():
-        path = comp if isinstance(comp, str) else f"{comp.__module__}.{comp.__qualname__}"
-        if order is not None and path.startswith(module_prefix):
-            return True
-    return False
-
-
 def _scheduler_is_frontier(crawler: Crawler) -> bool:
     sched = crawler.settings.get("SCHEDULER")
     path = sched if isinstance(sched, str) else f"{sched.__module__}.{sched.__qualname__}"
@@ -174,7 +165,7 @@ def _scheduler_is_frontier(crawler: Crawler) -> bool:
 
 def store_url(crawler: Crawler) -> str | None:
     """The item store's URL without credentials, when scrapy-scale's store pipeline is on."""
-    if not _enabled(crawler, "ITEM_PIPELINES", "scrapy_scale.storage"):
+    if not config.component_enabled(crawler.settings, "ITEM_PIPELINES", "scrapy_scale.storage"):
         return None
     from scrapy_scale.storage.pipeline import default_store_url
 
