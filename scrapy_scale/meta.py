@@ -14,3 +14,7 @@ FINGERPRINT = "scale_fingerprint"
 EXPECT_ITEMS = "scale_expect_items"
 #: class and reason of the previous attempt's failure, for the next attempt's outcome
 LAST_FAILURE = "scale_last_failure"
+
+#: the keys that make a request the next attempt of its chain; a request that copied
+#: them from another (``meta=dict(response.meta)``) starts a chain of its own without them
+CHAIN_KEYS = (ATTEMPT, NOT_BEFORE, LAST_FAILURE, AVOID_EGRESS, "retry_times")

@@ -344,6 +344,10 @@ class Scheduler(BaseScheduler):
             redirects = request.meta.get("redirect_urls") or []
             if redirects and redirects[-1] == self.inflight[given].url:
                 fp, update = given, True
+        if given and fp != given:
+            # it copied another request's meta (response.meta): a chain of its own, from attempt 1
+            for key in meta.CHAIN_KEYS:
+                request.meta.pop(key, None)
         request.meta[meta.FINGERPRINT] = fp
         return fp, update
 

@@ -35,7 +35,6 @@ logger = logging.getLogger("scrapy_scale.outcomes")
 C = FailureClass
 _RETRY_AFTER_CLASSES = frozenset({C.RATE_LIMITED, C.TRANSIENT})
 _GATED = frozenset({C.RATE_LIMITED, C.TRANSIENT})
-_CHAIN_KEYS = (meta.ATTEMPT, meta.NOT_BEFORE, meta.LAST_FAILURE, meta.AVOID_EGRESS, "retry_times")
 
 
 class GaveUpError(IgnoreRequest):
@@ -69,7 +68,7 @@ class OutcomeDownloaderMiddleware:
             if real != fp:
                 # chain keys copied along with response.meta into a new request: a new chain
                 m[meta.FINGERPRINT] = real
-                for key in _CHAIN_KEYS:
+                for key in meta.CHAIN_KEYS:
                     m.pop(key, None)
         nb = m.get(meta.NOT_BEFORE)
         if nb and nb > self.clock() + NOT_BEFORE_TOLERANCE:
