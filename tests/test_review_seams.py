@@ -92,3 +92,19 @@ def test_a_request_that_copied_response_meta_starts_its_own_chain_on_the_frontie
     assert finals["2"]["cls"] == "ok"
     assert finals["2"]["attempt"] == 1, finals["2"]
     assert res.stats["scale/retry_depth/1"] == 1 and res.stats["scale/retry_depth/2"] == 1
+
+
+@pytest.mark.parametrize("collection,dead", [("items", "items"), ("products", "products")])
+def test_a_dead_letter_that_is_the_item_collection_fails_at_startup(collection, dead):
+    """Dead letters written into the items table (another schema) can never be stored: the
+    writer retried that batch forever and the crawl stalled. Both names are settings, so the
+    clash is a bad setting, named at startup."""
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_scale.storage.pipeline import StorePipeline
+
+    crawler = get_crawler(settings_dict={"SCALE_STORE_COLLECTION": collection, "SCALE_STORE_DEAD_LETTER": dead})
+    with pytest.raises(config.ScaleSettingError) as e:
+        StorePipeline.from_crawler(crawler)
+    assert e.value.setting == "SCALE_STORE_DEAD_LETTER"
+    assert collection in str(e.value)

@@ -201,7 +201,13 @@ class StorePipeline:
         for name in S.__dict__.values():
             if isinstance(name, config.Setting):
                 config.get(crawler.settings, name.name)  # fail at startup on a bad value
-        return cls(crawler)
+        pipeline = cls(crawler)
+        if pipeline.dead_collection == pipeline.collection:
+            # dead letters (another schema) in the items table can never be written: the crawl would stall
+            raise config.ScaleSettingError(
+                "SCALE_STORE_DEAD_LETTER", f"must differ from SCALE_STORE_COLLECTION ({pipeline.collection!r})"
+            )
+        return pipeline
 
     # ---- lifecycle -------------------------------------------------------------
 
