@@ -162,6 +162,11 @@ def test_polite_defaults_hold_in_a_real_crawl(tmp_path: Path):
     assert re.search(r"'ROBOTSTXT_OBEY': True", res.log)
     assert re.search(r"'CONCURRENT_REQUESTS_PER_DOMAIN': 4\b", res.log)
     assert res.stats.get("robotstxt/forbidden", 0) >= 11  # /item/1 and /item/10 .. /item/19
+    # the outcome table: "fatal | anything else (400, bad URL, robots.txt disallowed) | never retried; recorded"
+    assert "robots.txt disallowed) | never retried; recorded" in README
+    assert res.stats.get("scale/outcome/fatal") == res.stats["robotstxt/forbidden"]
+    assert res.stats.get("scale/frontier/state/failed") == res.stats["robotstxt/forbidden"]
+    assert not [k for k in res.stats if k.startswith("scale/retry/")]
 
 
 def test_retry_after_max_reaches_the_policy():
