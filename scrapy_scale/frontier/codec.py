@@ -26,11 +26,21 @@ class CodecError(ValueError):
     """A request cannot be written as data, or a stored record cannot be read back."""
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _to_json(v: Any) -> Any:
-    if v is None or isinstance(v, bool | int | float | str):
+    t = type(v)
+    if t in _SCALARS:  # the common case first, by exact type (subclasses take the checks below)
         return v
+    if t is dict and all(type(k) is str for k in v) and "$b" not in v and "$d" not in v:
+        return {k: x if type(x) in _SCALARS else _to_json(x) for k, x in v.items()}
+    if t is list or t is tuple:
+        return [x if type(x) in _SCALARS else _to_json(x) for x in v]
     if isinstance(v, bytes):
         return {"$b": base64.b64encode(v).decode("ascii")}
+    if v is None or isinstance(v, bool | int | float | str):
+        return v
     if isinstance(v, list | tuple):
         return [_to_json(x) for x in v]
     if isinstance(v, dict):
@@ -40,16 +50,21 @@ def _to_json(v: Any) -> Any:
     raise CodecError(f"cannot store a value of type {type(v).__name__} in a request")
 
 
-def _from_json(v: Any) -> Any:
-    if isinstance(v, list):
-        return [_from_json(x) for x in v]
-    if isinstance(v, dict):
-        if len(v) == 1 and "$b" in v:
-            return base64.b64decode(v["$b"])
-        if len(v) == 1 and "$d" in v:
-            return {_hashable(_from_json(k)): _from_json(x) for k, x in v["$d"]}
-        return {k: _from_json(x) for k, x in v.items()}
-    return v
+def _object_hook(d: dict[str, Any]) -> Any:
+    """``json.loads`` hook: called bottom-up on each JSON object as it is parsed (so the
+    values inside are already decoded); turns the two markers back into bytes / a dict
+    with non-string keys, with no Python-level walk over every list and string."""
+    if len(d) == 1:
+        if "$b" in d:
+            if not isinstance(d["$b"], str):
+                raise CodecError(f"cannot rebuild the request: a bytes marker holds {type(d['$b']).__name__}")
+            return base64.b64decode(d["$b"])
+        if "$d" in d:
+            try:
+                return {_hashable(k): x for k, x in d["$d"]}
+            except (TypeError, ValueError) as e:
+                raise CodecError(f"cannot rebuild the request: a dict marker: {e}") from None
+    return d
 
 
 def _hashable(k: Any) -> Any:
@@ -63,25 +78,35 @@ def encode(request: Request, spider: Spider | None = None) -> str:
         d = request.to_dict(spider=spider)
     except ValueError as e:  # callback not found on the spider
         raise CodecError(str(e)) from None
-    return json.dumps({"v": VERSION, "r": _to_json(d)}, separators=(",", ":"))
+    return _dumps({"v": VERSION, "r": _to_json(d)})
+
+
+#: ``json.dumps(..., separators=(",", ":"))`` without building an encoder per call (same output)
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def decode(data: str, spider: Spider | None = None) -> Request:
     """Rebuild the request. Raises :class:`CodecError` with the reason when the
     record cannot be read (bad JSON, unknown version, missing callback...)."""
     try:
-        doc = json.loads(data)
+        doc = _loads(data) if isinstance(data, str) else json.loads(data, object_hook=_object_hook)
+    except CodecError:
+        raise
     except (json.JSONDecodeError, TypeError) as e:
         raise CodecError(f"not JSON: {e}") from None
+    except Exception as e:  # noqa: BLE001 - a marker that is not what it says ({"$b": 1}, bad base64...)
+        raise CodecError(f"cannot rebuild the request: {type(e).__name__}: {e}") from None
     if not isinstance(doc, dict) or "r" not in doc:
         raise CodecError("not a stored request (no 'r' field)")
     if doc.get("v") != VERSION:
         raise CodecError(f"stored request format version {doc.get('v')!r}; this code reads {VERSION}")
     try:
-        d = _from_json(doc["r"])
-        return request_from_dict(d, spider=spider)
+        return request_from_dict(doc["r"], spider=spider)
     except Exception as e:  # noqa: BLE001 - any failure means "cannot be rebuilt"
         raise CodecError(f"cannot rebuild the request: {type(e).__name__}: {e}") from None
+
+
+_loads = json.JSONDecoder(object_hook=_object_hook).decode
 
 
 _default_fingerprinter: RequestFingerprinter | None = None
