@@ -206,6 +206,33 @@ def test_outbox_is_bounded_when_the_reactor_does_not_come_back(sched: Scheduler)
     assert sched.crawler.stats.get_value("scale/frontier/outbox_flushes") == 5
 
 
+def test_new_requests_that_arrive_during_a_sync_start_the_next_one_at_once(sched: Scheduler) -> None:
+    """Children enqueued while a sync runs (its outbox already taken) are leasable as soon
+    as they are written: with the buffer low the next sync starts when this one ends, not
+    at the next tick (the engine got None meanwhile and waits to be woken)."""
+    kicks: list[int] = []
+    sched._kick = lambda: kicks.append(len(sched.outbox))  # type: ignore[method-assign]
+    sched.enqueue_request(Request("http://a.test/parent"))
+    args = sched._sync_args()  # the sync starts: it took the outbox
+    res = sched._sync_work(*args)
+    sched.enqueue_request(Request("http://a.test/child"))  # arrives while it runs
+    sched._sync_done(res)  # leased the parent; the buffer is low: kick (as before)
+    assert kicks == [1]
+    assert sched.next_request() is not None and kicks == [1, 1]  # next_request kicks when low, as before
+    kicks.clear()
+    res = sched._sync_work(*sched._sync_args())  # writes the child, leases it
+    assert [x.fingerprint for x in res.leased] and not sched.outbox
+    sched.enqueue_request(Request("http://a.test/grandchild"))
+    res.leased = []  # a sync that leased nothing (the child was not written yet when it leased)
+    sched._sync_done(res)
+    assert kicks == [1]  # the grandchild waits in the outbox: sync again now
+    kicks.clear()
+    res = sched._sync_work(*sched._sync_args())
+    res.leased = []
+    sched._sync_done(res)
+    assert kicks == []  # nothing new waiting and nothing leased: the tick will do
+
+
 def test_default_frontier_file_is_under_jobdir_else_the_state_dir(tmp_path: Path) -> None:
     from scrapy.settings import Settings
 

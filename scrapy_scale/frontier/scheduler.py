@@ -131,6 +131,8 @@ class Scheduler(BaseScheduler):
         self._feed_fp: Any = None
         self.spider: Spider | None = None
         self.outbox: list[tuple[str, Any]] = []
+        #: the outbox holds an enqueue (new work) that no sync has taken yet
+        self._enq_waiting = False
         self.buffer: deque[Leased] = deque()
         self.memq: deque[Request] = deque()
         self.inflight: dict[str, InFlight] = {}
@@ -288,6 +290,7 @@ class Scheduler(BaseScheduler):
         if not_before > time.time():
             self._inc("delayed")
         self.outbox.append(("enq", nr))
+        self._enq_waiting = True
         if len(self.outbox) >= OUTBOX_CAP * self.batch:
             self._flush_now()
         elif len(self.outbox) >= self.batch:
@@ -453,6 +456,7 @@ class Scheduler(BaseScheduler):
 
     def _take_outbox(self) -> list[tuple[str, Any]]:
         ops, self.outbox = self.outbox, []
+        self._enq_waiting = False
         return ops
 
     def sync_blocking(self) -> SyncResult:
@@ -586,7 +590,10 @@ class Scheduler(BaseScheduler):
             return
         if res.leased or res.finished_run or not self.has_pending_requests():
             self._wake_engine()  # new work, or maybe idle now: let the engine look at once
-        if res.leased and len(self.buffer) <= self.batch // 2:
+        if len(self.buffer) <= self.batch // 2 and (res.leased or self._enq_waiting):
+            # more to lease, or new requests (children) that arrived during this sync and
+            # are leasable as soon as they are written: do not let them wait for the tick
+            # (the engine may have asked, got None and now waits for a wake-up)
             self._kick()
         elif self.outbox and len(self.outbox) >= self.batch:
             self._kick()
