@@ -50,6 +50,7 @@ from benchmarks.harness import (
     run_rounds,
     spread,
     table,
+    wait_measured,
 )
 
 FRONTIER = "scrapy_scale.frontier.Scheduler"
@@ -319,17 +320,7 @@ def measure(tb: TestbedProcess, settings: dict[str, Any], workdir: Path, timeout
 
     proc = start_crawl(tb, {**BASE_SETTINGS, **settings}, workdir)
     t = time.monotonic()
-    # Peak RSS from the child's own VmHWM, polled: wait4's ru_maxrss also counts the RSS the
-    # child had at fork time, i.e. this (benchmark) process's, which can be the larger one.
-    hwm = 0.0
-    while True:
-        wpid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if wpid == proc.pid:
-            break
-        hwm = max(hwm, _vm_hwm_mib(proc.pid))
-        if time.monotonic() - t > timeout:
-            os.kill(proc.pid, signal.SIGKILL)
-        time.sleep(0.05)
+    status, usage, hwm = wait_measured(proc.pid, timeout)
     proc.returncode = os.waitstatus_to_exitcode(status)
     res = proc.result()
     if proc.returncode != 0:
@@ -337,18 +328,6 @@ def measure(tb: TestbedProcess, settings: dict[str, Any], workdir: Path, timeout
     return {"rss": hwm, "ru_maxrss": usage.ru_maxrss / 1024, "pages": res.stats.get("downloader/response_count", 0),
             "wall": time.monotonic() - t, "cpu": usage.ru_utime + usage.ru_stime,
             "pending_after": res.stats.get("scale/frontier/queue_length")}
-
-
-def _vm_hwm_mib(pid: int) -> float:
-    """The process's peak resident set size so far (VmHWM), in MiB; 0 when it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
 
 
 def part_rss(args: argparse.Namespace, stack: ExitStack, log: Callable[[str], None]) -> str:

@@ -20,7 +20,8 @@ harness waits for it with ``os.wait4``, which gives the child's own resource usa
   ``elapsed_time_seconds`` (spider open to close; process start-up not included);
 - ``cpu_per_1k``: user + system CPU seconds of the crawl process per 1,000 responses
   (start-up included: about a second per crawl, so use a few thousand pages);
-- ``peak_rss_mib``: the crawl process's peak resident set size.
+- ``peak_rss_mib``: the crawl process's peak resident set size, its own ``VmHWM`` polled
+  (``ru_maxrss`` would also count this benchmark process's size at ``fork``).
 
 The testbed runs as its own process (``python -m scrapy_scale.testbed --no-log``), started
 once and shared by every crawl of a run, without faults unless asked. Plain-Scrapy variants
@@ -194,7 +195,7 @@ def run_variant(name: str, settings: Settings, pages: int, hosts: int, *,
     proc = start_crawl(testbed, merged, base, spider=spider, env=env)
     extra: Mapping[str, float] | None = None
     try:
-        _, status, usage = _wait4(proc.pid, timeout)
+        status, usage, peak_rss = wait_measured(proc.pid, timeout)
     finally:
         if cleanup is not None:
             extra = cleanup(run_id)
@@ -209,7 +210,7 @@ def run_variant(name: str, settings: Settings, pages: int, hosts: int, *,
         elapsed=float(st.get("elapsed_time_seconds", wall)),
         wall=wall,
         cpu=usage.ru_utime + usage.ru_stime,
-        peak_rss_mib=usage.ru_maxrss / 1024,  # KiB on Linux
+        peak_rss_mib=peak_rss,
         returncode=proc.returncode,
         run_dir=res.run_dir,
         stats=st,
@@ -226,17 +227,34 @@ def run_variant(name: str, settings: Settings, pages: int, hosts: int, *,
     return m
 
 
-def _wait4(pid: int, timeout: float) -> tuple[int, int, Any]:
-    """os.wait4 with a deadline (the child is killed when it passes)."""
+def wait_measured(pid: int, timeout: float) -> tuple[int, Any, float]:
+    """Wait for a child (killed past ``timeout``): its exit status, its rusage, and its
+    peak RSS in MiB from its own VmHWM, polled. ``ru_maxrss`` alone is not usable: Linux
+    carries the RSS the child had at ``fork`` (this benchmark process's) into its maximum."""
     deadline = time.monotonic() + timeout
+    hwm = 0.0
     while True:
         wpid, status, usage = os.wait4(pid, os.WNOHANG)
         if wpid == pid:
-            return wpid, status, usage
+            return status, usage, hwm
+        hwm = max(hwm, vm_hwm_mib(pid))
         if time.monotonic() > deadline:
             os.kill(pid, 9)
-            return os.wait4(pid, 0)
+            _, status, usage = os.wait4(pid, 0)
+            return status, usage, hwm
         time.sleep(0.02)
+
+
+def vm_hwm_mib(pid: int) -> float:
+    """A process's peak resident set size so far (VmHWM), in MiB; 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def run_rounds(variants: Sequence[Variant], pages: int, hosts: int, rounds: int = 3, *,
