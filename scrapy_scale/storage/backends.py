@@ -33,6 +33,32 @@ class StoreUnavailable(Exception):
     """The store cannot be reached right now; try the same write again later."""
 
 
+class StoreBroken(Exception):
+    """The store answers but can never take a write as it is (schema mismatch, corrupt
+    file): retrying or dead-lettering item after item cannot help; the crawl must stop."""
+
+
+#: SQLite errors that may pass: another writer holds the lock, I/O trouble, file not there yet
+SQLITE_TRANSIENT = ("locked", "busy", "disk i/o", "unable to open", "disk is full", "interrupted")
+
+
+def sqlite_error(path: str, e: sqlite3.Error) -> Exception:
+    """What a SQLite error means for the caller: a transient OperationalError becomes
+    StoreUnavailable (try again); any other OperationalError/DatabaseError (no such table or
+    column, not a database, malformed, readonly) StoreBroken; IntegrityError, InterfaceError,
+    DataError and ProgrammingError are about the rows written and stay as they are (the writer
+    isolates the row and dead-letters it)."""
+    if isinstance(e, (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.DataError,
+                      sqlite3.ProgrammingError)):
+        return e
+    msg = str(e)
+    if isinstance(e, sqlite3.OperationalError) and any(t in msg.lower() for t in SQLITE_TRANSIENT):
+        return StoreUnavailable(f"sqlite {path}: {msg}")
+    if isinstance(e, sqlite3.DatabaseError):
+        return StoreBroken(f"sqlite {path}: {type(e).__name__}: {msg}")
+    return e
+
+
 @dataclass
 class Row:
     key: str
@@ -148,9 +174,12 @@ class SQLiteStore(Store):
                     f'CREATE TABLE IF NOT EXISTS "{self.dead_collection}" '
                     "(id TEXT PRIMARY KEY, doc TEXT NOT NULL, at REAL NOT NULL)"
                 )
-            except sqlite3.OperationalError as e:
+                # a table made by something else must fail now, not at the first write
+                conn.execute(f'SELECT key, doc FROM "{self.collection}" LIMIT 0')
+                conn.execute(f'SELECT id, doc, at FROM "{self.dead_collection}" LIMIT 0')
+            except sqlite3.Error as e:
                 conn.close()
-                raise StoreUnavailable(f"sqlite {self.path}: {e}") from e
+                raise sqlite_error(self.path, e) from e
             self._conn = conn
 
     @property
@@ -162,8 +191,8 @@ class SQLiteStore(Store):
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One committed write transaction; locked/busy/I/O errors become StoreUnavailable
-        (the same batch can be tried again)."""
+        """One committed write transaction; errors are classified by :func:`sqlite_error`
+        (locked/busy/I/O: StoreUnavailable, the same batch can be tried again)."""
         with self._lock:
             c = self.conn
             try:
@@ -175,8 +204,11 @@ class SQLiteStore(Store):
                     if c.in_transaction:
                         c.execute("ROLLBACK")
                     raise
-            except sqlite3.OperationalError as e:
-                raise StoreUnavailable(f"sqlite {self.path}: {e}") from e
+            except sqlite3.Error as e:
+                err = sqlite_error(self.path, e)
+                if err is e:
+                    raise
+                raise err from e
 
     def write(self, rows: list[Row], now: float) -> WriteResult:
         res = WriteResult()
@@ -300,7 +332,9 @@ class MongoStore(Store):
         except (errors.ConnectionFailure, errors.WTimeoutError) as e:
             raise StoreUnavailable(f"MongoDB: {type(e).__name__}: {str(e)[:300]}") from e
         except errors.PyMongoError as e:
-            if e.has_error_label("RetryableWriteError") or e.has_error_label("TransientTransactionError"):
+            code = getattr(e, "code", None)
+            if (e.has_error_label("RetryableWriteError") or e.has_error_label("TransientTransactionError")
+                    or (isinstance(e, errors.OperationFailure) and code != 11000 and code in RETRYABLE_WRITE_CODES)):
                 raise StoreUnavailable(f"MongoDB: {type(e).__name__}: {str(e)[:300]}") from e
             raise
 
@@ -357,7 +391,11 @@ class MongoStore(Store):
         try:
             self._call(self._dead.bulk_write, ops, ordered=False)
         except errors.BulkWriteError as e:
-            raise StoreUnavailable(f"MongoDB dead letter write failed: {str(e.details)[:300]}") from e
+            d = e.details
+            codes = {int(w.get("code", 0)) for w in d.get("writeErrors", [])}
+            if d.get("writeConcernErrors") or (codes and codes <= RETRYABLE_WRITE_CODES):
+                raise StoreUnavailable(f"MongoDB dead letter write failed: {str(d)[:300]}") from e
+            raise StoreBroken(f"MongoDB refused the dead letter write: {str(d)[:300]}") from e
 
     def get(self, key: str) -> dict[str, Any] | None:
         if self._client is None:

@@ -24,7 +24,7 @@ from scrapy import Request, Spider, signals
 from scrapy.crawler import Crawler
 from scrapy.exceptions import DropItem
 from scrapy.http import Response
-from scrapy.utils.defer import maybe_deferred_to_future
+from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
@@ -35,6 +35,7 @@ from scrapy_scale.storage.backends import (
     Row,
     SQLiteStore,
     Store,
+    StoreBroken,
     StoreUnavailable,
     open_store,
     redact,
@@ -222,12 +223,13 @@ class StorePipeline:
             # a local file: a wrong path must stop the crawl now, not pause it forever
             try:
                 self.store.open()
-            except (StoreUnavailable, OSError) as e:
+            except (StoreUnavailable, StoreBroken, OSError) as e:
                 raise config.ScaleSettingError("SCALE_STORE_URL", f"cannot open the SQLite file: {e}") from None
         self.writer = BatchWriter(
             self.store, self.batch_size, self.max_latency, self.retry_max_delay,
             on_batch=lambda r, results: reactor.callFromThread(self._on_batch, r, results),  # type: ignore[attr-defined]
             on_unavailable=lambda e, n, d: reactor.callFromThread(self._on_unavailable, e, n, d),  # type: ignore[attr-defined]
+            on_fatal=lambda m, subs: reactor.callFromThread(self._on_fatal, m, subs),  # type: ignore[attr-defined]
         )
         self.writer.start()
         logger.info("storing items in %s (collection %s, run %s)", redact(self.url), self.collection, self.run_id)
@@ -375,6 +377,25 @@ class StorePipeline:
         if self._outage_logged:
             logger.warning("store is available again after %.1fs", time.monotonic() - self._outage_logged)
             self._outage_logged = 0.0
+
+    def _on_fatal(self, message: str, subs: list[Submission]) -> None:
+        """The store can never take these writes: fail the waiting items (item_error, so the
+        frontier does not ack their requests) and end the crawl loudly instead of looping."""
+        text = f"SCALE_STORE_URL store cannot be written, closing the spider: {message}"
+        logger.error("%s", text)
+        self.stats.set_value(STATS + "failed", message[:500])
+        self._pending -= len(subs)
+        for sub in subs:
+            d = self._waiting.pop(id(sub), None)
+            if d is not None:
+                d.errback(StoreBroken(text))
+        engine = self.crawler.engine
+        if engine is not None:
+            if self._paused:
+                self._paused = False
+                engine.unpause()
+            if engine.spider is not None:
+                deferred_from_coro(engine.close_spider_async(reason="store_failed"))
 
     def _on_unavailable(self, error: str, attempt: int, delay: float) -> None:
         if not self._outage_logged:

@@ -10,6 +10,11 @@ While the store is unavailable the same batch is tried again with capped,
 jittered exponential backoff, for as long as it takes: nothing is dropped. A batch
 the store refuses for another reason is split and written row by row, so one bad
 row cannot block the others; rows refused for good go to the dead letter.
+
+When the store is broken for good (:class:`StoreBroken`: schema mismatch, corrupt file)
+or refuses the dead-letter write itself, nothing more can be written: the writer stops,
+sets ``fatal`` and hands every unwritten submission to ``on_fatal`` (the pipeline fails
+them and closes the spider) instead of looping.
 """
 
 from __future__ import annotations
@@ -24,7 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scrapy_scale.clock import Randomness
-from scrapy_scale.storage.backends import DeadRow, Row, Store, StoreUnavailable, WriteResult
+from scrapy_scale.storage.backends import (
+    DeadRow,
+    Row,
+    Store,
+    StoreBroken,
+    StoreUnavailable,
+    WriteResult,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +108,7 @@ class BatchWriter:
         report: Callable[[BatchReport], None] | None = None,
         on_unavailable: Callable[[str, int, float], None] | None = None,
         on_batch: Callable[[BatchReport, list[tuple[Submission, Result]]], None] | None = None,
+        on_fatal: Callable[[str, list[Submission]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         rng: Randomness | None = None,
@@ -107,6 +120,9 @@ class BatchWriter:
         self.report = report
         self.on_unavailable = on_unavailable
         self.on_batch = on_batch
+        self.on_fatal = on_fatal
+        #: why the writer stopped for good (the store cannot take writes), else None
+        self.fatal: str | None = None
         self.clock = clock
         self.wall = wall
         self._queue: deque[Submission] = deque()
@@ -125,6 +141,8 @@ class BatchWriter:
     def submit(self, s: Submission) -> None:
         s.t = self.clock()
         with self._cond:
+            if self.fatal is not None:
+                raise StoreBroken(self.fatal)
             if self._closing:
                 raise RuntimeError("the store writer is closed")
             self._queue.append(s)
@@ -165,6 +183,9 @@ class BatchWriter:
                     break
                 except _Abandoned:
                     return
+                except StoreBroken as e:
+                    self._fail(batch, f"{self.store.describe()}: {e}", e)
+                    return
                 except Exception as e:  # noqa: BLE001 - never lose the batch: log, wait, again
                     failures += 1
                     self.error = e
@@ -172,6 +193,18 @@ class BatchWriter:
                                      len(batch), failures)
                     if self._stop_retrying.wait(self.backoff.delay(failures)):
                         return
+
+    def _fail(self, batch: list[Submission], message: str, e: BaseException) -> None:
+        """The store cannot take writes: stop, and hand back everything not written."""
+        with self._cond:
+            self.fatal = message
+            rest = batch + list(self._queue)
+            self._queue.clear()
+        self.error = e
+        logger.error("store writer: the store cannot be written, stopping (%d items not stored): %s",
+                     len(rest), message)
+        if self.on_fatal is not None:
+            self.on_fatal(message, rest)
 
     def _next_batch(self) -> list[Submission] | None:
         with self._cond:
@@ -244,7 +277,13 @@ class BatchWriter:
                 dead.append(s.dead)
                 results.append((s, DeadLettered(s.dead.doc.get("key"), s.reason)))
         if dead:
-            _, n = self._retrying("dead letter", lambda: self.store.dead_letter(dead, self.wall()))
+            try:
+                _, n = self._retrying("dead letter", lambda: self.store.dead_letter(dead, self.wall()))
+            except (_Abandoned, StoreBroken):
+                raise
+            except Exception as e:  # noqa: BLE001 - refused for good: items would be lost silently
+                raise StoreBroken(f"the dead letter {self.store.dead_collection!r} refused "
+                                  f"{len(dead)} record(s): {type(e).__name__}: {str(e)[:300]}") from e
             retries += n
         t1 = self.clock()
         n_ins = sum(1 for _, res_ in results if isinstance(res_, Stored) and res_.inserted)
@@ -272,7 +311,7 @@ class BatchWriter:
         now = self.wall()
         try:
             return self.store.write(rows, now)
-        except StoreUnavailable:
+        except (StoreUnavailable, StoreBroken):
             raise
         except Exception as e:  # noqa: BLE001
             if len(rows) == 1:
