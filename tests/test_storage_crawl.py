@@ -203,6 +203,21 @@ def test_items_reported_scraped_are_in_sqlite_after_kill_9(tmp_path: Path) -> No
     assert scraped <= stored, f"{len(scraped - stored)} items reported scraped are not stored"
 
 
+def kill_store_once_stored(proc, url: str, server, rows: int, down: float) -> None:
+    """Wait until ``rows`` items are in the store at ``url``, kill its ``server``, wait
+    ``down`` seconds; the crawl must be running throughout."""
+    watch = open_store(url, "items")
+    watch.open()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None and watch.count() < rows:
+        time.sleep(0.05)
+    watch.close()
+    assert proc.poll() is None, "the crawl ended before the store could be killed"
+    server.kill()
+    time.sleep(down)
+    assert proc.poll() is None, "the crawl ended while the store was down"
+
+
 def test_mongodb_killed_and_restarted_mid_crawl_nothing_lost(tmp_path: Path, mongo_server) -> None:
     # a short server selection timeout (a URI option wins over the store's 5 s default), so the
     # 4 s outage shows up as failed attempts that the writer retries, not one long wait
@@ -212,16 +227,7 @@ def test_mongodb_killed_and_restarted_mid_crawl_nothing_lost(tmp_path: Path, mon
             **ONLY_STORE, "SCALE_STORE_URL": url, "SCALE_STORE_MAX_PENDING": 40,
             "SCALE_STORE_RETRY_MAX_DELAY": 1.0, "SCALE_STORE_MAX_LATENCY": 0.05,
         }, tmp_path)
-        watch = open_store(url, "items")
-        watch.open()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None and watch.count() < 30:
-            time.sleep(0.05)
-        watch.close()
-        assert proc.poll() is None, "the crawl ended before the store could be killed"
-        mongo_server.kill()
-        time.sleep(4)
-        assert proc.poll() is None, "the crawl ended while the store was down"
+        kill_store_once_stored(proc, url, mongo_server, rows=30, down=4)
         mongo_server.start()
         res = proc.finish(120)
     assert res.returncode == 0, res.tail()

@@ -4,6 +4,8 @@ loudly instead of retrying forever. Real SQLite files and the MongoDB wire serve
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
 import threading
 from pathlib import Path
@@ -20,7 +22,8 @@ from scrapy_scale.storage.backends import (
 )
 from scrapy_scale.storage.writer import BatchWriter, DeadLettered, Result, Stored, Submission
 from scrapy_scale.testbed import Testbed
-from tests.crawling import run_crawl
+from tests.crawling import run_crawl, start_crawl
+from tests.test_storage_crawl import kill_store_once_stored
 
 ONLY_STORE = {
     "ITEM_PIPELINES": {"scrapy_scale.storage.StorePipeline": 900},
@@ -169,3 +172,21 @@ def test_crawl_into_a_sqlite_table_of_another_schema_fails_at_startup(tmp_path: 
                     spider="catalog", timeout=60, start_urls=["data:,x"])
     assert res.returncode != 0
     assert "SCALE_STORE_URL: cannot open the SQLite file" in res.log and "no such column" in res.log
+
+
+def test_ctrl_c_during_a_mongodb_outage_ends_the_crawl(tmp_path: Path, mongo_server) -> None:
+    """Shutdown while the store is down: the waiting items fail loudly (not acked, so a
+    resume crawls them again) instead of holding the shutdown until the store returns."""
+    url = f"mongodb://127.0.0.1:{mongo_server.port}/crawl?serverSelectionTimeoutMS=500"
+    with Testbed(hosts=2, pages=150, seed=7) as tb:
+        proc = start_crawl(tb, {
+            **ONLY_STORE, "SCALE_STORE_URL": url, "SCALE_STORE_RETRY_MAX_DELAY": 1.0,
+            "SCALE_STORE_MAX_LATENCY": 0.05,
+        }, tmp_path)
+        kill_store_once_stored(proc, url, mongo_server, rows=20, down=2)
+        os.kill(proc.pid, signal.SIGINT)
+        res = proc.finish(30)
+    assert res.stats["finish_reason"] == "shutdown", res.tail()
+    assert "shutting down while the store is unavailable" in res.log
+    assert res.stats["scale/store/abandoned"] >= 1
+    assert "item not stored (its request is not acked" in res.log

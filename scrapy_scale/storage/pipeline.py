@@ -230,6 +230,7 @@ class StorePipeline:
             on_batch=lambda r, results: reactor.callFromThread(self._on_batch, r, results),  # type: ignore[attr-defined]
             on_unavailable=lambda e, n, d: reactor.callFromThread(self._on_unavailable, e, n, d),  # type: ignore[attr-defined]
             on_fatal=lambda m, subs: reactor.callFromThread(self._on_fatal, m, subs),  # type: ignore[attr-defined]
+            on_abandoned=lambda subs: reactor.callFromThread(self._on_abandoned, subs),  # type: ignore[attr-defined]
         )
         self.writer.start()
         logger.info("storing items in %s (collection %s, run %s)", redact(self.url), self.collection, self.run_id)
@@ -397,7 +398,28 @@ class StorePipeline:
             if engine.spider is not None:
                 deferred_from_coro(engine.close_spider_async(reason="store_failed"))
 
+    def _on_abandoned(self, subs: list[Submission]) -> None:
+        """Shutdown while the store is down: the waiting items fail (item_error, so the
+        frontier does not ack them and a resume crawls them again) and the crawl can end."""
+        text = (f"shutdown while the store {redact(self.url)} is unavailable: item not stored "
+                "(its request is not acked; a resumed crawl fetches it again)")
+        if subs:
+            logger.error("%d items not stored: %s", len(subs), text)
+        self.stats.inc_value(STATS + "abandoned", len(subs))
+        self._pending -= len(subs)
+        for sub in subs:
+            d = self._waiting.pop(id(sub), None)
+            if d is not None:
+                d.errback(StoreUnavailable(text))
+
     def _on_unavailable(self, error: str, attempt: int, delay: float) -> None:
+        engine = self.crawler.engine
+        if engine is not None and not engine.running and self.writer is not None:
+            # Ctrl-C / crawler.stop(): do not hold the shutdown hostage to the outage
+            logger.warning("shutting down while the store is unavailable (%s): giving up on %d items",
+                           error, self._pending)
+            self.writer.abandon()
+            return
         if not self._outage_logged:
             self._outage_logged = time.monotonic()
         if attempt == 1 or attempt % 10 == 0:

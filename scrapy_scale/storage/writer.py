@@ -109,6 +109,7 @@ class BatchWriter:
         on_unavailable: Callable[[str, int, float], None] | None = None,
         on_batch: Callable[[BatchReport, list[tuple[Submission, Result]]], None] | None = None,
         on_fatal: Callable[[str, list[Submission]], None] | None = None,
+        on_abandoned: Callable[[list[Submission]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         rng: Randomness | None = None,
@@ -121,6 +122,7 @@ class BatchWriter:
         self.on_unavailable = on_unavailable
         self.on_batch = on_batch
         self.on_fatal = on_fatal
+        self.on_abandoned = on_abandoned
         #: why the writer stopped for good (the store cannot take writes), else None
         self.fatal: str | None = None
         self.clock = clock
@@ -166,8 +168,11 @@ class BatchWriter:
         return True
 
     def abandon(self) -> None:
-        """Stop retrying an unavailable store (shutdown that cannot wait any longer)."""
-        self._stop_retrying.set()
+        """Stop retrying an unavailable store (shutdown that cannot wait any longer): the
+        writer stops and hands everything unwritten to ``on_abandoned``."""
+        with self._cond:
+            self._stop_retrying.set()
+            self._cond.notify()
 
     # ---- writer thread ---------------------------------------------------------
 
@@ -182,6 +187,7 @@ class BatchWriter:
                     self._write_batch(batch)
                     break
                 except _Abandoned:
+                    self._give_back(batch)
                     return
                 except StoreBroken as e:
                     self._fail(batch, f"{self.store.describe()}: {e}", e)
@@ -192,7 +198,18 @@ class BatchWriter:
                     logger.exception("store writer: a batch of %d failed (attempt %d); trying again",
                                      len(batch), failures)
                     if self._stop_retrying.wait(self.backoff.delay(failures)):
+                        self._give_back(batch)
                         return
+
+    def _give_back(self, batch: list[Submission]) -> None:
+        """Abandoned: stop taking items and hand back everything not written."""
+        with self._cond:
+            self._closing = True
+            rest = batch + list(self._queue)
+            self._queue.clear()
+        logger.error("store writer: abandoned while the store is unavailable; %d items not stored", len(rest))
+        if self.on_abandoned is not None:
+            self.on_abandoned(rest)
 
     def _fail(self, batch: list[Submission], message: str, e: BaseException) -> None:
         """The store cannot take writes: stop, and hand back everything not written."""
