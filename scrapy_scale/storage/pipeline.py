@@ -380,8 +380,8 @@ class StorePipeline:
             self._outage_logged = 0.0
 
     def _on_fatal(self, message: str, subs: list[Submission]) -> None:
-        """The store can never take these writes: fail the waiting items (item_error, so the
-        frontier does not ack their requests) and end the crawl loudly instead of looping."""
+        """The store can never take these writes: fail the waiting items (item_error;
+        see docs/storage.md about their acks) and end the crawl loudly instead of looping."""
         text = f"SCALE_STORE_URL store cannot be written, closing the spider: {message}"
         logger.error("%s", text)
         self.stats.set_value(STATS + "failed", message[:500])
@@ -399,10 +399,9 @@ class StorePipeline:
                 deferred_from_coro(engine.close_spider_async(reason="store_failed"))
 
     def _on_abandoned(self, subs: list[Submission]) -> None:
-        """Shutdown while the store is down: the waiting items fail (item_error, so the
-        frontier does not ack them and a resume crawls them again) and the crawl can end."""
-        text = (f"shutdown while the store {redact(self.url)} is unavailable: item not stored "
-                "(its request is not acked; a resumed crawl fetches it again)")
+        """Shutdown while the store is down: the waiting items fail (item_error, logged and
+        counted) and the crawl can end."""
+        text = f"shutdown while the store {redact(self.url)} is unavailable: item not stored"
         if subs:
             logger.error("%d items not stored: %s", len(subs), text)
         self.stats.inc_value(STATS + "abandoned", len(subs))
