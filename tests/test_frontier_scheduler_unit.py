@@ -93,6 +93,27 @@ def test_ack_waits_for_every_item_of_the_request(sched: Scheduler) -> None:
     assert not sched.has_pending_requests()
 
 
+def test_a_request_whose_item_was_not_stored_is_never_acked_and_is_released_at_close(sched: Scheduler) -> None:
+    from twisted.python.failure import Failure
+
+    from scrapy_scale.storage.backends import StoreBroken
+
+    sched.enqueue_request(Request("http://a.test/1"))
+    r = lease_one(sched)
+    resp = HtmlResponse(r.url, body=b"<html></html>", request=r)
+    outcome(r, items=2)
+    item(sched, r)
+    sched.crawler.signals.send_catch_log(signals.item_error, item={"x": 2}, response=resp, spider=None,
+                                         failure=Failure(StoreBroken("store cannot be written")))
+    sched.sync_blocking()
+    sched._ack_finished_by_engine()  # the engine is done with it: still no ack
+    sched.sync_blocking()
+    assert state(sched, r) == State.LEASED
+    assert not sched.crawler.stats.get_value("scale/frontier/acked")
+    sched.store.release(sched.worker, list(sched.inflight))  # what close() does with held leases
+    assert state(sched, r) == State.PENDING
+
+
 def test_terminal_failure_keeps_class_and_reason(sched: Scheduler) -> None:
     sched.enqueue_request(Request("http://a.test/1"))
     r = lease_one(sched)

@@ -39,6 +39,7 @@ from twisted.python.threadpool import ThreadPool
 
 from scrapy_scale import config, meta
 from scrapy_scale import signals as scale_signals
+from scrapy_scale.errors import ItemNotStored
 from scrapy_scale.frontier import codec
 from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.frontier.store import (
@@ -79,6 +80,8 @@ class InFlight:
     left_at: float | None = None
     #: the ack/fail to write once the engine lets go of the request (see _settle)
     settled: tuple[str, Any] | None = None
+    #: an item of it could not be stored (ItemNotStored): never ack; released at close
+    unstored: bool = False
 
 
 @dataclass
@@ -375,6 +378,10 @@ class Scheduler(BaseScheduler):
         fp = req.meta.get(meta.FINGERPRINT) if req is not None else None
         entry = self.inflight.get(fp) if fp else None
         if entry is not None:
+            failure = kw.get("failure")
+            if failure is not None and isinstance(getattr(failure, "value", None), ItemNotStored):
+                entry.unstored = True  # kept leased, released at close: fetched again on resume
+                return
             entry.items_seen += 1
             self._maybe_ack(fp, entry)  # type: ignore[arg-type]
 
@@ -397,6 +404,8 @@ class Scheduler(BaseScheduler):
     # until the scraper has processed all of that output, so the ack/fail waits for that.
     def _settle(self, fp: str, entry: InFlight, op: tuple[str, Any]) -> None:
         """Write ``op`` (the ack or fail of ``fp``) now, or once the engine lets go of it."""
+        if entry.unstored and op[0] == "ack":
+            return
         if self._engine_holds(entry.request):
             entry.settled = op  # written by _ack_finished_by_engine on a later tick
             return
@@ -417,7 +426,7 @@ class Scheduler(BaseScheduler):
             return
         now = time.monotonic()
         for fp, entry in list(self.inflight.items()):
-            if entry.request is None or entry.request in inprogress:
+            if entry.request is None or entry.request in inprogress or entry.unstored:
                 continue
             if entry.settled is not None:
                 self._settle(fp, entry, entry.settled)

@@ -24,16 +24,17 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from scrapy_scale.errors import ItemNotStored
 from scrapy_scale.redact import redact_url
 from scrapy_scale.storage.encode import to_json
 from scrapy_scale.storage.settings import META_FIELDS
 
 
-class StoreUnavailable(Exception):
+class StoreUnavailable(ItemNotStored):
     """The store cannot be reached right now; try the same write again later."""
 
 
-class StoreBroken(Exception):
+class StoreBroken(ItemNotStored):
     """The store answers but can never take a write as it is (schema mismatch, corrupt
     file): retrying or dead-lettering item after item cannot help; the crawl must stop."""
 
