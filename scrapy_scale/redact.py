@@ -1,16 +1,33 @@
 """Credentials out of URLs before they reach a log line, a stat, an error or a report.
 
-One place for every component: ``redact_url`` for a URL, ``redact_text`` for a message
-that may contain URLs (a setting's bad value, an error from a client library).
+One place for every component: ``redact_url`` for a URL (a store's, or a request's in
+the outcome log), ``redact_text`` for a message that may contain URLs (a setting's bad
+value, an error from a client library). There is no other copy: every URL the project
+prints goes through :func:`redact_url`.
+
+What is masked:
+
+- the userinfo: ``user:pass@``, ``:pass@`` and ``user@`` become ``***@`` (so a reader
+  sees there were credentials). The authority is read up to the first ``/``, so a
+  password holding an unencoded ``#``, ``?`` or ``@`` is masked whole too;
+- query values whose name looks secret (``password``, ``token``, ``secret``, ``*key*``,
+  ``cred``...): ``?password=x`` -> ``?password=***``;
+- inside any other query value, ``NAME:VALUE`` properties (MongoDB's
+  ``authMechanismProperties=AWS_SESSION_TOKEN:...``) whose name looks secret.
+
+The rest of the URL is kept byte for byte (no re-encoding), so a redacted request URL
+still reads like the one on the wire.
 """
 
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import unquote_plus
 
-#: query parameters that may carry secrets in a URL (redis-py reads ``?password=``)
+#: words that make a query parameter (or a property) name secret (redis-py reads ``?password=``)
 SECRET_WORDS = ("pass", "secret", "token", "key", "cred")
+
+MASK = "***"
 
 _URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 
@@ -19,30 +36,53 @@ def is_secret(key: str) -> bool:
     return any(w in key.lower() for w in SECRET_WORDS)
 
 
-def redact_url(url: str, userinfo: str = "") -> str:
-    """``url`` without credentials: user and password replaced by ``userinfo`` (dropped by
-    default; e.g. ``"***@"`` to show there were some), secret-looking query values masked."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable URL>"
-    _, at, hostport = parts.netloc.rpartition("@")
-    netloc = (userinfo if at else "") + hostport
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(is_secret(k) for k, _ in pairs):
-            query = urlencode([(k, "***" if is_secret(k) else v) for k, v in pairs], safe="*/:")
-    # built by hand: urlunsplit would turn sqlite:////abs/path into sqlite://abs/path
-    if "://" not in url:
+def redact_url(url: str) -> str:
+    """``url`` without credentials: the userinfo shown as ``***@``, secret-looking query
+    values (and secret ``NAME:VALUE`` properties inside query values) as ``***``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:  # no authority ("host:port", a path): drop anything up to an "@"
         return url.rpartition("@")[2]
-    return (
-        f"{parts.scheme}://{netloc}{parts.path}"
-        + (f"?{query}" if query else "")
-        + (f"#{parts.fragment}" if parts.fragment else "")
-    )
+    slash = rest.find("/")
+    authority, tail = (rest, "") if slash < 0 else (rest[:slash], rest[slash:])
+    if "@" in authority:
+        authority = MASK + "@" + authority.rpartition("@")[2]
+    # without a path, the query or fragment starts inside what came before the first "/"
+    cut = min((i for i in (authority.find("?"), authority.find("#")) if i >= 0), default=-1)
+    if cut >= 0:
+        authority, tail = authority[:cut], authority[cut:] + tail
+    head, hash_, fragment = tail.partition("#")
+    path, q, query = head.partition("?")
+    if q:
+        query = "&".join(_mask_pair(p) for p in query.split("&"))
+    return f"{scheme}://{authority}{path}{q}{query}{hash_}{fragment}"
+
+
+def _mask_pair(pair: str) -> str:
+    name, eq, value = pair.partition("=")
+    if not eq:
+        return pair
+    if is_secret(unquote_plus(name)):
+        return f"{name}={MASK}"
+    return f"{name}={_mask_properties(value)}"
+
+
+def _mask_properties(value: str) -> str:
+    """``A:x,TOKEN:y`` -> ``A:x,TOKEN:***`` (MongoDB ``authMechanismProperties``); other values as they are."""
+    text = unquote_plus(value)
+    if ":" not in text:
+        return value
+    props = [p.partition(":") for p in text.split(",")]
+    if not any(colon and is_secret(k) for k, colon, _ in props):
+        return value
+    return ",".join(f"{k}:{MASK}" if colon and is_secret(k) else k + colon + v for k, colon, v in props)
 
 
 def redact_text(text: str) -> str:
     """``text`` with every URL in it redacted (:func:`redact_url`)."""
-    return _URL_RE.sub(lambda m: redact_url(m.group()), text)
+    return _URL_RE.sub(_redact_match, text)
+
+
+def _redact_match(m: re.Match[str]) -> str:
+    url = m.group()
+    core = url.rstrip(").,;:")  # punctuation of the sentence around the URL stays outside it
+    return redact_url(core) + url[len(core):]

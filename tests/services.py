@@ -110,8 +110,9 @@ def redis_ping(url: str) -> bool:
     return bool(redis.Redis.from_url(url, socket_timeout=1).ping())
 
 
-def private_redis(workdir: Path, appendonly: bool = True) -> Process:
-    """A Redis server of the test's own, on a free port, data in ``workdir``."""
+def private_redis(workdir: Path, appendonly: bool = True, password: str | None = None) -> Process:
+    """A Redis server of the test's own, on a free port, data in ``workdir``
+    (``password``: clients must give it, e.g. ``redis://:PASSWORD@host:port/0``)."""
     exe = need_binary("redis-server", "install it with `apt-get install redis-server`")
     port = free_port()
     argv = [
@@ -119,7 +120,11 @@ def private_redis(workdir: Path, appendonly: bool = True) -> Process:
         "--save", "", "--appendonly", "yes" if appendonly else "no",
         "--appendfsync", "always",
     ]
-    p = Process("redis", argv, port, workdir, lambda: redis_ping(f"redis://{LOOPBACK}:{port}/0"))
+    auth = ""
+    if password is not None:
+        argv += ["--requirepass", password]
+        auth = f":{password}@"
+    p = Process("redis", argv, port, workdir, lambda: redis_ping(f"redis://{auth}{LOOPBACK}:{port}/0"))
     p.start()
     return p
 

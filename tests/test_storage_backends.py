@@ -243,7 +243,8 @@ def test_mongodb_killed_and_restarted_nothing_lost(mongo_server):
 
 
 def test_urls_paths_and_redaction():
-    from scrapy_scale.storage.backends import redact, sqlite_path
+    from scrapy_scale.redact import redact_url as redact
+    from scrapy_scale.storage.backends import sqlite_path
 
     assert sqlite_path("sqlite:///abs/items.sqlite") == "/abs/items.sqlite"
     assert sqlite_path("sqlite:////abs/items.sqlite") == "/abs/items.sqlite"

@@ -90,8 +90,8 @@ def test_stopped_run_with_work_left_says_how_to_resume() -> None:
 
 
 def test_store_urls_lose_their_credentials() -> None:
-    assert redact_url("mongodb://app:s3cret@db1:27017/shop?authSource=admin") == "mongodb://db1:27017/shop?authSource=admin"
-    assert redact_url("redis://:pw@127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+    assert redact_url("mongodb://app:s3cret@db1:27017/shop?authSource=admin") == "mongodb://***@db1:27017/shop?authSource=admin"
+    assert redact_url("redis://:pw@127.0.0.1:6379/0") == "redis://***@127.0.0.1:6379/0"
     assert redact_url("mongodb://db/x?password=hunter2&w=1") == "mongodb://db/x?password=***&w=1"
     assert redact_url("sqlite:////abs/items.sqlite") == "sqlite:////abs/items.sqlite"
     assert redact_url("sqlite:///rel/items.sqlite") == "sqlite:///rel/items.sqlite"

@@ -31,6 +31,7 @@ from scrapy_scale.frontier.store import (
     open_store,
 )
 from scrapy_scale.outcomes.model import DONE_CLASSES, FailureClass
+from scrapy_scale.redact import redact_url
 
 #: seconds a command keeps retrying an unreachable Redis before it gives up
 REDIS_GIVE_UP = 10.0
@@ -122,7 +123,7 @@ def open_job(settings: Any, job: str, must_exist: bool = True) -> Iterator[JobOp
     url = frontier_settings.frontier_url(settings)
     state_dir = config.get(settings, "SCALE_STATE_DIR")
     scheme = urlsplit(url).scheme
-    where = _safe_url(url)
+    where = redact_url(url)
     if scheme == "sqlite" and must_exist:
         from scrapy_scale.frontier.sqlite import SqliteStore
 
@@ -173,15 +174,6 @@ def known_jobs(store: FrontierStore) -> list[str]:
     except Exception:  # noqa: BLE001 - only a hint in an error message
         return []
     return []
-
-
-def _safe_url(url: str) -> str:
-    """``url`` without a password."""
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-        return parts._replace(netloc=netloc).geturl()
-    return url
 
 
 def _age(seconds: float | None) -> str:

@@ -50,6 +50,7 @@ from scrapy_scale.frontier.store import (
     State,
     Status,
 )
+from scrapy_scale.redact import redact_url
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -446,7 +447,7 @@ class RedisStore(FrontierStore):
                 self.cluster = True
         except (redis.RedisError, ValueError) as e:
             raise FrontierError(
-                f"cannot reach Redis for the frontier at {_safe_url(self.url)} ({type(e).__name__}: {e}); "
+                f"cannot reach Redis for the frontier at {redact_url(self.url)} ({type(e).__name__}: {e}); "
                 "start Redis there, or fix SCALE_FRONTIER_URL"
             ) from None
         self._r = r
@@ -475,14 +476,14 @@ class RedisStore(FrontierStore):
             try:
                 result = fn()
                 if warned:
-                    logger.warning("Redis frontier at %s is back", _safe_url(self.url))
+                    logger.warning("Redis frontier at %s is back", redact_url(self.url))
                 return result
             except _RETRYABLE as e:
                 if self.retry_for is not None and time.monotonic() - start > self.retry_for:
-                    raise FrontierError(f"Redis at {_safe_url(self.url)} unreachable: {e}") from None
+                    raise FrontierError(f"Redis at {redact_url(self.url)} unreachable: {e}") from None
                 if not warned:
                     logger.warning("Redis frontier at %s unreachable (%s); waiting for it",
-                                   _safe_url(self.url), e)
+                                   redact_url(self.url), e)
                     warned = True
                 self.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -497,7 +498,7 @@ class RedisStore(FrontierStore):
     def _unlink_run(self, run_id: str) -> None:
         if not run_id:
             return
-        pattern = f"{self.key}:{run_id}:*"
+        pattern = f"{glob_escape(self.key)}:{glob_escape(run_id)}:*"
 
         def unlink() -> None:
             batch: list[str] = []
@@ -708,16 +709,15 @@ class RedisStore(FrontierStore):
         return n
 
 
+def glob_escape(text: str) -> str:
+    """``text`` as a literal in a Redis MATCH pattern (``*?[]\\`` escaped): a job named
+    ``books[1]`` must never match the keys of ``books1``."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
 def _run_from_json(raw: str) -> RunInfo:
     d = json.loads(raw)
     counts = d.get("counts") or {}
     return RunInfo(int(d["run_id"]), float(d["started_at"]),
                    None if d.get("ended_at") in (False, None) else float(d["ended_at"]),
                    False, dict(counts) if isinstance(counts, dict) else {})
-
-
-def _safe_url(url: str) -> str:
-    """The URL without its password, in the userinfo or in ``?password=`` (never in logs)."""
-    from scrapy_scale.redact import redact_url
-
-    return redact_url(url, userinfo="***@")

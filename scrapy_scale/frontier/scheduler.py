@@ -51,6 +51,7 @@ from scrapy_scale.frontier.store import (
     domain_of,
     open_store,
 )
+from scrapy_scale.redact import redact_text
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -278,7 +279,8 @@ class Scheduler(BaseScheduler):
         except codec.CodecError as e:
             self._inc("unserializable")
             if not self._warned_unserializable:
-                logger.warning("frontier: %s is kept in memory only (not persisted): %s", request, e)
+                logger.warning("frontier: %s is kept in memory only (not persisted): %s",
+                               redact_text(str(request)), redact_text(str(e)))
                 self._warned_unserializable = True
             self.memq.append(request)
             return True
@@ -559,7 +561,7 @@ class Scheduler(BaseScheduler):
                 fp = self._thread_fingerprinter().fingerprint(r).hex()
                 batch.append(codec.new_request(r, fingerprint=fp, spider=self.spider))
             except codec.CodecError as e:
-                logger.warning("frontier: feed message refused: %s (%.200r)", e, msg)
+                logger.warning("frontier: feed message refused: %s (%.200r)", redact_text(str(e)), redact_text(str(msg)))
                 res.feed_bad += 1
         if batch:
             self.store.reopen_run()

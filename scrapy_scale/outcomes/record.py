@@ -2,7 +2,10 @@
 
 For debugging a crawl ("why was this URL not retried?") and for tests. One line per
 outcome: the :class:`~scrapy_scale.outcomes.model.Outcome` fields plus ``time``.
-Egress ids never carry credentials, so the file holds no secrets.
+The request URL is written redacted (:func:`scrapy_scale.redact.redact_url`: no
+``user:pass@``, no secret query values), and so are URLs inside the reason and the
+exception text; the request itself goes out as it was. Egress ids never carry
+credentials, so the file holds no secrets.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from scrapy_scale import config
 from scrapy_scale import signals as scale_signals
 from scrapy_scale.outcomes import settings as oset
 from scrapy_scale.outcomes.model import Outcome
+from scrapy_scale.redact import redact_text, redact_url
 
 
 class OutcomeLog:
@@ -46,6 +50,10 @@ class OutcomeLog:
             return
         d = asdict(outcome)
         d["cls"] = outcome.cls.value
+        d["url"] = redact_url(outcome.url)
+        for key in ("reason", "exception"):
+            if d[key]:
+                d[key] = redact_text(str(d[key]))
         d["time"] = time.time()
         self.file.write(json.dumps(d, default=str) + "\n")
 

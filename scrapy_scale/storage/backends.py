@@ -118,12 +118,7 @@ class Store:
 
     def describe(self) -> str:
         """The store's URL without credentials (safe to log)."""
-        return redact(self.url)
-
-
-def redact(url: str) -> str:
-    """``url`` safe to log: credentials shown as ``***@`` (see :mod:`scrapy_scale.redact`)."""
-    return redact_url(url, userinfo="***@")
+        return redact_url(self.url)
 
 
 # ---- SQLite ------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
 from scrapy_scale import config
+from scrapy_scale.redact import redact_url
 from scrapy_scale.storage import settings as S
 from scrapy_scale.storage.backends import (
     DeadRow,
@@ -38,7 +39,6 @@ from scrapy_scale.storage.backends import (
     StoreBroken,
     StoreUnavailable,
     open_store,
-    redact,
 )
 from scrapy_scale.storage.encode import Unencodable, encode_item, encode_value, to_json
 from scrapy_scale.storage.keys import InvalidKey, KeyRules
@@ -233,7 +233,7 @@ class StorePipeline:
             on_abandoned=lambda subs: reactor.callFromThread(self._on_abandoned, subs),  # type: ignore[attr-defined]
         )
         self.writer.start()
-        logger.info("storing items in %s (collection %s, run %s)", redact(self.url), self.collection, self.run_id)
+        logger.info("storing items in %s (collection %s, run %s)", redact_url(self.url), self.collection, self.run_id)
 
     async def close_spider(self, spider: Spider | None = None) -> None:
         if self.writer is None:
@@ -401,7 +401,7 @@ class StorePipeline:
     def _on_abandoned(self, subs: list[Submission]) -> None:
         """Shutdown while the store is down: the waiting items fail (item_error, logged and
         counted) and the crawl can end."""
-        text = f"shutdown while the store {redact(self.url)} is unavailable: item not stored"
+        text = f"shutdown while the store {redact_url(self.url)} is unavailable: item not stored"
         if subs:
             logger.error("%d items not stored: %s", len(subs), text)
         self.stats.inc_value(STATS + "abandoned", len(subs))
