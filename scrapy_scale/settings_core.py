@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+import re
+
 from scrapy_scale.config import as_bool, as_str, declare
+
+#: what a job name may be: it is part of Redis keys and SCAN patterns, file and table names
+JOB_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+JOB_NAME_RULE = "1 to 100 letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+
+def job_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a job name, or None when it can."""
+    if JOB_NAME_RE.fullmatch(name):
+        return None
+    return f"job name {name!r} is not allowed: use {JOB_NAME_RULE}"
+
+
+def as_job_name(v: object) -> str:
+    name = as_str(v)
+    problem = job_name_problem(name)
+    if problem:
+        raise ValueError(problem)
+    return name
+
 
 JOB = declare(
     "SCALE_JOB",
     None,
-    as_str,
+    as_job_name,
     "Name of the job whose state (frontier, items, history) this crawl uses. Default: the spider's name.",
     "core",
 )

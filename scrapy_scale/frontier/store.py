@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from scrapy_scale import clock as clock_mod
+from scrapy_scale.settings_core import job_name_problem
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -180,6 +181,9 @@ class FrontierStore(abc.ABC):
     def __init__(self, job: str, clock: clock_mod.Clock = clock_mod.wall):
         if not job:
             raise FrontierError("the job name is empty; set SCALE_JOB or give the spider a name")
+        problem = job_name_problem(job)
+        if problem:  # e.g. a spider name with glob characters, which SCAN would match against others
+            raise FrontierError(f"{problem}; set SCALE_JOB to another name")
         self.job = job
         self.clock = clock
 
