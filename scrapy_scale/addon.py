@@ -12,7 +12,7 @@ from typing import Any
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
-from scrapy_scale import config
+from scrapy_scale import config, startup
 
 #: (component priority dict, component path, order): enabled by the add-on unless
 #: the project already lists the component (a project disables one with None).
@@ -46,10 +46,11 @@ class Addon:
     """Scrapy add-on enabling all of scrapy-scale."""
 
     def update_settings(self, settings: BaseSettings) -> None:
-        config._load_declarations()  # SCALE_ENABLED lives in a declaring module
-        if not config.get(settings, "SCALE_ENABLED"):
-            return
-        config.validate_all(settings)
+        with startup.reporting(settings):
+            config._load_declarations()  # SCALE_ENABLED lives in a declaring module
+            if not config.get(settings, "SCALE_ENABLED"):
+                return
+            config.validate_all(settings)
         for name, value in SINGLE.items():
             settings.set(name, value, priority="addon")
         for dict_name, path, order in COMPONENTS:

@@ -19,18 +19,31 @@ from urllib.parse import urlsplit
 
 from scrapy.settings import BaseSettings
 
-from scrapy_scale.redact import redact_text
+from scrapy_scale.redact import redact_text, redact_value
 
 PREFIX = "SCALE_"
 
 
-class ScaleSettingError(ValueError):
-    """A SCALE_* setting has a value that cannot be used."""
+_NO_VALUE: Any = object()
 
-    def __init__(self, name: str, problem: str):
+
+class ScaleSettingError(ValueError):
+    """A SCALE_* setting has a value that cannot be used.
+
+    ``value``, when given, is the value as set (kept redacted: a URL's password, a
+    secret-looking key's value never reach the log)."""
+
+    def __init__(self, name: str, problem: str, value: Any = _NO_VALUE):
         self.setting = name
         self.problem = redact_text(problem)  # a bad URL's password stays out of the log
-        super().__init__(f"{name}: {self.problem}")
+        self.value: str | None = None if value is _NO_VALUE else redact_value(value)
+        got = f" (got {self.value})" if self.value is not None else ""
+        super().__init__(f"{name}: {self.problem}{got}")
+
+    def line(self) -> str:
+        """The error as one line for the log: setting, value, what is wrong."""
+        shown = f" = {self.value}" if self.value is not None else ""
+        return f"bad setting {self.setting}{shown}: {self.problem}"
 
 
 Parser = Callable[[Any], Any]
@@ -73,7 +86,7 @@ def get(settings: BaseSettings | Mapping[str, Any], name: str) -> Any:
     except ScaleSettingError:
         raise
     except (TypeError, ValueError) as e:
-        raise ScaleSettingError(name, f"{e} (got {raw!r})") from None
+        raise ScaleSettingError(name, str(e), raw) from None
 
 
 def validate_all(settings: BaseSettings | Mapping[str, Any]) -> dict[str, Any]:
@@ -85,7 +98,7 @@ def validate_all(settings: BaseSettings | Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(key, str) and key.startswith(PREFIX) and key not in REGISTRY:
             near = difflib.get_close_matches(key, list(REGISTRY), n=1)
             hint = f"; did you mean {near[0]}?" if near else ""
-            raise ScaleSettingError(key, f"unknown setting{hint}")
+            raise ScaleSettingError(key, f"unknown setting{hint}", settings.get(key))
     return values
 
 
@@ -141,7 +154,10 @@ def as_int(lo: int | None = None, hi: int | None = None) -> Parser:
             raise ValueError("expected an integer")
         if isinstance(v, float) and not v.is_integer():
             raise ValueError("expected an integer")
-        n = int(v)
+        try:
+            n = int(v)
+        except (TypeError, ValueError):
+            raise ValueError("expected an integer") from None
         _check_range(n, lo, hi)
         return n
 
@@ -152,7 +168,10 @@ def as_float(lo: float | None = None, hi: float | None = None) -> Parser:
     def parse(v: Any) -> float:
         if isinstance(v, bool):
             raise ValueError("expected a number")
-        x = float(v)
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            raise ValueError("expected a number") from None
         if x != x:
             raise ValueError("expected a number, got NaN")
         _check_range(x, lo, hi)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from scrapy.crawler import Crawler
 
-from scrapy_scale import config
+from scrapy_scale import config, startup
 
 
 class SettingsCheck:
@@ -16,5 +16,6 @@ class SettingsCheck:
         self.values = values
 
     @classmethod
+    @startup.reports_setting_errors
     def from_crawler(cls, crawler: Crawler) -> SettingsCheck:
         return cls(config.validate_all(crawler.settings))

@@ -22,12 +22,16 @@ still reads like the one on the wire.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import unquote_plus
 
 #: words that make a query parameter (or a property) name secret (redis-py reads ``?password=``)
 SECRET_WORDS = ("pass", "secret", "token", "key", "cred")
 
 MASK = "***"
+#: longest value shown in a log line (a long JSON setting is cut)
+MAX_VALUE_CHARS = 200
 
 _URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 
@@ -86,3 +90,12 @@ def _redact_match(m: re.Match[str]) -> str:
     url = m.group()
     core = url.rstrip(").,;:")  # punctuation of the sentence around the URL stays outside it
     return redact_url(core) + url[len(core):]
+
+
+def redact_value(value: Any) -> str:
+    """``repr(value)`` fit for a log line: URLs redacted, values under secret-looking keys
+    of a dict masked, cut to a readable length."""
+    if isinstance(value, Mapping):
+        value = {k: MASK if isinstance(k, str) and is_secret(k) else v for k, v in value.items()}
+    text = redact_text(repr(value))
+    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 3] + "..."

@@ -72,3 +72,51 @@ def test_parsers_accept(parser, value, ok):
 def test_parsers_reject(parser, value):
     with pytest.raises(ValueError):
         parser(value)
+
+
+#: SCALE_* settings whose value is a list of names, and a sample name for each
+LIST_SETTINGS = {
+    "SCALE_BLOCK_DETECTORS": ("pkg.mod.OneDetector", "pkg.mod.Other"),
+    "SCALE_CRITICAL_FIELDS": ("sku", "price"),
+    "SCALE_ITEM_KEY": ("sku", "color"),
+}
+#: list-valued settings that are not lists of names (a comma-separated string means nothing)
+NOT_NAME_LISTS = {"SCALE_FAILURE_RULES"}  # a list of rule dicts
+
+
+def _normal(name, value):
+    """The parsed value as a plain list of names (the parsers' shapes differ)."""
+    v = config.get(Settings({name: value}), name)
+    if isinstance(v, dict):
+        assert list(v) == ["*"], v  # no type named: every item type
+        v = v["*"]
+    return list(v)
+
+
+@pytest.mark.parametrize("name", sorted(LIST_SETTINGS))
+def test_list_settings_take_what_scrapys_getlist_takes(name):
+    """A list, a tuple, a comma-separated string (as `-s NAME=a,b` gives), one name, a JSON list."""
+    a, b = LIST_SETTINGS[name]
+    for value in ([a, b], (a, b), f"{a},{b}", f" {a} , {b} ", f'["{a}", "{b}"]'):
+        assert _normal(name, value) == [a, b], value
+    assert _normal(name, a) == [a]
+    assert Settings({name: f"{a},{b}"}).getlist(name) == [a, b]  # what Scrapy itself reads
+
+
+def test_every_list_setting_is_covered():
+    config._load_declarations()
+    lists = {n for n, s in config.REGISTRY.items() if isinstance(s.default, list)}
+    assert lists - NOT_NAME_LISTS <= set(LIST_SETTINGS), "a new list setting: add it to LIST_SETTINGS"
+
+
+def test_item_key_per_type_and_for_every_type():
+    from scrapy_scale.storage.settings import as_item_key
+
+    assert as_item_key("sku") == {"*": ["sku"]}
+    assert as_item_key('["sku"]') == {"*": ["sku"]}
+    assert as_item_key({"Product": "sku,color", "*": ["url"]}) == {"Product": ["sku", "color"], "*": ["url"]}
+    assert as_item_key('{"Product": ["sku"]}') == {"Product": ["sku"]}
+    assert as_item_key("") == {}
+    for bad in ("[]", '{"Product": ""}', "[1]", 5):
+        with pytest.raises(ValueError):
+            as_item_key(bad)

@@ -37,7 +37,7 @@ from scrapy.utils.misc import build_from_crawler
 from twisted.internet import defer, task, threads
 from twisted.python.threadpool import ThreadPool
 
-from scrapy_scale import config, meta
+from scrapy_scale import config, meta, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale.errors import ItemNotStored
 from scrapy_scale.frontier import codec
@@ -160,6 +160,7 @@ class Scheduler(BaseScheduler):
     # ---- construction ------------------------------------------------------------------
 
     @classmethod
+    @startup.reports_setting_errors
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
         s = crawler.settings
         url = frontier_settings.frontier_url(s)

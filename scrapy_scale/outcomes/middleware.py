@@ -21,7 +21,7 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Request
 from scrapy.http.request import NO_CALLBACK
 
-from scrapy_scale import meta
+from scrapy_scale import meta, startup
 from scrapy_scale.outcomes.hub import NOT_BEFORE_TOLERANCE, OutcomeHub
 from scrapy_scale.outcomes.model import FailureClass
 from scrapy_scale.outcomes.retry_after import parse_retry_after
@@ -54,6 +54,7 @@ class OutcomeDownloaderMiddleware:
         self.clock = hub.clock
 
     @classmethod
+    @startup.reports_setting_errors
     def from_crawler(cls, crawler: Crawler) -> OutcomeDownloaderMiddleware:
         return cls(OutcomeHub.of(crawler))
 
@@ -183,6 +184,7 @@ class OutcomeSpiderMiddleware:
         hub.spider_mw_active = True
 
     @classmethod
+    @startup.reports_setting_errors
     def from_crawler(cls, crawler: Crawler) -> OutcomeSpiderMiddleware:
         return cls(OutcomeHub.of(crawler))
 

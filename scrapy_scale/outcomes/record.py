@@ -18,7 +18,7 @@ from typing import IO, Any
 from scrapy import signals as scrapy_signals
 from scrapy.exceptions import NotConfigured
 
-from scrapy_scale import config
+from scrapy_scale import config, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale.outcomes import settings as oset
 from scrapy_scale.outcomes.model import Outcome
@@ -31,6 +31,7 @@ class OutcomeLog:
         self.file: IO[str] | None = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
 
     @classmethod
+    @startup.reports_setting_errors
     def from_crawler(cls, crawler: Any) -> OutcomeLog:
         path = config.get(crawler.settings, oset.OUTCOME_LOG.name)
         if not path:

@@ -28,7 +28,7 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
-from scrapy_scale import config
+from scrapy_scale import config, startup
 from scrapy_scale.redact import redact_url
 from scrapy_scale.storage import settings as S
 from scrapy_scale.storage.backends import (
@@ -198,6 +198,7 @@ class StorePipeline:
         crawler.signals.connect(self._forget, signal=signals.item_error)
 
     @classmethod
+    @startup.reports_setting_errors
     def from_crawler(cls, crawler: Crawler) -> StorePipeline:
         for name in S.__dict__.values():
             if isinstance(name, config.Setting):
@@ -212,6 +213,7 @@ class StorePipeline:
 
     # ---- lifecycle -------------------------------------------------------------
 
+    @startup.reports_setting_errors
     def open_spider(self, spider: Spider | None = None) -> None:
         spider = spider or self.crawler.spider
         self.job = config.get(self.crawler.settings, "SCALE_JOB") or (spider.name if spider else "job")

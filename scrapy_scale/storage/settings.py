@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import scrapy_scale.settings_core  # noqa: F401 - SCALE_STATE_DIR and SCALE_JOB, read here too
-from scrapy_scale.config import as_bool, as_dict, as_float, as_int, as_str, as_url, declare
+from scrapy_scale.config import as_bool, as_dict, as_float, as_int, as_list, as_str, as_url, declare
 
 #: names of the bookkeeping fields stored next to the item's own fields
 META_FIELDS: dict[str, str] = {
@@ -18,20 +19,33 @@ META_FIELDS: dict[str, str] = {
 }
 
 SCHEMES = ("sqlite", "mongodb", "mongodb+srv")
+#: the SCALE_ITEM_KEY entry that keys every item type not listed by name
+ANY_TYPE = "*"
 
 
 def as_item_key(v: Any) -> dict[str, list[str]]:
-    """``{"ProductItem": ["sku"], "*": ["url"]}``: item type name -> key fields."""
-    d = as_dict(v)
+    """``{"ProductItem": ["sku"], "*": ["url"]}``: item type name -> key fields.
+
+    A field or list of fields alone (``sku``, ``sku,color``, ``["sku"]``) keys every item
+    type (``{"*": [...]}``); a type's fields take what Scrapy's ``getlist`` takes (a list,
+    or a comma-separated string)."""
+    if isinstance(v, str) and v.strip()[:1] == "{" or isinstance(v, Mapping) or hasattr(v, "copy_to_dict"):
+        d = as_dict(v)
+    elif isinstance(v, str) and not v.strip():
+        return {}  # `-s SCALE_ITEM_KEY=`: no declared key, as Scrapy's getlist reads "" as []
+    else:
+        d = {ANY_TYPE: v}
     out: dict[str, list[str]] = {}
     for type_name, fields in d.items():
-        if isinstance(fields, str):
-            fields = [fields]
-        if not isinstance(fields, list | tuple) or not fields:
+        try:
+            names = as_list()(fields)
+        except ValueError:
+            raise ValueError(f"{type_name!r}: expected a field name or a list of field names") from None
+        if not names:
             raise ValueError(f"{type_name!r}: expected a non-empty list of field names")
-        if not all(isinstance(f, str) and f for f in fields):
+        if not all(isinstance(f, str) and f for f in names):
             raise ValueError(f"{type_name!r}: field names must be non-empty strings")
-        out[str(type_name)] = list(fields)
+        out[str(type_name)] = names
     return out
 
 
@@ -92,7 +106,8 @@ ITEM_KEY = declare(
     "SCALE_ITEM_KEY",
     {},
     as_item_key,
-    'Key fields per item type, e.g. `{"ProductItem": ["sku"], "*": ["url"]}`; `@page` means the page URL. Unlisted types: page URL fingerprint + index.',
+    'Key fields per item type, e.g. `{"ProductItem": ["sku"], "*": ["url"]}`, or fields alone (`sku`, `sku,color`, '
+    '`["sku"]`) for every item type; `@page` means the page URL. Unlisted types: page URL fingerprint + index.',
     "storage",
 )
 BATCH_SIZE = declare(
