@@ -44,7 +44,7 @@ def _first_error(log: str) -> str:
          "Cannot start: bad setting SCALE_FRONTIER_BATCH = 'abc': expected an integer"),
         # a store setting, with a password in it
         ("SCALE_STORE_URL=mysql://crawler:hunter2@db.internal/items",
-         "Cannot start: bad setting SCALE_STORE_URL = 'mysql://db.internal/items': unknown URL scheme 'mysql';"
+         "Cannot start: bad setting SCALE_STORE_URL = 'mysql://***@db.internal/items': unknown URL scheme 'mysql';"
          " supported: sqlite://, mongodb://, mongodb+srv://"),
         # an outcomes setting
         ('SCALE_RETRY_POLICY={"transient": {"retries": -1}}',
@@ -52,7 +52,7 @@ def _first_error(log: str) -> str:
          "transient.retries: expected an integer >= 0"),
         # an unknown SCALE_ name (a typo), with a password in its value
         ("SCALE_FRONTEIR_URL=redis://:hunter2@127.0.0.1:6379/0",
-         "Cannot start: bad setting SCALE_FRONTEIR_URL = 'redis://127.0.0.1:6379/0': unknown setting;"
+         "Cannot start: bad setting SCALE_FRONTEIR_URL = 'redis://***@127.0.0.1:6379/0': unknown setting;"
          " did you mean SCALE_FRONTIER_URL?"),
         # found when a component starts (not by the add-on's check of values)
         ("SCALE_BLOCK_DETECTORS=no_such_module.Detector",
