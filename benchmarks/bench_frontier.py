@@ -21,7 +21,7 @@ Parts (each prints Markdown, ratios side by side from one run):
 - ``rss``: peak RSS of a worker crawling ``--rss-pages`` pages (``CLOSESPIDER_PAGECOUNT``)
   from a frontier holding ``--pending`` (1,000,000) pending requests vs an empty one, per
   backend (SQLite; Redis on a private server).
-- ``kill9``: the ANCHORS.md comparison: a 2,000-page site (4 x 500), the crawl SIGKILLed
+- ``kill9``: the kill -9 comparison: a 2,000-page site (4 x 500), the crawl SIGKILLed
   once after ``--kill-at`` responses and resumed with the same command to its end:
   distinct pages ever crawled with scrapy-redis (``SCHEDULER_PERSIST``) vs our frontier.
 """
