@@ -204,6 +204,28 @@ def test_an_unreadable_record_is_dead_lettered_and_the_crawl_goes_on(sched: Sche
     assert sched.crawler.stats.get_value("scale/frontier/dead_lettered") == 1
 
 
+def test_a_record_with_a_garbled_field_is_dead_lettered_and_its_batch_goes_on(sched: Scheduler) -> None:
+    import sqlite3
+
+    sched.enqueue_request(Request("http://a.test/bad"))
+    sched.enqueue_request(Request("http://a.test/ok"))
+    sched.sync_blocking()  # written and leased
+    sched.store.release(sched.worker)
+    sched.buffer.clear()
+    bad = sched.fingerprinter.fingerprint(Request("http://a.test/bad")).hex()
+    db = sqlite3.connect(sched.store.path)  # type: ignore[attr-defined]
+    db.execute("UPDATE requests SET eligible_at='x' WHERE fp=?", (bad,))
+    db.commit()
+    db.close()
+    sched.sync_blocking()  # before: TypeError in the lease, this sync and every later one
+    r = sched.next_request()
+    assert r is not None and r.url == "http://a.test/ok"
+    assert sched.next_request() is None
+    (d,) = sched.store.dead_letters()
+    assert d.fingerprint == bad and "eligible_at" in d.reason
+    assert sched.crawler.stats.get_value("scale/frontier/dead_lettered") == 1
+
+
 def test_buffer_is_bounded(sched: Scheduler) -> None:
     for i in range(100):
         sched.enqueue_request(Request(f"http://d{i % 5}.test/{i}"))

@@ -465,3 +465,41 @@ def test_codec_format_1_is_stable() -> None:
                      ('{"$b":"AA=="}', "no 'r' field"), ("null", "no 'r' field")):
         with pytest.raises(codec.CodecError, match=why):
             codec.decode(bad)
+
+
+# ---- bad records ---------------------------------------------------------------------
+
+
+COLUMNS = {"a": "attempts", "el": "eligible_at", "enq": "enqueued_at", "t": "token"}
+
+
+def _corrupt(store: FrontierStore, fingerprint: str, field: str, value: str) -> None:
+    """Garble one field of a stored record, as a bad write or a hand edit would."""
+    if hasattr(store, "path"):
+        column = COLUMNS[field]
+        db = sqlite3.connect(store.path)
+        db.execute(f"UPDATE requests SET {column}=? WHERE fp=?", (value, fingerprint))  # noqa: S608
+        db.commit()
+        db.close()
+    else:
+        store.r.hset(f"{store._run_prefix()}:r:{fingerprint}", field, value)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("field", ["a", "el", "t"])
+def test_a_record_that_cannot_be_read_is_dead_lettered_alone(store: FrontierStore, field: str) -> None:
+    # before: int('x') (Redis) / 'x' + 1 (SQLite) failed the whole lease, every sync, forever,
+    # and the valid seed leased in the same batch stayed stuck
+    store.enqueue([req("http://a.test/bad"), req("http://a.test/ok"), req("http://b.test/ok")])
+    _corrupt(store, fp("http://a.test/bad"), field, "x")
+    got = store.lease(W, 10, LEASE)
+    ok = sorted(x.fingerprint for x in got if x.error is None)
+    assert ok == sorted([fp("http://a.test/ok"), fp("http://b.test/ok")])
+    (bad,) = [x for x in got if x.error is not None]
+    assert bad.fingerprint == fp("http://a.test/bad") and bad.error.startswith("unreadable record: field ")
+    assert f"field {field}=" in bad.error or f"field {COLUMNS[field]}=" in bad.error, bad.error
+    (d,) = store.dead_letters()
+    assert d.fingerprint == bad.fingerprint and d.reason == bad.error
+    assert store.counts() == {"pending": 0, "delayed": 0, "leased": 2, "done": 0, "failed": 0}
+    assert store.lease(W, 10, LEASE) == []
+    assert store.ack(W, [(x.fingerprint, x.token) for x in got if x.error is None]) == 2
+    assert store.drained()

@@ -91,6 +91,35 @@ local function to_ready(fp, front)
   redis.call('HDEL', rk(fp), 'o', 'le')
   push_ready(fp, r[3], r[4], front)
 end
+local function to_dead(fp, reason, now)
+  local r = redis.call('HMGET', rk(fp), 'st', 'o', 'fc', 'd')
+  if not r[1] then return 0 end
+  local st = tonumber(r[1])
+  if NAMES[st] then
+    detach(fp, st, r[2], r[3])
+    cnt(NAMES[st], -1)
+  end
+  redis.call('DEL', rk(fp))
+  redis.call('HSET', P..':dead', fp, cjson.encode({reason = reason, data = r[4] or '', at = now}))
+  redis.call('ZADD', P..':deadz', now, fp)
+  return 1
+end
+local function unreadable(fp)
+  -- why a ready record cannot be leased and read back (a corrupt hash), or nil
+  local r = redis.call('HMGET', rk(fp), 'd', 'a', 'el', 'enq', 't')
+  local names = {'d', 'a', 'el', 'enq', 't'}
+  for i = 1, 5 do
+    local v = r[i]
+    if not v then return 'field '..names[i]..' is missing' end
+    if (i == 2 or i == 5) and not string.find(v, '^%-?%d+$') then
+      return 'field '..names[i]..'='..string.format('%q', string.sub(v, 1, 50))..' is not an integer'
+    end
+    if (i == 3 or i == 4) and (not tonumber(v) or string.find(v, '[xX]')) then
+      return 'field '..names[i]..'='..string.format('%q', string.sub(v, 1, 50))..' is not a number'
+    end
+  end
+  return nil
+end
 local function promote(now)
   local due = redis.call('ZRANGEBYSCORE', P..':delayed', '-inf', now, 'LIMIT', 0, 1000)
   for _, fp in ipairs(due) do
@@ -142,6 +171,7 @@ _LEASE = _PRELUDE + r"""
 local now, worker, n, secs = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 promote(now)
 local out = {}
+local bad = {}
 local left = n
 local wait_sum, wait_n = 0, 0
 local prios = redis.call('ZREVRANGE', P..':prios', 0, -1)
@@ -164,7 +194,14 @@ for _, p in ipairs(prios) do
         local fp = redis.call('LPOP', q)
         if not fp then break end
         local r = redis.call('HMGET', rk(fp), 'st', 'p', 'dom')
-        if r[1] == '0' and r[2] == p and r[3] == dom then got = fp break end
+        if r[1] == '0' and r[2] == p and r[3] == dom then
+          local why = unreadable(fp)
+          if not why then got = fp break end
+          -- dead-lettered alone, with its reason; the rest of the batch goes on
+          why = 'unreadable record: '..why
+          to_dead(fp, why, now)
+          bad[#bad + 1] = {fp, '', dom, p, '0', '0', '0', '0', '', '', why}
+        end
       end
       if got then
         local key = rk(got)
@@ -178,7 +215,7 @@ for _, p in ipairs(prios) do
         local el = tonumber(r[4])
         if now > el then wait_sum = wait_sum + (now - el) end
         wait_n = wait_n + 1
-        out[#out + 1] = {got, r[1], dom, p, r[2], r[3], r[4], t, r[5] or '', r[6] or ''}
+        out[#out + 1] = {got, r[1], dom, p, r[2], r[3], r[4], t, r[5] or '', r[6] or '', ''}
         left = left - 1
         if not seen[dom] then seen[dom] = true order[#order + 1] = dom end
         still[#still + 1] = dom
@@ -204,6 +241,7 @@ if wait_n > 0 then
   redis.call('HINCRBYFLOAT', P..':cnt', 'wait_sum', wait_sum)
   cnt('wait_n', wait_n)
 end
+for _, row in ipairs(bad) do out[#out + 1] = row end
 return out
 """
 
@@ -276,16 +314,7 @@ return n
 """
 
 _DEAD = _PRELUDE + r"""
-local fp, reason, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local r = redis.call('HMGET', rk(fp), 'st', 'o', 'fc', 'd')
-if not r[1] then return 0 end
-local st = tonumber(r[1])
-detach(fp, st, r[2], r[3])
-cnt(NAMES[st], -1)
-redis.call('DEL', rk(fp))
-redis.call('HSET', P..':dead', fp, cjson.encode({reason = reason, data = r[4] or '', at = now}))
-redis.call('ZADD', P..':deadz', now, fp)
-return 1
+return to_dead(ARGV[1], ARGV[2], tonumber(ARGV[3]))
 """
 
 _REQUEUE = _PRELUDE + r"""
@@ -572,10 +601,18 @@ class RedisStore(FrontierStore):
         if n <= 0:
             return []
         rows = self._call("lease", self.clock(), worker, int(n), float(seconds))
-        return [
-            Leased(fp, d or "", dom, int(p), int(a), float(enq), float(el), int(t), (fc, fr) if fc else None)
-            for fp, d, dom, p, a, enq, el, t, fc, fr in rows
-        ]
+        out = []
+        for fp, d, dom, p, a, enq, el, t, fc, fr, bad in rows:
+            if not bad:
+                try:
+                    out.append(Leased(fp, d, dom, int(p), _field("a", a, int), _field("enq", enq, float),
+                                      _field("el", el, float), _field("t", t, int), (fc, fr) if fc else None))
+                    continue
+                except ValueError as e:
+                    bad = f"unreadable record: {e}"
+                    self.dead_letter(fp, bad)
+            out.append(Leased(fp, "", dom, 0, 0, 0.0, 0.0, 0, error=bad))
+        return out
 
     def renew(self, worker: str, seconds: float, fingerprints: Sequence[str] | None = None) -> int:
         if fingerprints is not None and not fingerprints:
@@ -713,6 +750,13 @@ def glob_escape(text: str) -> str:
     """``text`` as a literal in a Redis MATCH pattern (``*?[]\\`` escaped): a job named
     ``books[1]`` must never match the keys of ``books1``."""
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def _field(name: str, value: str, kind: Callable[[str], T]) -> T:
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"field {name}={value[:50]!r} is not a number") from None
 
 
 def _run_from_json(raw: str) -> RunInfo:

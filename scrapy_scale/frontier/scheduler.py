@@ -323,6 +323,10 @@ class Scheduler(BaseScheduler):
         request = None
         while self.buffer and request is None:
             lz = self.buffer.popleft()
+            if lz.error is not None:  # the store already moved it to the dead letters
+                logger.warning("frontier: record %s cannot be read, dead-lettered: %s", lz.fingerprint, lz.error)
+                self._inc("dead_lettered")
+                continue
             try:
                 request = codec.decode(lz.data, self.spider)
             except codec.CodecError as e:
@@ -589,11 +593,14 @@ class Scheduler(BaseScheduler):
         if res.leased:
             now = time.time()
             for lz in res.leased:
+                if lz.error is not None:
+                    continue
                 self._wait_sum += max(0.0, now - lz.eligible_at)
                 self._wait_n += 1
             self._inc("leased", len(res.leased))
             self.buffer.extend(res.leased)
-            self.stats.set_value("scale/frontier/wait_seconds_avg", round(self._wait_sum / self._wait_n, 3))
+            if self._wait_n:
+                self.stats.set_value("scale/frontier/wait_seconds_avg", round(self._wait_sum / self._wait_n, 3))
         self._apply_counts(res)
         if res.finished_run and not self._finished:
             self._finished = True

@@ -377,9 +377,10 @@ class SqliteStore(FrontierStore):
                     "UPDATE queues SET served=? WHERE job=? AND priority=? AND domain=?",
                     [(served + j, self.job, g[0].priority, g[0].domain) for j, g in enumerate(groups) if g],
                 )
-                wait = sum(max(0.0, now - x.eligible_at) for x in leased)
+                ok = [x for x in leased if x.error is None]
+                wait = sum(max(0.0, now - x.eligible_at) for x in ok)
                 db.execute("UPDATE jobs SET wait_sum=wait_sum+?, wait_n=wait_n+? WHERE job=?",
-                           (wait, len(leased), self.job))
+                           (wait, len(ok), self.job))
         return leased
 
     def _next_seq_served(self, db: sqlite3.Connection, k: int) -> int:
@@ -393,15 +394,21 @@ class SqliteStore(FrontierStore):
             "FROM requests WHERE job=? AND state=0 AND priority=? AND domain=? ORDER BY seq LIMIT ?",
             (self.job, prio, domain, k),
         ).fetchall()
+        bad = {r[0]: why for r in rows if (why := _unreadable(r))}
         db.executemany(
             "UPDATE requests SET state=2, owner=?, lease_expires=?, token=token+1 WHERE id=?",
-            [(worker, now + seconds, r[0]) for r in rows],
+            [(worker, now + seconds, r[0]) for r in rows if r[0] not in bad],
         )
-        return [
-            Leased(r[1], r[2], domain, prio, r[3], r[4], r[5], r[6] + 1,
-                   (r[7], r[8] or "") if r[7] else None)
-            for r in rows
-        ]
+        out = []
+        for r in rows:
+            if r[0] in bad:  # dead-lettered alone; the rest of the batch goes on
+                reason = f"unreadable record: {bad[r[0]]}"
+                self.dead_letter(r[1], reason)
+                out.append(Leased(r[1], "", domain, prio, 0, 0.0, 0.0, 0, error=reason))
+                continue
+            out.append(Leased(r[1], r[2], domain, prio, r[3], r[4], r[5], r[6] + 1,
+                              (r[7], r[8] or "") if r[7] else None))
+        return out
 
     def renew(self, worker: str, seconds: float, fingerprints: Sequence[str] | None = None) -> int:
         until = self.clock() + seconds
@@ -580,6 +587,20 @@ class SqliteStore(FrontierStore):
             ).rowcount
         self.reopen_run()
         return n
+
+
+#: (column, index in a _take row, accepted types) of the fields a lease reads
+_LEASE_FIELDS = (("data", 2, (str,)), ("attempts", 3, (int,)), ("enqueued_at", 4, (int, float)),
+                 ("eligible_at", 5, (int, float)), ("token", 6, (int,)))
+
+
+def _unreadable(row: tuple[Any, ...]) -> str | None:
+    """Why a leased row cannot be read (SQLite stores ``'x'`` in an INTEGER column), or None."""
+    for name, i, types in _LEASE_FIELDS:
+        v = row[i]
+        if type(v) not in types:
+            return f"field {name}={v!r} is not {'text' if types == (str,) else 'a number'}"
+    return None
 
 
 class _Tx:

@@ -113,6 +113,10 @@ class Leased:
     #: lease token: :meth:`FrontierStore.ack` / :meth:`FrontierStore.fail` must quote it
     token: int
     last_failure: tuple[str, str] | None = None
+    #: set when the record's fields cannot be read (a corrupt record): the store has
+    #: already moved it to the dead letters with this reason, and the other fields
+    #: are placeholders; the rest of the batch is leased as usual
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +261,11 @@ class FrontierStore(abc.ABC):
         work gets its turn, the least recently served first), FIFO inside a domain.
         A lease gives the record a new token (it does not change ``attempts``:
         attempts are set by retries, ``NewRequest.attempts``). Returns [] when
-        nothing is eligible."""
+        nothing is eligible.
+
+        A record whose fields cannot be read (a number field holding ``x``, a
+        missing field) is dead-lettered alone, with the field in its reason, and
+        returned with :attr:`Leased.error` set; the others are leased."""
 
     @abc.abstractmethod
     def renew(self, worker: str, seconds: float, fingerprints: Sequence[str] | None = None) -> int:
