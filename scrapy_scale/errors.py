@@ -5,3 +5,12 @@ class ItemNotStored(Exception):
     """An item pipeline could not store the item (the store broke, or the crawl shut down
     during an outage). Sent with Scrapy's ``item_error``: the frontier must not ack the
     item's request, so a resumed crawl fetches it again."""
+
+
+class ItemDeadLettered(Exception):
+    """Marker: an item pipeline sent the item to the dead letter (it can never be stored as
+    it is). Carried by the ``DropItem`` (or ``TypeError``) the pipeline raises: the frontier
+    records the item's request as failed (``parse_failed``) instead of done, so the page can
+    be crawled again (``scrapy scale requeue JOB parse_failed``) once the spider is fixed."""
+
+    reason: str = ""

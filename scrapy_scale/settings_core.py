@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from scrapy_scale.config import as_bool, as_str, declare
+from scrapy_scale.config import as_bool, as_int, as_str, declare
 
 #: what a job name may be: it is part of Redis keys and SCAN patterns, file and table names
 JOB_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -45,5 +45,13 @@ ENABLED = declare(
     True,
     as_bool,
     "Master switch of the add-on: False leaves the crawl exactly as plain Scrapy would run it.",
+    "core",
+)
+EXIT_CODE_DEAD_LETTERS = declare(
+    "SCALE_EXIT_CODE_DEAD_LETTERS",
+    3,
+    as_int(0, 255),
+    "Exit status of a crawl that ends with dead letters (frontier records or items that could not be "
+    "read or stored); 0 = exit 0 as before.",
     "core",
 )

@@ -198,7 +198,7 @@ def test_store_collection_dead_letter_and_field_names_are_the_settings(tmp_path:
         assert first.returncode == 0, first.tail()
         # a new run of the same job: every item now lacks its key field, so it goes to the dead letter
         second = run_crawl(tb, {**names, "SCALE_ITEM_KEY": {"*": ["no_such_field"]}}, tmp_path, timeout=90)
-        assert second.returncode == 0, second.tail()
+        assert second.returncode == 3, second.tail()  # SCALE_EXIT_CODE_DEAD_LETTERS: a run with dead letters
     db = tmp_path / "state" / "items.sqlite"
     rows = _table(db, "products")
     assert len(rows) == 5, rows

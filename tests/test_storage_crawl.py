@@ -95,6 +95,28 @@ class BadItemsSpider(scrapy.Spider):
         yield Product(sku="A3", blob="x" * 5000)  # too large for the limit set below
 
 
+class UnencodableSpider(scrapy.Spider):
+    """One page per kind of item no rule can store, and one good page."""
+
+    name = "unencodable"
+    start_urls = ["data:text/plain,cycle", "data:text/plain,deep", "data:text/plain,ok"]
+
+    def parse(self, response):
+        kind = response.url.rsplit(",", 1)[1]
+        if kind == "cycle":
+            item = {"url": response.url}
+            item["self"] = item
+        elif kind == "deep":
+            item = {"url": response.url, "tree": []}
+            node = item["tree"]
+            for _ in range(5000):
+                node.append([])
+                node = node[0]
+        else:
+            item = {"url": response.url}
+        yield item
+
+
 class ScrapedLog:
     """Appends the key of every item_scraped to a file, flushed at once (survives kill -9)."""
 
@@ -159,6 +181,42 @@ def test_bad_items_never_crash_the_crawl(tmp_path: Path, drop: bool) -> None:
     assert prod["_item_type"] == "Product"
     assert len(docs) == 2
     s.close()
+
+
+def test_unencodable_items_are_dead_lettered_and_fail_their_request(tmp_path: Path) -> None:
+    # before: a cycle or 5,000 levels of nesting raised RecursionError out of the pipeline:
+    # neither stored nor dead-lettered, and the request was acked (acked_without_outcome)
+    env = write_spiders(tmp_path)
+    settings = {"SPIDER_MODULES": ["storage_test_spiders"], "FEEDS": None, "LOG_LEVEL": "INFO"}
+    res = run_crawl(None, settings, tmp_path, spider="unencodable", timeout=90, env=env)
+    # a run with dead letters says so in its last lines, and exits non-zero (the setting's default)
+    assert res.returncode == 3, res.tail()
+    last = [line.strip() for line in res.log.strip().splitlines()[-3:]]
+    assert last[0] == "dead letters  2 items could not be stored (in items_dead_letter)", last
+    assert last[2] == "exit status   3: the run has 2 dead letters (SCALE_EXIT_CODE_DEAD_LETTERS)", last
+    st = res.stats
+    assert "scale/frontier/acked_without_outcome" not in st, res.tail()
+    assert st["scale/store/dead_lettered"] == 2 and st["scale/store/written"] == 1
+    s = sqlite_store(tmp_path)
+    reasons = sorted(d["reason"] for d in s.dead_letters())
+    s.close()
+    assert len(reasons) == 2 and all(r.startswith("unencodable: field ") for r in reasons), reasons
+    assert "holds a cycle" in reasons[0] and "nested deeper than 100 levels" in reasons[1], reasons
+    from scrapy_scale.frontier import open_store as open_frontier
+
+    f = open_frontier(f"sqlite:///{tmp_path}/state/frontier.db", "unencodable")
+    try:
+        status = f.status()
+    finally:
+        f.close()
+    # the two pages whose item could not be stored failed (requeue parse_failed crawls them again)
+    assert status.counts["done"] == 1 and status.counts["failed"] == 2, status
+    assert status.failed_by_class == {"parse_failed": 2}, status
+    # the exit status is a setting: 0 keeps plain Scrapy's exit 0
+    again = run_crawl(None, {**settings, "SCALE_EXIT_CODE_DEAD_LETTERS": 0}, tmp_path, spider="unencodable",
+                      timeout=90, env=env)
+    assert again.returncode == 0 and again.stats["scale/store/dead_lettered"] == 2, again.tail()
+    assert "exit status" not in again.log[-1500:]
 
 
 def test_bad_store_url_fails_at_startup(tmp_path: Path) -> None:

@@ -95,3 +95,13 @@ def test_store_urls_lose_their_credentials() -> None:
     assert redact_url("mongodb://db/x?password=hunter2&w=1") == "mongodb://db/x?password=***&w=1"
     assert redact_url("sqlite:////abs/items.sqlite") == "sqlite:////abs/items.sqlite"
     assert redact_url("sqlite:///rel/items.sqlite") == "sqlite:///rel/items.sqlite"
+
+
+def test_summary_shows_frontier_dead_letters_and_the_exit_status() -> None:
+    # before: 8 records dead-lettered and the summary said "530 done, 0 failed, 0 pending"
+    facts = RunFacts(job="j", reason="finished", duration=10.0, frontier={"done": 530, "failed": 0, "pending": 0},
+                     frontier_dead=8, exit_status=(3, "the run has 8 dead letters (SCALE_EXIT_CODE_DEAD_LETTERS)"))
+    lines = render({"scale/store/dead_lettered": 2}, facts)
+    assert "  dead letters  8 frontier records could not be read and were not crawled; 2 items could not be " \
+           "stored" in lines
+    assert lines[-1] == "  exit status   3: the run has 8 dead letters (SCALE_EXIT_CODE_DEAD_LETTERS)"

@@ -646,6 +646,10 @@ class RedisStore(FrontierStore):
     def dead_letter(self, fingerprint: str, reason: str) -> None:
         self._call("dead", fingerprint, reason, self.clock())
 
+    def dead_letter_count(self) -> int:
+        p = self._run_prefix()
+        return int(self._retry(lambda: self.r.hlen(f"{p}:dead")))
+
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         p = self._run_prefix()
 

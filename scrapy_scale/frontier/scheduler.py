@@ -39,7 +39,7 @@ from twisted.python.threadpool import ThreadPool
 
 from scrapy_scale import config, meta, startup
 from scrapy_scale import signals as scale_signals
-from scrapy_scale.errors import ItemNotStored
+from scrapy_scale.errors import ItemDeadLettered, ItemNotStored
 from scrapy_scale.frontier import codec
 from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.frontier.store import (
@@ -83,6 +83,8 @@ class InFlight:
     settled: tuple[str, Any] | None = None
     #: an item of it could not be stored (ItemNotStored): never ack; released at close
     unstored: bool = False
+    #: why an item of it went to the dead letter (ItemDeadLettered): failed, not acked
+    item_failure: str | None = None
 
 
 @dataclass
@@ -97,6 +99,8 @@ class SyncResult:
     finished_run: bool = False
     feed_bad: int = 0
     seconds: float = 0.0
+    #: dead letters of the run, job-wide (read at close)
+    dead_letters: int = 0
 
 
 def pid_alive(pid: int) -> bool:
@@ -237,6 +241,8 @@ class Scheduler(BaseScheduler):
         try:
             res, released = await self._in_thread(work)
             self._apply_counts(res)
+            # job-wide (this run), every worker's: the run summary and the exit status read it
+            self.stats.set_value("scale/frontier/dead_letters", res.dead_letters)
             self._inc("released", released)
             logger.info("frontier closed (%s): %s; released %d lease(s)%s", reason, res.counts, released,
                         "; run finished" if res.finished_run or self._finished else "")
@@ -256,6 +262,7 @@ class Scheduler(BaseScheduler):
         if finish:
             res.finished_run = self.store.finish_run() is not None
         res.counts = self.store.counts()
+        res.dead_letters = self.store.dead_letter_count()
         return res, released
 
     # ---- engine interface ------------------------------------------------------------------
@@ -386,9 +393,12 @@ class Scheduler(BaseScheduler):
         entry = self.inflight.get(fp) if fp else None
         if entry is not None:
             failure = kw.get("failure")
-            if failure is not None and isinstance(getattr(failure, "value", None), ItemNotStored):
+            error = getattr(failure, "value", None) if failure is not None else kw.get("exception")
+            if isinstance(error, ItemNotStored):
                 entry.unstored = True  # kept leased, released at close: fetched again on resume
                 return
+            if isinstance(error, ItemDeadLettered) and entry.item_failure is None:
+                entry.item_failure = f"item dead-lettered: {error.reason or error}"[:500]
             entry.items_seen += 1
             self._maybe_ack(fp, entry)  # type: ignore[arg-type]
 
@@ -400,7 +410,15 @@ class Scheduler(BaseScheduler):
 
     def _maybe_ack(self, fp: str, entry: InFlight) -> None:
         if entry.items_expected is not None and entry.items_seen >= entry.items_expected:
-            self._settle(fp, entry, ("ack", (fp, entry.token)))
+            self._settle(fp, entry, self._done_op(fp, entry))
+
+    @staticmethod
+    def _done_op(fp: str, entry: InFlight) -> tuple[str, Any]:
+        """The ack of a request the engine is done with; a fail when one of its items
+        went to the dead letter (its output is not all stored)."""
+        if entry.item_failure is not None:
+            return ("fail", (fp, entry.token, "parse_failed", entry.item_failure))
+        return ("ack", (fp, entry.token))
 
     # -- crash-test fix (commands/crash-test helper): Scrapy's scraper drains a callback's
     # output into a queue and enqueues the requests in it afterwards, so the final outcome
@@ -446,8 +464,9 @@ class Scheduler(BaseScheduler):
             if self.signal_mode:
                 self._inc("acked_without_outcome")
             if entry.responded:
-                self.outbox.append(("ack", (fp, entry.token)))
-                self._inc("acked")
+                op = self._done_op(fp, entry)
+                self.outbox.append(op)
+                self._inc("acked" if op[0] == "ack" else "failed")
             else:
                 self.outbox.append(("fail", (fp, entry.token, "fatal", "no response")))
                 self._inc("failed")

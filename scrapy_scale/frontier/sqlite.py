@@ -496,6 +496,10 @@ class SqliteStore(FrontierStore):
             )
             db.execute("DELETE FROM requests WHERE job=? AND fp=?", (self.job, fingerprint))
 
+    def dead_letter_count(self) -> int:
+        (n,) = self.db.execute("SELECT COUNT(*) FROM dead WHERE job=?", (self.job,)).fetchone()
+        return int(n)
+
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         rows = self.db.execute(
             "SELECT fp, reason, data, at FROM dead WHERE job=? ORDER BY at LIMIT ?", (self.job, limit)

@@ -304,6 +304,10 @@ class FrontierStore(abc.ABC):
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         """Dead letters, oldest first."""
 
+    def dead_letter_count(self) -> int:
+        """How many dead letters the current run has (cheap: no scan of the records)."""
+        return self.status().dead_letters
+
     # ---- outside feeders (Redis key for JSON seeds) -----------------------------
 
     def pop_feed(self, n: int) -> list[str]:

@@ -23,7 +23,7 @@ from scrapy import signals
 from scrapy.crawler import Crawler
 from scrapy.spiders import Spider
 
-from scrapy_scale import config
+from scrapy_scale import config, exitcode, settings_core  # noqa: F401 - settings_core declares the exit setting
 from scrapy_scale.outcomes.model import FailureClass
 from scrapy_scale.redact import redact_url
 
@@ -84,6 +84,17 @@ class RunFacts:
     #: terminal failures by class, from the frontier
     frontier_failed: Mapping[str, int] = field(default_factory=dict)
     status_command: str | None = None
+    #: frontier records moved to the dead letters in this run (job-wide when known)
+    frontier_dead: int = 0
+    #: where dead-lettered items went (table / collection name)
+    item_dead_letter: str | None = None
+    #: (status, why) when the process will exit non-zero (scrapy_scale.exitcode)
+    exit_status: tuple[int, str] | None = None
+
+
+def dead_letters(stats: Mapping[str, Any], facts: RunFacts) -> int:
+    """Dead letters of the run: frontier records plus items (this process's)."""
+    return facts.frontier_dead + _num(stats, "scale/store/dead_lettered")
 
 
 def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
@@ -148,12 +159,24 @@ def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
         if any(shown.get(s) for s in ("pending", "delayed", "leased")):
             lines.append(row("", "the same `scrapy crawl` again resumes the unfinished requests"))
 
+    items_dead = _num(stats, "scale/store/dead_lettered")
+    if facts.frontier_dead or items_dead:
+        parts = []
+        if facts.frontier_dead:
+            parts.append(f"{facts.frontier_dead:,} frontier records could not be read and were not crawled")
+        if items_dead:
+            where = f" (in {facts.item_dead_letter})" if facts.item_dead_letter else ""
+            parts.append(f"{items_dead:,} items could not be stored{where}")
+        lines.append(row("dead letters", "; ".join(parts)))
+
     logged = _num(stats, "log_count/ERROR")
     if logged:
         lines.append(row("errors", f"{logged:,} ERROR lines in the log above"))
 
     if facts.status_command:
         lines.append(row("look further", facts.status_command))
+    if facts.exit_status:
+        lines.append(row("exit status", f"{facts.exit_status[0]}: {facts.exit_status[1]}"))
     return lines
 
 
@@ -173,11 +196,13 @@ def store_url(crawler: Crawler) -> str | None:
     return redact_url(str(url))
 
 
-FrontierCounts = tuple[dict[str, int], dict[str, int]]
+#: (counts by state, failed by class, dead letters)
+FrontierCounts = tuple[dict[str, int], dict[str, int], int]
 
 
 def read_frontier(crawler: Crawler, job: str) -> FrontierCounts | None:
-    """(counts by state, failed by class) of the job's frontier; None when it is not in use.
+    """(counts by state, failed by class, dead letters) of the job's frontier; None when it
+    is not in use.
 
     Asks the frontier itself, as ``scrapy scale status`` does (its final numbers); falls
     back to the counts the scheduler last put in the stats.
@@ -190,13 +215,14 @@ def read_frontier(crawler: Crawler, job: str) -> FrontierCounts | None:
         with cli_ops.open_job(crawler.settings, job, must_exist=True) as ops:
             st = ops.status()
         return ({str(k): int(v) for k, v in st["counts"].items()},
-                {str(k): int(v) for k, v in st["failed_by_class"].items() if v})
+                {str(k): int(v) for k, v in st["failed_by_class"].items() if v}, int(st["dead_letters"]))
     except Exception:  # noqa: BLE001 - the summary must never break a crawl's end
         logger.debug("run summary: frontier status unavailable", exc_info=True)
     stats = crawler.stats.get_stats() if crawler.stats else {}
     prefix = "scale/frontier/state/"
     states = {k[len(prefix):]: _num(stats, k) for k in stats if isinstance(k, str) and k.startswith(prefix)}
-    return (states, {}) if states else None
+    dead = _num(stats, "scale/frontier/dead_letters") or _num(stats, "scale/frontier/dead_lettered")
+    return (states, {}, dead) if states else None
 
 
 def status_command(crawler: Crawler, job: str) -> str:
@@ -254,13 +280,28 @@ class RunSummary:
             elapsed = time.monotonic() - self.started if self.started is not None else 0.0
         job = self.job or "?"
         frontier = self.frontier_reader(self.crawler, job)
+        store = store_url(self.crawler)
         facts = RunFacts(
             job=job,
             reason=self.reason or "?",
             duration=float(elapsed),
-            store_url=store_url(self.crawler),
+            store_url=store,
             frontier=frontier[0] if frontier else None,
             frontier_failed=frontier[1] if frontier else {},
             status_command=status_command(self.crawler, job) if frontier else None,
+            frontier_dead=frontier[2] if frontier and len(frontier) > 2 else 0,
+            item_dead_letter=_dead_letter_table(self.crawler) if store else None,
         )
+        dead = dead_letters(stats, facts)
+        code = config.get(self.crawler.settings, "SCALE_EXIT_CODE_DEAD_LETTERS")
+        if dead and code:
+            exitcode.request(code, f"the run has {dead:,} dead letters (SCALE_EXIT_CODE_DEAD_LETTERS)")
+        facts.exit_status = exitcode.requested()
         return render(stats, facts)
+
+
+def _dead_letter_table(crawler: Crawler) -> str:
+    import scrapy_scale.storage.settings  # noqa: F401 - declares the names read below
+
+    s = crawler.settings
+    return str(config.get(s, "SCALE_STORE_DEAD_LETTER") or f"{config.get(s, 'SCALE_STORE_COLLECTION')}_dead_letter")

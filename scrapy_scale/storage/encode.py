@@ -21,6 +21,9 @@ mapping / nested item (itemadapter)    object; keys must be strings (int/float/b
 anything else                          not encodable: the item goes to the dead letter
 =====================================  ==========================================
 
+A value nested deeper than :data:`MAX_DEPTH` levels (MongoDB's limit for a document)
+or holding a reference to itself (a cycle) is not encodable either: dead letter.
+
 Field names: a name starting with ``$`` or containing a NUL character cannot be
 stored at any depth, and top-level names may not contain ``.``, be ``_id`` or
 collide with the bookkeeping fields (``SCALE_STORE_FIELDS``); such an item goes to
@@ -43,13 +46,16 @@ from typing import Any
 from itemadapter import ItemAdapter
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: deepest nesting of lists/objects stored (MongoDB refuses documents nested deeper than 100)
+MAX_DEPTH = 100
 
 
 class Unencodable(ValueError):
     """A value or field name that no rule can store."""
 
 
-def encode_value(v: Any, path: str = "") -> Any:
+def encode_value(v: Any, path: str = "", _parents: tuple[int, ...] = ()) -> Any:
+    """``v`` as stored; ``_parents`` holds the ids of the containers above it (cycles, depth)."""
     if v is None or isinstance(v, bool | str):
         return v
     if isinstance(v, int):
@@ -72,17 +78,29 @@ def encode_value(v: Any, path: str = "") -> Any:
         return base64.b64encode(bytes(v)).decode("ascii")
     if isinstance(v, uuid.UUID | PurePath):
         return str(v)
+    container = isinstance(v, set | frozenset | list | tuple | Mapping) or (
+        not isinstance(v, type) and ItemAdapter.is_item(v))
+    if container:
+        if id(v) in _parents:
+            raise Unencodable(f"field {_short(path)}: holds a cycle (a reference to itself)")
+        if len(_parents) >= MAX_DEPTH:
+            raise Unencodable(f"field {_short(path)}: nested deeper than {MAX_DEPTH} levels")
+        up = (*_parents, id(v))
     if isinstance(v, set | frozenset):
-        enc = [encode_value(x, f"{path}[]") for x in v]
+        enc = [encode_value(x, f"{path}[]", up) for x in v]
         return sorted(enc, key=lambda x: json.dumps(x, sort_keys=True))
     if isinstance(v, list | tuple):
-        return [encode_value(x, f"{path}[{i}]") for i, x in enumerate(v)]
-    if isinstance(v, Mapping) or (not isinstance(v, type) and ItemAdapter.is_item(v)):
-        return encode_mapping(v if isinstance(v, Mapping) else ItemAdapter(v).asdict(), path)
+        return [encode_value(x, f"{path}[{i}]", up) for i, x in enumerate(v)]
+    if container:
+        return encode_mapping(v if isinstance(v, Mapping) else ItemAdapter(v).asdict(), path, up)
     raise Unencodable(f"field {path or '(item)'}: no rule to store a {type(v).__module__}.{type(v).__qualname__}")
 
 
-def encode_mapping(m: Mapping[Any, Any], path: str = "") -> dict[str, Any]:
+def _short(path: str) -> str:
+    return path if len(path) <= 80 else f"{path[:40]}...{path[-30:]}"
+
+
+def encode_mapping(m: Mapping[Any, Any], path: str = "", _parents: tuple[int, ...] = ()) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in m.items():
         if isinstance(k, bool | int | float) or k is None:
@@ -92,7 +110,7 @@ def encode_mapping(m: Mapping[Any, Any], path: str = "") -> dict[str, Any]:
         name = f"{path}.{k}" if path else k
         if k.startswith("$") or "\x00" in k:
             raise Unencodable(f"field name {name!r} cannot be stored ($ prefix or NUL)")
-        out[k] = encode_value(v, name)
+        out[k] = encode_value(v, name, _parents)
     return out
 
 
@@ -104,7 +122,7 @@ def encode_item(fields: Mapping[str, Any], reserved: set[str]) -> dict[str, Any]
                 f"field name {k!r} cannot be stored at the top level "
                 "(contains '.', is '_id' or is a bookkeeping field; see SCALE_STORE_FIELDS)"
             )
-    return encode_mapping(fields)
+    return encode_mapping(fields, "", (id(fields),))
 
 
 def to_json(doc: Mapping[str, Any]) -> str:

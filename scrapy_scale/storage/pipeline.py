@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import reprlib
 import time
 import uuid
 from collections import deque
@@ -29,6 +30,7 @@ from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
 from scrapy_scale import config, startup
+from scrapy_scale.errors import ItemDeadLettered
 from scrapy_scale.redact import redact_url
 from scrapy_scale.storage import settings as S
 from scrapy_scale.storage.backends import (
@@ -280,8 +282,14 @@ class StorePipeline:
         result = await maybe_deferred_to_future(d)
         if isinstance(result, DeadLettered):
             if not ItemAdapter.is_item(item):
-                raise TypeError(result.reason)
-            raise DropItem(f"dead-lettered: {result.reason}")
+                raise NotAnItem(result.reason, result.reason)
+            try:
+                repr(item)
+                level = None
+            except RecursionError:  # Scrapy's "Dropped: ..." line would fail to format the item
+                logger.warning("Dropped: dead-lettered: %s\n%s", result.reason, _SHORT_REPR.repr(item))
+                level = "DEBUG"
+            raise DeadLetteredDrop(f"dead-lettered: {result.reason}", result.reason, level)
         return item
 
     def _submission(self, item: Any, src: Source | None) -> Submission | None:
@@ -315,7 +323,8 @@ class StorePipeline:
                 "(expected a dict, scrapy.Item, dataclass or attrs object)"
             )
             return dead_sub(reason)
-        fields = ItemAdapter(item).asdict()
+        # shallow: asdict() would recurse into nested items (forever, for an item holding a cycle)
+        fields = dict(ItemAdapter(item).items())
         try:
             key = self.keys.key(type_name, fields, url, src.index if src else 0)
         except InvalidKey as e:
@@ -325,7 +334,7 @@ class StorePipeline:
             size = len(to_json(doc).encode("utf-8"))
         except Unencodable as e:
             return dead_sub(f"unencodable: {e}", key)
-        except (UnicodeEncodeError, ValueError) as e:
+        except (UnicodeEncodeError, ValueError, RecursionError) as e:
             return dead_sub(f"unencodable: {type(e).__name__}: {str(e)[:200]}", key)
         if size > self.max_item_bytes:
             return dead_sub(f"too large: {size} bytes > SCALE_STORE_MAX_ITEM_BYTES={self.max_item_bytes}", key)
@@ -428,6 +437,22 @@ class StorePipeline:
                            attempt, delay, self._pending, error)
 
 
+class DeadLetteredDrop(DropItem, ItemDeadLettered):
+    """``DropItem`` for an item sent to the dead letter: its request counts as failed."""
+
+    def __init__(self, message: str, reason: str, log_level: str | None = None):
+        super().__init__(message, log_level)
+        self.reason = reason
+
+
+class NotAnItem(TypeError, ItemDeadLettered):
+    """A callback yielded something that is not an item (dead-lettered; logged as an error)."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
 def reason_kind(reason: str) -> str:
     """The stat suffix of a dead-letter reason: ``invalid key: ...`` -> ``invalid_key``;
     ``MongoDB refused the write (code 2): ...`` -> ``MongoDB_refused_the_write``."""
@@ -442,6 +467,12 @@ def _clean(s: str | None) -> str | None:
     return s.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+#: bounded repr (depth, lengths) for dead letters: safe on cycles and deep nesting
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel, _SHORT_REPR.maxstring, _SHORT_REPR.maxother = 8, 500, 500
+_SHORT_REPR.maxdict = _SHORT_REPR.maxlist = 50
+
+
 def _item_text(item: Any, limit: int = 10_000) -> str:
     """The item for the dead letter, as text any store accepts: JSON of its fields
     (each encoded by the rules, else its repr), or the item's repr; at most ``limit`` chars."""
@@ -452,10 +483,10 @@ def _item_text(item: Any, limit: int = 10_000) -> str:
                 try:
                     out[str(k)] = encode_value(v, str(k))
                 except Exception:  # noqa: BLE001
-                    out[str(k)] = repr(v)[:limit]
+                    out[str(k)] = _SHORT_REPR.repr(v)
             text = json.dumps(out, ensure_ascii=True, default=repr)
         else:
-            text = repr(item)
+            text = _SHORT_REPR.repr(item)
     except Exception:  # noqa: BLE001
         text = f"<unrepresentable {type(item).__name__}>"
     text = text if len(text) <= limit else text[:limit] + "...(truncated)"
