@@ -136,7 +136,7 @@ def _crawl_fails_at_once(*args: str, tmp_path: Path) -> str:
 
 def test_an_unknown_scale_name_stops_the_crawl_at_once_naming_it(tmp_path: Path):
     out = _crawl_fails_at_once("-s", "SCALE_FRONTIER_BACH=10", tmp_path=tmp_path)
-    assert "SCALE_FRONTIER_BACH: unknown setting; did you mean SCALE_FRONTIER_BATCH?" in out
+    assert "bad setting SCALE_FRONTIER_BACH = '10': unknown setting; did you mean SCALE_FRONTIER_BATCH?" in out
     assert not (tmp_path / "state").exists(), "state was written by a crawl that should not have started"
 
 
@@ -147,7 +147,7 @@ def test_an_unknown_scale_name_stops_the_crawl_at_once_naming_it(tmp_path: Path)
 def test_a_bad_value_stops_the_crawl_at_once_naming_the_setting(tmp_path: Path, setting: str, problem: str):
     out = _crawl_fails_at_once("-s", setting, tmp_path=tmp_path)
     name = setting.split("=")[0]
-    assert re.search(rf"{name}: [^\n]*{re.escape(problem)}", out), out[-2000:]
+    assert re.search(rf"bad setting {name} = [^\n]*: [^\n]*{re.escape(problem)}", out), out[-2000:]
 
 
 def test_polite_defaults_hold_in_a_real_crawl(tmp_path: Path):
