@@ -45,5 +45,39 @@ def test_scrapy_crawl_catalog_runs_the_demo_and_ends_with_the_summary(tmp_path: 
     assert re.search(r"^  requests +ok \d+, not_found 1$", summary, re.M), summary
     assert re.search(r"^  frontier +\d+ done, 0 failed, 0 pending$", summary, re.M), summary
     assert "look further  scrapy scale status catalog" in summary
+    _every_fault_shows_in_the_summary(out, summary)
     # long enough to watch, short enough to wait for (polite DOWNLOAD_DELAY, see the settings)
     assert 10 < took < 90, f"the demo took {took:.0f}s"
+
+
+#: how each fault kind the demo's testbed plays shows in the summary: (retry class, or the
+#: requests line's class for a final answer); a reset is also an attempt without a response
+SHOWN_AS = {"429": "rate_limited", "503": "rate_limited", "500": "transient", "reset": "transient",
+            "404": "not_found", "410": "not_found"}
+#: what the testbed served that is not a fault
+NOT_FAULTS = {"ok", "robots"}
+
+
+def _every_fault_shows_in_the_summary(out: str, summary: str) -> None:
+    """Each fault the testbed reports having played reached the crawler and is counted in
+    the summary (a reset used to be re-sent silently by Twisted's connection pool, so the
+    testbed said `reset: 11` and the summary showed none)."""
+    served = re.search(r"Testbed served \d+ requests \((.*)\)$", out, re.M)
+    assert served, out[-3000:]
+    played = {k: int(n) for k, n in re.findall(r"(\w+): (\d+)", served.group(1))}
+    faults = {k: n for k, n in played.items() if k not in NOT_FAULTS}
+    assert faults.get("reset"), f"the demo plays resets: {served.group(0)}"
+    unknown = set(faults) - set(SHOWN_AS)
+    assert not unknown, f"fault kinds this test does not know how to find in the summary: {unknown}"
+    retries = re.search(r"^  retries +\d+ retries \((.*)\);", summary, re.M)
+    requests = re.search(r"^  requests +(.*)$", summary, re.M)
+    assert retries and requests, summary
+    retried = {k: int(n) for k, n in re.findall(r"(\w+) (\d+)", retries.group(1))}
+    final = {k: int(n) for k, n in re.findall(r"(\w+) (\d+)", requests.group(1))}
+    for cls in {"transient", "rate_limited"}:
+        expected = sum(n for k, n in faults.items() if SHOWN_AS[k] == cls)
+        assert retried.get(cls, 0) == expected, (cls, faults, summary)
+    gone = sum(n for k, n in faults.items() if SHOWN_AS[k] == "not_found")
+    assert final.get("not_found", 0) == gone, (faults, summary)
+    no_answer = re.search(r"; (\d+) attempts got no response \(refused, reset, timed out\)$", summary, re.M)
+    assert no_answer and int(no_answer.group(1)) == faults["reset"], (faults, summary)

@@ -32,6 +32,24 @@ def test_resolver_in_a_real_crawl_yields_exactly_the_catalog(tmp_path: Path) -> 
         assert all(r.egress is None for r in tb.log)
 
 
+def test_every_reset_reaches_the_crawler_on_reused_connections(tmp_path: Path) -> None:
+    """One connection at a time, so every request but the first goes out on a reused
+    keep-alive connection, where Twisted's pool re-sends a request silently when the
+    connection is reset before any byte of an answer. The testbed's reset sends the start
+    of an answer first, so each reset it plays is a failed attempt the crawler counts."""
+    with Testbed(hosts=1, pages=12, seed=2, faults="reset:/item/*,first=1") as tb:
+        res = run_crawl(tb, {"CONCURRENT_REQUESTS": 1, "SCALE_RETRY_POLICY": {"transient": {"base": 0.05}}},
+                        tmp_path, timeout=90)
+        assert res.returncode == 0, res.tail()
+        assert res.item_urls == tb.detail_urls()
+        resets = tb.count(kind="reset")
+        assert resets == 12
+        assert max(r.conn for r in tb.log) < len(tb.log)  # connections were reused
+        assert res.stats["downloader/exception_count"] == resets
+        assert res.stats["scale/retry/transient"] == resets
+        assert res.stats["downloader/response_count"] == len(tb.log) - resets
+
+
 def test_crawl_through_a_proxy(tmp_path: Path) -> None:
     with Testbed(hosts=2, pages=10, proxies=[ProxySpec("p1", mode="auth")]) as tb:
         res = run_crawl(tb, {}, tmp_path, timeout=90, env={"http_proxy": tb.proxy_urls[0], "no_proxy": ""})

@@ -56,6 +56,10 @@ def http_response(status: int, body: bytes, extra: Sequence[tuple[str, str]] = (
     return head if head_only else head + body
 
 
+#: what a ``reset`` fault sends before the RST: the start of an answer, cut mid-headers
+RESET_PREFIX = b"HTTP/1.1 200 OK\r\nContent-Type: text/ht"
+
+
 def reset_transport(transport: asyncio.BaseTransport) -> None:
     """Close with TCP RST (SO_LINGER 0) instead of FIN."""
     sock = transport.get_extra_info("socket")
@@ -499,8 +503,16 @@ class _TargetProtocol(asyncio.Protocol):
             close = conn_hdr == "close" or (version == "HTTP/1.0" and conn_hdr != "keep-alive")
             ans = self.tb._answer(self.host_no, target, self.egress, self.client, self.conn, method)
             if ans.kind == "reset":
+                # The first bytes of an answer, then RST. A reset before any byte is invisible
+                # to Scrapy on a reused keep-alive connection: Twisted's connection pool then
+                # re-sends an idempotent request once by itself (ResponseNeverReceived). Once a
+                # byte came, the client fails the request (ResponseFailed) and Scrapy sees it.
+                # The bytes are in the client's receive queue before the RST (loopback, sent at
+                # once), and a reset socket still returns queued data before its error.
                 self.closed = True
-                reset_transport(self.transport)  # type: ignore[arg-type]
+                assert self.transport is not None
+                self.transport.write(RESET_PREFIX)
+                reset_transport(self.transport)
                 return
             if ans.kind == "hang":
                 self.busy = True
