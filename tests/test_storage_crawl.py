@@ -223,7 +223,7 @@ def test_bad_store_url_fails_at_startup(tmp_path: Path) -> None:
     res = run_crawl(None, {**ONLY_STORE, "SCALE_STORE_URL": "mysql://127.0.0.1/db"}, tmp_path,
                     spider="catalog", timeout=60, start_urls=["data:,x"])
     assert res.returncode != 0
-    assert "SCALE_STORE_URL: unknown URL scheme 'mysql'" in res.log
+    assert "bad setting SCALE_STORE_URL = 'mysql://127.0.0.1/db': unknown URL scheme 'mysql'" in res.log
 
 
 def test_unusable_sqlite_path_fails_at_startup(tmp_path: Path) -> None:
