@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from scrapy_scale import config
 from scrapy_scale.frontier import settings as frontier_settings
+from scrapy_scale.frontier.codec import RecordRules
 from scrapy_scale.frontier.store import (
     COUNT_KEYS,
     EnqueueResult,
@@ -47,9 +48,11 @@ class OpError(RuntimeError):
 class JobOps:
     """Operations on one job's frontier (an open store)."""
 
-    def __init__(self, store: FrontierStore, where: str):
+    def __init__(self, store: FrontierStore, where: str, rules: RecordRules | None = None):
         self.store = store
         self.where = where
+        #: what a seed may be (SCALE_FRONTIER_SCHEMES)
+        self.rules = rules or RecordRules()
 
     @property
     def job(self) -> str:
@@ -86,10 +89,12 @@ class JobOps:
 
     def seed(self, urls: Sequence[str], priority: int = 0) -> int:
         """Enqueue ``urls`` (deduplicated like any request); returns how many were new."""
-        bad = [u for u in urls if urlsplit(u).scheme not in ("http", "https") or not urlsplit(u).netloc]
+        schemes = self.rules.schemes
+        bad = [u for u in urls if urlsplit(u).scheme.lower() not in schemes or not urlsplit(u).netloc]
         if bad:
-            raise OpError(f"not an absolute http(s) URL: {', '.join(bad)}")
-        results = self.store.seed(list(urls), priority=priority)
+            what = "http(s)" if schemes == {"http", "https"} else f"({', '.join(sorted(schemes))})"
+            raise OpError(f"not an absolute {what} URL: {', '.join(bad)}")
+        results = self.store.seed(list(urls), priority=priority, rules=self.rules)
         return sum(1 for r in results if r in (EnqueueResult.ADDED, EnqueueResult.REOPENED))
 
     def reset(self) -> int:
@@ -141,7 +146,7 @@ def open_job(settings: Any, job: str, must_exist: bool = True) -> Iterator[JobOp
     except FrontierError as e:
         raise OpError(str(e)) from None
     try:
-        ops = JobOps(store, where)
+        ops = JobOps(store, where, RecordRules.for_crawl(None, settings))
         if must_exist and not ops.exists():
             others = [j for j in known_jobs(store) if j != job]
             hint = f"; known jobs: {', '.join(others)}" if others else "; no job has run there yet"

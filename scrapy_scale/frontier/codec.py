@@ -4,18 +4,39 @@ A shared store must not become a code-execution channel, so a stored request is
 plain JSON: ``{"v": 1, "r": <Request.to_dict(spider=...)>}`` with bytes written
 as ``{"$b": base64}`` and dicts with non-string keys (headers) as
 ``{"$d": [[key, value], ...]}``. Callbacks are stored by name and looked up on
-the spider when the request is rebuilt (:func:`scrapy.utils.request.request_from_dict`).
+the spider when the request is rebuilt.
+
+A record comes from a store other processes write to (a shared Redis), so rebuilding one
+must never run code or read local files (docs/frontier.md, "What a shared Redis can and
+cannot do to a worker"). :class:`RecordRules` says what a record may name, checked on
+encode and on decode (and on feed messages):
+
+- a request class (``_class``) only when the project allows it (:func:`allowed_class`,
+  checked on the dotted path BEFORE anything is imported);
+- a URL only of an allowed scheme (http and https unless ``SCALE_FRONTIER_SCHEMES``);
+- a callback/errback only when it is a public method of the spider (:func:`spider_method`).
+
+Anything else raises :class:`CodecError` (the scheduler dead-letters the record).
 """
 
 from __future__ import annotations
 
 import base64
+import functools
+import inspect
 import json
-from typing import Any
+import re
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from scrapy import Request, Spider
-from scrapy.utils.request import RequestFingerprinter, request_from_dict
+from scrapy.utils.misc import load_object
+from scrapy.utils.request import RequestFingerprinter
 
+from scrapy_scale import config
+from scrapy_scale.frontier import settings as _settings  # noqa: F401 - declares SCALE_FRONTIER_*
 from scrapy_scale.frontier.store import NewRequest, domain_of
 
 #: version of the stored request format; decode() refuses others
@@ -24,6 +45,122 @@ VERSION = 1
 
 class CodecError(ValueError):
     """A request cannot be written as data, or a stored record cannot be read back."""
+
+
+T = TypeVar("T")
+
+#: Scrapy's own request classes: a record may always name them
+SCRAPY_REQUEST_CLASSES = frozenset({
+    "scrapy.Request",
+    "scrapy.http.request.Request",
+    "scrapy.http.request.form.FormRequest",
+    "scrapy.http.request.json_request.JsonRequest",
+    "scrapy.http.request.rpc.XmlRpcRequest",
+})
+DEFAULT_SCHEMES = ("http", "https")
+#: private methods of Scrapy's own generic spiders that Scrapy itself uses as callbacks
+#: (CrawlSpider rules, SitemapSpider); any other private method is never a callback
+SCRAPY_CALLBACKS = frozenset({"parse", "_parse", "parse_start_url", "_callback", "_errback", "_parse_sitemap"})
+
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+
+
+@dataclass(frozen=True)
+class RecordRules:
+    """What a stored record or a feed message may name; see the module docstring."""
+
+    #: dotted paths of classes, or of modules (every class defined in them), a record may name
+    classes: frozenset[str] = SCRAPY_REQUEST_CLASSES
+    #: URL schemes a request may have
+    schemes: frozenset[str] = frozenset(DEFAULT_SCHEMES)
+
+    @classmethod
+    def for_crawl(cls, spider: Spider | None, settings: Any = None) -> RecordRules:
+        """Scrapy's request classes, the spider's own module and ``SCALE_FRONTIER_REQUEST_CLASSES``;
+        the schemes of ``SCALE_FRONTIER_SCHEMES``."""
+        names = set(SCRAPY_REQUEST_CLASSES)
+        if spider is not None:
+            names.add(type(spider).__module__)
+        schemes: Collection[str] = DEFAULT_SCHEMES
+        if settings is not None:
+            names.update(config.get(settings, "SCALE_FRONTIER_REQUEST_CLASSES") or ())
+            schemes = config.get(settings, "SCALE_FRONTIER_SCHEMES")
+        return cls(frozenset(names), frozenset(s.lower() for s in schemes))
+
+
+def allowed_class(path: Any, base: type[T], allowed: Collection[str],
+                  setting: str = "SCALE_FRONTIER_REQUEST_CLASSES") -> type[T]:
+    """The class a record names at ``path`` -- THE check for every class a record may
+    name: ``path``, or the module it is in, must be listed in ``allowed`` (checked on the
+    string, so nothing is imported otherwise); then it is loaded and must be ``base`` or
+    a subclass of it. Raises :class:`CodecError` otherwise."""
+    if not isinstance(path, str) or not _DOTTED.fullmatch(path):
+        raise CodecError(f"the record names a class {path!r} that is not a dotted path")
+    if path not in allowed and path.rpartition(".")[0] not in allowed:
+        raise CodecError(f"the record names class {path!r}, which the project does not allow "
+                         f"(not imported; list it or its module in {setting})")
+    try:
+        obj = load_object(path)
+    except (ImportError, AttributeError, NameError, ValueError) as e:
+        raise CodecError(f"the record names class {path!r}, which cannot be loaded: {e}") from None
+    if not (isinstance(obj, type) and issubclass(obj, base)):
+        raise CodecError(f"the record names {path!r}, which is not a {base.__name__} class")
+    return obj
+
+
+def spider_method(spider: Spider, name: Any, what: str = "callback") -> Callable[..., Any]:
+    """The spider's method ``name``, when it may be a callback: a public method (a plain
+    function on the spider's class, not an attribute, property or class method), or one
+    of Scrapy's own callbacks (:data:`SCRAPY_CALLBACKS`). Raises :class:`CodecError`."""
+    spidercls: Any = type(spider)
+    if not isinstance(name, str) or not _may_be_callback(spidercls, name) or name in vars(spider):
+        raise CodecError(f"{what} {name!r} is not a public method of the spider {spider.name!r}")
+    return getattr(spider, name)  # type: ignore[no-any-return]
+
+
+@functools.lru_cache(maxsize=1024)
+def _may_be_callback(spidercls: type, name: str) -> bool:
+    raw = inspect.getattr_static(spidercls, name, None)  # static: no property or __getattr__ runs
+    if not inspect.isfunction(raw):
+        return False  # not a method (an attribute, a property, a class or static method)
+    if name.startswith("_"):
+        return raw.__module__.startswith("scrapy.") and name in SCRAPY_CALLBACKS
+    return True
+
+
+def check_url(url: Any, rules: RecordRules) -> None:
+    """``url`` is absolute and of an allowed scheme (:attr:`RecordRules.schemes`)."""
+    if not isinstance(url, str):
+        raise CodecError(f"the URL {url!r} is not a string")
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in rules.schemes:
+        allowed = ", ".join(sorted(rules.schemes))
+        raise CodecError(f"URL scheme {scheme or 'none'!r} is not allowed ({url[:200]!r}); allowed: {allowed}"
+                         " (SCALE_FRONTIER_SCHEMES)")
+
+
+def _check_names(d: dict[str, Any], spider: Spider | None, rules: RecordRules) -> None:
+    """What a request as a dict names is allowed (URL scheme, class, callbacks)."""
+    check_url(d.get("url"), rules)
+    if d.get("_class") is not None:
+        allowed_class(d["_class"], Request, rules.classes)
+    if spider is not None:
+        for key in ("callback", "errback"):
+            if d.get(key):
+                spider_method(spider, d[key], key)
+
+
+def request_from_dict(d: dict[str, Any], spider: Spider | None, rules: RecordRules) -> Request:
+    """:func:`scrapy.utils.request.request_from_dict` under ``rules``: the URL scheme, the
+    class and the callbacks are checked before the class is imported or anything built."""
+    check_url(d.get("url"), rules)
+    request_cls: type[Request] = Request if "_class" not in d else allowed_class(d["_class"], Request, rules.classes)
+    kwargs = {key: value for key, value in d.items() if key in request_cls.attributes}
+    if spider is not None:
+        for key in ("callback", "errback"):
+            if d.get(key):
+                kwargs[key] = spider_method(spider, d[key], key)
+    return request_cls(**kwargs)
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
@@ -71,13 +208,16 @@ def _hashable(k: Any) -> Any:
     return tuple(k) if isinstance(k, list) else k
 
 
-def encode(request: Request, spider: Spider | None = None) -> str:
+def encode(request: Request, spider: Spider | None = None, rules: RecordRules | None = None) -> str:
     """The request as versioned JSON. Raises :class:`CodecError` when a value
-    (in meta, cb_kwargs...) is not plain data, or a callback is not a spider method."""
+    (in meta, cb_kwargs...) is not plain data, or the request names what a record may
+    not (a callback that is not a public spider method, a class or URL scheme ``rules``
+    do not allow): such a record would be refused when read back."""
     try:
         d = request.to_dict(spider=spider)
     except ValueError as e:  # callback not found on the spider
         raise CodecError(str(e)) from None
+    _check_names(d, spider, rules or RecordRules.for_crawl(spider))
     return _dumps({"v": VERSION, "r": _to_json(d)})
 
 
@@ -85,9 +225,10 @@ def encode(request: Request, spider: Spider | None = None) -> str:
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
-def decode(data: str, spider: Spider | None = None) -> Request:
+def decode(data: str, spider: Spider | None = None, rules: RecordRules | None = None) -> Request:
     """Rebuild the request. Raises :class:`CodecError` with the reason when the
-    record cannot be read (bad JSON, unknown version, missing callback...)."""
+    record cannot be read (bad JSON, unknown version, missing callback...) or names
+    what ``rules`` do not allow (default: :meth:`RecordRules.for_crawl` of ``spider``)."""
     try:
         doc = _loads(data) if isinstance(data, str) else json.loads(data, object_hook=_object_hook)
     except CodecError:
@@ -100,8 +241,12 @@ def decode(data: str, spider: Spider | None = None) -> Request:
         raise CodecError("not a stored request (no 'r' field)")
     if doc.get("v") != VERSION:
         raise CodecError(f"stored request format version {doc.get('v')!r}; this code reads {VERSION}")
+    if not isinstance(doc["r"], dict):
+        raise CodecError("not a stored request ('r' is not an object)")
     try:
-        return request_from_dict(doc["r"], spider=spider)
+        return request_from_dict(doc["r"], spider, rules or RecordRules.for_crawl(spider))
+    except CodecError:
+        raise
     except Exception as e:  # noqa: BLE001 - any failure means "cannot be rebuilt"
         raise CodecError(f"cannot rebuild the request: {type(e).__name__}: {e}") from None
 
@@ -126,22 +271,25 @@ def new_request(
     priority: int | None = None,
     fingerprint: str | None = None,
     spider: Spider | None = None,
+    rules: RecordRules | None = None,
 ) -> NewRequest:
     """A seed (URL or Request) as a :class:`NewRequest` (dedup on, no update)."""
     request = Request(r) if isinstance(r, str) else r
     fp = fingerprint or default_fingerprint(request)
     return NewRequest(
         fingerprint=fp,
-        data=encode(request, spider),
+        data=encode(request, spider, rules),
         domain=domain_of(request.url),
         priority=request.priority if priority is None else priority,
     )
 
 
-def request_from_feed(message: str | bytes, spider: Spider | None = None) -> Request:
+def request_from_feed(message: str | bytes, spider: Spider | None = None,
+                      rules: RecordRules | None = None) -> Request:
     """A request from a feeder's JSON message: a URL string (``"https://..."``) or an
-    object with ``url`` and optionally ``callback`` (method name), ``method``,
-    ``headers``, ``body``, ``meta``, ``cb_kwargs``, ``priority``, ``dont_filter``."""
+    object with ``url`` and optionally ``callback`` (a public spider method's name),
+    ``method``, ``headers``, ``body``, ``meta``, ``cb_kwargs``, ``priority``,
+    ``dont_filter``. The URL's scheme must be one ``rules`` allow."""
     try:
         doc = json.loads(message)
     except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as e:
@@ -156,6 +304,8 @@ def request_from_feed(message: str | bytes, spider: Spider | None = None) -> Req
     if unknown:
         raise CodecError(f"feed message has unknown fields: {', '.join(sorted(unknown))}")
     try:
-        return request_from_dict(doc, spider=spider)
+        return request_from_dict(doc, spider, rules or RecordRules.for_crawl(spider))
+    except CodecError as e:
+        raise CodecError(f"feed message refused: {e}") from None
     except Exception as e:  # noqa: BLE001
         raise CodecError(f"feed message cannot be a request: {type(e).__name__}: {e}") from None

@@ -138,6 +138,8 @@ class Scheduler(BaseScheduler):
         self.fingerprinter = crawler.request_fingerprinter
         self._feed_fp: Any = None
         self.spider: Spider | None = None
+        #: what a record may name (classes, schemes); set from the settings at attach
+        self.rules = codec.RecordRules()
         self.outbox: list[tuple[str, Any]] = []
         #: the outbox holds an enqueue (new work) that no sync has taken yet
         self._enq_waiting = False
@@ -198,6 +200,7 @@ class Scheduler(BaseScheduler):
         """Join (or start) the run, pick the worker id, take back this worker's
         leases, connect the signals. ``open`` = this + the store thread and tick."""
         self.spider = spider
+        self.rules = codec.RecordRules.for_crawl(spider, self.crawler.settings)
         run = self.store.begin_run()
         if not self._explicit_worker:
             self.worker = self.store.claim_worker(socket.gethostname(), os.getpid(), pid_alive)
@@ -283,7 +286,7 @@ class Scheduler(BaseScheduler):
         last = request.meta.get(meta.LAST_FAILURE)
         last_failure = (str(last[0]), str(last[1])) if isinstance(last, list | tuple) and len(last) == 2 else None
         try:
-            data = codec.encode(request, self.spider)
+            data = codec.encode(request, self.spider, self.rules)
         except codec.CodecError as e:
             self._inc("unserializable")
             if not self._warned_unserializable:
@@ -335,7 +338,7 @@ class Scheduler(BaseScheduler):
                 self._inc("dead_lettered")
                 continue
             try:
-                request = codec.decode(lz.data, self.spider)
+                request = codec.decode(lz.data, self.spider, self.rules)
             except codec.CodecError as e:
                 logger.warning("frontier: record %s cannot be read, dead-lettered: %s", lz.fingerprint, e)
                 self.outbox.append(("dead", (lz.fingerprint, str(e))))
@@ -581,9 +584,9 @@ class Scheduler(BaseScheduler):
         batch: list[NewRequest] = []
         for msg in self.store.pop_feed(n):
             try:
-                r = codec.request_from_feed(msg, self.spider)
+                r = codec.request_from_feed(msg, self.spider, self.rules)
                 fp = self._thread_fingerprinter().fingerprint(r).hex()
-                batch.append(codec.new_request(r, fingerprint=fp, spider=self.spider))
+                batch.append(codec.new_request(r, fingerprint=fp, spider=self.spider, rules=self.rules))
             except codec.CodecError as e:
                 logger.warning("frontier: feed message refused: %s (%.200r)", redact_text(str(e)), redact_text(str(msg)))
                 res.feed_bad += 1

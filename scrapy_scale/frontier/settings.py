@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from scrapy_scale import (
     config,
     settings_core,  # noqa: F401 - declares SCALE_JOB / SCALE_STATE_DIR (used alone, without the add-on)
 )
-from scrapy_scale.config import as_bool, as_float, as_int, as_str, as_url, declare
+from scrapy_scale.config import as_bool, as_float, as_int, as_list, as_str, as_url, declare
 
 COMPONENT = "frontier"
 
@@ -42,6 +43,37 @@ WAIT_FOR_SEEDS = declare(
     "Keep workers open when the job is drained, waiting for new seeds (instead of closing).",
     COMPONENT,
 )
+def as_scheme(v: Any) -> str:
+    scheme = as_str(v).strip().lower()
+    if not re.fullmatch(r"[a-z][a-z0-9+.-]*", scheme):
+        raise ValueError(f"{v!r} is not a URL scheme (such as https)")
+    return scheme
+
+
+def as_dotted(v: Any) -> str:
+    name = as_str(v).strip()
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", name):
+        raise ValueError(f"{v!r} is not a dotted path of a class or module")
+    return name
+
+
+SCHEMES = declare(
+    "SCALE_FRONTIER_SCHEMES",
+    ["http", "https"],
+    as_list(as_scheme),
+    "URL schemes a stored record or a feed seed may have; a request of another scheme is dead-lettered (or refused).",
+    COMPONENT,
+)
+REQUEST_CLASSES = declare(
+    "SCALE_FRONTIER_REQUEST_CLASSES",
+    [],
+    as_list(as_dotted),
+    "Request subclasses a stored record may name (dotted paths of classes or modules), besides Scrapy's own "
+    "and the spider's module; others are dead-lettered without being imported.",
+    COMPONENT,
+)
+
+
 def as_worker_id(v: Any) -> str:
     """A worker id: a non-empty string (an empty one would be shared by every such worker)."""
     worker = as_str(v)

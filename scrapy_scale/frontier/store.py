@@ -43,6 +43,8 @@ from scrapy_scale.settings_core import job_name_problem
 if TYPE_CHECKING:
     from scrapy import Request
 
+    from scrapy_scale.frontier.codec import RecordRules
+
 
 class FrontierError(RuntimeError):
     """The frontier cannot be used: the message says what is wrong and what to do.
@@ -361,14 +363,16 @@ class FrontierStore(abc.ABC):
         pending again, eligible now, attempts reset to 0, last failure kept.
         Also reopens the run if it had ended. Returns how many."""
 
-    def seed(self, requests: Iterable[Request | str], priority: int = 0) -> list[EnqueueResult]:
+    def seed(self, requests: Iterable[Request | str], priority: int = 0,
+             rules: RecordRules | None = None) -> list[EnqueueResult]:
         """Enqueue seeds from outside a crawl (``scrapy scale seed JOB URL...``):
         URLs or Requests, fingerprinted with Scrapy's default fingerprinter,
         deduplicated like any request. An ended run is reopened so workers pick
-        the seeds up (a new ``scrapy crawl`` joins it instead of starting over)."""
+        the seeds up (a new ``scrapy crawl`` joins it instead of starting over).
+        ``rules``: what a seed may be (default: http and https URLs)."""
         from scrapy_scale.frontier.codec import new_request
 
-        batch = [new_request(r, priority=priority) for r in requests]
+        batch = [new_request(r, priority=priority, rules=rules) for r in requests]
         self.reopen_run()
         return self.enqueue(batch)
 
