@@ -79,6 +79,8 @@ LIST_SETTINGS = {
     "SCALE_BLOCK_DETECTORS": ("pkg.mod.OneDetector", "pkg.mod.Other"),
     "SCALE_CRITICAL_FIELDS": ("sku", "price"),
     "SCALE_ITEM_KEY": ("sku", "color"),
+    "SCALE_FRONTIER_SCHEMES": ("http", "https"),
+    "SCALE_FRONTIER_REQUEST_CLASSES": ("pkg.requests.ApiRequest", "pkg.spiders"),
 }
 #: list-valued settings that are not lists of names (a comma-separated string means nothing)
 NOT_NAME_LISTS = {"SCALE_FAILURE_RULES"}  # a list of rule dicts

@@ -224,7 +224,8 @@ def test_a_crawl_dead_letters_hostile_records_and_refuses_hostile_seeds(
         finally:
             store.close()
         fetched = {r.path for r in tb.log}
-    assert res.returncode == 0, res.tail()
+    assert res.returncode == 3, res.tail()  # SCALE_EXIT_CODE_DEAD_LETTERS: the run has dead letters
+    assert "4 frontier records could not be read" in res.log
     assert "Beautiful is better than ugly" not in res.log
     assert set(dead) == set(hostile), dead
     assert "does not allow" in dead["zen"] and "not imported" in dead["zen"]
