@@ -195,3 +195,12 @@ def test_bad_retry_policy_fails_with_the_setting_name(value, problem):
 def test_policy_json_from_command_line():
     v = config.get(Settings({"SCALE_RETRY_POLICY": '{"blocked": {"retries": 0}}'}), "SCALE_RETRY_POLICY")
     assert v == {C.BLOCKED: {"retries": 0}}
+
+
+def test_a_budget_of_zero_is_a_give_up():
+    """RETRY_TIMES = 0 (or retries 0 for a class): Scrapy's get_retry_request logs and counts
+    the give-up; so does the policy (it returned gave_up=False before, so nothing was
+    logged or counted, and RETRY_GIVE_UP_LOG_LEVEL had no effect)."""
+    p = RetryPolicy(build_policies(retry_times=0))
+    d = p.decide(C.TRANSIENT, 1)
+    assert not d.retry and d.gave_up and d.why == "budget"

@@ -142,7 +142,8 @@ class Decision:
     not_before: float | None = None
     #: the class is retryable but its budget is spent (or retries were switched off)
     gave_up: bool = False
-    #: why it was not retried: "budget", "dont_retry", "disabled", "" (class not retried)
+    #: why it was not retried: "budget", "dont_retry", "disabled", "not listed" (the
+    #: project's RETRY_HTTP_CODES / RETRY_EXCEPTIONS), "" (a class that is never retried)
     why: str = ""
 
 
@@ -225,8 +226,8 @@ class RetryPolicy:
             return Decision(False, gave_up=True, why="disabled")
         budget = p.retries if max_retries is None else max_retries
         if attempt > budget:
-            if budget <= 0 and max_retries is None:
-                return Decision(False, gave_up=False, why="")
+            # a budget of 0 (RETRY_TIMES = 0, or retries 0 for the class) gives up too, as
+            # Scrapy's get_retry_request does: logged at the give-up level and counted
             return Decision(False, gave_up=True, why="budget")
         delay = self.backoff(cls, attempt)
         ra = self.clamp_retry_after(retry_after, where)
