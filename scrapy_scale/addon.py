@@ -58,7 +58,7 @@ class Addon:
         for dict_name, path in DISABLES:
             cls = load_object(path)
             if any(v is not None and _same(k, cls) for k, v in settings.getdict(dict_name).items()):
-                continue  # the project lists it itself: its choice wins (the outcome hub warns)
+                continue  # the project lists it itself: its choice wins (the outcome middleware warns)
             settings.set_in_component_priority_dict(dict_name, cls, None)
 
 

@@ -114,16 +114,6 @@ def _load_declarations() -> None:
                 raise
 
 
-def component_enabled(settings: BaseSettings, dict_name: str, module_prefix: str) -> bool:
-    """Is a component from ``module_prefix`` (e.g. ``scrapy_scale.outcomes``) enabled in the
-    component dict ``dict_name`` (``ITEM_PIPELINES``...), its ``_BASE`` included?"""
-    for comp, order in settings.getwithbase(dict_name).items():
-        path = comp if isinstance(comp, str) else f"{comp.__module__}.{comp.__qualname__}"
-        if order is not None and path.startswith(module_prefix):
-            return True
-    return False
-
-
 # Modules that call declare(); each package adds its own settings module here.
 DECLARING_MODULES: list[str] = [
     "scrapy_scale.settings_core",

@@ -174,10 +174,10 @@ def test_retry_after_max_reaches_the_policy():
     itself: tests/test_retry_policy.py); here: the setting is the value the policy uses."""
     from scrapy.utils.test import get_crawler
 
-    from scrapy_scale.outcomes.hub import OutcomeHub
+    from scrapy_scale.outcomes.core import OutcomeCore
 
-    hub = OutcomeHub(get_crawler(settings_dict={"SCALE_RETRY_AFTER_MAX": "7.5"}))
-    assert hub.policy.retry_after_max == 7.5
+    core = OutcomeCore(get_crawler(settings_dict={"SCALE_RETRY_AFTER_MAX": "7.5"}))
+    assert core.policy.retry_after_max == 7.5
 
 
 def _table(db: Path, table: str) -> list[dict[str, object]]:

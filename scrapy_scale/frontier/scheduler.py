@@ -37,8 +37,9 @@ from scrapy.utils.misc import build_from_crawler
 from twisted.internet import defer, task, threads
 from twisted.python.threadpool import ThreadPool
 
-from scrapy_scale import config, meta, startup
+from scrapy_scale import compat, config, meta, startup
 from scrapy_scale import signals as scale_signals
+from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemDeadLettered, ItemNotStored
 from scrapy_scale.frontier import codec
 from scrapy_scale.frontier import settings as frontier_settings
@@ -125,7 +126,7 @@ class Scheduler(BaseScheduler):
     supports_not_before = True
 
     def __init__(self, crawler: Crawler, store: FrontierStore, *, batch: int, lease_seconds: float,
-                 wait_for_seeds: bool, worker: str | None, signal_mode: bool):
+                 wait_for_seeds: bool, worker: str | None, signal_mode: bool | None):
         self.crawler = crawler
         self.stats = crawler.stats
         self.store = store
@@ -134,6 +135,7 @@ class Scheduler(BaseScheduler):
         self.wait_for_seeds = wait_for_seeds
         self.worker = worker or ""
         self._explicit_worker = worker is not None
+        #: ack by outcomes (the outcome middlewares are on); None: read the crawler's context at attach
         self.signal_mode = signal_mode
         self.fingerprinter = crawler.request_fingerprinter
         self._feed_fp: Any = None
@@ -183,8 +185,11 @@ class Scheduler(BaseScheduler):
         except FrontierError as e:
             logger.error("scrapy-scale frontier cannot start: %s", e)
             raise
+        ctx = ScaleContext.of(crawler)
+        ctx.scheduler_holds_retries = True  # and keys requests by their real fingerprint
+        ctx.frontier_on = True
         return cls(crawler, store, batch=batch, lease_seconds=lease_seconds, wait_for_seeds=wait,
-                   worker=worker, signal_mode=_outcomes_enabled(crawler))
+                   worker=worker, signal_mode=None)
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -201,7 +206,12 @@ class Scheduler(BaseScheduler):
         leases, connect the signals. ``open`` = this + the store thread and tick."""
         self.spider = spider
         self.rules = codec.RecordRules.for_crawl(spider, self.crawler.settings)
+        ctx = ScaleContext.of(self.crawler)
+        if self.signal_mode is None:
+            self.signal_mode = ctx.outcomes_on
         run = self.store.begin_run()
+        ctx.run_id = run.run_id
+        ctx.job = self.store.job
         if not self._explicit_worker:
             self.worker = self.store.claim_worker(socket.gethostname(), os.getpid(), pid_alive)
         reclaimed = self.store.reclaim(self.worker)
@@ -442,14 +452,13 @@ class Scheduler(BaseScheduler):
         self._inc("acked" if op[0] == "ack" else "failed")
 
     def _engine_holds(self, request: Request | None) -> bool:
-        inprogress = getattr(getattr(self._engine(), "_slot", None), "inprogress", None)
+        inprogress = compat.engine_requests_in_progress(self.crawler)
         return bool(request is not None and inprogress is not None and request in inprogress)
 
     def _ack_finished_by_engine(self) -> None:
         """Ack what the engine is done with but no outcome covered: every such
         request without the outcome middlewares, after OUTCOME_GRACE with them."""
-        slot = getattr(self._engine(), "_slot", None)
-        inprogress = getattr(slot, "inprogress", None)
+        inprogress = compat.engine_requests_in_progress(self.crawler)
         if inprogress is None:
             return
         now = time.monotonic()
@@ -663,27 +672,12 @@ class Scheduler(BaseScheduler):
             self.stats.set_value(f"scale/frontier/state/{k}", v)
         self.stats.set_value("scale/frontier/queue_length", res.counts["pending"] + res.counts["delayed"])
 
-    def _engine(self) -> Any:
-        try:
-            return self.crawler.engine
-        except (AttributeError, RuntimeError):  # not crawling (tools, tests)
-            return None
-
     def _wake_engine(self) -> None:
-        slot = getattr(self._engine(), "_slot", None)
-        nextcall = getattr(slot, "nextcall", None)
-        if nextcall is not None:
-            nextcall.schedule()
+        compat.wake_engine(self.crawler)
 
     def _inc(self, key: str, n: int = 1) -> None:
         if n:
             self.stats.inc_value(f"scale/frontier/{key}", n)
-
-
-def _outcomes_enabled(crawler: Crawler) -> bool:
-    """Are the outcome middlewares (which send the outcome signal) enabled?"""
-    return any(config.component_enabled(crawler.settings, name, "scrapy_scale.outcomes")
-               for name in ("SPIDER_MIDDLEWARES", "DOWNLOADER_MIDDLEWARES"))
 
 
 def _int(v: Any, default: int) -> int:

@@ -4,8 +4,10 @@
 INFO, as the very last thing a crawl prints, about ten lines a newcomer can
 read: how long it ran, pages fetched, items stored and where, outcomes by
 failure class, retries and give-ups, the frontier's state, and the one command
-to look further. It reads the crawl's stats only, and reads them defensively:
-a component that is not enabled simply leaves its line out.
+to look further. It is a subscriber of the outcome signal (requests, retries and
+give-ups by class are what it counted itself, the same events the stats count)
+and reads the crawl's stats for the rest, defensively: a component that is not
+enabled simply leaves its line out.
 
 The text is built by :func:`render`, a pure function of the stats and a few
 facts, so it is testable without a reactor.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +27,10 @@ from scrapy.crawler import Crawler
 from scrapy.spiders import Spider
 
 from scrapy_scale import config, exitcode, settings_core  # noqa: F401 - settings_core declares the exit setting
-from scrapy_scale.outcomes.model import FailureClass
+from scrapy_scale import signals as scale_signals
+from scrapy_scale import stats_keys as K
+from scrapy_scale.context import ScaleContext
+from scrapy_scale.outcomes.model import CLASSES, FailureClass, Outcome
 from scrapy_scale.redact import redact_url
 
 logger = logging.getLogger(__name__)
@@ -34,15 +40,9 @@ FRONTIER_STATES = ("done", "failed", "pending", "delayed", "leased")
 _ALWAYS_SHOWN = ("done", "failed", "pending")
 _CLASSES = tuple(c.value for c in FailureClass)
 #: one line per failure class, for a reader who sees the class names for the first time
-MEANING = {
-    "not_found": "404/410: the page is gone; nothing to retry",
-    "transient": "a passing error (5xx, reset, timeout): retried with backoff",
-    "rate_limited": "the site said slow down (429, 503): retried after Retry-After",
-    "blocked": "403 or a block page: retried through another egress",
-    "egress_failed": "the proxy failed: retried at once through another egress",
-    "parse_failed": "the callback failed or found no data: not retried",
-    "fatal": "cannot succeed (400, bad URL): not retried",
-}
+MEANING = {c.value: i.meaning for c, i in CLASSES.items() if c is not FailureClass.OK}
+
+
 def format_duration(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.1f} s"
@@ -91,10 +91,39 @@ class RunFacts:
     #: (status, why) when the process will exit non-zero (scrapy_scale.exitcode)
     exit_status: tuple[int, str] | None = None
 
+    #: final outcomes, retries and give-ups by class, as the summary's subscriber counted
+    #: them; None: read them from the stats (``scale/outcome/<class>`` ...)
+    outcomes: Mapping[str, int] | None = None
+    retries: Mapping[str, int] | None = None
+    gave_up: Mapping[str, int] | None = None
+
 
 def dead_letters(stats: Mapping[str, Any], facts: RunFacts) -> int:
     """Dead letters of the run: frontier records plus items (this process's)."""
     return facts.frontier_dead + _num(stats, "scale/store/dead_lettered")
+
+
+class OutcomeTally:
+    """Subscriber: final outcomes, retries and give-ups by class (crawl requests only)."""
+
+    def __init__(self) -> None:
+        self.outcomes: Counter[str] = Counter()
+        self.retries: Counter[str] = Counter()
+        self.gave_up: Counter[str] = Counter()
+
+    def on_outcome(self, outcome: Outcome, **kwargs: Any) -> None:
+        if outcome.internal:
+            return
+        cls = outcome.cls.value
+        if outcome.final:
+            self.outcomes[cls] += 1
+            if outcome.gave_up:
+                self.gave_up[cls] += 1
+        else:
+            self.retries[cls] += 1
+
+    def ordered(self, counter: Counter[str]) -> dict[str, int]:
+        return {c: counter[c] for c in _CLASSES if counter[c]}
 
 
 def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
@@ -129,12 +158,12 @@ def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
         item_text += f"; {dropped:,} dropped"
     lines.append(row("items", item_text))
 
-    outcomes = by_class(stats, "scale/outcome/")
+    outcomes = dict(facts.outcomes) if facts.outcomes is not None else by_class(stats, K.OUTCOME)
     if outcomes:
         lines.append(row("requests", _counts(outcomes)))
 
-    retries = by_class(stats, "scale/retry/")
-    gave_up = by_class(stats, "scale/gave_up/")
+    retries = dict(facts.retries) if facts.retries is not None else by_class(stats, K.RETRY)
+    gave_up = dict(facts.gave_up) if facts.gave_up is not None else by_class(stats, K.GAVE_UP)
     if outcomes or retries or gave_up:
         text = f"{sum(retries.values()):,} retries" + (f" ({_counts(retries)})" if retries else "")
         text += f"; gave up on {sum(gave_up.values()):,} requests" + (f" ({_counts(gave_up)})" if gave_up else "")
@@ -180,20 +209,10 @@ def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
     return lines
 
 
-def _scheduler_is_frontier(crawler: Crawler) -> bool:
-    sched = crawler.settings.get("SCHEDULER")
-    path = sched if isinstance(sched, str) else f"{sched.__module__}.{sched.__qualname__}"
-    return path.startswith("scrapy_scale.frontier")
-
-
 def store_url(crawler: Crawler) -> str | None:
-    """The item store's URL without credentials, when scrapy-scale's store pipeline is on."""
-    if not config.component_enabled(crawler.settings, "ITEM_PIPELINES", "scrapy_scale.storage"):
-        return None
-    from scrapy_scale.storage.pipeline import default_store_url
-
-    url = config.get(crawler.settings, "SCALE_STORE_URL") or default_store_url(crawler.settings)
-    return redact_url(str(url))
+    """The item store's URL without credentials, when scrapy-scale's store pipeline is on
+    (it registers the URL in the crawler's context when it is built)."""
+    return ScaleContext.of(crawler).store_url
 
 
 #: (counts by state, failed by class, dead letters)
@@ -207,7 +226,7 @@ def read_frontier(crawler: Crawler, job: str) -> FrontierCounts | None:
     Asks the frontier itself, as ``scrapy scale status`` does (its final numbers); falls
     back to the counts the scheduler last put in the stats.
     """
-    if not _scheduler_is_frontier(crawler):
+    if not ScaleContext.of(crawler).frontier_on:
         return None
     try:
         from scrapy_scale.frontier import cli_ops
@@ -247,6 +266,7 @@ class RunSummary:
         self.reason: str | None = None
         self.job: str | None = None
         self.done = False
+        self.tally = OutcomeTally()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RunSummary:
@@ -254,6 +274,7 @@ class RunSummary:
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(ext.engine_stopped, signal=signals.engine_stopped)
+        crawler.signals.connect(ext.tally.on_outcome, signal=scale_signals.outcome)
         return ext
 
     def spider_opened(self, spider: Spider) -> None:
@@ -292,6 +313,10 @@ class RunSummary:
             frontier_dead=frontier[2] if frontier and len(frontier) > 2 else 0,
             item_dead_letter=_dead_letter_table(self.crawler) if store else None,
         )
+        if ScaleContext.of(self.crawler).outcomes_on:
+            t = self.tally
+            facts.outcomes, facts.retries, facts.gave_up = (
+                t.ordered(t.outcomes), t.ordered(t.retries), t.ordered(t.gave_up))
         dead = dead_letters(stats, facts)
         code = config.get(self.crawler.settings, "SCALE_EXIT_CODE_DEAD_LETTERS")
         if dead and code:

@@ -1,19 +1,23 @@
-"""Scrapy glue of the classifier and the retry policy (thin; the policy is elsewhere).
+"""Scrapy glue of the classifier and the retry policy (thin; the decisions are elsewhere).
 
 - :class:`OutcomeDownloaderMiddleware` (replaces Scrapy's RetryMiddleware, order 550):
-  classifies every response and download exception, sends a non-final outcome and
-  returns the retry request when the policy retries, sends the final outcome of
-  download exceptions, and keeps a request from being sent before its not-before time.
+  classifies every response and download exception, decides the retry, sends a
+  non-final outcome and returns the retry request when the policy retries, sends the
+  final outcome of download exceptions, and keeps a request from being sent before its
+  not-before time.
 - :class:`OutcomeSpiderMiddleware` (order 45, just outside HttpErrorMiddleware):
   sends the final outcome of every response once the callback's output was fully
   consumed, with the item count, after the parse checks.
 
+Every decision is the classifier's (:mod:`scrapy_scale.outcomes.classify`) and the
+policy's (:mod:`scrapy_scale.outcomes.retry`); every reaction is a subscriber's.
 docs/outcomes.md lists which hook produces which outcome.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -22,9 +26,15 @@ from scrapy.http import Request
 from scrapy.http.request import NO_CALLBACK
 
 from scrapy_scale import meta, startup
-from scrapy_scale.outcomes.hub import NOT_BEFORE_TOLERANCE, OutcomeHub
-from scrapy_scale.outcomes.model import FailureClass
-from scrapy_scale.outcomes.retry_after import parse_retry_after
+from scrapy_scale import stats_keys as K
+from scrapy_scale.outcomes.classify import Verdict
+from scrapy_scale.outcomes.core import OutcomeCore
+from scrapy_scale.outcomes.holding import NOT_BEFORE_TOLERANCE
+from scrapy_scale.outcomes.model import FailureClass, Outcome
+from scrapy_scale.outcomes.parsing import Pending
+from scrapy_scale.outcomes.policy import Decision
+from scrapy_scale.outcomes.retry import retry_request, scrapy_retry_logger
+from scrapy_scale.outcomes.stats import scrapy_reason
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -33,8 +43,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("scrapy_scale.outcomes")
 
 C = FailureClass
-_RETRY_AFTER_CLASSES = frozenset({C.RATE_LIMITED, C.TRANSIENT})
-_GATED = frozenset({C.RATE_LIMITED, C.TRANSIENT})
 
 
 class GaveUpError(IgnoreRequest):
@@ -49,23 +57,26 @@ class GaveUpError(IgnoreRequest):
 
 
 class OutcomeDownloaderMiddleware:
-    def __init__(self, hub: OutcomeHub):
-        self.hub = hub
-        self.clock = hub.clock
+    def __init__(self, core: OutcomeCore):
+        self.core = core
+        self.clock = core.clock
+        self.started: weakref.WeakKeyDictionary[Request, float] = weakref.WeakKeyDictionary()
+        core.context.outcomes_on = True
 
     @classmethod
     @startup.reports_setting_errors
     def from_crawler(cls, crawler: Crawler) -> OutcomeDownloaderMiddleware:
-        return cls(OutcomeHub.of(crawler))
+        return cls(OutcomeCore.of(crawler))
 
     def process_request(self, request: Request, spider: Any = None) -> Request | None:
         m = request.meta
+        core = self.core
         fp = m.get(meta.FINGERPRINT)
         if fp is None:
-            m[meta.FINGERPRINT] = self.hub.fingerprint(request)
-        elif not m.get("redirect_urls") and not self.hub.scheduler_fingerprints:
+            m[meta.FINGERPRINT] = core.emitter.fingerprint(request)
+        elif not m.get("redirect_urls") and not core.context.scheduler_holds_retries:
             # (the frontier sets the real fingerprint at enqueue; elsewhere it is cached)
-            real = self.hub.crawler.request_fingerprinter.fingerprint(request).hex()  # type: ignore[union-attr]
+            real = core.crawler.request_fingerprinter.fingerprint(request).hex()  # type: ignore[union-attr]
             if real != fp:
                 # chain keys copied along with response.meta into a new request: a new chain
                 m[meta.FINGERPRINT] = real
@@ -74,150 +85,150 @@ class OutcomeDownloaderMiddleware:
         nb = m.get(meta.NOT_BEFORE)
         if nb and nb > self.clock() + NOT_BEFORE_TOLERANCE:
             # never sent early: back to the engine, held until its time (not blocking a slot)
-            self.hub.stats.inc_value("scale/retry/not_before_guard")
+            core.stats.inc_value(K.RETRY_NOT_BEFORE_GUARD)
             again = request.replace(dont_filter=True)
-            self.hub.hold(again)
+            core.delayed.hold(again)
             return again
-        self.hub.started[request] = self.clock()
+        self.started[request] = self.clock()
         return None
 
-    def process_response(
-        self, request: Request, response: Response, spider: Any = None
-    ) -> Request | Response:
-        hub = self.hub
-        verdict = hub.classifier.classify_response(response, request)
+    def process_response(self, request: Request, response: Response, spider: Any = None) -> Request | Response:
+        core = self.core
+        self.started.pop(request, None)
+        verdict = core.classifier.classify_response(response, request)
         if request.callback is NO_CALLBACK:
-            return self._internal(request, verdict) or response
+            return self._internal(request, verdict, status=response.status) or response
         latency = request.meta.get("download_latency")
         if verdict.cls is C.OK:
-            self._final_after_callback(request, verdict, response.status, latency)
+            self._final_after_callback(request, Pending(verdict, response.status, latency))
             return response
-        retry_after = None
-        if verdict.cls in _RETRY_AFTER_CLASSES:
-            header = response.headers.get(b"Retry-After")
-            if header is not None:
-                retry_after = parse_retry_after(header, self.clock())
-        decision = hub.decide(request, verdict, retry_after)
-        if (
-            decision.retry
-            and hub.retry_codes is not None
-            and verdict.cls in _GATED
-            and response.status not in hub.retry_codes
-        ):
-            decision = decision.__class__(False)  # the project's RETRY_HTTP_CODES does not list it
+        decision = core.decider.decide(request, verdict)
         if decision.retry:
             return self._retry(request, verdict, decision, status=response.status, latency=latency)
-        if decision.gave_up:
-            hub.gave_up(hub.outcome(request, verdict, status=response.status), decision)
-        self._final_after_callback(request, verdict, response.status, latency)
+        gave_up = decision.why if decision.gave_up else None
+        if gave_up is not None:
+            self._log_give_up(core.emitter.build(request, verdict, status=response.status), decision, request)
+        self._final_after_callback(request, Pending(verdict, response.status, latency, gave_up))
         return response
 
-    def _retry(self, request: Request, verdict: Any, decision: Any, **fields: Any) -> Request:
+    def _retry(self, request: Request, verdict: Verdict, decision: Decision, **fields: Any) -> Request:
         """Send the attempt's non-final outcome and return the retry request."""
-        hub = self.hub
-        o = hub.outcome(request, verdict, final=False, retry_at=decision.not_before, **fields)
-        new, avoid = hub.retry_request(request, o, decision)
-        hub.emit(o.but(avoid_egress=avoid), request)
+        core = self.core
+        o = core.emitter.build(request, verdict, final=False, retry_at=decision.not_before, **fields)
+        avoid = core.decider.avoid_egresses(request, o)
+        new = retry_request(request, o, not_before=decision.not_before, avoid=avoid,
+                            priority_adjust=core.priority_adjust)
+        core.delayed.retry_made()
+        scrapy_retry_logger.debug(
+            "Retrying %(request)s (failed %(retry_times)d times): %(reason)s",
+            {"request": request, "retry_times": o.attempt, "reason": scrapy_reason(o)},
+            extra={"spider": core.crawler.spider},
+        )
+        core.emitter.send(o.but(avoid_egress=avoid), request)
         return new
 
-    def _internal(self, request: Request, verdict: Any) -> Request | None:
+    def _internal(self, request: Request, verdict: Verdict, **fields: Any) -> Request | None:
         """Scrapy's own downloads (robots.txt, media pipelines: callback NO_CALLBACK) go
-        through ``engine.download_async``, which re-sends a returned request at once: no
-        outcome for them (they are not crawl requests), and a retry is immediate."""
+        through ``engine.download_async``, which re-sends a returned request at once: their
+        outcomes are ``internal`` (not crawl requests of the frontier), a retry is immediate."""
+        core = self.core
         if verdict.cls is C.OK:
+            o = core.emitter.build(request, verdict, internal=True, **fields)
+            core.emitter.send(o, request)
             return None
-        decision = self.hub.decide(request, verdict)
+        decision = core.decider.decide(request, verdict)
         if not decision.retry:
+            gave_up = decision.why if decision.gave_up else None
+            core.emitter.send(core.emitter.build(request, verdict, internal=True, gave_up=gave_up, **fields),
+                              request)
             return None
+        o = core.emitter.build(request, verdict, internal=True, final=False, retry_at=self.clock(), **fields)
         new = request.copy()
-        new.meta[meta.ATTEMPT] = int(request.meta.get(meta.ATTEMPT, 1)) + 1
+        new.meta[meta.ATTEMPT] = o.attempt + 1
         new.dont_filter = True
-        self.hub.stats.inc_value(f"scale/retry_internal/{verdict.cls.value}")
+        core.emitter.send(o, request)
         return new
 
-    def _final_after_callback(
-        self, request: Request, verdict: Any, status: int, latency: float | None
-    ) -> None:
-        hub = self.hub
-        if hub.spider_mw_active:
+    def _final_after_callback(self, request: Request, pending: Pending) -> None:
+        core = self.core
+        if core.context.parse_outcomes_on:
             # the spider middleware sends it once the callback output is consumed, with the item count
-            hub.pending[request] = (verdict, status, latency)
+            core.parsing.await_callback(request, pending)
         else:
-            hub.emit(hub.outcome(request, verdict, status=status, latency=latency), request)
+            o = core.emitter.build(request, pending.verdict, status=pending.status, latency=pending.latency,
+                                   gave_up=pending.gave_up)
+            core.emitter.send(o, request)
 
-    def process_exception(
-        self, request: Request, exception: Exception, spider: Any = None
-    ) -> Request | None:
-        hub = self.hub
+    def _log_give_up(self, o: Outcome, decision: Decision, request: Request) -> None:
+        logger.log(
+            self.core.decider.give_up_level(o, decision, request),
+            "Gave up on %s after %d attempt(s): %s (%s)%s",
+            o.url, o.attempt, o.cls.value, o.reason or "-",
+            "" if decision.why == "budget" else f" [{decision.why}]",
+            extra={"spider": self.core.crawler.spider},
+        )
+
+    def process_exception(self, request: Request, exception: Exception, spider: Any = None) -> Request | None:
+        core = self.core
         if isinstance(exception, GaveUpError):
             return None
-        verdict = hub.classifier.classify_exception(exception, request)
+        verdict = core.classifier.classify_exception(exception, request)
+        t0 = self.started.pop(request, None)
         if request.callback is NO_CALLBACK:
-            return self._internal(request, verdict)
-        t0 = hub.started.get(request)
+            return self._internal(request, verdict, exception=exception)
         latency = self.clock() - t0 if t0 is not None else None
-        decision = hub.decide(request, verdict)
+        decision = core.decider.decide(request, verdict)
         if decision.retry:
             return self._retry(request, verdict, decision, exception=exception, latency=latency)
-        o = hub.outcome(request, verdict, exception=exception, latency=latency)
-        hub.emit(o, request)
+        gave_up = decision.why if decision.gave_up else None
+        o = core.emitter.build(request, verdict, exception=exception, latency=latency, gave_up=gave_up)
+        core.emitter.send(o, request)
         if isinstance(exception, IgnoreRequest) or not verdict.expected:
             return None  # IgnoreRequest is not logged by Scrapy; a surprise keeps its traceback
-        if decision.gave_up:
-            hub.gave_up(o, decision)
+        if gave_up is not None:
+            self._log_give_up(o, decision, request)
         else:
-            logger.warning(
-                "Failed %s: %s (%s)",
-                o.url,
-                o.cls.value,
-                o.reason or "-",
-                extra={"spider": hub.crawler.spider},
-            )
+            logger.warning("Failed %s: %s (%s)", o.url, o.cls.value, o.reason or "-",
+                           extra={"spider": core.crawler.spider})
         if request.errback is None:
             raise GaveUpError(exception, o)
         return None
 
 
 class OutcomeSpiderMiddleware:
-    def __init__(self, hub: OutcomeHub):
-        self.hub = hub
-        hub.spider_mw_active = True
+    def __init__(self, core: OutcomeCore):
+        self.core = core
+        self.parsing = core.parsing
+        core.context.parse_outcomes_on = True
+        core.context.outcomes_on = True
 
     @classmethod
     @startup.reports_setting_errors
     def from_crawler(cls, crawler: Crawler) -> OutcomeSpiderMiddleware:
-        return cls(OutcomeHub.of(crawler))
+        return cls(OutcomeCore.of(crawler))
 
     async def process_spider_output(
         self, response: Response, result: AsyncIterator[Any], spider: Any = None
     ) -> AsyncIterator[Any]:
-        hub = self.hub
-        st = hub.parse_state(response)
-        check = hub.item_check
+        parsing = self.parsing
+        st = parsing.state(response)
         req = response.request
         fp = req.meta.get(meta.FINGERPRINT) if req is not None else None
         try:
             async for x in result:
                 if isinstance(x, Request):
                     if fp is not None and x.url == req.url and x.meta.get(meta.FINGERPRINT) == fp:  # type: ignore[union-attr]
-                        hub.callback_retry(
-                            response, st, x
-                        )  # e.g. get_retry_request() in the callback
+                        parsing.callback_retry(response, st, x)  # e.g. get_retry_request() in the callback
                 elif x is not None:
-                    st.items += 1
-                    if check:
-                        miss = check.missing(x)
-                        if miss:
-                            st.missing = tuple(sorted(set(st.missing).union(miss)))
+                    parsing.item(st, x)
                 yield x
         except Exception as e:
-            hub.finish_parse(response, st, e)
+            parsing.finish(response, st, e)
             raise
-        hub.finish_parse(response, st)
+        parsing.finish(response, st)
 
     def process_spider_exception(
         self, response: Response, exception: Exception, spider: Any = None
     ) -> Iterable[Any] | None:
-        hub = self.hub
-        hub.finish_parse(response, hub.parse_state(response), exception)
+        self.parsing.finish(response, self.parsing.state(response), exception)
         return None

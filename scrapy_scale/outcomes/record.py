@@ -1,7 +1,8 @@
 """An extension that writes every outcome to a JSON-lines file (``SCALE_OUTCOME_LOG``).
 
 For debugging a crawl ("why was this URL not retried?") and for tests. One line per
-outcome: the :class:`~scrapy_scale.outcomes.model.Outcome` fields plus ``time``.
+outcome of a crawl request (Scrapy's own downloads, ``internal`` outcomes, are left
+out): the :class:`~scrapy_scale.outcomes.model.Outcome` fields plus ``time``.
 The request URL is written redacted (:func:`scrapy_scale.redact.redact_url`: no
 ``user:pass@``, no secret query values), and so are URLs inside the reason and the
 exception text; the request itself goes out as it was. Egress ids never carry
@@ -47,7 +48,7 @@ class OutcomeLog:
         return ext
 
     def record(self, outcome: Outcome, **kwargs: Any) -> None:
-        if self.file is None:
+        if self.file is None or outcome.internal:  # crawl requests only (not robots.txt, media)
             return
         d = asdict(outcome)
         d["cls"] = outcome.cls.value

@@ -44,6 +44,7 @@ from pathlib import PurePath
 from typing import Any
 
 from itemadapter import ItemAdapter
+from scrapy.utils.python import global_object_name
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 #: deepest nesting of lists/objects stored (MongoDB refuses documents nested deeper than 100)
@@ -93,7 +94,7 @@ def encode_value(v: Any, path: str = "", _parents: tuple[int, ...] = ()) -> Any:
         return [encode_value(x, f"{path}[{i}]", up) for i, x in enumerate(v)]
     if container:
         return encode_mapping(v if isinstance(v, Mapping) else ItemAdapter(v).asdict(), path, up)
-    raise Unencodable(f"field {path or '(item)'}: no rule to store a {type(v).__module__}.{type(v).__qualname__}")
+    raise Unencodable(f"field {path or '(item)'}: no rule to store a {global_object_name(type(v))}")
 
 
 def _short(path: str) -> str:

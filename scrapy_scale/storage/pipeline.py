@@ -26,10 +26,12 @@ from scrapy.crawler import Crawler
 from scrapy.exceptions import DropItem
 from scrapy.http import Response
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
+from scrapy.utils.python import global_object_name
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
-from scrapy_scale import config, startup
+from scrapy_scale import compat, config, startup
+from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemDeadLettered
 from scrapy_scale.redact import redact_url
 from scrapy_scale.storage import settings as S
@@ -95,11 +97,10 @@ def callback_name(spider: Spider | None, response: Response | None) -> str:
 
 
 def _sources_of(crawler: Crawler) -> SourceTable:
-    table = getattr(crawler, "_scale_item_sources", None)
-    if table is None:
-        table = SourceTable()
-        crawler._scale_item_sources = table  # type: ignore[attr-defined]
-    return table
+    ctx = ScaleContext.of(crawler)
+    if ctx.item_sources is None:
+        ctx.item_sources = SourceTable()
+    return ctx.item_sources  # type: ignore[no-any-return]
 
 
 class StoreSpiderMiddleware:
@@ -149,18 +150,14 @@ def default_store_url(settings: Any) -> str:
 
 
 def resolve_run_id(crawler: Crawler) -> str:
-    """The frontier's run when there is one (it opens before the pipelines and puts its run
-    number in the ``scale/frontier/run`` stat; a resumed run keeps its number), else a new
-    id for this process (``20261130T090000Z-1a2b3c4d``)."""
-    rid = getattr(crawler, "scale_run_id", None)
-    if not rid and crawler.stats is not None:
-        rid = crawler.stats.get_value("scale/frontier/run")
-    if not rid:
-        slot = getattr(crawler.engine, "_slot", None) if crawler.engine else None
-        rid = getattr(getattr(slot, "scheduler", None), "run_id", None)
-    if not rid:
-        rid = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
-    return str(rid)
+    """The frontier's run when there is one (it opens before the pipelines and registers its
+    run number in the crawler's :class:`~scrapy_scale.context.ScaleContext`; a resumed run
+    keeps its number), else a new id for this process (``20261130T090000Z-1a2b3c4d``),
+    registered there for the other components."""
+    ctx = ScaleContext.of(crawler)
+    if ctx.run_id is None:
+        ctx.run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+    return str(ctx.run_id)
 
 
 class StorePipeline:
@@ -170,6 +167,7 @@ class StorePipeline:
         self.crawler = crawler
         s = crawler.settings
         self.url: str = config.get(s, "SCALE_STORE_URL") or default_store_url(s)
+        ScaleContext.of(crawler).store_url = redact(self.url)
         self.collection: str = config.get(s, "SCALE_STORE_COLLECTION")
         self.dead_collection: str = config.get(s, "SCALE_STORE_DEAD_LETTER") or f"{self.collection}_dead_letter"
         self.keys = KeyRules(config.get(s, "SCALE_ITEM_KEY"))
@@ -319,7 +317,7 @@ class StorePipeline:
 
         if not ItemAdapter.is_item(item):
             reason = (
-                f"not an item: {cb} yielded a {type(item).__module__}.{type(item).__qualname__} "
+                f"not an item: {cb} yielded a {global_object_name(type(item))} "
                 "(expected a dict, scrapy.Item, dataclass or attrs object)"
             )
             return dead_sub(reason)
@@ -359,9 +357,7 @@ class StorePipeline:
             engine = self.crawler.engine
             if engine is not None:
                 engine.unpause()
-                slot = getattr(engine, "_slot", None)
-                if slot is not None:
-                    slot.nextcall.schedule()
+                compat.wake_engine(self.crawler)
             logger.info("store caught up (%d items waiting): crawl resumed", self._pending)
         for sub, result in results:
             if isinstance(result, DeadLettered):

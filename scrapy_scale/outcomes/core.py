@@ -1,0 +1,124 @@
+"""The outcome package's per-crawler parts, built once from the settings.
+
+:class:`OutcomeCore` holds what both outcome middlewares use: the classifier, the
+retry decider, the emitter, the delayed-retry holder, the parse checks and the
+hand-off of a response's verdict from the downloader middleware to the spider
+middleware (which sends the final outcome once the callback's output is consumed).
+It reacts to nothing itself: every reactor is a subscriber of the outcome signal.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from scrapy.settings import BaseSettings
+from scrapy.utils.misc import build_from_crawler, load_object
+
+from scrapy_scale import config
+from scrapy_scale.clock import Clock, Randomness, wall
+from scrapy_scale.context import ScaleContext
+from scrapy_scale.outcomes import settings as oset
+from scrapy_scale.outcomes._log import FirstFew
+from scrapy_scale.outcomes.classify import BlockPageDetector, Classifier
+from scrapy_scale.outcomes.emit import OutcomeEmitter
+from scrapy_scale.outcomes.holding import DelayedRetries
+from scrapy_scale.outcomes.parsing import ParseTracker
+from scrapy_scale.outcomes.policy import RetryPolicy, build_policies
+from scrapy_scale.outcomes.retry import RetryDecider
+from scrapy_scale.outcomes.stats import OutcomeStats
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger("scrapy_scale.outcomes")
+
+
+def _scrapy_retry_enabled(settings: BaseSettings) -> bool:
+    from scrapy.downloadermiddlewares.retry import RetryMiddleware
+    from scrapy.utils.conf import build_component_list
+
+    mws = build_component_list(settings.get_component_priority_dict_with_base("DOWNLOADER_MIDDLEWARES"))
+    for mw in mws:
+        try:
+            obj = load_object(mw) if isinstance(mw, str) else mw
+        except (ImportError, ValueError, AttributeError, NameError):
+            continue
+        if obj is RetryMiddleware:
+            return True
+    return False
+
+
+def project_set(settings: BaseSettings, name: str) -> bool:
+    """Did the project (not Scrapy's defaults) set ``name``?"""
+    return (settings.getpriority(name) or 0) > 0
+
+
+def _detectors(crawler: Crawler) -> list[BlockPageDetector]:
+    out: list[BlockPageDetector] = []
+    for path in config.get(crawler.settings, oset.BLOCK_DETECTORS.name):
+        try:
+            dcls = load_object(path)
+        except (ImportError, ValueError, AttributeError, NameError) as e:
+            raise config.ScaleSettingError(oset.BLOCK_DETECTORS.name, f"cannot import {path!r}: {e}") from None
+        if not hasattr(dcls, "detect"):
+            raise config.ScaleSettingError(
+                oset.BLOCK_DETECTORS.name, f"{path} has no detect(response, request) method"
+            )
+        out.append(build_from_crawler(dcls, crawler) if hasattr(dcls, "from_crawler") else dcls())
+    return out
+
+
+def _give_up_level(settings: BaseSettings) -> int | None:
+    if not project_set(settings, "RETRY_GIVE_UP_LOG_LEVEL"):
+        return None
+    lv = settings.get("RETRY_GIVE_UP_LOG_LEVEL")
+    level = lv if isinstance(lv, int) else logging.getLevelName(str(lv).upper())
+    return level if isinstance(level, int) else None
+
+
+class OutcomeCore:
+    _cores: weakref.WeakKeyDictionary[Any, OutcomeCore] = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def of(cls, crawler: Crawler) -> OutcomeCore:
+        core = cls._cores.get(crawler)
+        if core is None:
+            core = cls._cores[crawler] = cls(crawler)
+        return core
+
+    def __init__(self, crawler: Crawler, clock: Clock = wall, rng: Randomness | None = None):
+        self.crawler = crawler
+        self.clock = clock
+        self.stats = crawler.stats
+        self.context = ScaleContext.of(crawler)
+        s = crawler.settings
+        retry_codes = None
+        if project_set(s, "RETRY_HTTP_CODES"):
+            retry_codes = frozenset(int(x) for x in s.getlist("RETRY_HTTP_CODES"))
+        self.classifier = Classifier(config.get(s, oset.FAILURE_RULES.name), _detectors(crawler), retry_codes,
+                                     clock=clock)
+        retry_times = s.getint("RETRY_TIMES") if project_set(s, "RETRY_TIMES") else None
+        policies = build_policies(config.get(s, oset.RETRY_POLICY.name), retry_times, _give_up_level(s))
+        self.warn_first = FirstFew(logger)
+        self.policy = RetryPolicy(policies, retry_after_max=config.get(s, oset.RETRY_AFTER_MAX.name),
+                                  clock=clock, rng=rng or Randomness(), warn=self._warn_counted)
+        self.decider = RetryDecider(self.policy, enabled=s.getbool("RETRY_ENABLED"))
+        self.priority_adjust = s.getint("RETRY_PRIORITY_ADJUST")
+        self.emitter = OutcomeEmitter(crawler)
+        # DelayedRetries before the stats: at close, abandoned retries are counted before the report
+        self.delayed = DelayedRetries(crawler, self.emitter, clock)
+        self.parsing = ParseTracker(crawler, self.classifier, self.emitter,
+                                    config.get(s, oset.CRITICAL_FIELDS.name), clock)
+        OutcomeStats.install(crawler)
+        if self.decider.enabled and _scrapy_retry_enabled(s):
+            logger.warning(
+                "Scrapy's RetryMiddleware is still enabled next to scrapy_scale's retry policy: requests "
+                "may be retried twice. Set DOWNLOADER_MIDDLEWARES['scrapy.downloadermiddlewares.retry."
+                "RetryMiddleware'] = None (the scrapy_scale add-on does this)."
+            )
+
+    def _warn_counted(self, kind: str, msg: str, *args: Any) -> None:
+        self.stats.inc_value(f"scale/{kind}")
+        self.warn_first(kind, msg, *args)

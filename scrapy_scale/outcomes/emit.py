@@ -1,0 +1,127 @@
+"""Building an :class:`Outcome` from a request and a verdict, and sending it on the bus.
+
+The one place that knows how an outcome's fields are filled (fingerprint, domain,
+download slot, egress id, attempt). Sending is one ``send_catch_log`` of
+:data:`scrapy_scale.signals.outcome`: every reactor (stats, frontier, summary,
+outcome log, ...) is a receiver of that signal; none is called from here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from scrapy.core.downloader import Downloader
+from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.python import global_object_name
+
+from scrapy_scale import meta
+from scrapy_scale import signals as scale_signals
+from scrapy_scale.outcomes.classify import Verdict
+from scrapy_scale.outcomes.model import FailureClass, Outcome
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+
+def egress_id(request: Request) -> str | None:
+    """``meta["scale_egress"]`` if set, else the proxy's host:port (never its credentials)."""
+    e = request.meta.get(meta.EGRESS)
+    if e:
+        return str(e)
+    proxy = request.meta.get("proxy")
+    if not proxy:
+        return None
+    p = urlsplit(proxy if "://" in proxy else "http://" + proxy)
+    host = p.hostname or ""
+    try:
+        port = p.port or {"http": 80, "https": 443, "socks5": 1080}.get(p.scheme)
+    except ValueError:
+        port = None
+    return f"{host}:{port}" if port else host
+
+
+def exception_name(exc: BaseException | None) -> str | None:
+    if exc is None:
+        return None
+    return global_object_name(type(exc))
+
+
+class OutcomeEmitter:
+    """Makes and sends outcomes for one crawler."""
+
+    def __init__(self, crawler: Crawler):
+        self.crawler = crawler
+        self._send = crawler.signals.send_catch_log
+
+    def fingerprint(self, request: Request) -> str:
+        fp = request.meta.get(meta.FINGERPRINT)
+        if fp:
+            return str(fp)
+        return self.crawler.request_fingerprinter.fingerprint(request).hex()  # type: ignore[union-attr]
+
+    def build(
+        self,
+        request: Request,
+        verdict: Verdict,
+        *,
+        status: int | None = None,
+        exception: BaseException | None = None,
+        latency: float | None = None,
+        final: bool = True,
+        retry_at: float | None = None,
+        avoid: tuple[str, ...] = (),
+        items: int = 0,
+        gave_up: str | None = None,
+        internal: bool = False,
+        fallback: bool = False,
+        attempt: int | None = None,
+    ) -> Outcome:
+        m = request.meta
+        slot = m.get(Downloader.DOWNLOAD_SLOT)
+        return Outcome(
+            fingerprint=self.fingerprint(request),
+            url=request.url,
+            domain=urlparse_cached(request).hostname or "",
+            cls=verdict.cls,
+            reason=verdict.reason,
+            status=status,
+            exception=exception_name(exception),
+            egress=egress_id(request),
+            latency=latency,
+            attempt=int(m.get(meta.ATTEMPT, 1)) if attempt is None else attempt,
+            final=final,
+            retry_at=retry_at,
+            avoid_egress=avoid,
+            items=items,
+            slot=str(slot) if slot is not None else None,
+            retry_after_raw=verdict.retry_after_raw,
+            gave_up=gave_up is not None,
+            gave_up_why=gave_up or "",
+            internal=internal,
+            fallback=fallback,
+        )
+
+    def send(self, outcome: Outcome, request: Request) -> None:
+        self._send(scale_signals.outcome, outcome=outcome, request=request, spider=self.crawler.spider)
+
+
+#: the reason of the documented fallback outcome (docs/outcomes.md)
+FALLBACK_REASON = "ended outside the outcome middlewares"
+
+
+def fallback_outcome(crawler: Crawler, request: Request, responded: bool) -> Outcome:
+    """The one documented outcome of a request that ended without a final outcome (a
+    component above the outcome middlewares dropped it, or they are not enabled):
+    ``ok`` when a response reached the engine, else ``fatal``; ``fallback=True``.
+    The caller sends it (:meth:`OutcomeEmitter.send`) so every subscriber sees it."""
+    cls = FailureClass.OK if responded else FailureClass.FATAL
+    reason = "" if responded else f"no response ({FALLBACK_REASON})"
+    return OutcomeEmitter(crawler).build(request, Verdict(cls, reason), fallback=True)
+
+
+def send_fallback(crawler: Crawler, request: Request, responded: bool) -> Outcome:
+    o = fallback_outcome(crawler, request, responded)
+    OutcomeEmitter(crawler).send(o, request)
+    return o

@@ -1,0 +1,101 @@
+"""Retry decisions for requests, and the retry request itself.
+
+:class:`RetryDecider` applies the :class:`~scrapy_scale.outcomes.policy.RetryPolicy`
+to a request (its meta keys ``dont_retry``, ``max_retry_times``, Scrapy's
+``RETRY_ENABLED``) and to the classifier's verdict (its Retry-After, and whether
+the project's RETRY_HTTP_CODES / RETRY_EXCEPTIONS let it be retried).
+
+:func:`retry_request` is public, as Scrapy's ``get_retry_request`` is: the next
+attempt of a request's chain, carrying the chain's meta keys.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from scrapy.utils.httpobj import urlparse_cached
+
+from scrapy_scale import meta
+from scrapy_scale.outcomes.classify import Verdict
+from scrapy_scale.outcomes.model import Outcome
+from scrapy_scale.outcomes.policy import NO_RETRY, Decision, RetryPolicy
+
+if TYPE_CHECKING:
+    from scrapy import Request
+
+#: Scrapy's own retry logger, so users' log filters and greps keep working
+scrapy_retry_logger = logging.getLogger("scrapy.downloadermiddlewares.retry")
+
+
+class RetryDecider:
+    def __init__(self, policy: RetryPolicy, *, enabled: bool = True):
+        self.policy = policy
+        self.enabled = enabled
+
+    def decide(self, request: Request, verdict: Verdict) -> Decision:
+        m = request.meta
+        d = self.policy.decide(
+            verdict.cls,
+            int(m.get(meta.ATTEMPT, 1)),
+            retry_after=verdict.retry_after,
+            max_retries=m.get("max_retry_times"),
+            dont_retry=bool(m.get("dont_retry", False)),
+            enabled=self.enabled,
+            where=urlparse_cached(request).hostname or "",
+        )
+        if d.retry and not verdict.retryable:
+            return Decision(False, gave_up=True, why="not listed")
+        return d
+
+    def give_up_level(self, outcome: Outcome, decision: Decision, request: Request) -> int:
+        """The level of the give-up line: the request's ``give_up_log_level`` meta key (as
+        Scrapy's RetryMiddleware reads it), else the class policy's; DEBUG when the project
+        asked for no retry (``dont_retry``, RETRY_ENABLED = False, not listed)."""
+        if decision.why != "budget":
+            return logging.DEBUG
+        lv = request.meta.get("give_up_log_level")
+        if lv is not None:
+            level = lv if isinstance(lv, int) else logging.getLevelName(str(lv).upper())
+            if isinstance(level, int):
+                return level
+        return self.policy.policies[outcome.cls].give_up_level
+
+    def avoid_egresses(self, request: Request, outcome: Outcome) -> tuple[str, ...]:
+        """The egresses the next attempt must avoid (the failed one added when the class
+        asks for a new egress)."""
+        avoid = tuple(request.meta.get(meta.AVOID_EGRESS) or ())
+        if self.policy.policies[outcome.cls].new_egress and outcome.egress and outcome.egress not in avoid:
+            avoid = (*avoid, outcome.egress)
+        return avoid
+
+
+def retry_request(
+    request: Request,
+    outcome: Outcome,
+    *,
+    not_before: float | None,
+    avoid: tuple[str, ...] = (),
+    priority_adjust: int = -1,
+) -> Request:
+    """The next attempt of ``request``'s chain after the failed attempt ``outcome``.
+
+    A copy with ``dont_filter=True``, ``priority += meta["priority_adjust"]`` (else
+    ``priority_adjust``, Scrapy's RETRY_PRIORITY_ADJUST) and the chain's meta keys:
+    ``scale_attempt``, ``scale_not_before``, ``scale_avoid_egress``,
+    ``scale_last_failure``, ``scale_fingerprint`` and Scrapy's ``retry_times``.
+    """
+    new = request.copy()
+    m = new.meta
+    m[meta.ATTEMPT] = outcome.attempt + 1
+    m[meta.NOT_BEFORE] = not_before
+    m[meta.AVOID_EGRESS] = list(avoid)
+    m[meta.LAST_FAILURE] = [outcome.cls.value, outcome.reason]
+    m[meta.FINGERPRINT] = outcome.fingerprint
+    m["retry_times"] = outcome.attempt  # what Scrapy's own retry code would show
+    new.dont_filter = True
+    new.priority = request.priority + int(request.meta.get("priority_adjust", priority_adjust))
+    return new
+
+
+__all__ = ["NO_RETRY", "Decision", "RetryDecider", "retry_request", "scrapy_retry_logger"]

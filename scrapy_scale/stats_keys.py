@@ -1,0 +1,51 @@
+"""Stats keys: the ``scale/...`` names other tools read (dashboards, Spidermon, the summary).
+
+One module, so a key is spelled once; the README and docs/*.md list them for users.
+Keys with a variable part are functions.
+"""
+
+from __future__ import annotations
+
+# ---- outcomes (counted by scrapy_scale.outcomes.stats.OutcomeStats, a subscriber) ----
+OUTCOME = "scale/outcome/"  # + class: final outcomes, one per request chain
+RETRY = "scale/retry/"  # + class: retries scheduled (non-final outcomes)
+GAVE_UP = "scale/gave_up/"  # + class: chains of a retryable class not retried further
+RETRY_DEPTH = "scale/retry_depth/"  # + n: finished chains that took n attempts
+INTERNAL = "scale/internal/"  # + class: outcomes of Scrapy's own downloads (robots.txt, media)
+RETRY_INTERNAL = "scale/retry_internal/"  # + class: immediate retries of those
+FALLBACK = "scale/outcome_fallback"  # requests that ended outside the outcome middlewares
+PARSE_FAILED = "scale/parse_failed/"  # + kind: callback_error, no_items, missing_fields
+ERROR_GROUP = "scale/error_group/"  # + class/reason: the largest groups, at close
+RETRY_HELD = "scale/retry/held"
+RETRY_ABANDONED = "scale/retry/abandoned"
+RETRY_NOT_BEFORE_GUARD = "scale/retry/not_before_guard"
+
+# Scrapy's own RetryMiddleware keys, written too (existing dashboards and monitors read them)
+SCRAPY_RETRY_COUNT = "retry/count"
+SCRAPY_RETRY_MAX_REACHED = "retry/max_reached"
+SCRAPY_RETRY_REASON = "retry/reason_count/"  # + reason, as Scrapy names it
+
+# ---- frontier ----
+FRONTIER = "scale/frontier/"  # + enqueued, deduplicated, leased, acked, ...
+FRONTIER_STATE = "scale/frontier/state/"  # + pending, delayed, leased, done, failed
+FRONTIER_RUN = "scale/frontier/run"
+FRONTIER_WORKER = "scale/frontier/worker"
+
+# ---- store ----
+STORE = "scale/store/"  # + written, inserted, updated, duplicates_in_run, ...
+
+
+def outcome(cls: str) -> str:
+    return OUTCOME + cls
+
+
+def retry(cls: str) -> str:
+    return RETRY + cls
+
+
+def gave_up(cls: str) -> str:
+    return GAVE_UP + cls
+
+
+def retry_depth(n: int) -> str:
+    return f"{RETRY_DEPTH}{n}"

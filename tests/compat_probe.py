@@ -1,0 +1,34 @@
+"""An extension that exercises scrapy_scale.compat inside a real crawl and writes what it saw."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from scrapy import signals
+
+from scrapy_scale import compat
+
+
+class Probe:
+    def __init__(self, crawler: Any):
+        self.crawler = crawler
+        self.path = crawler.settings["TEST_COMPAT_FILE"]
+        self.seen: dict[str, Any] = {"before_open": compat.engine_scheduler(crawler) is None}
+        crawler.signals.connect(self.response_received, signal=signals.response_received)
+        crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> Probe:
+        return cls(crawler)
+
+    def response_received(self, response: Any, request: Any, spider: Any) -> None:
+        inprogress = compat.engine_requests_in_progress(self.crawler)
+        self.seen.setdefault("in_progress", []).append(inprogress is not None and request in inprogress)
+        self.seen["woke"] = compat.wake_engine(self.crawler)
+        sched = compat.engine_scheduler(self.crawler)
+        self.seen["scheduler"] = f"{type(sched).__module__}.{type(sched).__qualname__}"
+
+    def spider_closed(self, spider: Any) -> None:
+        with open(self.path, "w") as f:
+            json.dump(self.seen, f)

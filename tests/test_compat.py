@@ -1,0 +1,42 @@
+"""scrapy_scale.compat: every use of Scrapy's private API, checked in a real crawl, so a
+Scrapy release that changes them fails here first (and not silently in a crawl)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from scrapy.utils.test import get_crawler
+
+from scrapy_scale import compat
+from scrapy_scale.testbed import Testbed
+from tests.crawling import run_crawl
+
+
+@pytest.mark.parametrize("scheduler", ["scrapy.core.scheduler.Scheduler", "scrapy_scale.frontier.Scheduler"])
+def test_private_engine_api_as_compat_uses_it(tmp_path: Path, scheduler: str) -> None:
+    out = tmp_path / "compat.json"
+    settings = {"EXTENSIONS": {"tests.compat_probe.Probe": 0}, "TEST_COMPAT_FILE": str(out),
+                "SCHEDULER": scheduler}
+    with Testbed(hosts=1, pages=3, seed=1) as tb:
+        res = run_crawl(tb, settings, tmp_path, timeout=60)
+    assert res.returncode == 0, res.tail()
+    seen = json.loads(out.read_text())
+    assert seen["before_open"] is True
+    # ExecutionEngine._slot.inprogress holds a request while its response is handled
+    assert seen["in_progress"] and all(seen["in_progress"]), seen
+    # ExecutionEngine._slot.nextcall.schedule() exists (wakes the engine)
+    assert seen["woke"] is True
+    from scrapy.utils.misc import load_object
+
+    cls = load_object(scheduler)
+    assert seen["scheduler"] == f"{cls.__module__}.{cls.__qualname__}"
+
+
+def test_outside_a_crawl_every_helper_says_unknown() -> None:
+    crawler = get_crawler()
+    assert compat.engine_of(crawler) is None
+    assert compat.engine_requests_in_progress(crawler) is None
+    assert compat.wake_engine(crawler) is False
+    assert compat.engine_scheduler(crawler) is None
