@@ -145,3 +145,20 @@ def test_a_request_with_a_future_not_before_is_sent_back_not_downloaded():
     assert isinstance(again, Request) and again.dont_filter
     assert stats.get_value("scale/retry/not_before_guard") == 1
     assert mw.process_request(Request(URL, meta={meta.NOT_BEFORE: time.time() - 1})) is None
+
+
+def test_retry_times_zero_gives_up_logged_at_the_give_up_level_and_counted(caplog):
+    """RETRY_TIMES = 0 set by the project: every retryable failure is a give-up, logged at
+    RETRY_GIVE_UP_LOG_LEVEL and counted (before: neither); the request's give_up_log_level
+    meta key wins, as in Scrapy's RetryMiddleware."""
+    import logging
+
+    mw, outcomes, stats = make({"RETRY_TIMES": 0, "RETRY_GIVE_UP_LOG_LEVEL": "ERROR"})
+    with caplog.at_level(logging.DEBUG, logger="scrapy_scale.outcomes"):
+        assert isinstance(respond(mw, Request(URL), 500), HtmlResponse)
+        assert isinstance(respond(mw, Request(URL + "?b", meta={"give_up_log_level": "INFO"}), 503), HtmlResponse)
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if "Gave up on" in r.getMessage()]
+    assert [lv for lv, _ in lines] == ["ERROR", "INFO"], lines
+    assert stats.get_value("scale/gave_up/transient") == 2
+    assert stats.get_value("retry/max_reached") == 2
+    assert not [o for o in outcomes if not o.final]
