@@ -167,7 +167,7 @@ class StorePipeline:
         self.crawler = crawler
         s = crawler.settings
         self.url: str = config.get(s, "SCALE_STORE_URL") or default_store_url(s)
-        ScaleContext.of(crawler).store_url = redact(self.url)
+        ScaleContext.of(crawler).store_url = redact_url(self.url)
         self.collection: str = config.get(s, "SCALE_STORE_COLLECTION")
         self.dead_collection: str = config.get(s, "SCALE_STORE_DEAD_LETTER") or f"{self.collection}_dead_letter"
         self.keys = KeyRules(config.get(s, "SCALE_ITEM_KEY"))
