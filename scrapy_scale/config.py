@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from scrapy.settings import BaseSettings
 
+from scrapy_scale.errors import ScaleError
 from scrapy_scale.redact import redact_text, redact_value
 
 PREFIX = "SCALE_"
@@ -27,7 +28,7 @@ PREFIX = "SCALE_"
 _NO_VALUE: Any = object()
 
 
-class ScaleSettingError(ValueError):
+class ScaleSettingError(ScaleError, ValueError):
     """A SCALE_* setting has a value that cannot be used.
 
     ``value``, when given, is the value as set (kept redacted: a URL's password, a

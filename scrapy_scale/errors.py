@@ -1,13 +1,22 @@
-"""Exceptions that cross package boundaries (so no package imports another's internals)."""
+"""Exceptions that cross package boundaries (so no package imports another's internals).
+
+Every error of the project derives from :class:`ScaleError` (``except ScaleError``
+catches any of them); each also keeps the builtin base it had (ValueError,
+RuntimeError), so existing ``except`` clauses keep working.
+"""
 
 
-class ItemNotStored(Exception):
+class ScaleError(Exception):
+    """Base class of scrapy-scale's own errors."""
+
+
+class ItemNotStored(ScaleError):
     """An item pipeline could not store the item (the store broke, or the crawl shut down
     during an outage). Sent with Scrapy's ``item_error``: the frontier must not ack the
     item's request, so a resumed crawl fetches it again."""
 
 
-class ItemDeadLettered(Exception):
+class ItemDeadLettered(ScaleError):
     """Marker: an item pipeline sent the item to the dead letter (it can never be stored as
     it is). Carried by the ``DropItem`` (or ``TypeError``) the pipeline raises: the frontier
     records the item's request as failed (``parse_failed``) instead of done, so the page can

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from scrapy_scale import config
+from scrapy_scale.errors import ScaleError
 from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.frontier.codec import RecordRules
 from scrapy_scale.frontier.store import (
@@ -41,7 +42,7 @@ REDIS_GIVE_UP = 10.0
 FAILED_CLASSES = tuple(c.value for c in FailureClass if c not in DONE_CLASSES)
 
 
-class OpError(RuntimeError):
+class OpError(ScaleError, RuntimeError):
     """A command cannot do what was asked; the message says why and what to do."""
 
 

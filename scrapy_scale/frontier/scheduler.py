@@ -52,6 +52,7 @@ from scrapy_scale.frontier.store import (
     domain_of,
     open_store,
 )
+from scrapy_scale.outcomes import send_fallback
 from scrapy_scale.redact import redact_text
 
 if TYPE_CHECKING:
@@ -456,8 +457,11 @@ class Scheduler(BaseScheduler):
         return bool(request is not None and inprogress is not None and request in inprogress)
 
     def _ack_finished_by_engine(self) -> None:
-        """Ack what the engine is done with but no outcome covered: every such
-        request without the outcome middlewares, after OUTCOME_GRACE with them."""
+        """A request the engine is done with but no final outcome covered (every request
+        without the outcome middlewares; after OUTCOME_GRACE with them) gets the outcome
+        package's documented fallback outcome, sent on the bus like any other: this
+        scheduler then acks or fails it in ``_on_outcome``, and every subscriber sees it.
+        The frontier never decides a class of its own."""
         inprogress = compat.engine_requests_in_progress(self.crawler)
         if inprogress is None:
             return
@@ -472,16 +476,14 @@ class Scheduler(BaseScheduler):
                 entry.left_at = now
             if self.signal_mode and now - entry.left_at < OUTCOME_GRACE:
                 continue
-            del self.inflight[fp]
             if self.signal_mode:
                 self._inc("acked_without_outcome")
-            if entry.responded:
-                op = self._done_op(fp, entry)
-                self.outbox.append(op)
-                self._inc("acked" if op[0] == "ack" else "failed")
-            else:
-                self.outbox.append(("fail", (fp, entry.token, "fatal", "no response")))
-                self._inc("failed")
+            send_fallback(self.crawler, entry.request, entry.responded, items=entry.items_seen)
+            if fp in self.inflight and self.inflight[fp] is entry:  # no receiver settled it
+                del self.inflight[fp]
+                self.outbox.append(("ack", (fp, entry.token)) if entry.responded
+                                   else ("fail", (fp, entry.token, "fatal", "no response")))
+                self._inc("acked" if entry.responded else "failed")
 
     # ---- idle / drain ------------------------------------------------------------------------------
 

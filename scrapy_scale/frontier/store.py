@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from scrapy_scale import clock as clock_mod
+from scrapy_scale.errors import ScaleError
 from scrapy_scale.settings_core import job_name_problem
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from scrapy_scale.frontier.codec import RecordRules
 
 
-class FrontierError(RuntimeError):
+class FrontierError(ScaleError, RuntimeError):
     """The frontier cannot be used: the message says what is wrong and what to do.
 
     Raised at startup for an unknown URL scheme, an unreachable Redis, or a SQLite

@@ -17,17 +17,34 @@ from scrapy_scale.outcomes.classify import (
     SignatureBlockDetector,
     Verdict,
 )
+from scrapy_scale.outcomes.emit import OutcomeEmitter, egress_id, fallback_outcome, send_fallback
 from scrapy_scale.outcomes.middleware import (
     GaveUpError,
     OutcomeDownloaderMiddleware,
     OutcomeSpiderMiddleware,
 )
-from scrapy_scale.outcomes.model import DONE_CLASSES, FailureClass, Outcome
+from scrapy_scale.outcomes.model import (
+    CLASSES,
+    DONE_CLASSES,
+    Blame,
+    ClassInfo,
+    FailureClass,
+    Outcome,
+)
 from scrapy_scale.outcomes.parsecheck import expects_items
 from scrapy_scale.outcomes.policy import ClassPolicy, RetryPolicy
+from scrapy_scale.outcomes.retry import retry_request
 
 __all__ = [
+    "CLASSES",
     "DONE_CLASSES",
+    "Blame",
+    "ClassInfo",
+    "OutcomeEmitter",
+    "egress_id",
+    "fallback_outcome",
+    "retry_request",
+    "send_fallback",
     "BlockPageDetector",
     "ClassPolicy",
     "Classifier",

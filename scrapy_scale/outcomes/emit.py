@@ -111,17 +111,17 @@ class OutcomeEmitter:
 FALLBACK_REASON = "ended outside the outcome middlewares"
 
 
-def fallback_outcome(crawler: Crawler, request: Request, responded: bool) -> Outcome:
+def fallback_outcome(crawler: Crawler, request: Request, responded: bool, items: int = 0) -> Outcome:
     """The one documented outcome of a request that ended without a final outcome (a
     component above the outcome middlewares dropped it, or they are not enabled):
     ``ok`` when a response reached the engine, else ``fatal``; ``fallback=True``.
     The caller sends it (:meth:`OutcomeEmitter.send`) so every subscriber sees it."""
     cls = FailureClass.OK if responded else FailureClass.FATAL
     reason = "" if responded else f"no response ({FALLBACK_REASON})"
-    return OutcomeEmitter(crawler).build(request, Verdict(cls, reason), fallback=True)
+    return OutcomeEmitter(crawler).build(request, Verdict(cls, reason), fallback=True, items=items)
 
 
-def send_fallback(crawler: Crawler, request: Request, responded: bool) -> Outcome:
-    o = fallback_outcome(crawler, request, responded)
+def send_fallback(crawler: Crawler, request: Request, responded: bool, items: int = 0) -> Outcome:
+    o = fallback_outcome(crawler, request, responded, items)
     OutcomeEmitter(crawler).send(o, request)
     return o

@@ -27,6 +27,7 @@ from scrapy.http.request import NO_CALLBACK
 
 from scrapy_scale import meta, startup
 from scrapy_scale import stats_keys as K
+from scrapy_scale.errors import ScaleError
 from scrapy_scale.outcomes.classify import Verdict
 from scrapy_scale.outcomes.core import OutcomeCore
 from scrapy_scale.outcomes.holding import NOT_BEFORE_TOLERANCE
@@ -45,7 +46,7 @@ logger = logging.getLogger("scrapy_scale.outcomes")
 C = FailureClass
 
 
-class GaveUpError(IgnoreRequest):
+class GaveUpError(IgnoreRequest, ScaleError):
     """Raised instead of an expected download exception that will not be retried, for a
     request without errback: the one log line was written already, and Scrapy does not
     log IgnoreRequest again with a traceback. ``original`` is the download exception."""

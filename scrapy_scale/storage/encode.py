@@ -46,12 +46,14 @@ from typing import Any
 from itemadapter import ItemAdapter
 from scrapy.utils.python import global_object_name
 
+from scrapy_scale.errors import ScaleError
+
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 #: deepest nesting of lists/objects stored (MongoDB refuses documents nested deeper than 100)
 MAX_DEPTH = 100
 
 
-class Unencodable(ValueError):
+class Unencodable(ScaleError, ValueError):
     """A value or field name that no rule can store."""
 
 

@@ -26,10 +26,12 @@ from typing import Any
 
 from w3lib.url import canonicalize_url
 
+from scrapy_scale.errors import ScaleError
+
 PAGE = "@page"
 
 
-class InvalidKey(ValueError):
+class InvalidKey(ScaleError, ValueError):
     """The item's key cannot be computed (missing or empty key field)."""
 
 
