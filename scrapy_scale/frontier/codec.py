@@ -36,8 +36,8 @@ from scrapy.utils.misc import load_object
 from scrapy.utils.request import RequestFingerprinter
 
 from scrapy_scale import config
-from scrapy_scale.frontier import settings as _settings  # noqa: F401 - declares SCALE_FRONTIER_*
 from scrapy_scale.errors import ScaleError
+from scrapy_scale.frontier import settings as _settings  # noqa: F401 - declares SCALE_FRONTIER_*
 from scrapy_scale.frontier.store import NewRequest, domain_of
 
 #: version of the stored request format; decode() refuses others
