@@ -87,6 +87,20 @@ def _project_set(settings: BaseSettings, name: str) -> bool:
     return (settings.getpriority(name) or 0) > 0
 
 
+def _exception_classes(values: list[Any]) -> list[type[BaseException]]:
+    """RETRY_EXCEPTIONS as classes (dotted paths imported, as Scrapy's RetryMiddleware does)."""
+    out = []
+    for v in values:
+        try:
+            obj = load_object(v) if isinstance(v, str) else v
+        except (ImportError, ValueError, AttributeError, NameError) as e:
+            raise config.ScaleSettingError("RETRY_EXCEPTIONS", f"cannot import {v!r}: {e}") from None
+        if not (isinstance(obj, type) and issubclass(obj, BaseException)):
+            raise config.ScaleSettingError("RETRY_EXCEPTIONS", f"{v!r} is not an exception class")
+        out.append(obj)
+    return out
+
+
 @dataclass
 class _ParseState:
     #: the downloader middleware's verdict on the response, its status and latency
@@ -134,7 +148,10 @@ class OutcomeHub:
         self.retry_codes: frozenset[int] | None = None
         if _project_set(s, "RETRY_HTTP_CODES"):
             self.retry_codes = frozenset(int(x) for x in s.getlist("RETRY_HTTP_CODES"))
-        self.classifier = Classifier(rules, detectors, self.retry_codes)
+        retry_exceptions = None
+        if _project_set(s, "RETRY_EXCEPTIONS"):
+            retry_exceptions = _exception_classes(s.getlist("RETRY_EXCEPTIONS"))
+        self.classifier = Classifier(rules, detectors, self.retry_codes, retry_exceptions)
         retry_times = s.getint("RETRY_TIMES") if _project_set(s, "RETRY_TIMES") else None
         give_up_level = None
         if _project_set(s, "RETRY_GIVE_UP_LOG_LEVEL"):
