@@ -13,6 +13,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_scale import meta
 from scrapy_scale import signals as scale_signals
+from scrapy_scale.config import ScaleSettingError
 from scrapy_scale.outcomes import GaveUpError, OutcomeDownloaderMiddleware
 from scrapy_scale.outcomes.model import FailureClass as C
 
@@ -92,6 +93,41 @@ def test_retry_http_codes_set_by_the_project():
     assert isinstance(respond(mw, Request(URL), 503), HtmlResponse)  # not listed: not retried
     assert isinstance(respond(mw, Request(URL), 429), HtmlResponse)
     assert isinstance(respond(mw, Request(URL), 403), Request)  # blocked: another egress, not gated
+
+
+class _FlakyClientError(Exception):
+    """An exception of the project's own download handler, listed in RETRY_EXCEPTIONS."""
+
+
+def test_retry_exceptions_set_by_the_project_are_transient():
+    mw, outcomes, _ = make({"RETRY_EXCEPTIONS": ["tests.test_outcomes_compat._FlakyClientError", ZeroDivisionError]})
+    for exc in (_FlakyClientError("boom"), ZeroDivisionError()):  # unknown to the rules table: fatal without it
+        retry = mw.process_exception(Request(URL), exc)
+        assert isinstance(retry, Request), exc
+        assert (outcomes[-1].cls, outcomes[-1].final, outcomes[-1].reason) == (C.TRANSIENT, False, type(exc).__name__)
+    # what the defaults classify already keeps its class; a decision like robots.txt's is never retried
+    assert isinstance(mw.process_exception(Request(URL), DownloadTimeoutError("x")), Request)
+    assert mw.process_exception(Request(URL), IgnoreRequest("robots.txt")) is None
+    assert outcomes[-1].cls is C.FATAL
+    # the project's own rules still come first
+    mw, outcomes, _ = make({"RETRY_EXCEPTIONS": [ZeroDivisionError], "SCALE_FAILURE_RULES": [
+        {"class": "fatal", "exception": "builtins.ZeroDivisionError", "reason": "a bug"}]})
+    with pytest.raises(GaveUpError):  # an expected fatal: no retry, no traceback
+        mw.process_exception(Request(URL), ZeroDivisionError())
+    assert (outcomes[-1].cls, outcomes[-1].reason) == (C.FATAL, "a bug")
+
+
+def test_retry_exceptions_default_and_bad_values():
+    from scrapy.settings import default_settings
+
+    assert default_settings.RETRY_EXCEPTIONS  # Scrapy's own list: not read, the rules table stays
+    mw, outcomes, _ = make()
+    assert mw.process_exception(Request(URL), _FlakyClientError()) is None
+    assert outcomes[-1].cls is C.FATAL
+    with pytest.raises(ScaleSettingError, match="^RETRY_EXCEPTIONS: cannot import 'no_such.Error'"):
+        make({"RETRY_EXCEPTIONS": ["no_such.Error"]})
+    with pytest.raises(ScaleSettingError, match="^RETRY_EXCEPTIONS: 'builtins.len' is not an exception class"):
+        make({"RETRY_EXCEPTIONS": ["builtins.len"]})
 
 
 def test_meta_keys_dont_retry_max_retry_times_priority_adjust():

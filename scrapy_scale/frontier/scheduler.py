@@ -42,6 +42,7 @@ from scrapy_scale import signals as scale_signals
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemDeadLettered, ItemNotStored
 from scrapy_scale.frontier import codec
+from scrapy_scale.frontier import compat as frontier_compat
 from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.frontier.store import (
     EnqueueResult,
@@ -165,6 +166,8 @@ class Scheduler(BaseScheduler):
         #: held while the store is in use (the store thread, or a flush on the reactor thread)
         self._store_lock = threading.Lock()
         self._warned_unserializable = False
+        #: Scrapy/scrapy-redis scheduler settings the project set (frontier/compat.py)
+        self.compat = frontier_compat.DEFAULT
 
     # ---- construction ------------------------------------------------------------------
 
@@ -189,8 +192,12 @@ class Scheduler(BaseScheduler):
         ctx = ScaleContext.of(crawler)
         ctx.scheduler_holds_retries = True  # and keys requests by their real fingerprint
         ctx.frontier_on = True
-        return cls(crawler, store, batch=batch, lease_seconds=lease_seconds, wait_for_seeds=wait,
-                   worker=worker, signal_mode=None)
+        sched = cls(crawler, store, batch=batch, lease_seconds=lease_seconds, wait_for_seeds=wait,
+                    worker=worker, signal_mode=None)
+        sched.compat = frontier_compat.read(s)
+        for line in sched.compat.warnings:
+            logger.warning(line)
+        return sched
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -210,11 +217,14 @@ class Scheduler(BaseScheduler):
         ctx = ScaleContext.of(self.crawler)
         if self.signal_mode is None:
             self.signal_mode = ctx.outcomes_on
+        claim = None if self._explicit_worker else self._claim_worker
+        if claim is not None:
+            self.worker = claim()
+        if self.compat.start_over:
+            self.worker = frontier_compat.start_over(self.store, self.compat.start_over, self.worker, claim)
         run = self.store.begin_run()
         ctx.run_id = run.run_id
         ctx.job = self.store.job
-        if not self._explicit_worker:
-            self.worker = self.store.claim_worker(socket.gethostname(), os.getpid(), pid_alive)
         reclaimed = self.store.reclaim(self.worker)
         self.remote = self.store.counts()
         self._synced_once = True
@@ -233,6 +243,9 @@ class Scheduler(BaseScheduler):
         sig.connect(self._on_item, signal=signals.item_error)
         sig.connect(self._on_response, signal=signals.response_received)
         sig.connect(self._on_idle, signal=signals.spider_idle)
+
+    def _claim_worker(self) -> str:
+        return self.store.claim_worker(socket.gethostname(), os.getpid(), pid_alive)
 
     def close(self, reason: str) -> defer.Deferred[None]:
         self._closing = True
@@ -310,7 +323,7 @@ class Scheduler(BaseScheduler):
         nr = NewRequest(
             fingerprint=fp, data=data, domain=domain_of(request.url), priority=request.priority,
             not_before=not_before, attempts=max(0, attempt - 1), last_failure=last_failure,
-            update=update, reopen=request.dont_filter and not is_start and not update,
+            update=update, reopen=(request.dont_filter or not self.compat.dedup) and not is_start and not update,
         )
         if update:
             self.inflight.pop(fp, None)  # its lease is void; the record will be leased anew

@@ -203,6 +203,9 @@ class Classifier:
     ``retry_http_codes``: Scrapy's RETRY_HTTP_CODES when the project set it: a listed
     status the defaults call ``fatal`` becomes ``transient``, and a transient or
     rate-limited status that is not listed is not retryable (``Verdict.retryable``).
+    ``retry_exceptions``: Scrapy's RETRY_EXCEPTIONS when the project set it: an exception
+    of a listed class that the defaults call ``fatal`` becomes ``transient`` (your
+    ``SCALE_FAILURE_RULES`` still come first).
     """
 
     def __init__(
@@ -210,14 +213,17 @@ class Classifier:
         rules: Iterable[Rule] = (),
         detectors: Iterable[BlockPageDetector] = (),
         retry_http_codes: Iterable[int] | None = None,
+        retry_exceptions: Iterable[type[BaseException]] | None = None,
         clock: Clock = wall,
     ):
         rules = list(rules)
         self.clock = clock
         self.response_rules = [r for r in rules if r.exceptions is None]
-        self.exception_rules = [
-            r for r in rules if r.exceptions is not None
-        ] + default_exception_rules()
+        user_exception_rules = [r for r in rules if r.exceptions is not None]
+        self.exception_rules = user_exception_rules + default_exception_rules()
+        #: index of the first default rule in exception_rules (the ones RETRY_EXCEPTIONS adjusts)
+        self._first_default = len(user_exception_rules)
+        self.retry_exceptions = tuple(retry_exceptions or ())
         self.detectors = list(detectors)
         self.status_table = dict(_STATUS_TABLE)
         self.retry_codes = frozenset(retry_http_codes) if retry_http_codes is not None else None
@@ -260,10 +266,19 @@ class Classifier:
 
     def classify_exception(self, exc: BaseException, request: Request | None) -> Verdict:
         host, via_proxy = _host_and_proxy(request, None)
-        for rule in self.exception_rules:
+        for i, rule in enumerate(self.exception_rules):
             if rule.matches_exception(exc, host, via_proxy):
+                if rule.cls is C.FATAL and i >= self._first_default and self._listed(exc):
+                    break
                 return Verdict(rule.cls, rule.reason or type(exc).__name__)
+        if self._listed(exc):
+            return Verdict(C.TRANSIENT, type(exc).__name__)  # RETRY_EXCEPTIONS lists it
         return Verdict(C.FATAL, type(exc).__name__, expected=False)
+
+    def _listed(self, exc: BaseException) -> bool:
+        # IgnoreRequest (robots.txt, offsite...) is a decision, not a failure: never retried
+        return (bool(self.retry_exceptions) and isinstance(exc, self.retry_exceptions)
+                and not isinstance(exc, IgnoreRequest))
 
     def classify_parse(
         self,

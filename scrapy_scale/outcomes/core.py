@@ -70,6 +70,20 @@ def _detectors(crawler: Crawler) -> list[BlockPageDetector]:
     return out
 
 
+def _exception_classes(values: list[Any]) -> list[type[BaseException]]:
+    """RETRY_EXCEPTIONS as classes (dotted paths imported, as Scrapy's RetryMiddleware does)."""
+    out = []
+    for v in values:
+        try:
+            obj = load_object(v) if isinstance(v, str) else v
+        except (ImportError, ValueError, AttributeError, NameError) as e:
+            raise config.ScaleSettingError("RETRY_EXCEPTIONS", f"cannot import {v!r}: {e}") from None
+        if not (isinstance(obj, type) and issubclass(obj, BaseException)):
+            raise config.ScaleSettingError("RETRY_EXCEPTIONS", f"{v!r} is not an exception class")
+        out.append(obj)
+    return out
+
+
 def _give_up_level(settings: BaseSettings) -> int | None:
     if not project_set(settings, "RETRY_GIVE_UP_LOG_LEVEL"):
         return None
@@ -97,8 +111,11 @@ class OutcomeCore:
         retry_codes = None
         if project_set(s, "RETRY_HTTP_CODES"):
             retry_codes = frozenset(int(x) for x in s.getlist("RETRY_HTTP_CODES"))
+        retry_exceptions = None
+        if project_set(s, "RETRY_EXCEPTIONS"):
+            retry_exceptions = _exception_classes(s.getlist("RETRY_EXCEPTIONS"))
         self.classifier = Classifier(config.get(s, oset.FAILURE_RULES.name), _detectors(crawler), retry_codes,
-                                     clock=clock)
+                                     retry_exceptions, clock=clock)
         retry_times = s.getint("RETRY_TIMES") if project_set(s, "RETRY_TIMES") else None
         policies = build_policies(config.get(s, oset.RETRY_POLICY.name), retry_times, _give_up_level(s))
         self.warn_first = FirstFew(logger)

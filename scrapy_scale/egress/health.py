@@ -1,0 +1,160 @@
+"""Health of one route key: a decayed score and the quarantine state machine.
+
+A key is an egress (globally) or an (egress, domain) pair. Evidence comes from
+outcomes only (the pool turns an outcome's blame into ``good``/``bad`` calls):
+
+- the score is ``(good + 1) / (good + bad + 1)`` over exponentially decayed counts
+  (half-life ``half_life`` seconds): 1.0 for a fresh key, falling as failures come in;
+- a key whose decayed failures reach ``min_failures`` while its score is below
+  ``threshold`` is **quarantined** for ``base * 2^(level-1)`` seconds (capped at
+  ``max_quarantine``) with jitter (the second half of the window is uniform random, so
+  egresses quarantined together do not come back together);
+- when that time is over the key is **probing** (half-open): at most ``probes``
+  requests go through it at a time; the first good outcome restores it, a bad one
+  quarantines it again for twice as long.
+
+Plain Python: the clock and the randomness are passed in, so tests need no reactor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from scrapy_scale.clock import Randomness
+
+HEALTHY = "healthy"
+QUARANTINED = "quarantined"
+PROBING = "probing"
+STATES = (HEALTHY, QUARANTINED, PROBING)
+
+
+@dataclass(frozen=True)
+class HealthPolicy:
+    min_failures: float = 3.0
+    threshold: float = 0.5
+    half_life: float = 60.0
+    base: float = 30.0
+    max_quarantine: float = 3600.0
+    probes: int = 1
+    #: a probe without an outcome after this long no longer holds its slot
+    probe_timeout: float = 60.0
+
+    def full(self, level: int) -> float:
+        """The longest quarantine at backoff ``level`` (1 for the first)."""
+        return min(self.max_quarantine, self.base * 2 ** max(0, level - 1))
+
+    def duration(self, level: int, rng: Randomness) -> float:
+        full = self.full(level)
+        return full / 2 + rng.uniform(0, full / 2)
+
+
+@dataclass
+class Health:
+    """Score and quarantine state of one key. ``changed`` is the time of its last state
+    change (quarantine or restore): shared state is merged by it."""
+
+    good: float = 0.0
+    bad: float = 0.0
+    at: float = 0.0
+    until: float = 0.0
+    level: int = 0
+    changed: float = 0.0
+    restored: float = 0.0
+    probe_sent: list[float] = field(default_factory=list)
+
+    # ---- the score -------------------------------------------------------------
+
+    def _decay(self, now: float, half_life: float) -> None:
+        if now > self.at and self.at:
+            f = math.pow(0.5, (now - self.at) / half_life)
+            self.good *= f
+            self.bad *= f
+        self.at = now
+
+    def score(self, now: float, policy: HealthPolicy) -> float:
+        self._decay(now, policy.half_life)
+        return (self.good + 1.0) / (self.good + self.bad + 1.0)
+
+    # ---- the state -------------------------------------------------------------
+
+    def state(self, now: float) -> str:
+        if not self.until:
+            return HEALTHY
+        return QUARANTINED if now < self.until else PROBING
+
+    def probe_slot(self, now: float, policy: HealthPolicy) -> bool:
+        """May one more request go through this key? (always, unless it is quarantined or
+        probing with every probe slot taken)."""
+        st = self.state(now)
+        if st == HEALTHY:
+            return True
+        if st == QUARANTINED:
+            return False
+        self.probe_sent = [t for t in self.probe_sent if now - t < policy.probe_timeout]
+        return len(self.probe_sent) < policy.probes
+
+    def sent(self, now: float) -> bool:
+        """A request goes through this key; True when it is a probe."""
+        if self.state(now) == PROBING:
+            self.probe_sent.append(now)
+            return True
+        return False
+
+    def record(self, good: bool, now: float, policy: HealthPolicy, rng: Randomness) -> str | None:
+        """Count one piece of evidence; the transition it caused (``quarantined``,
+        ``requarantined``, ``restored``) or None."""
+        st = self.state(now)
+        if st == QUARANTINED:
+            return None  # late answers of requests sent before the quarantine
+        self._decay(now, policy.half_life)
+        if st == PROBING:
+            if good:
+                self.restore(now)
+                return "restored"
+            self.quarantine(now, policy, rng)
+            return "requarantined"
+        if good:
+            self.good += 1.0
+            return None
+        self.bad += 1.0
+        if self.bad >= policy.min_failures and self.score(now, policy) < policy.threshold:
+            self.quarantine(now, policy, rng)
+            return "quarantined"
+        return None
+
+    def quarantine(self, now: float, policy: HealthPolicy, rng: Randomness) -> float:
+        """Quarantine the key (its backoff level goes up one); the time it ends."""
+        if self.restored and now - self.restored > 2 * policy.full(self.level):
+            self.level = 0  # healthy long enough since the last quarantine: start the backoff over
+        self.level += 1
+        self.until = now + policy.duration(self.level, rng)
+        self.changed = now
+        self.probe_sent = []
+        self.good = self.bad = 0.0
+        return self.until
+
+    def restore(self, now: float) -> None:
+        self.until = 0.0
+        self.changed = self.restored = now
+        self.probe_sent = []
+        self.good, self.bad = 1.0, 0.0
+
+    # ---- shared state ----------------------------------------------------------
+
+    def to_record(self) -> dict[str, Any]:
+        return {"g": round(self.good, 3), "b": round(self.bad, 3), "at": self.at, "u": self.until,
+                "l": self.level, "c": self.changed, "r": self.restored}
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> Health:
+        return cls(good=float(rec.get("g", 0)), bad=float(rec.get("b", 0)), at=float(rec.get("at", 0)),
+                   until=float(rec.get("u", 0)), level=int(rec.get("l", 0)),
+                   changed=float(rec.get("c", 0)), restored=float(rec.get("r", 0)))
+
+    def adopt(self, other: Health) -> None:
+        """Take another worker's newer state change (its quarantine or its restore)."""
+        self.until, self.level, self.changed, self.restored = other.until, other.level, other.changed, other.restored
+        self.probe_sent = []
+        self.good, self.bad, self.at = other.good, other.bad, other.at

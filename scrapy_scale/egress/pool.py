@@ -1,0 +1,325 @@
+"""The egress pool's decisions: which egress a request goes through, and what an outcome
+says about the egress it went through.
+
+Plain Python with an injectable clock and randomness (no reactor): the Scrapy glue
+(:mod:`scrapy_scale.egress.middleware`) feeds it outcomes and asks it for egresses.
+
+- Health per egress (globally) and per (egress, domain), in :class:`~.health.Health`.
+- :meth:`EgressPool.observe` turns an outcome's blame into evidence: ``egress`` hurts
+  the egress everywhere, ``egress_domain`` (a block) hurts it for that domain only; a
+  response that blames nobody or the domain (``rate_limited``: the site wants us slower,
+  not another IP) is good for the egress; everything else is no evidence at all.
+- :meth:`EgressPool.choose` picks among the egresses available for a domain, weighted by
+  score and spread by load, with optional stickiness and route caps; a retry's egresses
+  to avoid are avoided while another one is available. When none is, the answer says
+  until when the domain must wait.
+- A group whose members degrade together is retired as a whole.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from scrapy_scale.clock import Clock, Randomness
+from scrapy_scale.egress.health import HEALTHY, PROBING, Health, HealthPolicy
+from scrapy_scale.egress.identity import Egress
+from scrapy_scale.egress.routes import RouteLimiter
+
+#: how long a domain waits when its only available egresses are probing with no free slot
+PROBE_WAIT = 1.0
+#: how long a domain waits when the pool has no egress at all (a source that is empty)
+EMPTY_WAIT = 5.0
+
+
+@dataclass(frozen=True)
+class Choice:
+    """An egress for a request, or (``egress`` None) the time its domain must wait until."""
+
+    egress: Egress | None
+    wait_until: float = 0.0
+    #: why the domain waits: ``quarantined``, ``route_cap``, ``probing``, ``empty``
+    reason: str = ""
+    probe: bool = False
+
+
+@dataclass(frozen=True)
+class Event:
+    """A state change for the glue to log and count."""
+
+    kind: str  # quarantined, requarantined, restored, group_retired, adopted
+    egress: str
+    domain: str = ""
+    until: float = 0.0
+    detail: str = ""
+
+
+@dataclass
+class Sticky:
+    egress: str
+    uses: int
+    since: float
+
+
+@dataclass
+class PoolOptions:
+    sticky_uses: int = 0
+    sticky_age: float = 60.0
+    route_rate: float = 0.0
+    group_retire: float = 0.5
+
+
+def key_of(egress: str, domain: str = "") -> str:
+    return f"{egress}|{domain}" if domain else egress
+
+
+def split_key(key: str) -> tuple[str, str]:
+    egress, _, domain = key.partition("|")
+    return egress, domain
+
+
+class EgressPool:
+    def __init__(self, egresses: Iterable[Egress], policy: HealthPolicy | None = None,
+                 options: PoolOptions | None = None, clock: Clock | None = None,
+                 rng: Randomness | None = None):
+        from scrapy_scale.clock import wall
+
+        self.policy = policy or HealthPolicy()
+        self.options = options or PoolOptions()
+        self.clock = clock or wall
+        self.rng = rng or Randomness()
+        self.routes = RouteLimiter(self.options.route_rate)
+        self.egresses: dict[str, Egress] = {}
+        self.health: dict[str, Health] = {}
+        self.dirty: set[str] = set()
+        self.inflight: Counter[str] = Counter()
+        self.requests: Counter[str] = Counter()
+        self.failures: dict[str, Counter[str]] = {}
+        self.bans: Counter[str] = Counter()  # key_of(egress, domain) -> blocks
+        self.retired: dict[str, float] = {}  # group -> when
+        self.counts: Counter[str] = Counter()  # evictions, reprobes, restored, ...
+        self._sticky: dict[str, Sticky] = {}
+        self.set_egresses(egresses)
+
+    # ---- the set of egresses ---------------------------------------------------
+
+    def set_egresses(self, egresses: Iterable[Egress]) -> tuple[list[str], list[str]]:
+        """Replace the set (a source changed); health of the egresses kept is kept.
+        Returns (added ids, removed ids)."""
+        new = {e.id: e for e in egresses}
+        added = [i for i in new if i not in self.egresses]
+        removed = [i for i in self.egresses if i not in new]
+        self.egresses = new
+        for d, s in list(self._sticky.items()):
+            if s.egress not in new:
+                del self._sticky[d]
+        return added, removed
+
+    def groups(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for e in self.egresses.values():
+            if e.group is not None:
+                out.setdefault(e.group, []).append(e.id)
+        return out
+
+    def _h(self, egress: str, domain: str = "") -> Health:
+        k = key_of(egress, domain)
+        h = self.health.get(k)
+        if h is None:
+            h = self.health[k] = Health()
+        return h
+
+    def _peek(self, egress: str, domain: str = "") -> Health | None:
+        return self.health.get(key_of(egress, domain))
+
+    def state(self, egress: str, domain: str = "") -> str:
+        h = self._peek(egress, domain)
+        return h.state(self.clock()) if h else HEALTHY
+
+    def score(self, egress: str, domain: str = "") -> float:
+        h = self._peek(egress, domain)
+        return h.score(self.clock(), self.policy) if h else 1.0
+
+    # ---- selection -------------------------------------------------------------
+
+    def _blocked_until(self, e: str, domain: str, now: float) -> float:
+        """0 when ``e`` can carry a request to ``domain`` now, else when it may next."""
+        waits = []
+        for h in (self._peek(e), self._peek(e, domain)):
+            if h is not None and not h.probe_slot(now, self.policy):
+                waits.append(h.until if now < h.until else now + PROBE_WAIT)
+        if not waits and self.routes.full(e, domain, now):
+            waits.append(self.routes.free_at(e, domain))
+        return max(waits) if waits else 0.0
+
+    def choose(self, domain: str, avoid: Iterable[str] = ()) -> Choice:
+        now = self.clock()
+        if not self.egresses:
+            return Choice(None, now + EMPTY_WAIT, "empty")
+        blocked = {e: self._blocked_until(e, domain, now) for e in self.egresses}
+        free = [e for e, t in blocked.items() if not t]
+        if not free:
+            return self._wait(domain, blocked, now)
+        avoid = set(avoid)
+        pick = [e for e in free if e not in avoid] or free
+        probing = [e for e in pick if self.state(e) == PROBING or self.state(e, domain) == PROBING]
+        chosen = probing[0] if probing else self._sticky_or_weighted(domain, pick, avoid, now)
+        return self._take(chosen, domain, now)
+
+    def _sticky_or_weighted(self, domain: str, pick: list[str], avoid: set[str], now: float) -> str:
+        o = self.options
+        s = self._sticky.get(domain)
+        if (o.sticky_uses and s is not None and s.egress in pick and s.egress not in avoid
+                and s.uses < o.sticky_uses and now - s.since < o.sticky_age):
+            s.uses += 1
+            return s.egress
+        chosen = self._weighted(domain, pick, now)
+        if o.sticky_uses:
+            self._sticky[domain] = Sticky(chosen, 1, now)
+        return chosen
+
+    def _weighted(self, domain: str, pick: list[str], now: float) -> str:
+        weights = [self.score(e) * self.score(e, domain) / (1.0 + self.inflight[e]) for e in pick]
+        total = sum(weights)
+        x = self.rng.uniform(0, total)
+        for e, w in zip(pick, weights, strict=True):
+            x -= w
+            if x <= 0:
+                return e
+        return pick[-1]
+
+    def _take(self, e: str, domain: str, now: float) -> Choice:
+        probe = False
+        for h in (self._peek(e), self._peek(e, domain)):
+            if h is not None and h.sent(now):
+                probe = True
+        if probe:
+            self.counts["reprobes"] += 1
+        self.routes.take(e, domain, now)
+        self.inflight[e] += 1
+        self.requests[e] += 1
+        return Choice(self.egresses[e], probe=probe)
+
+    def _wait(self, domain: str, blocked: dict[str, float], now: float) -> Choice:
+        until = min(blocked.values())
+        states = [(self.state(e), self.state(e, domain)) for e in blocked]
+        if all(PROBING not in s and s != (HEALTHY, HEALTHY) for s in states):
+            reason = "quarantined"
+        elif any(s == (HEALTHY, HEALTHY) for s in states):
+            reason = "route_cap"
+        else:
+            reason = "probing"
+        self.counts[f"wait/{reason}"] += 1
+        return Choice(None, until, reason)
+
+    def release(self, egress: str) -> None:
+        """A request sent through ``egress`` has its outcome (in-flight count down)."""
+        if self.inflight[egress] > 0:
+            self.inflight[egress] -= 1
+
+    # ---- evidence --------------------------------------------------------------
+
+    def observe(self, egress: str, domain: str, cls: str, blame: str, responded: bool) -> list[Event]:
+        """One attempt's outcome through ``egress``. ``responded``: a response came back
+        (any status). Returns the state changes it caused."""
+        if egress not in self.egresses:
+            return []
+        now = self.clock()
+        if cls != "ok":
+            self.failures.setdefault(egress, Counter())[cls] += 1
+        if blame == "egress_domain":
+            self.bans[key_of(egress, domain)] += 1
+        events: list[Event] = []
+        if blame == "egress":
+            events += self._record(egress, "", False, now)
+        elif responded:
+            events += self._record(egress, "", True, now)
+        if blame == "egress_domain":
+            events += self._record(egress, domain, False, now)
+        elif responded and blame == "none":
+            events += self._record(egress, domain, True, now)
+        return events
+
+    def _record(self, egress: str, domain: str, good: bool, now: float) -> list[Event]:
+        if good and domain and key_of(egress, domain) not in self.health:
+            return []  # a good answer for a domain with no history: nothing to remember
+        h = self._h(egress, domain)
+        change = h.record(good, now, self.policy, self.rng)
+        self.dirty.add(key_of(egress, domain))
+        if change is None:
+            return []
+        self.counts[change] += 1
+        if change != "restored":
+            self.counts["evictions/domain" if domain else "evictions"] += 1
+        events = [Event(change, egress, domain, h.until)]
+        group = self.egresses[egress].group
+        if not domain and group is not None:
+            if change == "restored":
+                self.retired.pop(group, None)
+            else:
+                events += self._maybe_retire(group, now)
+        return events
+
+    def _maybe_retire(self, group: str, now: float) -> list[Event]:
+        members = self.groups().get(group, [])
+        if len(members) < 2 or group in self.retired:
+            return []
+        down = [m for m in members if self.state(m) != HEALTHY]
+        if len(down) / len(members) < self.options.group_retire:
+            return []
+        self.retired[group] = now
+        self.counts["groups_retired"] += 1
+        last = 0.0
+        for m in members:
+            h = self._h(m)
+            if h.state(now) == HEALTHY:
+                h.quarantine(now, self.policy, self.rng)
+                self.dirty.add(m)
+            last = max(last, h.until)
+        return [Event("group_retired", "", "", last, f"{group}: {len(down)} of {len(members)} members failed")]
+
+    # ---- shared state ----------------------------------------------------------
+
+    def take_dirty(self) -> dict[str, dict[str, Any]]:
+        out = {k: self.health[k].to_record() for k in self.dirty if k in self.health}
+        self.dirty.clear()
+        return out
+
+    def merge(self, records: dict[str, dict[str, Any]]) -> list[Event]:
+        """Take the state changes other workers made (newer ``changed`` wins)."""
+        events = []
+        for k, rec in records.items():
+            other = Health.from_record(rec)
+            mine = self.health.get(k)
+            if mine is None:
+                self.health[k] = other
+            elif other.changed > mine.changed and k not in self.dirty:
+                mine.adopt(other)
+            else:
+                continue
+            egress, domain = split_key(k)
+            if other.changed and egress in self.egresses:
+                events.append(Event("adopted", egress, domain, other.until,
+                                    "quarantined" if other.until else "restored"))
+        return events
+
+    def counters(self) -> dict[str, Any]:
+        """This worker's cumulative counts (for the shared store and status)."""
+        return {"requests": dict(self.requests), "failures": {e: dict(c) for e, c in self.failures.items()},
+                "bans": dict(self.bans), "routes": self.routes.pressure(50)}
+
+    def load_counters(self, data: dict[str, Any]) -> None:
+        self.requests.update(data.get("requests", {}))
+        for e, c in data.get("failures", {}).items():
+            self.failures.setdefault(e, Counter()).update(c)
+        self.bans.update(data.get("bans", {}))
+
+    def pool_sizes(self) -> Counter[str]:
+        return Counter(self.state(e) for e in self.egresses)
+
+    @property
+    def members(self) -> dict[str, str | None]:
+        return {e.id: e.group for e in self.egresses.values()}
+
