@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from scrapy_scale.errors import ScaleError
 from scrapy_scale.redact import redact_url
 
 DIRECT = "direct"
@@ -26,7 +27,7 @@ _SALT = b"scrapy-scale egress id"
 _ROUNDS = 20_000
 
 
-class EgressURLError(ValueError):
+class EgressURLError(ScaleError, ValueError):
     """A proxy URL that cannot be an egress; the message never holds its password."""
 
 
