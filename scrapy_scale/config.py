@@ -121,6 +121,7 @@ DECLARING_MODULES: list[str] = [
     "scrapy_scale.outcomes.settings",
     "scrapy_scale.frontier.settings",
     "scrapy_scale.storage.settings",
+    "scrapy_scale.throttle.settings",
 ]
 
 

@@ -55,3 +55,14 @@ EXIT_CODE_DEAD_LETTERS = declare(
     "read or stored); 0 = exit 0 as before.",
     "core",
 )
+
+
+def state_file_url(settings: object, filename: str) -> str:
+    """``sqlite:///`` URL of ``filename`` in ``JOBDIR``, else in ``SCALE_STATE_DIR``."""
+    import os
+
+    from scrapy_scale import config
+
+    get = getattr(settings, "get", None)
+    folder = (get("JOBDIR") if get else None) or config.get(settings, "SCALE_STATE_DIR")  # type: ignore[arg-type]
+    return "sqlite:///" + os.path.abspath(os.path.join(folder, filename))

@@ -4,12 +4,18 @@ A crawl is SIGKILLed (``os.kill(pid, SIGKILL)`` on the ``scrapy crawl`` process)
 at seeded random moments and started again with the same command; afterwards
 the testbed log, the item store and the frontier are read back.
 
-The "moment" of a kill is chosen two ways, both from the seed: a few kills at a
-random time after the process started (often during startup: imports, opening
-the frontier, the first leases), the others once the frontier has ``done`` at a
-random target count, plus a random 0-0.3 s (so the kill lands anywhere in the
-scheduler's sync cycle). Progress targets keep the test from finishing early
-with fewer kills on a fast machine, or never killing mid-crawl on a slow one.
+The "moment" of a kill is chosen from progress, never from the clock, both ways
+from the seed: a few kills at a startup milestone (Scrapy opened the spider, the
+frontier joined the run and took its leases back, the first ack of this process),
+the others once the frontier has ``done`` at a random target count (the test polls
+every 50 ms, so the kill lands anywhere in the scheduler's 0.25 s sync cycle).
+
+While the kills go on, one detail page never answers (:data:`HOLD`, a testbed
+``hang`` fault; Scrapy's 180 s download timeout is longer than any killed run), so
+no killed run can drain the job and end by itself before its kill, however fast the
+machine: the race of the 11th kill against the crawl's end (the run finished, then
+the SIGKILL landed, and the last run started a new run instead of resuming) cannot
+happen. The fault is lifted for the last run, which then drains the job.
 """
 
 from __future__ import annotations
@@ -62,46 +68,73 @@ def frontier_counts(url: str, job: str) -> dict[str, int]:
         store.close()
 
 
-def _wait_done(proc: CrawlProcess, url: str, job: str, target: int, timeout: float) -> dict[str, int]:
-    """Poll the frontier until ``done >= target`` or the crawl exits; the last counts."""
-    store = open_store(url, job)
+#: the page that hangs while the kills go on (host 1's first detail page)
+HOLD = "hang@1:/item/1"
+
+#: startup milestones a kill can wait for: a line of the crawl's log, or "acked" (done grew)
+MILESTONES = ("Spider opened", "took back", "acked")
+
+
+def _counts_or_empty(store: Any) -> dict[str, int]:
     try:
+        return store.counts()  # type: ignore[no-any-return]
+    except Exception:  # noqa: BLE001 - the crawl may still be creating the layout
+        return {}
+
+
+def _wait_progress(proc: CrawlProcess, url: str, job: str, *, done: int | None = None,
+                   milestone: str | None = None, timeout: float = 60) -> dict[str, int]:
+    """Poll until the frontier has ``done`` records done, or the crawl reached
+    ``milestone`` (see MILESTONES), or the crawl exits; the last counts."""
+    store = open_store(url, job)
+    log = proc.run_dir / "crawl.log"
+    try:
+        first = _counts_or_empty(store).get("done", 0)
         deadline = time.monotonic() + timeout
         counts: dict[str, int] = {}
         while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                counts = store.counts()
-            except Exception:  # noqa: BLE001 - the crawl may still be creating the layout
-                counts = {}
-            if counts.get("done", 0) >= target:
+            counts = _counts_or_empty(store)
+            if done is not None and counts.get("done", 0) >= done:
+                return counts
+            if milestone == "acked" and counts.get("done", 0) > first:
+                return counts
+            if milestone and milestone != "acked" and milestone in log.read_text(errors="replace"):
                 return counts
             time.sleep(0.05)
-        return counts
+        raise AssertionError(f"no progress to {done if done is not None else milestone!r} within {timeout}s "
+                             f"(rc={proc.poll()}); last counts {counts}; log tail:\n{proc.result().tail()}")
+    finally:
+        store.close()
+
+
+def _run_ended(url: str, job: str) -> bool:
+    store = open_store(url, job)
+    try:
+        runs = store.runs()
+        return bool(runs) and runs[-1].ended_at is not None
     finally:
         store.close()
 
 
 def crash_and_resume(tb: Testbed, settings: dict[str, Any], tmp_path: Path, *, frontier_url: str, job: str,
                      kills: int, seed: int, total: int, timeout: float = 150,
-                     time_kills: int = 3) -> CrashRun:
-    """Run the crawl, SIGKILL it ``kills`` times at seeded random moments, restarting it
-    with the same command each time, then let the last run finish."""
+                     startup_kills: int = 3) -> CrashRun:
+    """Run the crawl, SIGKILL it ``kills`` times at seeded random moments of progress,
+    restarting it with the same command each time, then let the last run finish."""
     rng = random.Random(seed)
-    # progress targets spread over the crawl, ascending; a few kills are time-based instead
+    # progress targets spread over the crawl, ascending; a few kills are at startup milestones
     targets = sorted(rng.sample(range(total // 20, total * 9 // 10), kills))
-    # time-based kills among the earlier ones: late in the crawl a slow kill could come after the end
-    timed = set(rng.sample(range(kills * 2 // 3), time_kills))
+    at_startup = set(rng.sample(range(kills), startup_kills))
     out = CrashRun()
+    tb.set_faults(HOLD)  # no killed run can drain the job before its kill
     for i in range(kills):
         proc = start_crawl(tb, settings, tmp_path)
         out.runs += 1
-        if i in timed:
-            time.sleep(rng.uniform(0.3, 3.0))
-            counts: dict[str, int] = {}
-            how = "time"
+        if i in at_startup:
+            how = rng.choice(MILESTONES)
+            counts = _wait_progress(proc, frontier_url, job, milestone=how)
         else:
-            counts = _wait_done(proc, frontier_url, job, targets[i], timeout=60)
-            time.sleep(rng.uniform(0.0, 0.3))
+            counts = _wait_progress(proc, frontier_url, job, done=targets[i])
             how = f"done>={targets[i]}"
         if proc.poll() is not None:
             raise AssertionError(
@@ -111,7 +144,10 @@ def crash_and_resume(tb: Testbed, settings: dict[str, Any], tmp_path: Path, *, f
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
         assert proc.returncode == -signal.SIGKILL
+        # holds whichever way the kill raced the crawl: the held page keeps the run open
+        assert not _run_ended(frontier_url, job), f"run {i + 1} ended before kill {i + 1} ({how})"
         out.kills.append((how, time.monotonic() - proc.started, counts))
+    tb.set_faults([])
     proc = start_crawl(tb, settings, tmp_path)
     out.runs += 1
     out.final = proc.finish(timeout)

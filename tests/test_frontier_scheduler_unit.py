@@ -286,3 +286,76 @@ def test_default_frontier_file_is_under_jobdir_else_the_state_dir(tmp_path: Path
     assert frontier_url(Settings({"SCALE_STATE_DIR": "st", "JOBDIR": str(tmp_path / "job")})) == \
         f"sqlite:///{tmp_path / 'job' / 'frontier.db'}"
     assert frontier_url(Settings({"SCALE_FRONTIER_URL": "redis://h:1/2"})) == "redis://h:1/2"
+
+
+# ---- what waits locally: len(), priorities ------------------------------------------------
+
+
+def test_len_counts_what_waits_in_the_outbox(sched: Scheduler) -> None:
+    for i in range(3):
+        sched.enqueue_request(Request(f"http://a.test/{i}"))
+    assert sched.has_pending_requests() and len(sched) == 3
+    args = sched._sync_args()  # a sync takes the outbox: still waiting, not yet counted by the store
+    assert len(sched) == 3
+    sched._sync_done(sched._sync_work(*args))
+    assert len(sched) == 3  # now buffered (leased), none pending in the store
+    sched.next_request()
+    assert len(sched) == 2  # one in flight
+
+
+def _drain(s: Scheduler) -> list[int]:
+    out = []
+    while (r := s.next_request()) is not None:
+        out.append(r.priority)
+    return out
+
+
+def test_a_late_higher_priority_request_is_served_before_the_buffered_ones(sched: Scheduler) -> None:
+    """The bound: a request of higher priority than everything buffered reaches the engine
+    before any of them, after at most two syncs (the one running when it arrived, then the
+    one that writes and leases it); the engine gets None meanwhile."""
+    for i in range(8):
+        sched.enqueue_request(Request(f"http://a.test/low{i}"))
+    sched.sync_blocking()
+    assert len(sched.buffer) == sched.batch  # a full batch of priority 0 leased
+    assert sched.next_request().priority == 0
+    args = sched._sync_args()  # a sync is running ...
+    sched.enqueue_request(Request("http://a.test/high", priority=5))  # ... when it arrives
+    assert sched.next_request() is None  # held back: the buffer has only lower priorities
+    sched._sync_done(sched._sync_work(*args))
+    assert sched.next_request() is None  # still in the outbox
+    sched.sync_blocking()  # writes it and leases it although the buffer is more than half full
+    served = _drain(sched)
+    assert served == [5] + [0] * 7
+    # ties do not wait: FIFO within a priority
+    sched.enqueue_request(Request("http://a.test/tie0"))
+    sched.enqueue_request(Request("http://a.test/tie1"))
+    sched.sync_blocking()
+    assert sched.next_request().url == "http://a.test/tie0"
+    sched.enqueue_request(Request("http://a.test/tie2"))
+    assert sched.next_request().url == "http://a.test/tie1"
+
+
+def test_a_higher_priority_written_by_a_sync_that_did_not_lease_is_leased_next(sched: Scheduler) -> None:
+    sched.enqueue_request(Request("http://a.test/top", priority=9))
+    for i in range(7):
+        sched.enqueue_request(Request(f"http://a.test/low{i}"))
+    sched.sync_blocking()
+    sched.enqueue_request(Request("http://a.test/mid", priority=5))
+    args = sched._sync_args()  # buffer full and its best (9) outranks 5: this sync leases nothing
+    assert args[1] == 0
+    assert sched.next_request().priority == 9
+    assert sched.next_request() is None  # 5 is being written; the buffer has only 0s
+    sched._sync_done(sched._sync_work(*args))
+    assert sched.next_request() is None  # written, pending in the store, not leased yet
+    sched.sync_blocking()
+    assert _drain(sched) == [5] + [0] * 7
+
+
+def test_memory_only_requests_take_their_turn_by_priority(sched: Scheduler) -> None:
+    sched.enqueue_request(Request("http://a.test/p1", priority=1))
+    sched.sync_blocking()
+    sched.enqueue_request(Request("http://a.test/mem", priority=3, meta={"o": object()}))
+    sched.enqueue_request(Request("http://a.test/mem0", priority=0, meta={"o": object()}))
+    assert [r.url for r in iter(sched.next_request, None)] == [
+        "http://a.test/mem", "http://a.test/p1", "http://a.test/mem0"]

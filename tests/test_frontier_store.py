@@ -208,6 +208,21 @@ def test_priority_first(store: FrontierStore) -> None:
     assert order == ["http://b.test/high", "http://a.test/mid", "http://a.test/low"]
 
 
+def test_one_lease_batch_never_interleaves_priority_levels(store: FrontierStore) -> None:
+    """Priorities 1,1,0,0 of one domain come back 1,1,0,0 (SQLite gave 1,0,1,0): a batch
+    is priority levels in turn, highest first, round-robin across domains only within one."""
+    store.enqueue([req("http://a.test/1a", 1), req("http://a.test/1b", 1), req("http://a.test/0a", 0),
+                   req("http://a.test/0b", 0)])
+    got = [(x.priority, codec.decode(x.data).url) for x in store.lease(W, 4, LEASE)]
+    assert got == [(1, "http://a.test/1a"), (1, "http://a.test/1b"), (0, "http://a.test/0a"),
+                   (0, "http://a.test/0b")]
+    # several domains and ties: non-increasing priority over the whole batch
+    batch = [req(f"http://{d}.test/{p}/{i}", p) for i in range(3) for d in "abc" for p in (0, 1, 2)]
+    store.enqueue(batch)
+    prios = [x.priority for x in store.lease(W, len(batch), LEASE)]
+    assert prios == sorted(prios, reverse=True) and len(prios) == len(batch)
+
+
 def test_fairness_one_big_domain_cannot_starve_others(store: FrontierStore) -> None:
     store.enqueue([req(f"http://big.test/{i}") for i in range(200)])
     store.enqueue([req("http://small1.test/1"), req("http://small2.test/1"), req("http://small2.test/2")])

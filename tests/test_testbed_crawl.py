@@ -50,6 +50,24 @@ def test_every_reset_reaches_the_crawler_on_reused_connections(tmp_path: Path) -
         assert res.stats["downloader/response_count"] == len(tb.log) - resets
 
 
+def test_every_reset_reaches_the_crawler_through_a_proxy(tmp_path: Path) -> None:
+    """The same through a forward proxy (one pooled keep-alive connection to it): the
+    flaky proxy's own resets and the target's resets it passes on are all failed
+    attempts the crawler counts."""
+    with Testbed(hosts=1, pages=12, seed=2, faults="reset:/item/1*,first=1",
+                 proxies=[ProxySpec("p1", mode="flaky", p=0.3)]) as tb:
+        res = run_crawl(tb, {"CONCURRENT_REQUESTS": 1,
+                             "SCALE_RETRY_POLICY": {"transient": {"retries": 10, "base": 0.05}}},
+                        tmp_path, timeout=90, env={"http_proxy": tb.proxy_urls[0], "no_proxy": ""})
+        assert res.returncode == 0, res.tail()
+        assert res.item_urls == tb.detail_urls()
+        target_resets = tb.count(kind="reset")
+        proxy_resets = [e.outcome for e in tb.proxy_log].count("reset")
+        assert target_resets == 4 and proxy_resets >= 1, (target_resets, proxy_resets)
+        assert res.stats["downloader/exception_count"] == target_resets + proxy_resets
+        assert res.stats["scale/retry/transient"] == target_resets + proxy_resets
+
+
 def test_crawl_through_a_proxy(tmp_path: Path) -> None:
     with Testbed(hosts=2, pages=10, proxies=[ProxySpec("p1", mode="auth")]) as tb:
         res = run_crawl(tb, {}, tmp_path, timeout=90, env={"http_proxy": tb.proxy_urls[0], "no_proxy": ""})

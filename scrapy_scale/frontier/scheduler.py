@@ -25,7 +25,6 @@ import os
 import socket
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -44,6 +43,8 @@ from scrapy_scale.errors import ItemDeadLettered, ItemNotStored
 from scrapy_scale.frontier import codec
 from scrapy_scale.frontier import compat as frontier_compat
 from scrapy_scale.frontier import settings as frontier_settings
+from scrapy_scale.frontier.engine_glue import DaemonThreadPool, install_empty_gate
+from scrapy_scale.frontier.local import LocalQueue, Outbox, holds_back, lease_wanted, max_opt
 from scrapy_scale.frontier.store import (
     EnqueueResult,
     FrontierError,
@@ -69,6 +70,8 @@ OUTBOX_CAP = 16
 #: seconds after the engine finished a request with no final outcome before the
 #: scheduler acks it itself (signal mode; a missing outcome must not hang a job)
 OUTCOME_GRACE = 10.0
+#: longest wait for the last writes when the reactor stops before the spider closed
+SHUTDOWN_WRITE_SECONDS = 3.0
 
 
 @dataclass
@@ -144,11 +147,18 @@ class Scheduler(BaseScheduler):
         self.spider: Spider | None = None
         #: what a record may name (classes, schemes); set from the settings at attach
         self.rules = codec.RecordRules()
-        self.outbox: list[tuple[str, Any]] = []
-        #: the outbox holds an enqueue (new work) that no sync has taken yet
-        self._enq_waiting = False
-        self.buffer: deque[Leased] = deque()
-        self.memq: deque[Request] = deque()
+        self.outbox = Outbox()
+        #: the outbox a running sync took (its enqueues count as pending until it is done)
+        self._sync_ops: Outbox | None = None
+        #: an eligible priority written by a sync that leased nothing, above the buffer's best
+        self._pending_top: int | None = None
+        #: next_request returned None since the last sync (wake the engine after the next)
+        self._engine_waits = False
+        #: the running (or last) sync asked the store for a lease
+        self._sync_leases = False
+        #: leased records and memory-only requests, served by priority (FIFO within one)
+        self.buffer: LocalQueue[Leased | Request] = LocalQueue()
+        self._mem_n = 0
         self.inflight: dict[str, InFlight] = {}
         self.remote: dict[str, int] = {"pending": 0, "delayed": 0, "leased": 0, "done": 0, "failed": 0}
         self._synced_once = False
@@ -168,6 +178,8 @@ class Scheduler(BaseScheduler):
         self._warned_unserializable = False
         #: Scrapy/scrapy-redis scheduler settings the project set (frontier/compat.py)
         self.compat = frontier_compat.DEFAULT
+        self._remove_gate: Callable[[], None] = lambda: None
+        self._shutdown_trigger: Any = None
 
     # ---- construction ------------------------------------------------------------------
 
@@ -203,11 +215,37 @@ class Scheduler(BaseScheduler):
 
     def open(self, spider: Spider) -> defer.Deferred[None] | None:
         self.attach(spider)
-        self._pool = ThreadPool(1, 1, name="scale-frontier")
+        self._pool = DaemonThreadPool(1, 1, name="scale-frontier")
         self._pool.start()
         self._loop = task.LoopingCall(self._tick)
         self._loop.start(TICK, now=False)
+        self._remove_gate = install_empty_gate(compat.engine_of(self.crawler), self.has_work_for_this_worker)
+        self._shutdown_trigger = _reactor().addSystemEventTrigger("before", "shutdown", self._on_reactor_shutdown)
         return None
+
+    def _on_reactor_shutdown(self) -> defer.Deferred[Any] | None:
+        """The reactor stops without the spider being closed (a second Ctrl-C): write
+        what is settled (outbox, finished acks) within SHUTDOWN_WRITE_SECONDS, then let
+        the process exit (the store thread is a daemon). Leases stay; the restarted
+        worker takes them back at once."""
+        if self._closing or self._pool is None:
+            return None
+        self._closing = True
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        self._ack_finished_by_engine(closing=True)
+        ops = self.outbox.take().ops
+        logger.warning("frontier: the reactor stops before the spider closed; writing %d settled op(s), "
+                       "leases are taken back by the next run", len(ops))
+
+        def work() -> None:
+            with self._store_lock:
+                self._write_ops(ops, SyncResult())
+
+        d = self._in_thread(work)
+        d.addTimeout(SHUTDOWN_WRITE_SECONDS, _reactor())
+        d.addErrback(lambda f: logger.error("frontier: final write at shutdown failed: %s", f.getErrorMessage()))
+        return d
 
     def attach(self, spider: Spider) -> None:
         """Join (or start) the run, pick the worker id, take back this worker's
@@ -254,10 +292,12 @@ class Scheduler(BaseScheduler):
         return defer.ensureDeferred(self._close(reason))
 
     async def _close(self, reason: str) -> None:
+        self._remove_gate()
         while self._sync_running is not None:
             await self._sync_running
-        held = [x.fingerprint for x in self.buffer] + list(self.inflight)
-        ops = self._take_outbox()
+        self._ack_finished_by_engine(closing=True)
+        held = self._buffered_fps() + list(self.inflight)
+        ops = self.outbox.take().ops
         finish = reason == "finished" and not self.wait_for_seeds
 
         def work() -> tuple[SyncResult, int]:
@@ -277,10 +317,14 @@ class Scheduler(BaseScheduler):
             logger.exception("frontier: final write failed; unacked leases will expire and be retried")
         finally:
             self.buffer.clear()
+            self._mem_n = 0
             self.inflight.clear()
             self.store.close()
             if self._pool is not None:
                 self._pool.stop()
+            if self._shutdown_trigger is not None:
+                _reactor().removeSystemEventTrigger(self._shutdown_trigger)
+                self._shutdown_trigger = None
 
     def _final_writes(self, ops: list[tuple[str, Any]], held: list[str], finish: bool,
                       res: SyncResult) -> tuple[SyncResult, int]:
@@ -295,13 +339,30 @@ class Scheduler(BaseScheduler):
     # ---- engine interface ------------------------------------------------------------------
 
     def has_pending_requests(self) -> bool:
-        if self.buffer or self.memq or self.outbox:
+        if self.buffer or self.outbox or (self._sync_ops is not None and self._sync_ops.enqueues):
             return True
         r = self.remote
         return bool(r["pending"] or r["delayed"] or r["leased"])
 
     def __len__(self) -> int:
-        return len(self.buffer) + len(self.memq) + self.remote["pending"] + self.remote["delayed"]
+        """Requests waiting to be handed to the engine: buffered, in the outbox (or the
+        sync writing it), pending or delayed in the store. Not those in flight."""
+        writing = self._sync_ops.enqueues if self._sync_ops is not None else 0
+        return (len(self.buffer) + self.outbox.enqueues + writing
+                + self.remote["pending"] + self.remote["delayed"])
+
+    def has_work_for_this_worker(self) -> bool:
+        """Is anything waiting that this worker could hand to the engine, now or after
+        its next sync? (Buffered, being written, or eligible in the store.) Scrapy's
+        ``scheduler_empty`` is sent only when not (see :mod:`.engine_glue`)."""
+        if self.buffer or self.outbox.enqueues or self._pending_top is not None:
+            return True
+        if self._sync_ops is not None and self._sync_ops.enqueues:
+            return True
+        return bool(self.remote["pending"])
+
+    def _buffered_fps(self) -> list[str]:
+        return [x.fingerprint for x in self.buffer if isinstance(x, Leased)]
 
     def enqueue_request(self, request: Request) -> bool:
         fp, update = self._fingerprint(request)
@@ -317,7 +378,8 @@ class Scheduler(BaseScheduler):
                 logger.warning("frontier: %s is kept in memory only (not persisted): %s",
                                redact_text(str(request)), redact_text(str(e)))
                 self._warned_unserializable = True
-            self.memq.append(request)
+            self.buffer.push(request.priority, request)
+            self._mem_n += 1
             return True
         is_start = bool(request.meta.get("is_start_request"))
         nr = NewRequest(
@@ -327,10 +389,10 @@ class Scheduler(BaseScheduler):
         )
         if update:
             self.inflight.pop(fp, None)  # its lease is void; the record will be leased anew
-        if not_before > time.time():
+        eligible = not_before <= time.time()
+        if not eligible:
             self._inc("delayed")
-        self.outbox.append(("enq", nr))
-        self._enq_waiting = True
+        self.outbox.append(("enq", nr), request.priority if eligible else None)
         if len(self.outbox) >= OUTBOX_CAP * self.batch:
             self._flush_now()
         elif len(self.outbox) >= self.batch:
@@ -344,19 +406,29 @@ class Scheduler(BaseScheduler):
         consumes ``start()`` without yielding while the downloader is full): the
         outbox must stay bounded. Order holds: a running sync only has older ops,
         and it finishes (the lock) before these are written."""
-        ops = self._take_outbox()
+        ops = self.outbox.take()
         res = SyncResult()
         with self._store_lock, self.store.batch():
-            self._write_ops(ops, res)
+            self._write_ops(ops.ops, res)
+            res.counts = self.store.counts()
+        self._pending_top = max_opt(self._pending_top, ops.top)
         self._inc("outbox_flushes")
         self._count_enqueued(res.enqueued)
+        self._apply_counts(res)
 
     def next_request(self) -> Request | None:
-        if self.memq:
-            return self.memq.popleft()
         request = None
-        while self.buffer and request is None:
-            lz = self.buffer.popleft()
+        while request is None:
+            if not self.buffer or holds_back(self._waiting_top(), self.buffer.top_priority()):
+                # nothing buffered, or a request of higher priority than everything buffered
+                # waits to be written and leased: the engine waits for that sync
+                self._engine_waits = True
+                self._kick()
+                return None
+            lz = self.buffer.pop()
+            if isinstance(lz, Request):  # memory only (not persistable)
+                self._mem_n -= 1
+                return lz
             if lz.error is not None:  # the store already moved it to the dead letters
                 logger.warning("frontier: record %s cannot be read, dead-lettered: %s", lz.fingerprint, lz.error)
                 self._inc("dead_lettered")
@@ -370,9 +442,14 @@ class Scheduler(BaseScheduler):
                 continue
             request.meta[meta.FINGERPRINT] = lz.fingerprint
             self.inflight[lz.fingerprint] = InFlight(lz.token, request.url, lz.attempts, request)
-        if len(self.buffer) <= self.batch // 2:
+        if len(self.buffer) - self._mem_n <= self.batch // 2:
             self._kick()
         return request
+
+    def _waiting_top(self) -> int | None:
+        """The highest eligible priority written to the store by no lease of ours yet."""
+        top = max_opt(self.outbox.top, self._pending_top)
+        return max_opt(top, self._sync_ops.top) if self._sync_ops is not None else top
 
     # ---- fingerprints, continuations ----------------------------------------------------------
 
@@ -469,21 +546,30 @@ class Scheduler(BaseScheduler):
         inprogress = compat.engine_requests_in_progress(self.crawler)
         return bool(request is not None and inprogress is not None and request in inprogress)
 
-    def _ack_finished_by_engine(self) -> None:
+    def _ack_finished_by_engine(self, closing: bool = False) -> None:
         """A request the engine is done with but no final outcome covered (every request
         without the outcome middlewares; after OUTCOME_GRACE with them) gets the outcome
         package's documented fallback outcome, sent on the bus like any other: this
         scheduler then acks or fails it in ``_on_outcome``, and every subscriber sees it.
-        The frontier never decides a class of its own."""
-        inprogress = compat.engine_requests_in_progress(self.crawler)
-        if inprogress is None:
+        The frontier never decides a class of its own.
+
+        ``closing`` (a clean stop, or the reactor stopping): write every settled
+        ack/fail the engine let go of (they used to wait for the next tick and
+        were released at close instead, so the resumed crawl fetched them again),
+        and ack what plain Scrapy finished with a response; the rest stays held
+        and is released (fetched again on resume)."""
+        found = compat.engine_requests_in_progress(self.crawler)
+        if found is None and not closing:
             return
+        inprogress: set[Any] = found if found is not None else set()
         now = time.monotonic()
         for fp, entry in list(self.inflight.items()):
             if entry.request is None or entry.request in inprogress or entry.unstored:
                 continue
             if entry.settled is not None:
                 self._settle(fp, entry, entry.settled)
+                continue
+            if closing and (self.signal_mode or not entry.responded):
                 continue
             if entry.left_at is None:
                 entry.left_at = now
@@ -516,14 +602,10 @@ class Scheduler(BaseScheduler):
         self._ack_finished_by_engine()
         self._kick()
 
-    def _take_outbox(self) -> list[tuple[str, Any]]:
-        ops, self.outbox = self.outbox, []
-        self._enq_waiting = False
-        return ops
-
     def sync_blocking(self) -> SyncResult:
         """One sync in the calling thread (tests, tools): same as a tick's."""
-        res = self._sync_work(*self._sync_args())
+        args = self._sync_args()
+        res = self._sync_work(*args)
         self._sync_done(res)
         return res
 
@@ -533,15 +615,25 @@ class Scheduler(BaseScheduler):
         args = self._sync_args()
         d = self._in_thread(lambda: self._sync_work(*args))
         self._sync_running = d
-        d.addCallbacks(self._sync_done, self._sync_failed, errbackArgs=(args[0],))
+        d.addCallbacks(self._sync_done, self._sync_failed)
 
     def _sync_args(self) -> tuple[list[tuple[str, Any]], int, list[str] | None, bool, bool, int]:
-        ops = self._take_outbox()
-        want = self.batch - len(self.buffer) if len(self.buffer) <= self.batch // 2 else 0
+        taken = self.outbox.take()
+        ops = taken.ops
+        self._sync_ops = taken
+        btop = self.buffer.top_priority()
+        # enqueues that outrank the whole buffer: lease them now even with a full buffer
+        wall = time.time()
+        higher = sum(1 for kind, nr in ops if kind == "enq" and nr.not_before <= wall
+                     and (btop is None or nr.priority > btop))
+        if holds_back(self._pending_top, btop):
+            higher = self.batch
+        want = lease_wanted(len(self.buffer) - self._mem_n, self.batch, higher)
+        self._sync_leases = want > 0
         now = time.monotonic()
         renew: list[str] | None = None
         if now - self._last_renew >= self.lease_seconds / 3:
-            renew = [x.fingerprint for x in self.buffer] + list(self.inflight)
+            renew = self._buffered_fps() + list(self.inflight)
             self._last_renew = now
         reclaim = now - self._last_reclaim >= min(5.0, self.lease_seconds / 4)
         if reclaim:
@@ -630,6 +722,7 @@ class Scheduler(BaseScheduler):
 
     def _sync_done(self, res: SyncResult) -> None:
         self._sync_running = None
+        written, self._sync_ops = self._sync_ops, None
         self._inc("syncs")
         self._sync_seconds += res.seconds
         self.stats.set_value("scale/frontier/sync_seconds", round(self._sync_seconds, 3))
@@ -644,23 +737,30 @@ class Scheduler(BaseScheduler):
                 self._wait_sum += max(0.0, now - lz.eligible_at)
                 self._wait_n += 1
             self._inc("leased", len(res.leased))
-            self.buffer.extend(res.leased)
+            for lz in res.leased:
+                self.buffer.push(lz.priority, lz)
             if self._wait_n:
                 self.stats.set_value("scale/frontier/wait_seconds_avg", round(self._wait_sum / self._wait_n, 3))
         self._apply_counts(res)
         if res.finished_run and not self._finished:
             self._finished = True
             logger.info("frontier: job %r drained; run finished: %s", self.store.job, res.counts)
+        # a sync that leased got the store's best; one that did not may have written
+        # a priority above the buffer's best: the next sync leases it
+        carried = None if self._sync_leases else max_opt(self._pending_top, written.top if written else None)
+        self._pending_top = carried if holds_back(carried, self.buffer.top_priority()) else None
         if self._closing:
             return
-        if res.leased or res.finished_run or not self.has_pending_requests():
-            self._wake_engine()  # new work, or maybe idle now: let the engine look at once
-        if len(self.buffer) <= self.batch // 2 and (res.leased or self._enq_waiting):
+        if res.leased or res.finished_run or self._engine_waits or not self.has_pending_requests():
+            # new work, or maybe idle (or no longer held back) now: let the engine look at once
+            self._engine_waits = False
+            self._wake_engine()
+        if len(self.buffer) - self._mem_n <= self.batch // 2 and (res.leased or self.outbox.enqueues):
             # more to lease, or new requests (children) that arrived during this sync and
             # are leasable as soon as they are written: do not let them wait for the tick
             # (the engine may have asked, got None and now waits for a wake-up)
             self._kick()
-        elif self.outbox and len(self.outbox) >= self.batch:
+        elif len(self.outbox) >= self.batch or holds_back(self._waiting_top(), self.buffer.top_priority()):
             self._kick()
 
     def _count_enqueued(self, results: list[EnqueueResult]) -> None:
@@ -672,10 +772,12 @@ class Scheduler(BaseScheduler):
             else:
                 self._inc("deduplicated")
 
-    def _sync_failed(self, failure: Any, ops: list[tuple[str, Any]]) -> None:
+    def _sync_failed(self, failure: Any) -> None:
         self._sync_running = None
         # keep the writes (in order, ahead of newer ones) and try again on the next tick
-        self.outbox = ops + self.outbox
+        if self._sync_ops is not None:
+            self.outbox.put_back(self._sync_ops)
+            self._sync_ops = None
         logger.error("frontier sync failed (will retry): %s", failure.getErrorMessage())
         self._inc("sync_errors")
 
@@ -693,6 +795,12 @@ class Scheduler(BaseScheduler):
     def _inc(self, key: str, n: int = 1) -> None:
         if n:
             self.stats.inc_value(f"scale/frontier/{key}", n)
+
+
+def _reactor() -> Any:
+    from twisted.internet import reactor  # the one Scrapy installed
+
+    return reactor
 
 
 def _int(v: Any, default: int) -> int:

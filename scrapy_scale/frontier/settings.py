@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
@@ -96,6 +95,4 @@ def frontier_url(settings: Any) -> str:
     url = config.get(settings, "SCALE_FRONTIER_URL")
     if url:
         return str(url)
-    jobdir = settings.get("JOBDIR") if hasattr(settings, "get") else None
-    folder = jobdir or config.get(settings, "SCALE_STATE_DIR")
-    return "sqlite:///" + os.path.abspath(os.path.join(folder, "frontier.db"))
+    return settings_core.state_file_url(settings, "frontier.db")

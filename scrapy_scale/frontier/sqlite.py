@@ -359,6 +359,7 @@ class SqliteStore(FrontierStore):
                 (self.job, n),
             ).fetchall()
             groups: list[list[Leased]] = []
+            leased: list[Leased] = []
             left = n
             i = 0
             while i < len(queues) and left > 0:
@@ -366,11 +367,12 @@ class SqliteStore(FrontierStore):
                 level = [q for q in queues[i:] if q[0] == prio]
                 i += len(level)
                 shares = fair_shares([q[2] for q in level], left)
-                for (p, domain, _), k in zip(level, shares, strict=True):
-                    if k:
-                        groups.append(self._take(db, worker, p, domain, k, now, seconds))
-                        left -= len(groups[-1])
-            leased = interleave(groups)
+                took = [self._take(db, worker, p, domain, k, now, seconds)
+                        for (p, domain, _), k in zip(level, shares, strict=True) if k]
+                left -= sum(len(g) for g in took)
+                groups += took
+                # round-robin across domains within one priority level; levels never mix
+                leased += interleave(took)
             if leased:
                 served = self._next_seq_served(db, len(groups))
                 db.executemany(

@@ -56,7 +56,7 @@ class _Proxy:
         return str(ip) if ip.is_loopback else None  # nothing ever leaves loopback
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        from scrapy_scale.testbed.server import http_response, reset_transport
+        from scrapy_scale.testbed.server import http_response, reset_mid_answer
 
         self.tb._proxy_writers.add(writer)
         peer = writer.get_extra_info("peername")
@@ -94,7 +94,7 @@ class _Proxy:
                     continue
                 if spec.mode == "flaky" and unit(self.tb.seed, "proxy", spec.id, self.count) < spec.p:
                     self._event(method, target, client, "reset")
-                    reset_transport(writer.transport)
+                    reset_mid_answer(writer.transport)
                     return
                 if spec.mode == "slow":
                     await asyncio.sleep(spec.delay)
@@ -129,7 +129,7 @@ class _Proxy:
                     rhead = await up[0].readuntil(b"\r\n\r\n")
                 except (asyncio.IncompleteReadError, ConnectionError):
                     # the target reset or closed: the client sees the same
-                    reset_transport(writer.transport)
+                    reset_mid_answer(writer.transport)
                     return
                 rmap = {}
                 for line in rhead.decode("latin-1").split("\r\n")[1:]:

@@ -71,6 +71,21 @@ def reset_transport(transport: asyncio.BaseTransport) -> None:
     transport.abort()  # type: ignore[attr-defined]
 
 
+def reset_mid_answer(transport: asyncio.BaseTransport) -> None:
+    """The first bytes of an answer (:data:`RESET_PREFIX`), then RST: what a ``reset`` fault
+    (and a flaky proxy) does.
+
+    A reset before any byte is invisible to Scrapy on a reused keep-alive connection:
+    Twisted's connection pool then re-sends an idempotent request once by itself
+    (``ResponseNeverReceived``). Once a byte came, the client fails the request
+    (``ResponseFailed``) and Scrapy sees it. The bytes are in the client's receive queue
+    before the RST (loopback, sent at once), and a reset socket still returns queued data
+    before its error."""
+    assert isinstance(transport, asyncio.WriteTransport)
+    transport.write(RESET_PREFIX)
+    reset_transport(transport)
+
+
 class _Answer:
     __slots__ = ("status", "body", "headers", "kind", "delay")
 
@@ -503,16 +518,9 @@ class _TargetProtocol(asyncio.Protocol):
             close = conn_hdr == "close" or (version == "HTTP/1.0" and conn_hdr != "keep-alive")
             ans = self.tb._answer(self.host_no, target, self.egress, self.client, self.conn, method)
             if ans.kind == "reset":
-                # The first bytes of an answer, then RST. A reset before any byte is invisible
-                # to Scrapy on a reused keep-alive connection: Twisted's connection pool then
-                # re-sends an idempotent request once by itself (ResponseNeverReceived). Once a
-                # byte came, the client fails the request (ResponseFailed) and Scrapy sees it.
-                # The bytes are in the client's receive queue before the RST (loopback, sent at
-                # once), and a reset socket still returns queued data before its error.
                 self.closed = True
                 assert self.transport is not None
-                self.transport.write(RESET_PREFIX)
-                reset_transport(self.transport)
+                reset_mid_answer(self.transport)
                 return
             if ans.kind == "hang":
                 self.busy = True

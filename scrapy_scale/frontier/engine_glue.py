@@ -1,0 +1,66 @@
+"""Thin glue between the frontier scheduler and Scrapy's engine and reactor.
+
+- :class:`EmptySignalGate`: Scrapy's engine sends ``scheduler_empty`` each time
+  ``next_request()`` returns None. The frontier returns None also while a request
+  is on its way (in the outbox, or being written and leased by the store thread),
+  so the signal would say "empty" while work is pending, and a spider that
+  schedules lazily on it (Scrapy's lazy-start pattern) would be told to add more
+  too early. The gate drops the signal while the scheduler still has work for
+  this worker; the scheduler wakes the engine after the sync, and the engine's
+  next None sends it for real.
+- :class:`DaemonThreadPool`: the store thread must not keep the process alive
+  once the reactor stopped (a second Ctrl-C stops the reactor without closing
+  the spider; a non-daemon thread then blocked the interpreter's exit forever).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from scrapy import signals
+from twisted.python.threadpool import ThreadPool
+
+
+class EmptySignalGate:
+    """Stands in for the engine's ``signals`` (a SignalManager); forwards everything
+    except ``scheduler_empty`` while ``has_work()`` is True."""
+
+    def __init__(self, inner: Any, has_work: Callable[[], bool]):
+        self._inner = inner
+        self._has_work = has_work
+
+    def send_catch_log(self, signal: Any = None, **kwargs: Any) -> list[Any]:
+        if signal is signals.scheduler_empty and self._has_work():
+            return []
+        return self._inner.send_catch_log(signal, **kwargs)  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def install_empty_gate(engine: Any, has_work: Callable[[], bool]) -> Callable[[], None]:
+    """Put the gate in front of ``engine.signals``; returns what takes it out again."""
+    inner = getattr(engine, "signals", None)
+    if engine is None or inner is None:
+        return lambda: None
+    engine.signals = EmptySignalGate(inner, has_work)
+
+    def remove() -> None:
+        if isinstance(engine.signals, EmptySignalGate):
+            engine.signals = inner
+
+    return remove
+
+
+def _daemon_thread(*args: Any, **kwargs: Any) -> threading.Thread:
+    t = threading.Thread(*args, **kwargs)
+    t.daemon = True
+    return t
+
+
+class DaemonThreadPool(ThreadPool):
+    """A Twisted thread pool whose threads never hold the process open at exit."""
+
+    threadFactory = staticmethod(_daemon_thread)  # type: ignore[assignment]

@@ -1,0 +1,241 @@
+"""Per-site pacing decisions: the adaptive delay, Retry-After pauses, the local gate.
+
+Plain Python with an injectable clock (epoch seconds); no reactor, no Scrapy. The
+Scrapy glue (:mod:`scrapy_scale.throttle.pacer`) feeds it outcomes and asks it, for
+each request the scheduler is about to hand out, whether the request's site is due.
+
+The delay of a site (seconds between two requests to it):
+
+- **latency** (as AutoThrottle): the goal is ``latency / target_concurrency``; a
+  slower answer raises the delay to it at once;
+- **rate limited** (``rate_limited`` outcomes, fast 429s included): the delay is
+  multiplied by ``slowdown`` (from at least the spacing the site just complained
+  about), at most once per burst (answers to requests sent before the last
+  slow-down do not slow it down again); the spacing that was too fast is
+  remembered;
+- **recovery**: each success moves the delay ``recovery`` of the way down to its
+  goal, which stays :data:`MARGIN` above the remembered too-fast spacing. That
+  memory halves every :data:`MEMORY_HALF_LIFE` seconds, so a site that raised its
+  limit is found again, one rate-limited answer at a time;
+- **bounds**: never below ``min_delay`` (or the robots.txt Crawl-delay, unless the
+  profile sets ``min_delay``), never above ``max_delay``.
+
+The spacing actually enforced is the larger of the delay and ``1 / max_rate``.
+A ``Retry-After`` (when the profile honours it) pauses the whole site until then,
+capped by ``SCALE_RETRY_AFTER_MAX``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from scrapy_scale import clock as clock_mod
+from scrapy_scale.throttle.profiles import Match, Profiles
+
+#: the delay settles this fraction above the spacing a site said was too fast
+MARGIN = 0.1
+#: seconds for the memory of a too-fast spacing to halve
+MEMORY_HALF_LIFE = 300.0
+#: weight of the newest gap in the moving average of the spacing actually sent
+GAP_WEIGHT = 0.2
+
+
+@dataclass
+class SiteState:
+    """What is known about one site (one pacing key)."""
+
+    key: str
+    match: Match
+    delay: float
+    #: the largest spacing the site said was too fast (0: none), as of ``too_fast_at``
+    too_fast: float = 0.0
+    too_fast_at: float = 0.0
+    #: the last slow-down (answers to requests sent before it do not slow down again)
+    slowed_at: float = -math.inf
+    paused_until: float = 0.0
+    last_sent: float = -math.inf
+    #: moving average of the spacing between requests handed out
+    gap: float | None = None
+    inflight: int = 0
+    #: robots.txt Crawl-delay (seconds), when known
+    crawl_delay: float | None = None
+    #: the delay was learned (changed by an answer, or restored), not the start delay
+    learned: bool = False
+    #: last time the learned state changed (for sharing: newest wins)
+    changed_at: float = 0.0
+    # counters (stats)
+    sent: int = 0
+    rate_limited: int = 0
+    paused_seconds: float = 0.0
+
+    @property
+    def profile(self) -> Any:
+        return self.match.profile
+
+
+class Pacing:
+    """The pacing state of every site seen, and the decisions on it."""
+
+    def __init__(self, profiles: Profiles, clock: clock_mod.Clock = clock_mod.wall, *,
+                 retry_after_cap: float = 3600.0):
+        self.profiles = profiles
+        self.clock = clock
+        self.retry_after_cap = retry_after_cap
+        self.sites: dict[str, SiteState] = {}
+        #: Retry-After values above the cap seen (the glue warns once)
+        self.capped: list[tuple[str, float]] = []
+
+    # ---- sites ----------------------------------------------------------------------
+
+    def site(self, host: str) -> SiteState:
+        m = self.profiles.match(host)
+        s = self.sites.get(m.key)
+        if s is None:
+            p = m.profile
+            s = self.sites[m.key] = SiteState(m.key, m, delay=min(max(p.start_delay, p.min_delay), p.max_delay))
+        return s
+
+    def floor(self, s: SiteState) -> float:
+        """The delay no decision undercuts: min_delay, or a Crawl-delay the profile does not override."""
+        p = s.profile
+        if s.crawl_delay is not None and "min_delay" not in s.match.explicit:
+            return min(max(p.min_delay, s.crawl_delay), p.max_delay)
+        return p.min_delay
+
+    def interval(self, s: SiteState) -> float:
+        """Seconds between two requests to the site, as enforced."""
+        return max(s.delay, self.floor(s), s.profile.interval)
+
+    def too_fast(self, s: SiteState, now: float | None = None) -> float:
+        """The remembered too-fast spacing, decayed to ``now``."""
+        if not s.too_fast:
+            return 0.0
+        now = self.clock() if now is None else now
+        return s.too_fast * 0.5 ** (max(0.0, now - s.too_fast_at) / MEMORY_HALF_LIFE)
+
+    # ---- the gate ---------------------------------------------------------------------
+
+    def hold_until(self, host: str) -> float:
+        """0.0 when a request to ``host`` may be handed out now; else when it may
+        (``math.inf``: when one of the site's requests in flight ends)."""
+        s = self.site(host)
+        conc = s.profile.concurrency
+        if conc is not None and s.inflight >= conc:
+            return math.inf
+        t = max(s.paused_until, s.last_sent + self.interval(s))
+        return t if t > self.clock() else 0.0
+
+    def handed_out(self, host: str) -> SiteState:
+        """A request to ``host`` was handed out now."""
+        s = self.site(host)
+        now = self.clock()
+        if s.last_sent > -math.inf:
+            g = now - s.last_sent
+            s.gap = g if s.gap is None else GAP_WEIGHT * g + (1 - GAP_WEIGHT) * s.gap
+        s.last_sent = now
+        s.sent += 1
+        s.inflight += 1
+        return s
+
+    def ended(self, host: str) -> None:
+        """A request to ``host`` that was handed out has its answer (or was dropped)."""
+        s = self.site(host)
+        s.inflight = max(0, s.inflight - 1)
+
+    # ---- learning -----------------------------------------------------------------------
+
+    def _bound(self, s: SiteState, d: float) -> float:
+        return min(max(d, self.floor(s)), s.profile.max_delay)
+
+    def on_success(self, host: str, latency: float | None) -> SiteState:
+        """A usable answer: follow the latency up at once, recover down gradually."""
+        s = self.site(host)
+        p = s.profile
+        now = self.clock()
+        goal = (latency or 0.0) / p.target_concurrency
+        tf = self.too_fast(s, now)
+        if tf:
+            goal = max(goal, tf * (1 + MARGIN))
+        goal = self._bound(s, goal)
+        old = s.delay
+        s.delay = goal if goal >= s.delay else s.delay - (s.delay - goal) * p.recovery
+        self._changed(s, old, now)
+        return s
+
+    def on_error(self, host: str, latency: float | None) -> SiteState:
+        """An answer that is neither usable nor a rate limit (5xx, timeout): as
+        AutoThrottle, its latency may raise the delay, never lower it."""
+        s = self.site(host)
+        if latency:
+            old = s.delay
+            s.delay = max(s.delay, self._bound(s, latency / s.profile.target_concurrency))
+            self._changed(s, old, self.clock())
+        return s
+
+    def on_rate_limited(self, host: str, latency: float | None, retry_after: float | None) -> float:
+        """The site said slow down. Returns the pause it asked for (seconds, 0: none)."""
+        s = self.site(host)
+        p = s.profile
+        now = self.clock()
+        s.rate_limited += 1
+        sent_at = now - (latency or 0.0)
+        if sent_at >= s.slowed_at:
+            spacing = max(s.delay, s.gap or 0.0, self.interval(s))
+            s.too_fast, s.too_fast_at = max(self.too_fast(s, now), spacing), now
+            old = s.delay
+            s.delay = self._bound(s, max(spacing, 0.05) * p.slowdown)
+            s.slowed_at = now
+            self._changed(s, old, now, force=True)
+        if retry_after is None or retry_after <= 0 or not p.retry_after:
+            return 0.0
+        if retry_after > self.retry_after_cap:
+            self.capped.append((s.key, retry_after))
+            retry_after = self.retry_after_cap
+        self.pause(s, now + retry_after)
+        return retry_after
+
+    def pause(self, s: SiteState, until: float) -> None:
+        now = self.clock()
+        if until > s.paused_until:
+            s.paused_seconds += until - max(now, s.paused_until)
+            s.paused_until = until
+
+    def set_crawl_delay(self, host: str, seconds: float | None) -> None:
+        s = self.site(host)
+        s.crawl_delay = seconds
+        s.delay = self._bound(s, s.delay)
+
+    def _changed(self, s: SiteState, old: float, now: float, force: bool = False) -> None:
+        if force or abs(s.delay - old) > 1e-9:
+            s.learned = True
+            s.changed_at = now
+
+    # ---- persistence and sharing ----------------------------------------------------------
+
+    def export(self, since: float = 0.0) -> dict[str, dict[str, float]]:
+        """The learned state of sites changed after ``since``, as plain data."""
+        return {
+            k: {"delay": s.delay, "too_fast": s.too_fast, "too_fast_at": s.too_fast_at, "at": s.changed_at}
+            for k, s in self.sites.items()
+            if s.learned and s.changed_at > since
+        }
+
+    def restore(self, learned: dict[str, dict[str, float]]) -> int:
+        """Adopt learned state that is newer than ours (a restart, another worker). Returns how many."""
+        n = 0
+        for key, v in learned.items():
+            try:
+                delay, at = float(v["delay"]), float(v["at"])
+                tf, tf_at = float(v.get("too_fast", 0.0)), float(v.get("too_fast_at", at))
+            except (KeyError, TypeError, ValueError):
+                continue
+            s = self.site(key)
+            if s.key != key or at <= s.changed_at:
+                continue
+            s.delay = self._bound(s, delay)
+            s.too_fast, s.too_fast_at = tf, tf_at
+            s.learned, s.changed_at = True, at
+            n += 1
+        return n

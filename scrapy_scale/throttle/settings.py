@@ -1,0 +1,63 @@
+"""SCALE_THROTTLE_* and SCALE_DOMAIN_PROFILES settings (declared in the registry, see scrapy_scale.config)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scrapy_scale import (
+    config,
+    settings_core,  # noqa: F401 - declares SCALE_STATE_DIR (used alone, without the add-on)
+)
+from scrapy_scale.config import as_bool, as_dict, as_int, as_url, declare
+from scrapy_scale.throttle.profiles import Profiles
+
+COMPONENT = "throttle"
+
+
+def as_profiles(v: Any) -> Profiles:
+    return Profiles.parse(as_dict(v))
+
+
+ENABLED = declare(
+    "SCALE_THROTTLE_ENABLED",
+    True,
+    as_bool,
+    "Pace requests per site (adaptive delay, Retry-After pauses, max_rate, robots.txt Crawl-delay). "
+    "On by default with the add-on; replaces AutoThrottle.",
+    COMPONENT,
+)
+PROFILES = declare(
+    "SCALE_DOMAIN_PROFILES",
+    {},
+    as_profiles,
+    'Pacing profiles by pattern: `{"default": {...}, "example.com": {"max_rate": 5}, "*.cdn.com": {...}}`; '
+    "fields concurrency, min_delay, start_delay, max_delay, target_concurrency, max_rate, retry_after, "
+    "slowdown, recovery. See docs/throttle.md.",
+    COMPONENT,
+)
+URL = declare(
+    "SCALE_THROTTLE_URL",
+    None,
+    as_url("sqlite", "redis", "rediss"),
+    "Where learned delays (and, with Redis, the shared per-site rate limiter) live. Default: the frontier's "
+    "Redis when `SCALE_FRONTIER_URL` is Redis, else `throttle.db` under `JOBDIR` or `SCALE_STATE_DIR`.",
+    COMPONENT,
+)
+STATS_TOP = declare(
+    "SCALE_THROTTLE_STATS_TOP",
+    20,
+    as_int(0, 1000),
+    "Sites with their own pacing stats (the most requested); the rest are summed under `other`.",
+    COMPONENT,
+)
+
+
+def throttle_url(settings: Any) -> str:
+    """SCALE_THROTTLE_URL, else the frontier's Redis, else a SQLite file in the state folder."""
+    url = config.get(settings, "SCALE_THROTTLE_URL")
+    if url:
+        return str(url)
+    front = config.get(settings, "SCALE_FRONTIER_URL") if "SCALE_FRONTIER_URL" in config.REGISTRY else None
+    if isinstance(front, str) and front.split("://", 1)[0] in ("redis", "rediss"):
+        return front
+    return settings_core.state_file_url(settings, "throttle.db")

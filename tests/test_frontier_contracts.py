@@ -1,0 +1,189 @@
+"""Scheduler contracts that Scrapy's own tests check (ordering, scheduler_empty, clean
+stops, Ctrl-C) and the request-values contract, with real `scrapy crawl` runs against
+the testbed and the add-on on. Spiders: tests/contract_spiders.py.
+
+Where scrapy-scale differs from Scrapy on purpose, docs/frontier.md says so in its
+table of differences; these tests pin what must match.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scrapy_scale.frontier import open_store
+from scrapy_scale.testbed import Testbed
+from tests.contract_spiders import PRIORITIES
+from tests.crawling import CrawlProcess, run_crawl, start_crawl
+from tests.test_frontier_crash_support import frontier_counts
+
+SPIDERS = {"SPIDER_MODULES": ["tests.contract_spiders"], "LOG_LEVEL": "INFO"}
+
+
+def _wait(pred, timeout: float, what: str, proc: CrawlProcess | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the crawl exited (rc={proc.returncode}) while waiting for {what}:\n"
+                                 f"{proc.result().tail()}")
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def frontier_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "redis":
+        return str(request.getfixturevalue("redis_url"))
+    return f"sqlite:///{tmp_path}/state/frontier.db"
+
+
+@pytest.fixture
+def job(frontier_url: str, request: pytest.FixtureRequest) -> str:
+    # on Redis, the redis_prefix fixture deletes the job's keys afterwards
+    return str(request.getfixturevalue("redis_prefix")) if frontier_url.startswith("redis") else "contracts"
+
+
+# ---- item 2: priorities -------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_start_requests_are_served_in_priority_order_on_every_backend(
+        tmp_path: Path, frontier_url: str, job: str) -> None:
+    """Start requests of priorities 0/1/2 with ties, CONCURRENT_REQUESTS=1: after the
+    first one (which plain Scrapy too sends before it has read the others), pages are
+    served highest priority first, in start order within one priority. The SQLite store
+    interleaved priority levels within a lease batch (0,2,1,0,2,1,...)."""
+    settings = {**SPIDERS, "CONCURRENT_REQUESTS": 1, "SCALE_JOB": job, "SCALE_FRONTIER_URL": frontier_url}
+    with Testbed(hosts=1, pages=len(PRIORITIES), seed=1) as tb:
+        res = run_crawl(tb, settings, tmp_path, spider="priorities", timeout=90)
+        assert res.returncode == 0, res.tail()
+        served = [int(r.path.rsplit("/", 1)[1]) - 1 for r in tb.log if r.path.startswith("/item/")]
+    assert sorted(served) == list(range(len(PRIORITIES)))
+    rest = served[1:]
+    assert rest == sorted(rest, key=lambda i: (-PRIORITIES[i], i)), [PRIORITIES[i] for i in served]
+
+
+# ---- item 5: scheduler_empty ----------------------------------------------------------------
+
+
+def _reports(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("plain", [False, True], ids=["frontier", "plain-scrapy"])
+def test_scheduler_empty_is_sent_only_when_nothing_waits(tmp_path: Path, plain: bool) -> None:
+    """Scrapy's lazy pattern: a spider adds its next request each time the scheduler
+    reports itself empty. With the frontier the signal came while the request just
+    added still waited in the outbox, so "empty" was false and the spider raced ahead."""
+    report = tmp_path / "report.jsonl"
+    settings = {**SPIDERS, "CONCURRENT_REQUESTS": 1, **({"ADDONS": {}} if plain else {})}
+    with Testbed(hosts=1, pages=10, seed=2) as tb:
+        res = run_crawl(tb, settings, tmp_path, spider="lazy", timeout=90, extra_args=["-a", f"report={report}"])
+        assert res.returncode == 0, res.tail()
+        served = [r.path for r in tb.log if r.path.startswith("/item/")]
+    events = _reports(report)
+    assert served == [f"/item/{i}" for i in range(1, 7)]
+    # each time: nothing in the scheduler, every request added so far taken by the engine
+    assert events and all(e["len"] == 0 and e["waiting"] == [] for e in events), events
+
+
+# ---- items 6 and 7: clean stops, Ctrl-C twice ------------------------------------------------
+
+STOP_SETTINGS = {"LOG_LEVEL": "INFO", "CONCURRENT_REQUESTS": 8}
+
+
+def _fetched_ok(tb: Testbed) -> Counter[tuple[str, str]]:
+    return Counter((r.host, r.path) for r in tb.log if r.status == 200 and r.kind == "ok")
+
+
+def _resume_and_check_nothing_refetched(tb: Testbed, tmp_path: Path, url: str, job: str) -> None:
+    assert _fetched_ok(tb), "the first run fetched nothing"
+    tb.set_faults([])
+    res = run_crawl(tb, STOP_SETTINGS, tmp_path, timeout=120)
+    assert res.returncode == 0, res.tail()
+    assert "(resumed)" in res.log and "run finished" in res.log, res.tail()
+    twice = sorted(k for k, n in _fetched_ok(tb).items() if n > 1)
+    assert not twice, f"{len(twice)} page(s) fetched again after a clean stop, e.g. {twice[:5]}"
+    pages = len(tb.detail_urls()) + tb.catalog.list_pages * len(tb.hosts)
+    assert frontier_counts(url, job)["done"] == pages
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("how", ["pagecount", "timeout", "sigint", "sigterm"])
+def test_a_clean_stop_acks_what_finished_and_the_resume_fetches_none_of_it_again(
+        tmp_path: Path, how: str) -> None:
+    """CLOSESPIDER_PAGECOUNT=15 then the same crawl again fetched those 15 pages twice:
+    acks that waited for the next sync (the engine still held the request when its
+    outcome came) were released at close instead of written. The first run waits for
+    outside seeds, so it never ends by itself: every stop is the one the test makes."""
+    url, job = f"sqlite:///{tmp_path}/state/frontier.db", "catalog"
+    first = {**STOP_SETTINGS, "SCALE_FRONTIER_WAIT_FOR_SEEDS": True}
+    if how == "pagecount":
+        first["CLOSESPIDER_PAGECOUNT"] = 15
+    elif how == "timeout":
+        first["CLOSESPIDER_TIMEOUT"] = 2
+    with Testbed(hosts=2, pages=80, seed=5) as tb:
+        proc = start_crawl(tb, first, tmp_path)
+        if how in ("sigint", "sigterm"):
+            _wait(lambda: frontier_counts(url, job)["done"] >= 15, 60, "15 pages done", proc)
+            proc.send_signal(signal.SIGINT if how == "sigint" else signal.SIGTERM)
+        res = proc.finish(90)
+        assert res.returncode == 0, res.tail()
+        assert "frontier closed" in res.log and "run finished" not in res.log, res.tail()
+        _resume_and_check_nothing_refetched(tb, tmp_path, url, job)
+
+
+#: one detail page never answers while this fault is on: the first Ctrl-C's clean stop
+#: waits for it (DOWNLOAD_TIMEOUT), so the second Ctrl-C comes while the spider is open
+HANG = "hang@1:/item/3"
+
+
+@pytest.mark.timeout(180)
+def test_a_second_ctrl_c_exits_and_what_was_acked_stays_acked(tmp_path: Path) -> None:
+    """Plain Scrapy exits on a second Ctrl-C. With the frontier the process never exited:
+    its store thread was not a daemon and only close() stopped it, which the second
+    Ctrl-C skips. The first Ctrl-C's clean stop waits here for a download that hangs."""
+    url, job = f"sqlite:///{tmp_path}/state/frontier.db", "catalog"
+    settings = {**STOP_SETTINGS, "DOWNLOAD_TIMEOUT": 600}
+    with Testbed(hosts=2, pages=60, seed=6, faults=HANG) as tb:
+        proc = start_crawl(tb, settings, tmp_path)
+        _wait(lambda: frontier_counts(url, job)["done"] >= 15 and any(r.kind == "hang" for r in tb.log), 60,
+              "15 pages done and the hanging page asked for", proc)
+        proc.send_signal(signal.SIGINT)
+        _wait(lambda: "shutting down gracefully" in proc.result().log, 30, "the first Ctrl-C", proc)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)  # "a few seconds"; generous for a loaded machine
+        except Exception:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+            raise AssertionError("the crawl did not exit after a second Ctrl-C") from None
+        log = proc.result().log
+        assert "forcing unclean shutdown" in log, log[-3000:]
+        store = open_store(url, job)
+        try:
+            from scrapy import Request
+
+            from scrapy_scale.frontier import codec
+
+            done = {(h, p) for h, p in _fetched_ok(tb)
+                    if (rec := store.get(codec.default_fingerprint(Request(f"{tb.scheme}://{h}:{tb.port}{p}"))))
+                    and rec["state"] == "done"}
+        finally:
+            store.close()
+        assert len(done) >= 15
+        tb.set_faults([])
+        res = run_crawl(tb, STOP_SETTINGS, tmp_path, timeout=120)
+        assert res.returncode == 0, res.tail()
+        again = done & {k for k, n in _fetched_ok(tb).items() if n > 1}
+        assert not again, f"{len(again)} acked page(s) fetched again, e.g. {sorted(again)[:5]}"

@@ -1,0 +1,243 @@
+"""Throttle policy: profiles, the adaptive delay, pauses, the local gate (no reactor)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from scrapy_scale.clock import FakeClock
+from scrapy_scale.throttle.policy import MARGIN, MEMORY_HALF_LIFE, Pacing
+from scrapy_scale.throttle.profiles import ProfileError, Profiles, parse_pattern, registrable_domain
+
+# ---- profiles -------------------------------------------------------------------------
+
+
+def test_patterns_resolve_by_specificity() -> None:
+    p = Profiles.parse({
+        "default": {"max_rate": 10.0},
+        "example.com": {"max_rate": 1.0},
+        "*.example.com": {"max_rate": 2.0},
+        "*.api.example.com": {"max_rate": 3.0},
+        "www.example.com": {"max_rate": 4.0},
+    })
+    assert p.match("www.example.com").profile.max_rate == 4.0  # exact host
+    assert p.match("v1.api.example.com").profile.max_rate == 3.0  # longest wildcard
+    assert p.match("shop.example.com").profile.max_rate == 2.0  # wildcard over the site
+    assert p.match("example.com").profile.max_rate == 1.0  # the site itself (the wildcard skips it)
+    assert p.match("other.org").profile.max_rate == 10.0  # default
+    assert p.match("other.org").pattern == "default"
+
+
+def test_a_registrable_domain_groups_its_hosts_into_one_pacing_key() -> None:
+    p = Profiles.parse({"example.co.uk": {"min_delay": 2.0}})
+    a, b = p.match("a.example.co.uk"), p.match("B.Example.co.uk.")
+    assert a.key == b.key == "example.co.uk"
+    assert a.profile.min_delay == 2.0
+    # a host matched by the default, an exact host or a wildcard is its own key
+    assert p.match("a.other.com").key == "a.other.com"
+    assert Profiles.parse({"*.x.com": {}}).match("a.x.com").key == "a.x.com"
+
+
+def test_registrable_domain_uses_the_bundled_list_and_no_network() -> None:
+    assert registrable_domain("a.b.example.co.uk") == "example.co.uk"
+    assert registrable_domain("127.0.0.2") is None
+    assert registrable_domain("localhost") is None
+    assert parse_pattern("example.com").kind == "site"
+    assert parse_pattern("shop.example.com").kind == "host"
+    assert parse_pattern("shop1.example.test").kind == "host"  # .test is no public suffix
+    assert parse_pattern("127.0.0.2").kind == "host"
+
+
+def test_fields_missing_from_a_profile_come_from_default() -> None:
+    p = Profiles.parse({"default": {"slowdown": 3.0, "min_delay": 0.5}, "a.com": {"max_rate": 2}})
+    m = p.match("a.com")
+    assert m.profile.slowdown == 3.0 and m.profile.max_rate == 2.0 and m.profile.min_delay == 0.5
+    assert "min_delay" in m.explicit  # set by default: a Crawl-delay does not override it
+
+
+@pytest.mark.parametrize(("raw", "words"), [
+    ({"a.com": {"max_rate": -1}}, "max_rate must be > 0"),
+    ({"a.com": {"max_rate": 0}}, "max_rate must be > 0"),
+    ({"a.com": {"min_delay": 5, "max_delay": 1}}, "min_delay 5 is above max_delay 1"),
+    ({"a.com": {"speed": 1}}, "unknown field 'speed'"),
+    ({"http://a.com/": {}}, "is not a host"),
+    ({"a.*.com": {}}, "is not a host"),
+    ({"a.com:8080": {}}, "is not a host"),
+    ({"a.com": {"concurrency": 0}}, "concurrency must be an integer >= 1"),
+    ({"a.com": {"retry_after": "yes"}}, "retry_after must be true or false"),
+    ({"a.com": {"slowdown": 0.5}}, "slowdown must be >= 1"),
+    ({"a.com": {"recovery": 2}}, "recovery must be <= 1"),
+    ({"a.com": {"min_delay": "x"}}, "min_delay must be a number"),
+    ({"a.com": 5}, "a profile is a dict"),
+    ({"A.com": {}, "a.com": {}}, "given twice"),
+])
+def test_bad_profiles_are_refused_with_what_is_wrong(raw: dict, words: str) -> None:
+    with pytest.raises(ProfileError, match=words.replace("*", r"\*").replace("(", r"\(")):
+        Profiles.parse(raw)
+
+
+# ---- the adaptive delay ----------------------------------------------------------------
+
+
+def pacing(profiles: dict | None = None, **kw: float) -> tuple[Pacing, FakeClock]:
+    clk = FakeClock(1000.0)
+    return Pacing(Profiles.parse(profiles or {}), clk, **kw), clk
+
+
+def test_latency_raises_the_delay_at_once_and_success_recovers_it_gradually() -> None:
+    pc, clk = pacing({"default": {"start_delay": 1.0, "recovery": 0.5}})
+    s = pc.on_success("h", latency=3.0)
+    assert s.delay == 3.0  # follows a slower site at once (target_concurrency 1)
+    pc.on_success("h", latency=1.0)
+    assert s.delay == pytest.approx(2.0)  # halfway down to the goal
+    pc.on_success("h", latency=1.0)
+    assert s.delay == pytest.approx(1.5)
+
+
+def test_a_fast_429_slows_the_domain_down_which_autothrottle_does_not() -> None:
+    pc, clk = pacing({"default": {"start_delay": 0.0, "slowdown": 2.0}})
+    for _ in range(5):  # hand out at 10/s
+        pc.handed_out("h")
+        clk.advance(0.1)
+    pause = pc.on_rate_limited("h", latency=0.001, retry_after=None)
+    s = pc.site("h")
+    assert pause == 0.0
+    assert s.delay == pytest.approx(0.2)  # the spacing it complained about (0.1) x slowdown
+    assert s.too_fast == pytest.approx(0.1)
+
+
+def test_answers_to_requests_sent_before_the_slowdown_do_not_slow_down_again() -> None:
+    pc, clk = pacing({"default": {"start_delay": 0.2}})
+    pc.on_rate_limited("h", latency=0.01, retry_after=None)
+    d = pc.site("h").delay
+    clk.advance(0.05)
+    pc.on_rate_limited("h", latency=0.5, retry_after=None)  # sent 0.45 s before the slow-down
+    assert pc.site("h").delay == d
+    assert pc.site("h").rate_limited == 2
+    clk.advance(1.0)
+    pc.on_rate_limited("h", latency=0.01, retry_after=None)  # sent after it: slows again
+    assert pc.site("h").delay == pytest.approx(2 * d)
+
+
+def test_recovery_settles_above_the_too_fast_spacing_and_the_memory_decays() -> None:
+    pc, clk = pacing({"default": {"start_delay": 0.2, "recovery": 0.5}})
+    pc.on_rate_limited("h", latency=0.0, retry_after=None)
+    s = pc.site("h")
+    for _ in range(50):
+        pc.on_success("h", latency=0.001)
+    assert s.delay == pytest.approx(0.2 * (1 + MARGIN), rel=1e-3)
+    clk.advance(MEMORY_HALF_LIFE)
+    for _ in range(50):
+        pc.on_success("h", latency=0.001)
+    assert s.delay == pytest.approx(0.1 * (1 + MARGIN), rel=1e-3)
+
+
+def test_bounds_min_delay_max_delay_and_crawl_delay() -> None:
+    pc, clk = pacing({"default": {"max_delay": 5.0}, "fixed.com": {"min_delay": 0.5}})
+    s = pc.on_success("h", latency=100.0)
+    assert s.delay == 5.0
+    pc.set_crawl_delay("c.org", 2.0)
+    for _ in range(30):
+        pc.on_success("c.org", latency=0.0)
+    assert pc.site("c.org").delay == 2.0  # Crawl-delay is the floor
+    assert pc.interval(pc.site("c.org")) == 2.0
+    pc.set_crawl_delay("fixed.com", 2.0)  # the profile's min_delay wins
+    for _ in range(30):
+        pc.on_success("fixed.com", latency=0.0)
+    assert pc.site("fixed.com").delay == pytest.approx(0.5, rel=1e-3)
+
+
+# ---- the gate ------------------------------------------------------------------------------
+
+
+def test_the_gate_spaces_requests_by_the_interval_and_max_rate() -> None:
+    pc, clk = pacing({"default": {"start_delay": 0.0}, "r.com": {"max_rate": 4.0, "start_delay": 0.0}})
+    assert pc.hold_until("r.com") == 0.0
+    pc.handed_out("r.com")
+    assert pc.hold_until("r.com") == pytest.approx(clk.now + 0.25)
+    clk.advance(0.25)
+    assert pc.hold_until("r.com") == 0.0
+    pc.handed_out("other.com")
+    assert pc.hold_until("other.com") == 0.0  # no delay there
+
+
+def test_concurrency_holds_until_a_request_ends() -> None:
+    pc, clk = pacing({"default": {"start_delay": 0.0, "concurrency": 1}})
+    pc.handed_out("h")
+    assert pc.hold_until("h") == math.inf
+    pc.ended("h")
+    assert pc.hold_until("h") == 0.0
+
+
+def test_retry_after_pauses_the_whole_site_and_is_capped() -> None:
+    pc, clk = pacing({"default": {"start_delay": 0.0}, "free.com": {"retry_after": False}},
+                     retry_after_cap=60.0)
+    assert pc.on_rate_limited("a.com", latency=0.01, retry_after=10.0) == 10.0
+    assert pc.hold_until("a.com") == pytest.approx(clk.now + 10.0)
+    assert pc.hold_until("b.com") == 0.0  # other sites go on
+    assert pc.on_rate_limited("c.com", latency=0.01, retry_after=86_400.0) == 60.0
+    assert pc.capped == [("c.com", 86_400.0)]
+    assert pc.on_rate_limited("free.com", latency=0.01, retry_after=10.0) == 0.0
+    clk.advance(10.0)
+    assert pc.hold_until("a.com") == 0.0
+    assert pc.site("a.com").paused_seconds == pytest.approx(10.0)
+
+
+def test_learned_state_exports_and_restores_newest_first() -> None:
+    pc, clk = pacing({"default": {"start_delay": 1.0}})
+    pc.on_rate_limited("h", latency=0.0, retry_after=None)
+    data = pc.export()
+    assert set(data) == {"h"}
+    fresh, clk2 = pacing({"default": {"start_delay": 1.0}})
+    clk2.now = clk.now
+    assert fresh.restore(data) == 1
+    assert fresh.site("h").delay == pc.site("h").delay
+    assert fresh.too_fast(fresh.site("h")) == pytest.approx(pc.too_fast(pc.site("h")))
+    assert fresh.restore(data) == 0  # not newer than what it has
+
+
+def simulate(rate: float, seconds: float, latency: float = 0.005, conc: int = 4) -> list[tuple[float, bool]]:
+    """A site allowing ``rate`` requests/s (token bucket, burst ``rate``, 429 + Retry-After: 1
+    beyond, as the testbed's rate limit) and a crawler that sends whenever the gate lets it."""
+    pc, clk = pacing()
+    tokens, last = rate, clk.now
+    log: list[tuple[float, bool]] = []
+    flying: list[tuple[float, bool]] = []
+    end = clk.now + seconds
+    while clk.now < end:
+        for item in [x for x in flying if x[0] <= clk.now]:
+            flying.remove(item)
+            pc.ended("h")
+            if item[1]:
+                pc.on_success("h", latency)
+            else:
+                pc.on_rate_limited("h", latency, 1.0)
+        if len(flying) < conc and pc.hold_until("h") == 0.0:
+            pc.handed_out("h")
+            tokens, last = min(rate, tokens + (clk.now - last) * rate), clk.now
+            ok = tokens >= 1
+            tokens -= ok
+            log.append((clk.now, ok))
+            flying.append((clk.now + latency, ok))
+        clk.advance(0.001)
+    return log
+
+
+def test_against_a_rate_limited_site_it_learns_the_limit() -> None:
+    log = simulate(rate=5.0, seconds=240)
+    t0 = log[0][0]
+    learned = [ok for t, ok in log if t >= t0 + 60]
+    assert learned.count(False) / len(learned) < 0.02
+    assert len(learned) / 180 >= 0.85 * 5.0
+
+
+def test_a_bad_profile_setting_fails_naming_the_setting() -> None:
+    from scrapy_scale import config
+    from scrapy_scale.config import ScaleSettingError
+
+    config._load_declarations()
+    with pytest.raises(ScaleSettingError, match="SCALE_DOMAIN_PROFILES.*max_rate must be > 0"):
+        config.get({"SCALE_DOMAIN_PROFILES": '{"a.com": {"max_rate": -5}}'}, "SCALE_DOMAIN_PROFILES")
+    assert config.get({"SCALE_DOMAIN_PROFILES": {"a.com": {"max_rate": 5}}},
+                      "SCALE_DOMAIN_PROFILES").match("a.com").profile.max_rate == 5.0
