@@ -32,6 +32,8 @@ from typing import Any
 
 import tldextract
 
+from scrapy_scale.errors import ScaleError
+
 DEFAULT = "default"
 
 _LABEL = r"(?!-)[a-z0-9_-]{1,63}(?<!-)"
@@ -40,7 +42,7 @@ _HOST = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
 _extract = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
 
 
-class ProfileError(ValueError):
+class ProfileError(ScaleError, ValueError):
     """A profile or pattern of ``SCALE_DOMAIN_PROFILES`` cannot be used."""
 
 
