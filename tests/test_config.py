@@ -81,6 +81,7 @@ LIST_SETTINGS = {
     "SCALE_ITEM_KEY": ("sku", "color"),
     "SCALE_FRONTIER_SCHEMES": ("http", "https"),
     "SCALE_FRONTIER_REQUEST_CLASSES": ("pkg.requests.ApiRequest", "pkg.spiders"),
+    "SCALE_QUALITY_CONTENT_FIELDS": ("title", "price"),
 }
 #: list-valued settings that are not lists of names (a comma-separated string means nothing)
 NOT_NAME_LISTS = {"SCALE_FAILURE_RULES"}  # a list of rule dicts
