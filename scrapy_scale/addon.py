@@ -22,6 +22,7 @@ COMPONENTS: list[tuple[str, str, int]] = [
     ("DOWNLOADER_MIDDLEWARES", "scrapy_scale.outcomes.OutcomeDownloaderMiddleware", 550),
     ("SPIDER_MIDDLEWARES", "scrapy_scale.outcomes.OutcomeSpiderMiddleware", 45),
     ("EXTENSIONS", "scrapy_scale.outcomes.record.OutcomeLog", 0),
+    ("ITEM_PIPELINES", "scrapy_scale.quality.ValidationPipeline", 800),
     ("ITEM_PIPELINES", "scrapy_scale.storage.StorePipeline", 900),
     ("SPIDER_MIDDLEWARES", "scrapy_scale.storage.StoreSpiderMiddleware", 50),
 ]

@@ -122,6 +122,7 @@ DECLARING_MODULES: list[str] = [
     "scrapy_scale.frontier.settings",
     "scrapy_scale.storage.settings",
     "scrapy_scale.throttle.settings",
+    "scrapy_scale.quality.settings",
 ]
 
 

@@ -23,3 +23,14 @@ class ItemDeadLettered(ScaleError):
     be crawled again (``scrapy scale requeue JOB parse_failed``) once the spider is fixed."""
 
     reason: str = ""
+    #: how the frontier's failure reason names what happened to the item
+    label: str = "item dead-lettered"
+
+
+class ItemQuarantined(ItemDeadLettered):
+    """Marker: the validation pipeline (``scrapy_scale.quality``) put the item in quarantine
+    (a critical field missing, its JSON Schema failed). Like a dead letter, the item's
+    request is recorded as failed (``parse_failed``, reason ``item quarantined: ...``), never
+    done, so the page is replayed or crawled again once the spider is fixed."""
+
+    label = "item quarantined"

@@ -81,6 +81,7 @@ LIST_SETTINGS = {
     "SCALE_ITEM_KEY": ("sku", "color"),
     "SCALE_FRONTIER_SCHEMES": ("http", "https"),
     "SCALE_FRONTIER_REQUEST_CLASSES": ("pkg.requests.ApiRequest", "pkg.spiders"),
+    "SCALE_QUALITY_CONTENT_FIELDS": ("title", "price"),
 }
 #: list-valued settings that are not lists of names (a comma-separated string means nothing)
 NOT_NAME_LISTS = {"SCALE_FAILURE_RULES"}  # a list of rule dicts
@@ -122,3 +123,12 @@ def test_item_key_per_type_and_for_every_type():
     for bad in ("[]", '{"Product": ""}', "[1]", 5):
         with pytest.raises(ValueError):
             as_item_key(bad)
+
+
+def test_every_dict_setting_takes_its_json_from_the_command_line():
+    """`-s NAME={...}` gives a string: every dict-valued setting parses it as JSON."""
+    config._load_declarations()
+    dicts = sorted(n for n, s in config.REGISTRY.items() if isinstance(s.default, dict))
+    assert dicts, "no dict setting?"
+    for name in dicts:
+        assert type(config.get(Settings({name: "{}"}), name)) is type(config.get(Settings({}), name)), name

@@ -502,7 +502,7 @@ class Scheduler(BaseScheduler):
                 entry.unstored = True  # kept leased, released at close: fetched again on resume
                 return
             if isinstance(error, ItemDeadLettered) and entry.item_failure is None:
-                entry.item_failure = f"item dead-lettered: {error.reason or error}"[:500]
+                entry.item_failure = f"{error.label}: {error.reason or error}"[:500]
             entry.items_seen += 1
             self._maybe_ack(fp, entry)  # type: ignore[arg-type]
 

@@ -82,6 +82,11 @@ class SourceTable:
             del self._by_id[id(item)]
         return src if src.item is item else None
 
+    def peek(self, item: Any) -> Source | None:
+        """The source ``pop`` would return, left in place (a pipeline before the store's)."""
+        q = self._by_id.get(id(item))
+        return q[0] if q and q[0].item is item else None
+
     def __len__(self) -> int:
         return len(self._by_id)
 

@@ -1,0 +1,6 @@
+"""Data quality: validation and quarantine before storage, the end-of-run consistency report
+against earlier runs, raw snapshots of failed parses and their replay (docs/quality.md)."""
+
+from scrapy_scale.quality.pipeline import QuarantinedDrop, ValidationPipeline
+
+__all__ = ["QuarantinedDrop", "ValidationPipeline"]

@@ -1,0 +1,85 @@
+"""What the quality layer counts during a run (plain Python, JSON-able, mergeable).
+
+One :class:`RunFigures` per crawl process; the history keeps each process's figures, and
+the report sums the parts of a run (every worker of a distributed run, a resumed run's
+processes) with :func:`merge`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: done and parse_failed outcomes: the callback ran (a "completed" request of the report)
+COMPLETED_CLASSES = frozenset({"ok", "parse_failed"})
+
+
+@dataclass
+class RunFigures:
+    job: str = ""
+    run_id: str = ""
+    #: callback name -> completed requests (final ok / parse_failed outcomes: the callback ran)
+    completed: Counter[str] = field(default_factory=Counter)
+    #: callback name -> completed requests whose callback yielded no item (and did not raise)
+    empty: Counter[str] = field(default_factory=Counter)
+    #: callback name -> items stored (``item_scraped``: through every pipeline, the store last)
+    stored: Counter[str] = field(default_factory=Counter)
+    #: failure class -> final outcomes of crawl requests
+    classes: Counter[str] = field(default_factory=Counter)
+    #: items checked by validation / quarantined / quarantined by reason kind
+    validated: int = 0
+    quarantined: int = 0
+    invalid: Counter[str] = field(default_factory=Counter)
+    #: critical field ("field", or "Type.field" for per-type fields) -> items checked / missing it
+    checked: Counter[str] = field(default_factory=Counter)
+    missing: Counter[str] = field(default_factory=Counter)
+    #: items whose key was already written in this run (the store's count) / same content hash
+    duplicates_by_key: int = 0
+    duplicates_by_content: int = 0
+    #: the fields hashed for duplicates_by_content ([]: not counted)
+    content_fields: list[str] = field(default_factory=list)
+    #: raw snapshots written / dropped to stay within the bounds
+    snapshots: int = 0
+    snapshots_dropped: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: dict(v) if isinstance(v, Counter) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RunFigures:
+        out = cls()
+        for k, v in d.items():
+            cur = getattr(out, k, None)
+            if isinstance(cur, Counter):
+                setattr(out, k, Counter({str(a): int(b) for a, b in (v or {}).items()}))
+            elif k in out.__dataclass_fields__:
+                setattr(out, k, v)
+        return out
+
+    @property
+    def final(self) -> int:
+        return sum(self.classes.values())
+
+    def missing_rates(self) -> dict[str, float]:
+        return {f: self.missing[f] / n for f, n in sorted(self.checked.items()) if n}
+
+    def class_shares(self) -> dict[str, float]:
+        total = self.final
+        return {c: n / total for c, n in sorted(self.classes.items())} if total else {}
+
+
+def merge(parts: list[RunFigures]) -> RunFigures:
+    """The figures of a whole run from its parts (sums)."""
+    out = RunFigures()
+    for p in parts:
+        out.job = out.job or p.job
+        out.run_id = out.run_id or p.run_id
+        out.content_fields = out.content_fields or list(p.content_fields)
+        for name in out.__dataclass_fields__:
+            a, b = getattr(out, name), getattr(p, name)
+            if isinstance(a, Counter):
+                a.update(b)
+            elif isinstance(a, int) and not isinstance(a, bool):
+                setattr(out, name, a + b)
+    return out
