@@ -66,3 +66,28 @@ def mongo_server(tmp_path: Path) -> Iterator[services.Process]:
     p = services.private_mongo(tmp_path / "mongo")
     yield p
     p.kill()
+
+
+# ---- markers: `pytest -m "not crawl"` runs the pure tests alone, in seconds ----------
+
+#: a test module that uses one of these runs real processes or servers (crawls, Redis,
+#: MongoDB, Prometheus, Chromium...): its tests are marked ``crawl``
+_REAL_PARTS = ("run_crawl", "start_crawl", "Testbed", "TestbedProcess", "subprocess", "redis_url",
+               "redis_prefix", "redis_server", "mongo_uri", "mongo_server", "services.", "crash_and_resume")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    real: dict[str, bool] = {}
+    for item in items:
+        path = str(item.fspath)
+        if path not in real:
+            try:
+                text = Path(path).read_text()
+            except OSError:
+                text = ""
+            real[path] = any(word in text for word in _REAL_PARTS)
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if real[path] or fixtures & {"redis_url", "redis_prefix", "redis_server", "mongo_uri", "mongo_server"}:
+            item.add_marker(pytest.mark.crawl)
+        else:
+            item.add_marker(pytest.mark.pure)
