@@ -12,7 +12,7 @@ from typing import Any
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
-from scrapy_scale import config, startup
+from scrapy_scale import config, settings_core, startup
 
 #: (component priority dict, component path, order): enabled by the add-on unless
 #: the project already lists the component (a project disables one with None).
@@ -49,7 +49,7 @@ class Addon:
     def update_settings(self, settings: BaseSettings) -> None:
         with startup.reporting(settings):
             config._load_declarations()  # SCALE_ENABLED lives in a declaring module
-            if not config.get(settings, "SCALE_ENABLED"):
+            if not settings_core.ENABLED.get(settings):
                 return
             config.validate_all(settings)
         for name, value in SINGLE.items():

@@ -52,11 +52,18 @@ Parser = Callable[[Any], Any]
 
 @dataclass(frozen=True)
 class Setting:
+    """A declared setting. Read it with :meth:`get` (``frontier_settings.BATCH.get(crawler.settings)``):
+    the one way settings are read, so a name is never spelled twice."""
+
     name: str
     default: Any
     parse: Parser
     doc: str
     component: str
+
+    def get(self, settings: BaseSettings | Mapping[str, Any]) -> Any:
+        """The parsed value (the default when unset); ScaleSettingError names the setting."""
+        return get(settings, self.name)
 
 
 REGISTRY: dict[str, Setting] = {}

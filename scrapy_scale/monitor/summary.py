@@ -26,12 +26,13 @@ from scrapy import signals
 from scrapy.crawler import Crawler
 from scrapy.spiders import Spider
 
-from scrapy_scale import config, exitcode, settings_core  # noqa: F401 - settings_core declares the exit setting
+from scrapy_scale import config, exitcode, settings_core
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.outcomes.model import CLASSES, FailureClass, Outcome
 from scrapy_scale.redact import redact_url
+from scrapy_scale.storage import settings as storage_settings
 
 logger = logging.getLogger(__name__)
 
@@ -279,7 +280,7 @@ class RunSummary:
 
     def spider_opened(self, spider: Spider) -> None:
         self.started = time.monotonic()
-        self.job = config.get(self.crawler.settings, "SCALE_JOB") or spider.name
+        self.job = settings_core.JOB.get(self.crawler.settings) or spider.name
 
     def spider_closed(self, spider: Spider, reason: str) -> None:
         self.reason = reason
@@ -318,7 +319,7 @@ class RunSummary:
             facts.outcomes, facts.retries, facts.gave_up = (
                 t.ordered(t.outcomes), t.ordered(t.retries), t.ordered(t.gave_up))
         dead = dead_letters(stats, facts)
-        code = config.get(self.crawler.settings, "SCALE_EXIT_CODE_DEAD_LETTERS")
+        code = settings_core.EXIT_CODE_DEAD_LETTERS.get(self.crawler.settings)
         if dead and code:
             exitcode.request(code, f"the run has {dead:,} dead letters (SCALE_EXIT_CODE_DEAD_LETTERS)")
         facts.exit_status = exitcode.requested()
@@ -329,4 +330,4 @@ def _dead_letter_table(crawler: Crawler) -> str:
     import scrapy_scale.storage.settings  # noqa: F401 - declares the names read below
 
     s = crawler.settings
-    return str(config.get(s, "SCALE_STORE_DEAD_LETTER") or f"{config.get(s, 'SCALE_STORE_COLLECTION')}_dead_letter")
+    return str(storage_settings.DEAD_LETTER.get(s) or f"{storage_settings.COLLECTION.get(s)}_dead_letter")

@@ -57,7 +57,7 @@ def project_set(settings: BaseSettings, name: str) -> bool:
 
 def _detectors(crawler: Crawler) -> list[BlockPageDetector]:
     out: list[BlockPageDetector] = []
-    for path in config.get(crawler.settings, oset.BLOCK_DETECTORS.name):
+    for path in oset.BLOCK_DETECTORS.get(crawler.settings):
         try:
             dcls = load_object(path)
         except (ImportError, ValueError, AttributeError, NameError) as e:
@@ -114,12 +114,12 @@ class OutcomeCore:
         retry_exceptions = None
         if project_set(s, "RETRY_EXCEPTIONS"):
             retry_exceptions = _exception_classes(s.getlist("RETRY_EXCEPTIONS"))
-        self.classifier = Classifier(config.get(s, oset.FAILURE_RULES.name), _detectors(crawler), retry_codes,
+        self.classifier = Classifier(oset.FAILURE_RULES.get(s), _detectors(crawler), retry_codes,
                                      retry_exceptions, clock=clock)
         retry_times = s.getint("RETRY_TIMES") if project_set(s, "RETRY_TIMES") else None
-        policies = build_policies(config.get(s, oset.RETRY_POLICY.name), retry_times, _give_up_level(s))
+        policies = build_policies(oset.RETRY_POLICY.get(s), retry_times, _give_up_level(s))
         self.warn_first = FirstFew(logger)
-        self.policy = RetryPolicy(policies, retry_after_max=config.get(s, oset.RETRY_AFTER_MAX.name),
+        self.policy = RetryPolicy(policies, retry_after_max=oset.RETRY_AFTER_MAX.get(s),
                                   clock=clock, rng=rng or Randomness(), warn=self._warn_counted)
         self.decider = RetryDecider(self.policy, enabled=s.getbool("RETRY_ENABLED"))
         self.priority_adjust = s.getint("RETRY_PRIORITY_ADJUST")
@@ -127,7 +127,7 @@ class OutcomeCore:
         # DelayedRetries before the stats: at close, abandoned retries are counted before the report
         self.delayed = DelayedRetries(crawler, self.emitter, clock)
         self.parsing = ParseTracker(crawler, self.classifier, self.emitter,
-                                    config.get(s, oset.CRITICAL_FIELDS.name), clock)
+                                    oset.CRITICAL_FIELDS.get(s), clock)
         OutcomeStats.install(crawler)
         if self.decider.enabled and _scrapy_retry_enabled(s):
             logger.warning(

@@ -34,7 +34,7 @@ class OutcomeLog:
     @classmethod
     @startup.reports_setting_errors
     def from_crawler(cls, crawler: Any) -> OutcomeLog:
-        path = config.get(crawler.settings, oset.OUTCOME_LOG.name)
+        path = oset.OUTCOME_LOG.get(crawler.settings)
         if not path:
             raise NotConfigured
         try:
