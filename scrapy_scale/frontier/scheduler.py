@@ -96,8 +96,12 @@ class InFlight:
 @dataclass
 class SyncResult:
     enqueued: list[EnqueueResult] = field(default_factory=list)
+    #: acks / failures the store took (the lease token was still this worker's)
     acked: int = 0
     failed: int = 0
+    #: acks and failures the store refused: the lease had expired and passed to another
+    #: worker (a frozen worker coming back), so another attempt's result counts instead
+    stale: int = 0
     dead: int = 0
     leased: list[Leased] = field(default_factory=list)
     reclaimed: int = 0
@@ -307,6 +311,7 @@ class Scheduler(BaseScheduler):
 
         try:
             res, released = await self._in_thread(work)
+            self._count_writes(res)
             self._apply_counts(res)
             # job-wide (this run), every worker's: the run summary and the exit status read it
             self.stats.set_value("scale/frontier/dead_letters", res.dead_letters)
@@ -413,7 +418,7 @@ class Scheduler(BaseScheduler):
             res.counts = self.store.counts()
         self._pending_top = max_opt(self._pending_top, ops.top)
         self._inc("outbox_flushes")
-        self._count_enqueued(res.enqueued)
+        self._count_writes(res)
         self._apply_counts(res)
 
     def next_request(self) -> Request | None:
@@ -540,7 +545,6 @@ class Scheduler(BaseScheduler):
             return
         del self.inflight[fp]
         self.outbox.append(op)
-        self._inc("acked" if op[0] == "ack" else "failed")
 
     def _engine_holds(self, request: Request | None) -> bool:
         inprogress = compat.engine_requests_in_progress(self.crawler)
@@ -582,7 +586,6 @@ class Scheduler(BaseScheduler):
                 del self.inflight[fp]
                 self.outbox.append(("ack", (fp, entry.token)) if entry.responded
                                    else ("fail", (fp, entry.token, "fatal", "no response")))
-                self._inc("acked" if entry.responded else "failed")
 
     # ---- idle / drain ------------------------------------------------------------------------------
 
@@ -662,9 +665,13 @@ class Scheduler(BaseScheduler):
             if kind == "enq":
                 res.enqueued += self.store.enqueue(group)
             elif kind == "ack":
-                res.acked += self.store.ack(self.worker, group)
+                n = self.store.ack(self.worker, group)
+                res.acked += n
+                res.stale += len(group) - n
             elif kind == "fail":
-                res.failed += self.store.fail(self.worker, group)
+                n = self.store.fail(self.worker, group)
+                res.failed += n
+                res.stale += len(group) - n
             elif kind == "dead":
                 for fp, reason in group:
                     self.store.dead_letter(fp, reason)
@@ -726,7 +733,7 @@ class Scheduler(BaseScheduler):
         self._inc("syncs")
         self._sync_seconds += res.seconds
         self.stats.set_value("scale/frontier/sync_seconds", round(self._sync_seconds, 3))
-        self._count_enqueued(res.enqueued)
+        self._count_writes(res)
         self._inc("reclaimed", res.reclaimed)
         self._inc("feed_refused", res.feed_bad)
         if res.leased:
@@ -762,6 +769,14 @@ class Scheduler(BaseScheduler):
             self._kick()
         elif len(self.outbox) >= self.batch or holds_back(self._waiting_top(), self.buffer.top_priority()):
             self._kick()
+
+    def _count_writes(self, res: SyncResult) -> None:
+        """Stats of what the store took: enqueues, and acks/failures as the store counted
+        them (a refused one, whose lease token had passed to another worker, is stale)."""
+        self._count_enqueued(res.enqueued)
+        self._inc("acked", res.acked)
+        self._inc("failed", res.failed)
+        self._inc("stale_acks", res.stale)
 
     def _count_enqueued(self, results: list[EnqueueResult]) -> None:
         for r in results:
