@@ -518,3 +518,39 @@ def test_a_record_that_cannot_be_read_is_dead_lettered_alone(store: FrontierStor
     assert store.lease(W, 10, LEASE) == []
     assert store.ack(W, [(x.fingerprint, x.token) for x in got if x.error is None]) == 2
     assert store.drained()
+
+
+# ---- heartbeats -----------------------------------------------------------------------------
+
+
+def test_heartbeats_say_which_workers_are_alive_and_a_new_run_or_reset_forgets_them(
+    make_store, clock: FakeClock
+) -> None:
+    store = make_store()
+    run = store.begin_run()
+    st = store.status()
+    assert st.workers == {} and st.live_workers(clock.now) == [] and st.last_seen() == run.started_at
+    clock.advance(1)
+    store.heartbeat("a/0", clock.now + 10)
+    store.heartbeat("b/0", clock.now + 10)
+    clock.advance(2)
+    store.heartbeat("b/0", clock.now)  # b closed cleanly: gone now
+    st = store.status()
+    assert st.workers == {"a/0": (clock.now - 2, clock.now + 8), "b/0": (clock.now, clock.now)}
+    assert st.live_workers(clock.now) == ["a/0", "b/0"]  # "until" is inclusive
+    clock.advance(0.5)
+    assert store.status().live_workers(clock.now) == ["a/0"]
+    clock.advance(10)  # a was killed: its beat ran out
+    st = store.status()
+    assert st.live_workers(clock.now) == [] and st.last_seen() == clock.now - 10.5
+    assert make_store("other-job").status().workers == {}  # per job
+    store.reset()
+    assert store.status().workers == {}
+    store.begin_run()
+    store.heartbeat("a/0", clock.now + 10)
+    store.enqueue([req("http://a.test/1")])
+    x = store.lease("a/0", 1, LEASE)[0]
+    store.ack("a/0", [(x.fingerprint, x.token)])
+    assert store.finish_run() is not None
+    store.begin_run()  # a new run starts without the old run's workers
+    assert store.status().workers == {}

@@ -8,6 +8,7 @@ switch; the old run's keys are unlinked afterwards.
     scale:{J}:run            HASH  current run: id, started, ended
     scale:{J}:runs           HASH  run id -> JSON (history)
     scale:{J}:workers        HASH  worker id -> pid (claim_worker)
+    scale:{J}:alive          HASH  worker id -> "last_beat until" (heartbeat; see redis_status)
     scale:{J}:seeds          LIST  JSON seeds pushed by feeders (RPUSH; see docs/frontier.md)
     scale:{J}:R:r:FP         HASH  one record: st d dom p a el enq fc fr o le t
     scale:{J}:R:prios        ZSET  priorities with ready work
@@ -38,6 +39,7 @@ from typing import Any, TypeVar
 import redis
 
 from scrapy_scale import clock as clock_mod
+from scrapy_scale.frontier import redis_status
 from scrapy_scale.frontier.store import (
     COUNT_KEYS,
     DeadLetter,
@@ -341,35 +343,6 @@ end
 return n
 """
 
-_STATUS = _PRELUDE + r"""
-local now = tonumber(ARGV[1])
-local oldest = nil
-for _, p in ipairs(redis.call('ZRANGE', P..':prios', 0, -1)) do
-  for _, dom in ipairs(redis.call('ZRANGE', P..':dq:'..p, 0, -1)) do
-    for _, fp in ipairs(redis.call('LRANGE', P..':q:'..p..':'..dom, 0, 20)) do
-      local r = redis.call('HMGET', rk(fp), 'st', 'el')
-      if r[1] == '0' then
-        local el = tonumber(r[2])
-        if oldest == nil or el < oldest then oldest = el end
-        break
-      end
-    end
-  end
-end
-local leases = {}
-for _, w in ipairs(redis.call('SMEMBERS', P..':owners')) do
-  local c = 0
-  for _, fp in ipairs(redis.call('SMEMBERS', P..':wl:'..w)) do
-    local r = redis.call('HMGET', rk(fp), 'st', 'le')
-    if r[1] == '2' and tonumber(r[2]) >= now then c = c + 1 end
-  end
-  if c > 0 then leases[w] = c end
-end
-local dead = redis.call('HLEN', P..':dead')
-return cjson.encode({oldest = oldest or false, leases = leases, dead = dead,
-                     cnt = redis.call('HGETALL', P..':cnt')})
-"""
-
 _RUN = r"""
 local K = KEYS[1]
 local op, now = ARGV[1], tonumber(ARGV[2])
@@ -385,6 +358,7 @@ local function record(id, started, ended, c)
     ended_at = ended or false, counts = c}))
 end
 local function new_run()
+  redis.call('DEL', K..':alive')
   local id = redis.call('HINCRBY', K..':meta', 'runseq', 1)
   redis.call('HSET', K..':run', 'id', id, 'started', now, 'ended', '')
   record(id, now, nil, {})
@@ -418,7 +392,7 @@ elseif op == 'reset' then
     redis.call('HSET', K..':run', 'ended', now)
     record(cur[1], cur[2], now, {reset = 1})
   end
-  redis.call('DEL', K..':seeds', K..':workers')
+  redis.call('DEL', K..':seeds', K..':workers', K..':alive')
   return cur[1] or ''
 end
 """
@@ -482,7 +456,7 @@ class RedisStore(FrontierStore):
         self._r = r
         for name, src in (("enqueue", _ENQUEUE), ("lease", _LEASE), ("renew", _RENEW), ("finish", _FINISH),
                           ("release", _RELEASE), ("dead", _DEAD), ("requeue", _REQUEUE),
-                          ("status", _STATUS), ("run", _RUN), ("claim", _CLAIM)):
+                          ("status", redis_status.SUMMARY), ("heads", redis_status.HEADS), ("run", _RUN), ("claim", _CLAIM)):
             self._scripts[name] = r.register_script(src)
 
     def close(self) -> None:
@@ -582,6 +556,14 @@ class RedisStore(FrontierStore):
                 slot += 1
             if self._call("claim", wid, old or "", str(pid)):
                 return wid
+
+    @property
+    def alive_key(self) -> str:
+        return f"{self.key}:alive"
+
+    def heartbeat(self, worker: str, until: float) -> None:
+        now = self.clock()
+        self._retry(lambda: self.r.hset(self.alive_key, worker, f"{now!r} {until!r}"))
 
     # ---- hot path --------------------------------------------------------------------
 
@@ -689,25 +671,7 @@ class RedisStore(FrontierStore):
         return float(got[0][1]) if got else None
 
     def status(self) -> Status:
-        now = self.clock()
-        doc = json.loads(self._call("status", now))
-        flat = doc["cnt"]
-        cnt = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
-        counts = {k: int(cnt.get(k, 0)) for k in COUNT_KEYS}
-        by_cls = {k[5:]: int(v) for k, v in cnt.items() if k.startswith("fail:") and int(v) > 0}
-        wait_n = int(cnt.get("wait_n", 0))
-        run = self._current_run()
-        leases = doc["leases"] if isinstance(doc["leases"], dict) else {}
-        return Status(
-            job=self.job,
-            run=run,
-            counts=counts,
-            failed_by_class=by_cls,
-            oldest_pending_age=None if doc["oldest"] is False else max(0.0, now - float(doc["oldest"])),
-            average_wait=float(cnt.get("wait_sum", 0)) / wait_n if wait_n else None,
-            leases_by_worker={str(k): int(v) for k, v in leases.items()},
-            dead_letters=int(doc["dead"]),
-        )
+        return redis_status.read_status(self)
 
     def _current_run(self) -> RunInfo | None:
         rid = self._retry(lambda: self.r.hget(f"{self.key}:run", "id"))

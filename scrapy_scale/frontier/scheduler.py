@@ -72,6 +72,9 @@ OUTBOX_CAP = 16
 OUTCOME_GRACE = 10.0
 #: longest wait for the last writes when the reactor stops before the spider closed
 SHUTDOWN_WRITE_SECONDS = 3.0
+#: a worker's heartbeat holds for its lease, at most this many seconds (then status says
+#: the worker is gone); it beats four times per such window
+HEARTBEAT_WINDOW = 30.0
 
 
 @dataclass
@@ -143,6 +146,8 @@ class Scheduler(BaseScheduler):
         self.lease_seconds = lease_seconds
         self.wait_for_seeds = wait_for_seeds
         self.worker = worker or ""
+        self._beat_window = min(lease_seconds, HEARTBEAT_WINDOW)
+        self._last_beat = 0.0
         self._explicit_worker = worker is not None
         #: ack by outcomes (the outcome middlewares are on); None: read the crawler's context at attach
         self.signal_mode = signal_mode
@@ -245,6 +250,7 @@ class Scheduler(BaseScheduler):
         def work() -> None:
             with self._store_lock:
                 self._write_ops(ops, SyncResult())
+                self.store.heartbeat(self.worker, self.store.clock())  # this worker has stopped
 
         d = self._in_thread(work)
         d.addTimeout(SHUTDOWN_WRITE_SECONDS, _reactor())
@@ -267,6 +273,7 @@ class Scheduler(BaseScheduler):
         run = self.store.begin_run()
         ctx.run_id = run.run_id
         ctx.job = self.store.job
+        self._beat()
         reclaimed = self.store.reclaim(self.worker)
         self.remote = self.store.counts()
         self._synced_once = True
@@ -335,6 +342,7 @@ class Scheduler(BaseScheduler):
                       res: SyncResult) -> tuple[SyncResult, int]:
         self._write_ops(ops, res)
         released = self.store.release(self.worker, held) if held else 0
+        self.store.heartbeat(self.worker, self.store.clock())  # this worker has stopped
         if finish:
             res.finished_run = self.store.finish_run() is not None
         res.counts = self.store.counts()
@@ -691,6 +699,8 @@ class Scheduler(BaseScheduler):
                 self.store.renew(self.worker, self.lease_seconds, renew)
             if reclaim:
                 res.reclaimed = self.store.reclaim()
+            if time.monotonic() - self._last_beat >= self._beat_window / 4:
+                self._beat()
             if want > 0:
                 res.leased = self.store.lease(self.worker, want, self.lease_seconds)
             res.counts = self.store.counts()
@@ -702,6 +712,12 @@ class Scheduler(BaseScheduler):
                     res.finished_run = self.store.finish_run() is not None or not self.store.runs()
         res.seconds = time.monotonic() - t0
         return res
+
+    def _beat(self) -> None:
+        """Tell the store this worker is alive for the next heartbeat window (status
+        shows live workers, and a run without any as interrupted)."""
+        self._last_beat = time.monotonic()
+        self.store.heartbeat(self.worker, self.store.clock() + self._beat_window)
 
     def _pull_feed(self, n: int, res: SyncResult) -> None:
         batch: list[NewRequest] = []

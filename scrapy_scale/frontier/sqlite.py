@@ -93,6 +93,10 @@ CREATE TABLE IF NOT EXISTS workers (
     job TEXT NOT NULL, worker TEXT NOT NULL, pid INTEGER NOT NULL, at REAL NOT NULL,
     PRIMARY KEY (job, worker)
 );
+CREATE TABLE IF NOT EXISTS beats (
+    job TEXT NOT NULL, worker TEXT NOT NULL, at REAL NOT NULL, until REAL NOT NULL,
+    PRIMARY KEY (job, worker)
+);
 
 CREATE TRIGGER IF NOT EXISTS req_ins AFTER INSERT ON requests BEGIN
     INSERT INTO counts (job, state, n) VALUES (NEW.job, NEW.state, 1)
@@ -121,7 +125,7 @@ WHEN OLD.state <> NEW.state OR OLD.priority <> NEW.priority OR OLD.domain <> NEW
 END;
 """
 
-_TABLES = {"scale_meta", "jobs", "runs", "requests", "counts", "queues", "dead", "workers"}
+_TABLES = {"scale_meta", "jobs", "runs", "requests", "counts", "queues", "dead", "workers", "beats"}
 
 
 class SqliteStore(FrontierStore):
@@ -242,6 +246,7 @@ class SqliteStore(FrontierStore):
         db.execute(
             "UPDATE jobs SET current_run=?, wait_sum=0, wait_n=0 WHERE job=?", (last + 1, self.job)
         )
+        db.execute("DELETE FROM beats WHERE job=?", (self.job,))
         return RunInfo(last + 1, now)
 
     def _wipe(self, db: sqlite3.Connection) -> None:
@@ -299,6 +304,14 @@ class SqliteStore(FrontierStore):
                     )
                     return wid
                 slot += 1
+
+    def heartbeat(self, worker: str, until: float) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO beats (job, worker, at, until) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (job, worker) DO UPDATE SET at=excluded.at, until=excluded.until",
+                (self.job, worker, self.clock(), until),
+            )
 
     # ---- hot path ----------------------------------------------------------------------
 
@@ -537,6 +550,7 @@ class SqliteStore(FrontierStore):
             (self.job, now),
         ).fetchall())
         (dead,) = db.execute("SELECT COUNT(*) FROM dead WHERE job=?", (self.job,)).fetchone()
+        beats = db.execute("SELECT worker, at, until FROM beats WHERE job=?", (self.job,)).fetchall()
         return Status(
             job=self.job,
             run=self._run(self._current_run_id()),
@@ -546,6 +560,7 @@ class SqliteStore(FrontierStore):
             average_wait=(wait_sum / wait_n) if wait_n else None,
             leases_by_worker={str(k): v for k, v in leases.items()},
             dead_letters=dead,
+            workers={str(w): (float(at), float(until)) for w, at, until in beats},
         )
 
     def get(self, fingerprint: str) -> dict[str, Any] | None:
@@ -570,6 +585,7 @@ class SqliteStore(FrontierStore):
         with self._tx() as db:
             self._wipe(db)
             db.execute("DELETE FROM workers WHERE job=?", (self.job,))
+            db.execute("DELETE FROM beats WHERE job=?", (self.job,))
             info = self._run(self._current_run_id())
             if info is not None and info.ended_at is None:
                 db.execute(
