@@ -45,6 +45,7 @@ from scrapy_scale.frontier.store import (
     DeadLetter,
     EnqueueResult,
     FrontierError,
+    FrontierFatal,
     FrontierStore,
     Leased,
     NewRequest,
@@ -397,6 +398,18 @@ elseif op == 'reset' then
 end
 """
 
+_COUNTS = r"""
+local K = KEYS[1]
+local run = redis.call('HGET', K..':run', 'id')
+if not run then return {''} end
+local P = K..':'..run
+local c = redis.call('HMGET', P..':cnt', 'pending', 'delayed', 'leased', 'done', 'failed')
+local out = {run}
+for i = 1, 5 do out[#out + 1] = c[i] or '0' end
+out[#out + 1] = tostring(redis.call('HLEN', P..':dead'))
+return out
+"""
+
 _CLAIM = r"""
 local K = KEYS[1]
 local wid, expected, pid = ARGV[1], ARGV[2], ARGV[3]
@@ -430,6 +443,10 @@ class RedisStore(FrontierStore):
         self.sleep: Callable[[float], None] = time.sleep
         #: True when the URL points at a Redis Cluster node
         self.cluster = False
+        #: the run this store began (begin_run) and the most records (+ dead letters) it
+        #: has seen in it: a Redis that lost the job's state is caught by counts()
+        self._run_id: str | None = None
+        self._high = 0
 
     # ---- connection ------------------------------------------------------------------
 
@@ -456,7 +473,8 @@ class RedisStore(FrontierStore):
         self._r = r
         for name, src in (("enqueue", _ENQUEUE), ("lease", _LEASE), ("renew", _RENEW), ("finish", _FINISH),
                           ("release", _RELEASE), ("dead", _DEAD), ("requeue", _REQUEUE),
-                          ("status", redis_status.SUMMARY), ("heads", redis_status.HEADS), ("run", _RUN), ("claim", _CLAIM)):
+                          ("status", redis_status.SUMMARY), ("heads", redis_status.HEADS), ("run", _RUN),
+                          ("claim", _CLAIM), ("counts", _COUNTS)):
             self._scripts[name] = r.register_script(src)
 
     def close(self) -> None:
@@ -521,12 +539,14 @@ class RedisStore(FrontierStore):
         kind, rid, started, old = self._call("run", "begin", self.clock())
         if kind == "new":
             self._unlink_run(old)
+        self._run_id, self._high = str(rid), 0
         return RunInfo(int(rid), float(started), None, kind == "resumed", {})
 
     def finish_run(self) -> RunInfo | None:
         res = self._call("run", "finish", self.clock())
         if not res:
             return None
+        self._run_id = None  # ended: a later run of the job is no loss of state
         counts = json.loads(res[4]) if len(res) > 4 else self._run_counts(res[1])
         return RunInfo(int(res[1]), float(res[2]), float(res[3]), False, counts)
 
@@ -661,9 +681,48 @@ class RedisStore(FrontierStore):
     # ---- observation -------------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:
-        p = self._run_prefix()
-        vals = self._retry(lambda: self.r.hmget(f"{p}:cnt", list(COUNT_KEYS)))
-        return {k: int(v or 0) for k, v in zip(COUNT_KEYS, vals, strict=True)}
+        run, *vals = self._call("counts")  # [''] when the job has no run at all
+        vals = vals or ["0"] * (len(COUNT_KEYS) + 1)
+        counts = {k: int(v) for k, v in zip(COUNT_KEYS, vals, strict=False)}
+        if self._run_id is not None:
+            self._check_intact(run, sum(counts.values()) + int(vals[-1]))
+        return counts
+
+    def _check_intact(self, run: str, total: int) -> None:
+        """Within a run, records are only added (a dead letter moves one): a run marker that
+        vanished or changed, or fewer records than seen before, means the state is gone."""
+        where = f"Redis at {redact_url(self.url)}"
+        if run != self._run_id:
+            now = f"run {run} is current" if run else f"the run marker {self.key}:run is gone"
+            raise FrontierFatal(
+                f"{where} no longer has job {self.job!r}'s run {self._run_id} ({now}): the server lost "
+                "the job's state (restarted without persistence, flushed, or failed over to a replica "
+                "that had not caught up), or the job was reset or finished and started again meanwhile. Requests that were only in "
+                "Redis are lost, so this worker stops instead of declaring the run finished. Run Redis "
+                "with `appendonly yes`, then start the job again")
+        if total < self._high:
+            raise FrontierFatal(
+                f"{where}: job {self.job!r} run {run} has {total} records (with dead letters), fewer than the "
+                f"{self._high} seen before: the server lost writes (restarted from an older snapshot, or "
+                "failed over to a replica that had not caught up). Requests that were only in Redis are "
+                "lost, so this worker stops instead of declaring the run finished. Run Redis with "
+                "`appendonly yes`, then start the job again")
+        self._high = total
+
+    def durability_warning(self) -> str | None:
+        """Neither AOF nor RDB snapshots (CONFIG GET, where the server allows it)."""
+        try:
+            cfg: dict[str, str] = {}
+            for name in ("appendonly", "save"):
+                cfg.update(self.r.config_get(name))
+        except redis.RedisError as e:  # CONFIG disabled or renamed (managed Redis): cannot tell
+            logger.debug("Redis persistence unknown (CONFIG GET refused: %s)", e)
+            return None
+        if cfg.get("appendonly") == "no" and not (cfg.get("save") or "").strip():
+            return (f"Redis at {redact_url(self.url)} has no persistence (appendonly no, no RDB snapshots): "
+                    "a restart of it loses the job's frontier. Run it with `appendonly yes` for a crawl "
+                    "that survives a Redis restart")
+        return None
 
     def next_eligible_at(self) -> float | None:
         p = self._run_prefix()
@@ -704,6 +763,7 @@ class RedisStore(FrontierStore):
     # ---- commands ----------------------------------------------------------------------
 
     def reset(self) -> None:
+        self._run_id = None
         old = self._call("run", "reset", self.clock())
         self._unlink_run(str(old))
 

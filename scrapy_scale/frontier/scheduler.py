@@ -36,7 +36,7 @@ from scrapy.utils.misc import build_from_crawler
 from twisted.internet import defer, task, threads
 from twisted.python.threadpool import ThreadPool
 
-from scrapy_scale import compat, config, meta, startup
+from scrapy_scale import compat, config, exitcode, meta, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemDeadLettered, ItemNotStored
@@ -45,6 +45,7 @@ from scrapy_scale.frontier import compat as frontier_compat
 from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.frontier.engine_glue import DaemonThreadPool, install_empty_gate
 from scrapy_scale.frontier.local import LocalQueue, Outbox, holds_back, lease_wanted, max_opt
+from scrapy_scale.frontier.policy import SyncTrouble
 from scrapy_scale.frontier.store import (
     EnqueueResult,
     FrontierError,
@@ -138,7 +139,8 @@ class Scheduler(BaseScheduler):
     supports_not_before = True
 
     def __init__(self, crawler: Crawler, store: FrontierStore, *, batch: int, lease_seconds: float,
-                 wait_for_seeds: bool, worker: str | None, signal_mode: bool | None):
+                 wait_for_seeds: bool, worker: str | None, signal_mode: bool | None,
+                 error_deadline: float = 600.0):
         self.crawler = crawler
         self.stats = crawler.stats
         self.store = store
@@ -189,6 +191,10 @@ class Scheduler(BaseScheduler):
         self.compat = frontier_compat.DEFAULT
         self._remove_gate: Callable[[], None] = lambda: None
         self._shutdown_trigger: Any = None
+        #: backoff, bounded logging and the deadline of failing syncs
+        self._trouble = SyncTrouble(error_deadline)
+        #: why the frontier stopped the crawl (lost state, corrupt file, deadline), else None
+        self._fatal: str | None = None
 
     # ---- construction ------------------------------------------------------------------
 
@@ -214,7 +220,8 @@ class Scheduler(BaseScheduler):
         ctx.scheduler_holds_retries = True  # and keys requests by their real fingerprint
         ctx.frontier_on = True
         sched = cls(crawler, store, batch=batch, lease_seconds=lease_seconds, wait_for_seeds=wait,
-                    worker=worker, signal_mode=None)
+                    worker=worker, signal_mode=None,
+                    error_deadline=config.get(s, "SCALE_FRONTIER_ERROR_DEADLINE"))
         sched.compat = frontier_compat.read(s)
         for line in sched.compat.warnings:
             logger.warning(line)
@@ -270,6 +277,9 @@ class Scheduler(BaseScheduler):
             self.worker = claim()
         if self.compat.start_over:
             self.worker = frontier_compat.start_over(self.store, self.compat.start_over, self.worker, claim)
+        warning = self.store.durability_warning()
+        if warning:
+            logger.warning("frontier: %s", warning)
         run = self.store.begin_run()
         ctx.run_id = run.run_id
         ctx.job = self.store.job
@@ -310,6 +320,12 @@ class Scheduler(BaseScheduler):
         held = self._buffered_fps() + list(self.inflight)
         ops = self.outbox.take().ops
         finish = reason == "finished" and not self.wait_for_seeds
+        if self._fatal is not None:  # the store cannot be trusted with more writes
+            logger.error("frontier closed without its final writes: %s", self._fatal)
+            self.store.close()
+            if self._pool is not None:
+                self._pool.stop()
+            return
 
         def work() -> tuple[SyncResult, int]:
             res = SyncResult()
@@ -419,11 +435,18 @@ class Scheduler(BaseScheduler):
         consumes ``start()`` without yielding while the downloader is full): the
         outbox must stay bounded. Order holds: a running sync only has older ops,
         and it finishes (the lock) before these are written."""
+        if self._trouble.since is not None or self._fatal is not None:
+            return  # failing writes: they wait for the backoff (a burst while the disk is full)
         ops = self.outbox.take()
         res = SyncResult()
-        with self._store_lock, self.store.batch():
-            self._write_ops(ops.ops, res)
-            res.counts = self.store.counts()
+        try:
+            with self._store_lock, self.store.batch():
+                self._write_ops(ops.ops, res)
+                res.counts = self.store.counts()
+        except Exception as e:  # noqa: BLE001 - keep the writes, in order; the syncs retry them
+            self.outbox.put_back(ops)
+            self._sync_trouble(e)
+            return
         self._pending_top = max_opt(self._pending_top, ops.top)
         self._inc("outbox_flushes")
         self._count_writes(res)
@@ -621,8 +644,10 @@ class Scheduler(BaseScheduler):
         return res
 
     def _kick(self) -> None:
-        if self._sync_running is not None or self._closing or self._pool is None:
+        if self._sync_running is not None or self._closing or self._pool is None or self._fatal is not None:
             return
+        if not self._trouble.may_sync(time.monotonic()):
+            return  # backing off after failed syncs
         args = self._sync_args()
         d = self._in_thread(lambda: self._sync_work(*args))
         self._sync_running = d
@@ -708,8 +733,7 @@ class Scheduler(BaseScheduler):
             c = res.counts
             if not (c["pending"] or c["delayed"] or c["leased"]):
                 with self._store_lock:
-                    # no run at all (a Redis that lost its data): nothing left to wait for either
-                    res.finished_run = self.store.finish_run() is not None or not self.store.runs()
+                    res.finished_run = self.store.finish_run() is not None
         res.seconds = time.monotonic() - t0
         return res
 
@@ -746,6 +770,9 @@ class Scheduler(BaseScheduler):
     def _sync_done(self, res: SyncResult) -> None:
         self._sync_running = None
         written, self._sync_ops = self._sync_ops, None
+        recovered = self._trouble.succeeded(time.monotonic())
+        if recovered:
+            logger.warning("%s", recovered)
         self._inc("syncs")
         self._sync_seconds += res.seconds
         self.stats.set_value("scale/frontier/sync_seconds", round(self._sync_seconds, 3))
@@ -809,8 +836,35 @@ class Scheduler(BaseScheduler):
         if self._sync_ops is not None:
             self.outbox.put_back(self._sync_ops)
             self._sync_ops = None
-        logger.error("frontier sync failed (will retry): %s", failure.getErrorMessage())
+        self._sync_trouble(failure.value)
+
+    def _sync_trouble(self, error: BaseException) -> None:
+        """A sync failed: stop the crawl for an error that cannot pass (the store says so),
+        else back off, log at a bounded rate, and stop past SCALE_FRONTIER_ERROR_DEADLINE."""
         self._inc("sync_errors")
+        fatal = self.store.fatal_error(error)
+        if fatal is not None:
+            self._stop_crawl(fatal)
+            return
+        line, give_up = self._trouble.failed(time.monotonic(), f"{type(error).__name__}: {error}")
+        if give_up:
+            self._stop_crawl(f"{line} (SCALE_FRONTIER_ERROR_DEADLINE)")
+        elif line:
+            logger.error("%s", line)
+
+    def _stop_crawl(self, message: str) -> None:
+        """The frontier cannot go on: say why, close the spider (frontier_failed), exit 1."""
+        if self._fatal is not None:
+            return
+        self._fatal = message
+        logger.error("frontier: the crawl cannot go on, stopping it: %s", message)
+        self.stats.set_value("scale/frontier/error", message[:500])
+        exitcode.request(1, f"the frontier stopped the crawl: {message[:200]}")
+        engine = compat.engine_of(self.crawler)
+        if engine is not None and getattr(engine, "spider", None) is not None:
+            from scrapy.utils.defer import deferred_from_coro
+
+            deferred_from_coro(engine.close_spider_async(reason="frontier_failed"))
 
     def _apply_counts(self, res: SyncResult) -> None:
         if not res.counts:

@@ -166,22 +166,30 @@ class SqliteStore(FrontierStore):
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA busy_timeout=60000")
-            self._check_layout(db)
+            existing = self._check_layout(db)
+            if existing:
+                self._check_intact(db)
             db.executescript(SCHEMA)
             db.execute("INSERT OR IGNORE INTO scale_meta (key, value) VALUES ('layout', ?)", (str(LAYOUT),))
             db.execute("INSERT OR IGNORE INTO jobs (job) VALUES (?)", (self.job,))
+        except FrontierError:
+            db.close()
+            raise
         except sqlite3.DatabaseError as e:
             db.close()
+            if "malformed" in str(e) or "corrupt" in str(e):
+                raise FrontierError(self.corrupt_message(str(e))) from None
             raise FrontierError(
                 f"{self.path!r} is not a usable scrapy-scale frontier ({e}); move the file away "
                 "or point SCALE_FRONTIER_URL at another file"
             ) from None
         self._db = db
 
-    def _check_layout(self, db: sqlite3.Connection) -> None:
+    def _check_layout(self, db: sqlite3.Connection) -> bool:
+        """Refuse a file of another program or layout; True when it is an existing frontier."""
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if not tables:
-            return
+            return False
         if "scale_meta" not in tables:
             raise FrontierError(
                 f"{self.path!r} is a SQLite file of another program (tables: {', '.join(sorted(tables))}); "
@@ -195,6 +203,36 @@ class SqliteStore(FrontierStore):
                 f"reads layout {LAYOUT}; finish or drop that job with the version that wrote it, "
                 "or move the file away to start over"
             )
+        return True
+
+    def _check_intact(self, db: sqlite3.Connection) -> None:
+        """A corrupt file (garbled pages) or counters that disagree with the records would
+        hang the crawl later (leases that never come, a job that never drains): refuse it now."""
+        problems = [r[0] for r in db.execute("PRAGMA quick_check(5)")]
+        if problems != ["ok"]:
+            raise FrontierError(self.corrupt_message("; ".join(str(p) for p in problems)[:300]))
+        counted = {st: n for st, n in db.execute("SELECT state, n FROM counts WHERE job=?", (self.job,)) if n}
+        real = dict(db.execute("SELECT state, COUNT(*) FROM requests WHERE job=? GROUP BY state", (self.job,)))
+        if counted != real:
+            named = {_STATE_NAMES.get(k, k): v for k, v in counted.items()}
+            found = {_STATE_NAMES.get(k, k): v for k, v in real.items()}
+            raise FrontierError(self.corrupt_message(
+                f"inconsistent: the counters say {named}, the records are {found} (job {self.job!r})"))
+
+    def corrupt_message(self, problem: str) -> str:
+        return (
+            f"the SQLite frontier {self.path!r} is corrupt ({problem}); the crawl cannot use it. "
+            f"Check it with `sqlite3 {self.path} 'PRAGMA integrity_check'`, then restore it from a backup, "
+            "or salvage what sqlite3's `.recover` can into a new file, or move it away to start the job over "
+            "(its records are lost)"
+        )
+
+    def fatal_error(self, error: BaseException) -> str | None:
+        # a DatabaseError other than an OperationalError (busy, locked, disk full, I/O, which
+        # may pass): malformed or not a database, corrupt; retrying can never help
+        if isinstance(error, sqlite3.DatabaseError) and not isinstance(error, sqlite3.OperationalError):
+            return self.corrupt_message(f"{type(error).__name__}: {error}")
+        return super().fatal_error(error)
 
     def close(self) -> None:
         if self._db is not None:
@@ -637,10 +675,29 @@ class _Tx:
             self.db.execute("BEGIN IMMEDIATE")
         return self.db
 
-    def __exit__(self, exc_type: object, *rest: object) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if self.nested:
             return
         if exc_type is None:
-            self.db.execute("COMMIT")
-        else:
-            self.db.execute("ROLLBACK")
+            try:
+                self.db.execute("COMMIT")
+                return
+            except sqlite3.Error as e:
+                # a COMMIT that failed (disk full) leaves the transaction open: every later
+                # block would then nest in it and never commit. Roll back, then fail.
+                self._rollback(e)
+                raise
+        self._rollback(exc)
+
+    def _rollback(self, error: object) -> None:
+        if self.db.in_transaction:  # SQLite may have rolled back by itself (SQLITE_FULL)
+            try:
+                self.db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        if isinstance(error, sqlite3.OperationalError) and "full" in str(error):
+            # give the space of the write-ahead log back (it only grows between checkpoints)
+            try:
+                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error:
+                pass

@@ -55,6 +55,11 @@ class FrontierError(ScaleError, RuntimeError):
     """
 
 
+class FrontierFatal(FrontierError):
+    """The frontier cannot go on (its store lost the job's state, or is corrupt): the crawl
+    must stop with this message instead of retrying."""
+
+
 class State(StrEnum):
     PENDING = "pending"
     LEASED = "leased"
@@ -222,6 +227,16 @@ class FrontierStore(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release connections. Idempotent. Leases stay (use :meth:`release` first)."""
+
+    def fatal_error(self, error: BaseException) -> str | None:
+        """What to tell the user when ``error`` (raised by a store call) means the frontier
+        cannot go on (corrupt file, lost state): the crawl stops with it. None: an error
+        that may pass (the call is tried again)."""
+        return str(error) if isinstance(error, FrontierFatal) else None
+
+    def durability_warning(self) -> str | None:
+        """Why the store may lose the job's state on a crash of its server, or None."""
+        return None
 
     def batch(self) -> AbstractContextManager[object]:
         """``with store.batch():`` groups the calls inside into as few round trips /
