@@ -284,6 +284,7 @@ class Scheduler(BaseScheduler):
         ctx.run_id = run.run_id
         ctx.job = self.store.job
         self._beat()
+        ctx.worker = self.worker
         reclaimed = self.store.reclaim(self.worker)
         self.remote = self.store.counts()
         self._synced_once = True
