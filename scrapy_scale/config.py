@@ -130,6 +130,7 @@ DECLARING_MODULES: list[str] = [
     "scrapy_scale.storage.settings",
     "scrapy_scale.throttle.settings",
     "scrapy_scale.quality.settings",
+    "scrapy_scale.monitor.settings",
 ]
 
 

@@ -36,6 +36,8 @@ class ScaleContext:
     run_id: int | str | None = None
     #: the job name in use
     job: str | None = None
+    #: this process's worker id (the frontier's ``hostname/N``, at open)
+    worker: str | None = None
     #: where items are stored, without credentials (the store pipeline)
     store_url: str | None = None
     #: per-callback item sources the store spider middleware records for the pipeline

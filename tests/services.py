@@ -163,3 +163,22 @@ def private_mongo(workdir: Path) -> Process:
     p = Process("mongo", argv, port, workdir, lambda: mongo_ping(uri))
     p.start(timeout=60)
     return p
+
+
+def private_mongo_with_users(workdir: Path, users: dict[str, tuple[str, list[dict[str, str]]]]) -> Process:
+    """A SecantusDB server that requires authentication (``--auth``, SCRAM-SHA-256), with
+    ``users`` (name -> (password, roles)) created in ``admin`` first, without auth, as
+    SecantusDB's docs say (a real mongod when SCALE_TEST_USE_MONGOD is set works too)."""
+    import pymongo
+
+    p = private_mongo(workdir)
+    c: pymongo.MongoClient = pymongo.MongoClient(f"mongodb://{LOOPBACK}:{p.port}/")
+    try:
+        for name, (password, roles) in users.items():
+            c.admin.command("createUser", name, pwd=password, roles=roles)
+    finally:
+        c.close()
+    p.stop()
+    p.argv = p.argv + ["--auth"]
+    p.start(timeout=60)
+    return p

@@ -106,7 +106,8 @@ def test_status_requeue_blocked_then_resume_gets_every_item(tmp_path: Path) -> N
         assert p.returncode == 0 and f"{job}: 10 request(s) of class blocked put back to pending" in p.stdout
         st = status_json(job, s)
         assert st["counts"]["pending"] == 10 and st["counts"]["failed"] == 0
-        assert st["run"]["state"] == "running" and st["oldest_pending_age"] is not None
+        # reopened, but no worker is on it until the next crawl
+        assert st["run"]["state"] == "interrupted" and st["oldest_pending_age"] is not None
 
         tb.set_faults("")
         tb.clear_log()
@@ -128,7 +129,8 @@ def test_seed_then_crawl_takes_the_seeds_and_reset_starts_over(tmp_path: Path) -
         p = scale("seed", job, host2, host2, settings=s)  # the second is a duplicate
         assert p.returncode == 0 and f"{job}: 1 of 2 URL(s) enqueued (1 already known)" in p.stdout, p.stdout
         st = status_json(job, s)
-        assert st["counts"]["pending"] == 1 and st["run"]["state"] == "running"
+        assert st["counts"]["pending"] == 1 and st["run"]["state"] == "interrupted"  # no worker yet
+        assert st["live_workers"] == [] and st["run"]["no_live_worker_since"] == st["run"]["started_at"]
 
         # the spider starts from host 1 only; the seed brings host 2
         res = run_crawl(tb, {"SCALE_JOB": job}, tmp_path, timeout=120, start_urls=[host1])

@@ -136,3 +136,56 @@ def test_redis_restart_mid_crawl_workers_wait_reconnect_and_finish(tmp_path: Pat
         assert not missing, f"{len(missing)} pages never crawled"
         check_items_exact(tb, stored_items(store_url))
         assert downtime >= 3.0
+
+
+@pytest.mark.timeout(240)
+def test_a_frozen_worker_back_after_its_leases_expired_counts_stale_acks_not_acks(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    """SIGSTOP a worker until its leases expire and the other worker has taken every one
+    of them, then SIGCONT: its late acks are refused by the lease token (no duplicate
+    rows) and counted as stale_acks, so the workers' acked stats add up to the requests
+    done (they summed to 670 for 632 before). Moments are chosen from progress."""
+    job = redis_prefix
+    store_url = f"sqlite:///{tmp_path}/state/items.sqlite"
+    settings = {**WORKER_SETTINGS, "SCALE_JOB": job, "SCALE_FRONTIER_URL": redis_url, "SCALE_STORE_URL": store_url,
+                "SCALE_FRONTIER_LEASE": 3.0, "SCALE_FRONTIER_BATCH": 8}
+    # slow detail pages: a frozen worker always has requests in flight
+    with Testbed(hosts=3, pages=80, seed=23, faults="slow:/item/*,delay=0.3") as tb:
+        total = expected_requests(tb)
+        procs = _start_workers(tb, settings, 2, tmp_path)
+        store = open_store(redis_url, job)
+        try:
+            def w1_busy() -> bool:
+                st = store.status()
+                return st.counts["done"] >= total // 4 and st.leases_by_worker.get("w1", 0) > 0
+            _wait_for(w1_busy, 120, "w1 to hold leases a quarter into the crawl", procs)
+            os.kill(procs[1].pid, signal.SIGSTOP)
+            try:
+                prefix = store._run_prefix()  # type: ignore[attr-defined]
+                held = {}
+                for fp in store.r.smembers(f"{prefix}:wl:w1"):  # type: ignore[attr-defined]
+                    rec = store.get(fp)
+                    if rec is not None and rec["state"] == "leased" and rec["owner"] == "w1":
+                        held[fp] = rec["token"]
+                assert held, "w1 held no lease when frozen"
+
+                def all_taken_over() -> bool:  # done, or leased again by w0 (a new token)
+                    recs = [store.get(fp) for fp in held]
+                    return all(r is not None and (r["state"] == "done" or r["token"] != held[fp])
+                               for fp, r in zip(held, recs, strict=True))
+                _wait_for(all_taken_over, 120, "w0 to take over every lease of the frozen w1", [procs[0]])
+            finally:
+                os.kill(procs[1].pid, signal.SIGCONT)
+            results = _finish_all(procs, 150)
+            counts = store.counts()
+        finally:
+            store.close()
+        check_items_exact(tb, stored_items(store_url))
+    for r in results:
+        assert r.returncode == 0, r.tail()
+    assert counts == {"pending": 0, "delayed": 0, "leased": 0, "done": total, "failed": 0}, counts
+    acked = [r.stats.get("scale/frontier/acked", 0) for r in results]
+    stale = [r.stats.get("scale/frontier/stale_acks", 0) for r in results]
+    assert sum(acked) == total, (acked, stale, total)
+    assert stale[1] >= 1, stale  # the frozen worker's late acks

@@ -359,3 +359,27 @@ def test_memory_only_requests_take_their_turn_by_priority(sched: Scheduler) -> N
     sched.enqueue_request(Request("http://a.test/mem0", priority=0, meta={"o": object()}))
     assert [r.url for r in iter(sched.next_request, None)] == [
         "http://a.test/mem", "http://a.test/p1", "http://a.test/mem0"]
+
+
+def test_a_late_ack_after_the_lease_passed_to_another_worker_is_counted_stale(sched: Scheduler) -> None:
+    """A frozen worker that comes back after its lease expired and another worker took the
+    request: the store refuses its ack (the token), and the stats must say so, not count it
+    as an ack (per-worker acked summed to more than the requests done)."""
+    from scrapy_scale.clock import FakeClock
+
+    clock = FakeClock()
+    sched.store.clock = clock
+    sched.enqueue_request(Request("http://a.test/1"))
+    r = lease_one(sched)
+    clock.advance(sched.lease_seconds + 1)  # this worker froze past its lease
+    other = sched.store
+    assert other.reclaim() == 1
+    (taken,) = other.lease("other/0", 1, 60.0)  # another worker takes it: a new token
+    outcome(r, items=0)  # the frozen worker comes back and finishes its copy
+    sched._ack_finished_by_engine()
+    sched.sync_blocking()
+    stats = sched.crawler.stats
+    assert not stats.get_value("scale/frontier/acked")
+    assert stats.get_value("scale/frontier/stale_acks") == 1
+    assert state(sched, r) == State.LEASED  # still the other worker's
+    assert other.ack("other/0", [(taken.fingerprint, taken.token)]) == 1

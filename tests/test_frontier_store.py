@@ -518,3 +518,109 @@ def test_a_record_that_cannot_be_read_is_dead_lettered_alone(store: FrontierStor
     assert store.lease(W, 10, LEASE) == []
     assert store.ack(W, [(x.fingerprint, x.token) for x in got if x.error is None]) == 2
     assert store.drained()
+
+
+# ---- heartbeats -----------------------------------------------------------------------------
+
+
+def test_heartbeats_say_which_workers_are_alive_and_a_new_run_or_reset_forgets_them(
+    make_store, clock: FakeClock
+) -> None:
+    store = make_store()
+    run = store.begin_run()
+    st = store.status()
+    assert st.workers == {} and st.live_workers(clock.now) == [] and st.last_seen() == run.started_at
+    clock.advance(1)
+    store.heartbeat("a/0", clock.now + 10)
+    store.heartbeat("b/0", clock.now + 10)
+    clock.advance(2)
+    store.heartbeat("b/0", clock.now)  # b closed cleanly: gone now
+    st = store.status()
+    assert st.workers == {"a/0": (clock.now - 2, clock.now + 8), "b/0": (clock.now, clock.now)}
+    assert st.live_workers(clock.now) == ["a/0", "b/0"]  # "until" is inclusive
+    clock.advance(0.5)
+    assert store.status().live_workers(clock.now) == ["a/0"]
+    clock.advance(10)  # a was killed: its beat ran out
+    st = store.status()
+    assert st.live_workers(clock.now) == [] and st.last_seen() == clock.now - 10.5
+    assert make_store("other-job").status().workers == {}  # per job
+    store.reset()
+    assert store.status().workers == {}
+    store.begin_run()
+    store.heartbeat("a/0", clock.now + 10)
+    store.enqueue([req("http://a.test/1")])
+    x = store.lease("a/0", 1, LEASE)[0]
+    store.ack("a/0", [(x.fingerprint, x.token)])
+    assert store.finish_run() is not None
+    store.begin_run()  # a new run starts without the old run's workers
+    assert store.status().workers == {}
+
+
+def _garble(path: Path, pages: tuple[int, ...] = (5, 11, 17), size: int = 3072) -> None:
+    """Overwrite ``size`` bytes in each of the given pages with noise, as a bad disk would."""
+    import random
+
+    rnd = random.Random(9)
+    with open(path, "r+b") as f:
+        for page in pages:
+            f.seek(page * 4096)
+            f.write(bytes(rnd.randrange(256) for _ in range(size)))
+
+
+def _filled_sqlite_frontier(path: Path, job: str = "job", n: int = 2000) -> None:
+    s = open_store(f"sqlite:///{path}", job)
+    s.begin_run()
+    s.enqueue([req(f"http://d{i % 7}.test/{i}") for i in range(n)])
+    s.close()  # the last connection checkpoints the WAL into the file
+
+
+def test_a_corrupt_sqlite_frontier_is_refused_at_open_naming_the_file(tmp_path: Path) -> None:
+    # before: the resume crawled what it could, then 'Crawled 432 pages (at 0 pages/min)' forever
+    path = tmp_path / "f.db"
+    _filled_sqlite_frontier(path)
+    assert (path.stat().st_size // 4096) > 20 and not Path(f"{path}-wal").exists()
+    _garble(path)
+    with pytest.raises(FrontierError) as e:
+        open_store(f"sqlite:///{path}", "job")
+    msg = str(e.value)
+    assert f"the SQLite frontier '{path}' is corrupt" in msg and "PRAGMA integrity_check" in msg, msg
+    assert "move it away to start the job over" in msg
+
+
+def test_an_inconsistent_sqlite_frontier_is_refused_at_open(tmp_path: Path) -> None:
+    path = tmp_path / "f.db"
+    _filled_sqlite_frontier(path, n=10)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE counts SET n = n + 5 WHERE state = 0")  # counters that promise work that is not there
+    db.commit()
+    db.close()
+    with pytest.raises(FrontierError, match="is corrupt \\(inconsistent: the counters say"):
+        open_store(f"sqlite:///{path}", "job")
+
+
+def corruption_error(tmp_path: Path) -> sqlite3.DatabaseError:
+    """The real error SQLite raises when a query reaches a garbled page (while the crawl runs)."""
+    path = tmp_path / "live.db"
+    _filled_sqlite_frontier(path)
+    db = sqlite3.connect(path)
+    try:
+        db.execute("PRAGMA quick_check").fetchall()  # intact: the corruption comes later
+        _garble(path, pages=tuple(range(2, path.stat().st_size // 4096)))
+        db.close()
+        db = sqlite3.connect(path)
+        with pytest.raises(sqlite3.DatabaseError) as e:
+            db.execute("SELECT COUNT(*), MAX(data) FROM requests").fetchall()
+        return e.value
+    finally:
+        db.close()
+
+
+def test_sqlite_corruption_during_the_crawl_is_fatal_not_retried(tmp_path: Path) -> None:
+    s = open_store(f"sqlite:///{tmp_path / 'f.db'}", "job")
+    try:
+        fatal = s.fatal_error(corruption_error(tmp_path))
+        assert fatal is not None and str(tmp_path / "f.db") in fatal and "is corrupt" in fatal, fatal
+        assert s.fatal_error(sqlite3.OperationalError("database or disk is full")) is None
+        assert s.fatal_error(sqlite3.OperationalError("database is locked")) is None
+    finally:
+        s.close()

@@ -187,7 +187,8 @@ def test_unencodable_items_are_dead_lettered_and_fail_their_request(tmp_path: Pa
     # before: a cycle or 5,000 levels of nesting raised RecursionError out of the pipeline:
     # neither stored nor dead-lettered, and the request was acked (acked_without_outcome)
     env = write_spiders(tmp_path)
-    settings = {"SPIDER_MODULES": ["storage_test_spiders"], "FEEDS": None, "LOG_LEVEL": "INFO"}
+    settings = {"SPIDER_MODULES": ["storage_test_spiders"], "FEEDS": None, "LOG_LEVEL": "INFO",
+                "SCALE_FRONTIER_SCHEMES": ["http", "https", "data"]}  # the pages are data: URLs
     res = run_crawl(None, settings, tmp_path, spider="unencodable", timeout=90, env=env)
     # a run with dead letters says so in its last lines, and exits non-zero (the setting's default)
     assert res.returncode == 3, res.tail()

@@ -157,6 +157,7 @@ def test_crawl_into_a_schema_broken_sqlite_store_ends_loudly(tmp_path: Path) -> 
     with Testbed(hosts=1, pages=20, seed=2) as tb:
         res = run_crawl(tb, {**ONLY_STORE, "SCALE_STORE_URL": f"sqlite:///{db}"}, tmp_path, timeout=90)
     assert res.stats["finish_reason"] == "store_failed", res.tail()
+    assert res.returncode == 1, res.tail()  # a crawl whose store cannot be written does not exit 0
     assert "SCALE_STORE_URL store cannot be written, closing the spider" in res.log
     assert "no such table: main.gone" in res.log
     assert res.stats.get("item_scraped_count", 0) == 0

@@ -69,6 +69,8 @@ class JobOps:
         """The job's state as plain JSON-able data (see :func:`format_status`)."""
         st: Status = self.store.status()
         run = st.run
+        now = self.store.clock()
+        live = st.live_workers(now)
         return {
             "job": st.job,
             "frontier": self.where,
@@ -76,12 +78,18 @@ class JobOps:
                 "id": run.run_id,
                 "started_at": run.started_at,
                 "ended_at": run.ended_at,
-                "state": "running" if run.ended_at is None else "finished",
+                "state": run_state(run.ended_at, live),
+                # when a worker was last heard from, while the run is interrupted
+                "no_live_worker_since": st.last_seen() if run.ended_at is None and not live else None,
             },
+            "live_workers": live,
+            "workers": {w: {"last_beat": at, "alive_until": until, "live": until >= now}
+                        for w, (at, until) in sorted(st.workers.items())},
             "counts": {k: int(st.counts.get(k, 0)) for k in COUNT_KEYS},
             "total": sum(int(st.counts.get(k, 0)) for k in COUNT_KEYS),
             "failed_by_class": dict(sorted(st.failed_by_class.items())),
             "oldest_pending_age": st.oldest_pending_age,
+            "oldest_pending_exact": st.oldest_pending_exact,
             "average_wait": st.average_wait,
             "leases_by_worker": dict(sorted(st.leases_by_worker.items())),
             "dead_letters": st.dead_letters,
@@ -192,6 +200,18 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
+def run_state(ended_at: float | None, live_workers: Sequence[str]) -> str:
+    """``finished``; ``running`` while a worker is alive; else ``interrupted`` (Ctrl-C,
+    kill -9, a crash at startup: the run is unfinished and nobody works on it)."""
+    if ended_at is not None:
+        return "finished"
+    return "running" if live_workers else "interrupted"
+
+
+def _when(t: float, now: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t)) + f", {_age(max(0.0, now - t))} ago"
+
+
 def format_status(st: dict[str, Any], now: float | None = None) -> str:
     """The status as the text ``scrapy scale status`` prints."""
     now = time.time() if now is None else now
@@ -201,10 +221,15 @@ def format_status(st: dict[str, Any], now: float | None = None) -> str:
         lines.append("run: none yet")
     else:
         ended = run["ended_at"]
+        state = run["state"]
+        if state == "interrupted" and run.get("no_live_worker_since") is not None:
+            state = f"interrupted (no live worker since {_when(run['no_live_worker_since'], now)})"
         lines.append(
-            f"run {run['id']}: {run['state']}, started {_age(now - run['started_at'])} ago"
+            f"run {run['id']}: {state}, started {_age(now - run['started_at'])} ago"
             + (f", ended {_age(now - ended)} ago" if ended is not None else "")
         )
+        live = st.get("live_workers") or []
+        lines.append("live workers: " + (", ".join(live) if live else "none"))
     c = st["counts"]
     lines.append("state     count")
     for k in COUNT_KEYS:
@@ -212,7 +237,10 @@ def format_status(st: dict[str, Any], now: float | None = None) -> str:
     lines.append(f"{'total':<9} {st['total']:>7}")
     if st["failed_by_class"]:
         lines.append("failed by class: " + ", ".join(f"{k} {v}" for k, v in st["failed_by_class"].items()))
-    lines.append(f"oldest pending: {_age(st['oldest_pending_age'])}   average wait: {_age(st['average_wait'])}")
+    oldest = _age(st["oldest_pending_age"])
+    if st["oldest_pending_age"] is not None and not st.get("oldest_pending_exact", True):
+        oldest = f">= {oldest}"  # many domains: the first ones in service order were looked at
+    lines.append(f"oldest pending: {oldest}   average wait: {_age(st['average_wait'])}")
     leases = st["leases_by_worker"]
     if leases:
         lines.append("leases by worker: " + ", ".join(f"{w} {n}" for w, n in leases.items()))

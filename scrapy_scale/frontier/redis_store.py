@@ -8,6 +8,7 @@ switch; the old run's keys are unlinked afterwards.
     scale:{J}:run            HASH  current run: id, started, ended
     scale:{J}:runs           HASH  run id -> JSON (history)
     scale:{J}:workers        HASH  worker id -> pid (claim_worker)
+    scale:{J}:alive          HASH  worker id -> "last_beat until" (heartbeat; see redis_status)
     scale:{J}:seeds          LIST  JSON seeds pushed by feeders (RPUSH; see docs/frontier.md)
     scale:{J}:R:r:FP         HASH  one record: st d dom p a el enq fc fr o le t
     scale:{J}:R:prios        ZSET  priorities with ready work
@@ -38,11 +39,13 @@ from typing import Any, TypeVar
 import redis
 
 from scrapy_scale import clock as clock_mod
+from scrapy_scale.frontier import redis_status
 from scrapy_scale.frontier.store import (
     COUNT_KEYS,
     DeadLetter,
     EnqueueResult,
     FrontierError,
+    FrontierFatal,
     FrontierStore,
     Leased,
     NewRequest,
@@ -341,35 +344,6 @@ end
 return n
 """
 
-_STATUS = _PRELUDE + r"""
-local now = tonumber(ARGV[1])
-local oldest = nil
-for _, p in ipairs(redis.call('ZRANGE', P..':prios', 0, -1)) do
-  for _, dom in ipairs(redis.call('ZRANGE', P..':dq:'..p, 0, -1)) do
-    for _, fp in ipairs(redis.call('LRANGE', P..':q:'..p..':'..dom, 0, 20)) do
-      local r = redis.call('HMGET', rk(fp), 'st', 'el')
-      if r[1] == '0' then
-        local el = tonumber(r[2])
-        if oldest == nil or el < oldest then oldest = el end
-        break
-      end
-    end
-  end
-end
-local leases = {}
-for _, w in ipairs(redis.call('SMEMBERS', P..':owners')) do
-  local c = 0
-  for _, fp in ipairs(redis.call('SMEMBERS', P..':wl:'..w)) do
-    local r = redis.call('HMGET', rk(fp), 'st', 'le')
-    if r[1] == '2' and tonumber(r[2]) >= now then c = c + 1 end
-  end
-  if c > 0 then leases[w] = c end
-end
-local dead = redis.call('HLEN', P..':dead')
-return cjson.encode({oldest = oldest or false, leases = leases, dead = dead,
-                     cnt = redis.call('HGETALL', P..':cnt')})
-"""
-
 _RUN = r"""
 local K = KEYS[1]
 local op, now = ARGV[1], tonumber(ARGV[2])
@@ -385,6 +359,7 @@ local function record(id, started, ended, c)
     ended_at = ended or false, counts = c}))
 end
 local function new_run()
+  redis.call('DEL', K..':alive')
   local id = redis.call('HINCRBY', K..':meta', 'runseq', 1)
   redis.call('HSET', K..':run', 'id', id, 'started', now, 'ended', '')
   record(id, now, nil, {})
@@ -418,9 +393,21 @@ elseif op == 'reset' then
     redis.call('HSET', K..':run', 'ended', now)
     record(cur[1], cur[2], now, {reset = 1})
   end
-  redis.call('DEL', K..':seeds', K..':workers')
+  redis.call('DEL', K..':seeds', K..':workers', K..':alive')
   return cur[1] or ''
 end
+"""
+
+_COUNTS = r"""
+local K = KEYS[1]
+local run = redis.call('HGET', K..':run', 'id')
+if not run then return {''} end
+local P = K..':'..run
+local c = redis.call('HMGET', P..':cnt', 'pending', 'delayed', 'leased', 'done', 'failed')
+local out = {run}
+for i = 1, 5 do out[#out + 1] = c[i] or '0' end
+out[#out + 1] = tostring(redis.call('HLEN', P..':dead'))
+return out
 """
 
 _CLAIM = r"""
@@ -456,6 +443,10 @@ class RedisStore(FrontierStore):
         self.sleep: Callable[[float], None] = time.sleep
         #: True when the URL points at a Redis Cluster node
         self.cluster = False
+        #: the run this store began (begin_run) and the most records (+ dead letters) it
+        #: has seen in it: a Redis that lost the job's state is caught by counts()
+        self._run_id: str | None = None
+        self._high = 0
 
     # ---- connection ------------------------------------------------------------------
 
@@ -482,7 +473,8 @@ class RedisStore(FrontierStore):
         self._r = r
         for name, src in (("enqueue", _ENQUEUE), ("lease", _LEASE), ("renew", _RENEW), ("finish", _FINISH),
                           ("release", _RELEASE), ("dead", _DEAD), ("requeue", _REQUEUE),
-                          ("status", _STATUS), ("run", _RUN), ("claim", _CLAIM)):
+                          ("status", redis_status.SUMMARY), ("heads", redis_status.HEADS), ("run", _RUN),
+                          ("claim", _CLAIM), ("counts", _COUNTS)):
             self._scripts[name] = r.register_script(src)
 
     def close(self) -> None:
@@ -547,12 +539,14 @@ class RedisStore(FrontierStore):
         kind, rid, started, old = self._call("run", "begin", self.clock())
         if kind == "new":
             self._unlink_run(old)
+        self._run_id, self._high = str(rid), 0
         return RunInfo(int(rid), float(started), None, kind == "resumed", {})
 
     def finish_run(self) -> RunInfo | None:
         res = self._call("run", "finish", self.clock())
         if not res:
             return None
+        self._run_id = None  # ended: a later run of the job is no loss of state
         counts = json.loads(res[4]) if len(res) > 4 else self._run_counts(res[1])
         return RunInfo(int(res[1]), float(res[2]), float(res[3]), False, counts)
 
@@ -582,6 +576,14 @@ class RedisStore(FrontierStore):
                 slot += 1
             if self._call("claim", wid, old or "", str(pid)):
                 return wid
+
+    @property
+    def alive_key(self) -> str:
+        return f"{self.key}:alive"
+
+    def heartbeat(self, worker: str, until: float) -> None:
+        now = self.clock()
+        self._retry(lambda: self.r.hset(self.alive_key, worker, f"{now!r} {until!r}"))
 
     # ---- hot path --------------------------------------------------------------------
 
@@ -679,9 +681,48 @@ class RedisStore(FrontierStore):
     # ---- observation -------------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:
-        p = self._run_prefix()
-        vals = self._retry(lambda: self.r.hmget(f"{p}:cnt", list(COUNT_KEYS)))
-        return {k: int(v or 0) for k, v in zip(COUNT_KEYS, vals, strict=True)}
+        run, *vals = self._call("counts")  # [''] when the job has no run at all
+        vals = vals or ["0"] * (len(COUNT_KEYS) + 1)
+        counts = {k: int(v) for k, v in zip(COUNT_KEYS, vals, strict=False)}
+        if self._run_id is not None:
+            self._check_intact(run, sum(counts.values()) + int(vals[-1]))
+        return counts
+
+    def _check_intact(self, run: str, total: int) -> None:
+        """Within a run, records are only added (a dead letter moves one): a run marker that
+        vanished or changed, or fewer records than seen before, means the state is gone."""
+        where = f"Redis at {redact_url(self.url)}"
+        if run != self._run_id:
+            now = f"run {run} is current" if run else f"the run marker {self.key}:run is gone"
+            raise FrontierFatal(
+                f"{where} no longer has job {self.job!r}'s run {self._run_id} ({now}): the server lost "
+                "the job's state (restarted without persistence, flushed, or failed over to a replica "
+                "that had not caught up), or the job was reset or finished and started again meanwhile. Requests that were only in "
+                "Redis are lost, so this worker stops instead of declaring the run finished. Run Redis "
+                "with `appendonly yes`, then start the job again")
+        if total < self._high:
+            raise FrontierFatal(
+                f"{where}: job {self.job!r} run {run} has {total} records (with dead letters), fewer than the "
+                f"{self._high} seen before: the server lost writes (restarted from an older snapshot, or "
+                "failed over to a replica that had not caught up). Requests that were only in Redis are "
+                "lost, so this worker stops instead of declaring the run finished. Run Redis with "
+                "`appendonly yes`, then start the job again")
+        self._high = total
+
+    def durability_warning(self) -> str | None:
+        """Neither AOF nor RDB snapshots (CONFIG GET, where the server allows it)."""
+        try:
+            cfg: dict[str, str] = {}
+            for name in ("appendonly", "save"):
+                cfg.update(self.r.config_get(name))
+        except redis.RedisError as e:  # CONFIG disabled or renamed (managed Redis): cannot tell
+            logger.debug("Redis persistence unknown (CONFIG GET refused: %s)", e)
+            return None
+        if cfg.get("appendonly") == "no" and not (cfg.get("save") or "").strip():
+            return (f"Redis at {redact_url(self.url)} has no persistence (appendonly no, no RDB snapshots): "
+                    "a restart of it loses the job's frontier. Run it with `appendonly yes` for a crawl "
+                    "that survives a Redis restart")
+        return None
 
     def next_eligible_at(self) -> float | None:
         p = self._run_prefix()
@@ -689,25 +730,7 @@ class RedisStore(FrontierStore):
         return float(got[0][1]) if got else None
 
     def status(self) -> Status:
-        now = self.clock()
-        doc = json.loads(self._call("status", now))
-        flat = doc["cnt"]
-        cnt = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
-        counts = {k: int(cnt.get(k, 0)) for k in COUNT_KEYS}
-        by_cls = {k[5:]: int(v) for k, v in cnt.items() if k.startswith("fail:") and int(v) > 0}
-        wait_n = int(cnt.get("wait_n", 0))
-        run = self._current_run()
-        leases = doc["leases"] if isinstance(doc["leases"], dict) else {}
-        return Status(
-            job=self.job,
-            run=run,
-            counts=counts,
-            failed_by_class=by_cls,
-            oldest_pending_age=None if doc["oldest"] is False else max(0.0, now - float(doc["oldest"])),
-            average_wait=float(cnt.get("wait_sum", 0)) / wait_n if wait_n else None,
-            leases_by_worker={str(k): int(v) for k, v in leases.items()},
-            dead_letters=int(doc["dead"]),
-        )
+        return redis_status.read_status(self)
 
     def _current_run(self) -> RunInfo | None:
         rid = self._retry(lambda: self.r.hget(f"{self.key}:run", "id"))
@@ -740,6 +763,7 @@ class RedisStore(FrontierStore):
     # ---- commands ----------------------------------------------------------------------
 
     def reset(self) -> None:
+        self._run_id = None
         old = self._call("run", "reset", self.clock())
         self._unlink_run(str(old))
 

@@ -36,7 +36,7 @@ from scrapy.utils.misc import build_from_crawler
 from twisted.internet import defer, task, threads
 from twisted.python.threadpool import ThreadPool
 
-from scrapy_scale import compat, config, meta, startup
+from scrapy_scale import compat, config, exitcode, meta, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemDeadLettered, ItemNotStored
@@ -45,6 +45,7 @@ from scrapy_scale.frontier import compat as frontier_compat
 from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.frontier.engine_glue import DaemonThreadPool, install_empty_gate
 from scrapy_scale.frontier.local import LocalQueue, Outbox, holds_back, lease_wanted, max_opt
+from scrapy_scale.frontier.policy import SyncTrouble
 from scrapy_scale.frontier.store import (
     EnqueueResult,
     FrontierError,
@@ -72,6 +73,9 @@ OUTBOX_CAP = 16
 OUTCOME_GRACE = 10.0
 #: longest wait for the last writes when the reactor stops before the spider closed
 SHUTDOWN_WRITE_SECONDS = 3.0
+#: a worker's heartbeat holds for its lease, at most this many seconds (then status says
+#: the worker is gone); it beats four times per such window
+HEARTBEAT_WINDOW = 30.0
 
 
 @dataclass
@@ -96,8 +100,12 @@ class InFlight:
 @dataclass
 class SyncResult:
     enqueued: list[EnqueueResult] = field(default_factory=list)
+    #: acks / failures the store took (the lease token was still this worker's)
     acked: int = 0
     failed: int = 0
+    #: acks and failures the store refused: the lease had expired and passed to another
+    #: worker (a frozen worker coming back), so another attempt's result counts instead
+    stale: int = 0
     dead: int = 0
     leased: list[Leased] = field(default_factory=list)
     reclaimed: int = 0
@@ -131,7 +139,8 @@ class Scheduler(BaseScheduler):
     supports_not_before = True
 
     def __init__(self, crawler: Crawler, store: FrontierStore, *, batch: int, lease_seconds: float,
-                 wait_for_seeds: bool, worker: str | None, signal_mode: bool | None):
+                 wait_for_seeds: bool, worker: str | None, signal_mode: bool | None,
+                 error_deadline: float = 600.0):
         self.crawler = crawler
         self.stats = crawler.stats
         self.store = store
@@ -139,6 +148,8 @@ class Scheduler(BaseScheduler):
         self.lease_seconds = lease_seconds
         self.wait_for_seeds = wait_for_seeds
         self.worker = worker or ""
+        self._beat_window = min(lease_seconds, HEARTBEAT_WINDOW)
+        self._last_beat = 0.0
         self._explicit_worker = worker is not None
         #: ack by outcomes (the outcome middlewares are on); None: read the crawler's context at attach
         self.signal_mode = signal_mode
@@ -180,6 +191,10 @@ class Scheduler(BaseScheduler):
         self.compat = frontier_compat.DEFAULT
         self._remove_gate: Callable[[], None] = lambda: None
         self._shutdown_trigger: Any = None
+        #: backoff, bounded logging and the deadline of failing syncs
+        self._trouble = SyncTrouble(error_deadline)
+        #: why the frontier stopped the crawl (lost state, corrupt file, deadline), else None
+        self._fatal: str | None = None
 
     # ---- construction ------------------------------------------------------------------
 
@@ -205,7 +220,8 @@ class Scheduler(BaseScheduler):
         ctx.scheduler_holds_retries = True  # and keys requests by their real fingerprint
         ctx.frontier_on = True
         sched = cls(crawler, store, batch=batch, lease_seconds=lease_seconds, wait_for_seeds=wait,
-                    worker=worker, signal_mode=None)
+                    worker=worker, signal_mode=None,
+                    error_deadline=config.get(s, "SCALE_FRONTIER_ERROR_DEADLINE"))
         sched.compat = frontier_compat.read(s)
         for line in sched.compat.warnings:
             logger.warning(line)
@@ -241,6 +257,7 @@ class Scheduler(BaseScheduler):
         def work() -> None:
             with self._store_lock:
                 self._write_ops(ops, SyncResult())
+                self.store.heartbeat(self.worker, self.store.clock())  # this worker has stopped
 
         d = self._in_thread(work)
         d.addTimeout(SHUTDOWN_WRITE_SECONDS, _reactor())
@@ -260,9 +277,14 @@ class Scheduler(BaseScheduler):
             self.worker = claim()
         if self.compat.start_over:
             self.worker = frontier_compat.start_over(self.store, self.compat.start_over, self.worker, claim)
+        warning = self.store.durability_warning()
+        if warning:
+            logger.warning("frontier: %s", warning)
         run = self.store.begin_run()
         ctx.run_id = run.run_id
         ctx.job = self.store.job
+        self._beat()
+        ctx.worker = self.worker
         reclaimed = self.store.reclaim(self.worker)
         self.remote = self.store.counts()
         self._synced_once = True
@@ -299,6 +321,12 @@ class Scheduler(BaseScheduler):
         held = self._buffered_fps() + list(self.inflight)
         ops = self.outbox.take().ops
         finish = reason == "finished" and not self.wait_for_seeds
+        if self._fatal is not None:  # the store cannot be trusted with more writes
+            logger.error("frontier closed without its final writes: %s", self._fatal)
+            self.store.close()
+            if self._pool is not None:
+                self._pool.stop()
+            return
 
         def work() -> tuple[SyncResult, int]:
             res = SyncResult()
@@ -307,6 +335,7 @@ class Scheduler(BaseScheduler):
 
         try:
             res, released = await self._in_thread(work)
+            self._count_writes(res)
             self._apply_counts(res)
             # job-wide (this run), every worker's: the run summary and the exit status read it
             self.stats.set_value("scale/frontier/dead_letters", res.dead_letters)
@@ -330,6 +359,7 @@ class Scheduler(BaseScheduler):
                       res: SyncResult) -> tuple[SyncResult, int]:
         self._write_ops(ops, res)
         released = self.store.release(self.worker, held) if held else 0
+        self.store.heartbeat(self.worker, self.store.clock())  # this worker has stopped
         if finish:
             res.finished_run = self.store.finish_run() is not None
         res.counts = self.store.counts()
@@ -406,14 +436,21 @@ class Scheduler(BaseScheduler):
         consumes ``start()`` without yielding while the downloader is full): the
         outbox must stay bounded. Order holds: a running sync only has older ops,
         and it finishes (the lock) before these are written."""
+        if self._trouble.since is not None or self._fatal is not None:
+            return  # failing writes: they wait for the backoff (a burst while the disk is full)
         ops = self.outbox.take()
         res = SyncResult()
-        with self._store_lock, self.store.batch():
-            self._write_ops(ops.ops, res)
-            res.counts = self.store.counts()
+        try:
+            with self._store_lock, self.store.batch():
+                self._write_ops(ops.ops, res)
+                res.counts = self.store.counts()
+        except Exception as e:  # noqa: BLE001 - keep the writes, in order; the syncs retry them
+            self.outbox.put_back(ops)
+            self._sync_trouble(e)
+            return
         self._pending_top = max_opt(self._pending_top, ops.top)
         self._inc("outbox_flushes")
-        self._count_enqueued(res.enqueued)
+        self._count_writes(res)
         self._apply_counts(res)
 
     def next_request(self) -> Request | None:
@@ -540,7 +577,6 @@ class Scheduler(BaseScheduler):
             return
         del self.inflight[fp]
         self.outbox.append(op)
-        self._inc("acked" if op[0] == "ack" else "failed")
 
     def _engine_holds(self, request: Request | None) -> bool:
         inprogress = compat.engine_requests_in_progress(self.crawler)
@@ -582,7 +618,6 @@ class Scheduler(BaseScheduler):
                 del self.inflight[fp]
                 self.outbox.append(("ack", (fp, entry.token)) if entry.responded
                                    else ("fail", (fp, entry.token, "fatal", "no response")))
-                self._inc("acked" if entry.responded else "failed")
 
     # ---- idle / drain ------------------------------------------------------------------------------
 
@@ -610,8 +645,10 @@ class Scheduler(BaseScheduler):
         return res
 
     def _kick(self) -> None:
-        if self._sync_running is not None or self._closing or self._pool is None:
+        if self._sync_running is not None or self._closing or self._pool is None or self._fatal is not None:
             return
+        if not self._trouble.may_sync(time.monotonic()):
+            return  # backing off after failed syncs
         args = self._sync_args()
         d = self._in_thread(lambda: self._sync_work(*args))
         self._sync_running = d
@@ -662,9 +699,13 @@ class Scheduler(BaseScheduler):
             if kind == "enq":
                 res.enqueued += self.store.enqueue(group)
             elif kind == "ack":
-                res.acked += self.store.ack(self.worker, group)
+                n = self.store.ack(self.worker, group)
+                res.acked += n
+                res.stale += len(group) - n
             elif kind == "fail":
-                res.failed += self.store.fail(self.worker, group)
+                n = self.store.fail(self.worker, group)
+                res.failed += n
+                res.stale += len(group) - n
             elif kind == "dead":
                 for fp, reason in group:
                     self.store.dead_letter(fp, reason)
@@ -684,6 +725,8 @@ class Scheduler(BaseScheduler):
                 self.store.renew(self.worker, self.lease_seconds, renew)
             if reclaim:
                 res.reclaimed = self.store.reclaim()
+            if time.monotonic() - self._last_beat >= self._beat_window / 4:
+                self._beat()
             if want > 0:
                 res.leased = self.store.lease(self.worker, want, self.lease_seconds)
             res.counts = self.store.counts()
@@ -691,10 +734,15 @@ class Scheduler(BaseScheduler):
             c = res.counts
             if not (c["pending"] or c["delayed"] or c["leased"]):
                 with self._store_lock:
-                    # no run at all (a Redis that lost its data): nothing left to wait for either
-                    res.finished_run = self.store.finish_run() is not None or not self.store.runs()
+                    res.finished_run = self.store.finish_run() is not None
         res.seconds = time.monotonic() - t0
         return res
+
+    def _beat(self) -> None:
+        """Tell the store this worker is alive for the next heartbeat window (status
+        shows live workers, and a run without any as interrupted)."""
+        self._last_beat = time.monotonic()
+        self.store.heartbeat(self.worker, self.store.clock() + self._beat_window)
 
     def _pull_feed(self, n: int, res: SyncResult) -> None:
         batch: list[NewRequest] = []
@@ -723,10 +771,13 @@ class Scheduler(BaseScheduler):
     def _sync_done(self, res: SyncResult) -> None:
         self._sync_running = None
         written, self._sync_ops = self._sync_ops, None
+        recovered = self._trouble.succeeded(time.monotonic())
+        if recovered:
+            logger.warning("%s", recovered)
         self._inc("syncs")
         self._sync_seconds += res.seconds
         self.stats.set_value("scale/frontier/sync_seconds", round(self._sync_seconds, 3))
-        self._count_enqueued(res.enqueued)
+        self._count_writes(res)
         self._inc("reclaimed", res.reclaimed)
         self._inc("feed_refused", res.feed_bad)
         if res.leased:
@@ -763,6 +814,14 @@ class Scheduler(BaseScheduler):
         elif len(self.outbox) >= self.batch or holds_back(self._waiting_top(), self.buffer.top_priority()):
             self._kick()
 
+    def _count_writes(self, res: SyncResult) -> None:
+        """Stats of what the store took: enqueues, and acks/failures as the store counted
+        them (a refused one, whose lease token had passed to another worker, is stale)."""
+        self._count_enqueued(res.enqueued)
+        self._inc("acked", res.acked)
+        self._inc("failed", res.failed)
+        self._inc("stale_acks", res.stale)
+
     def _count_enqueued(self, results: list[EnqueueResult]) -> None:
         for r in results:
             if r in (EnqueueResult.ADDED, EnqueueResult.REOPENED):
@@ -778,8 +837,35 @@ class Scheduler(BaseScheduler):
         if self._sync_ops is not None:
             self.outbox.put_back(self._sync_ops)
             self._sync_ops = None
-        logger.error("frontier sync failed (will retry): %s", failure.getErrorMessage())
+        self._sync_trouble(failure.value)
+
+    def _sync_trouble(self, error: BaseException) -> None:
+        """A sync failed: stop the crawl for an error that cannot pass (the store says so),
+        else back off, log at a bounded rate, and stop past SCALE_FRONTIER_ERROR_DEADLINE."""
         self._inc("sync_errors")
+        fatal = self.store.fatal_error(error)
+        if fatal is not None:
+            self._stop_crawl(fatal)
+            return
+        line, give_up = self._trouble.failed(time.monotonic(), f"{type(error).__name__}: {error}")
+        if give_up:
+            self._stop_crawl(f"{line} (SCALE_FRONTIER_ERROR_DEADLINE)")
+        elif line:
+            logger.error("%s", line)
+
+    def _stop_crawl(self, message: str) -> None:
+        """The frontier cannot go on: say why, close the spider (frontier_failed), exit 1."""
+        if self._fatal is not None:
+            return
+        self._fatal = message
+        logger.error("frontier: the crawl cannot go on, stopping it: %s", message)
+        self.stats.set_value("scale/frontier/error", message[:500])
+        exitcode.request(1, f"the frontier stopped the crawl: {message[:200]}")
+        engine = compat.engine_of(self.crawler)
+        if engine is not None and getattr(engine, "spider", None) is not None:
+            from scrapy.utils.defer import deferred_from_coro
+
+            deferred_from_coro(engine.close_spider_async(reason="frontier_failed"))
 
     def _apply_counts(self, res: SyncResult) -> None:
         if not res.counts:

@@ -73,6 +73,16 @@ REQUEST_CLASSES = declare(
 )
 
 
+ERROR_DEADLINE = declare(
+    "SCALE_FRONTIER_ERROR_DEADLINE",
+    600.0,
+    as_float(0.0, 7 * 86_400.0),
+    "Seconds the frontier keeps retrying failing writes (disk full, I/O errors) before it stops the crawl "
+    "with an error (exit status 1); 0 = retry forever.",
+    COMPONENT,
+)
+
+
 def as_worker_id(v: Any) -> str:
     """A worker id: a non-empty string (an empty one would be shared by every such worker)."""
     worker = as_str(v)

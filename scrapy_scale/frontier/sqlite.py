@@ -93,6 +93,10 @@ CREATE TABLE IF NOT EXISTS workers (
     job TEXT NOT NULL, worker TEXT NOT NULL, pid INTEGER NOT NULL, at REAL NOT NULL,
     PRIMARY KEY (job, worker)
 );
+CREATE TABLE IF NOT EXISTS beats (
+    job TEXT NOT NULL, worker TEXT NOT NULL, at REAL NOT NULL, until REAL NOT NULL,
+    PRIMARY KEY (job, worker)
+);
 
 CREATE TRIGGER IF NOT EXISTS req_ins AFTER INSERT ON requests BEGIN
     INSERT INTO counts (job, state, n) VALUES (NEW.job, NEW.state, 1)
@@ -121,7 +125,7 @@ WHEN OLD.state <> NEW.state OR OLD.priority <> NEW.priority OR OLD.domain <> NEW
 END;
 """
 
-_TABLES = {"scale_meta", "jobs", "runs", "requests", "counts", "queues", "dead", "workers"}
+_TABLES = {"scale_meta", "jobs", "runs", "requests", "counts", "queues", "dead", "workers", "beats"}
 
 
 class SqliteStore(FrontierStore):
@@ -162,22 +166,30 @@ class SqliteStore(FrontierStore):
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA busy_timeout=60000")
-            self._check_layout(db)
+            existing = self._check_layout(db)
+            if existing:
+                self._check_intact(db)
             db.executescript(SCHEMA)
             db.execute("INSERT OR IGNORE INTO scale_meta (key, value) VALUES ('layout', ?)", (str(LAYOUT),))
             db.execute("INSERT OR IGNORE INTO jobs (job) VALUES (?)", (self.job,))
+        except FrontierError:
+            db.close()
+            raise
         except sqlite3.DatabaseError as e:
             db.close()
+            if "malformed" in str(e) or "corrupt" in str(e):
+                raise FrontierError(self.corrupt_message(str(e))) from None
             raise FrontierError(
                 f"{self.path!r} is not a usable scrapy-scale frontier ({e}); move the file away "
                 "or point SCALE_FRONTIER_URL at another file"
             ) from None
         self._db = db
 
-    def _check_layout(self, db: sqlite3.Connection) -> None:
+    def _check_layout(self, db: sqlite3.Connection) -> bool:
+        """Refuse a file of another program or layout; True when it is an existing frontier."""
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if not tables:
-            return
+            return False
         if "scale_meta" not in tables:
             raise FrontierError(
                 f"{self.path!r} is a SQLite file of another program (tables: {', '.join(sorted(tables))}); "
@@ -191,6 +203,36 @@ class SqliteStore(FrontierStore):
                 f"reads layout {LAYOUT}; finish or drop that job with the version that wrote it, "
                 "or move the file away to start over"
             )
+        return True
+
+    def _check_intact(self, db: sqlite3.Connection) -> None:
+        """A corrupt file (garbled pages) or counters that disagree with the records would
+        hang the crawl later (leases that never come, a job that never drains): refuse it now."""
+        problems = [r[0] for r in db.execute("PRAGMA quick_check(5)")]
+        if problems != ["ok"]:
+            raise FrontierError(self.corrupt_message("; ".join(str(p) for p in problems)[:300]))
+        counted = {st: n for st, n in db.execute("SELECT state, n FROM counts WHERE job=?", (self.job,)) if n}
+        real = dict(db.execute("SELECT state, COUNT(*) FROM requests WHERE job=? GROUP BY state", (self.job,)))
+        if counted != real:
+            named = {_STATE_NAMES.get(k, k): v for k, v in counted.items()}
+            found = {_STATE_NAMES.get(k, k): v for k, v in real.items()}
+            raise FrontierError(self.corrupt_message(
+                f"inconsistent: the counters say {named}, the records are {found} (job {self.job!r})"))
+
+    def corrupt_message(self, problem: str) -> str:
+        return (
+            f"the SQLite frontier {self.path!r} is corrupt ({problem}); the crawl cannot use it. "
+            f"Check it with `sqlite3 {self.path} 'PRAGMA integrity_check'`, then restore it from a backup, "
+            "or salvage what sqlite3's `.recover` can into a new file, or move it away to start the job over "
+            "(its records are lost)"
+        )
+
+    def fatal_error(self, error: BaseException) -> str | None:
+        # a DatabaseError other than an OperationalError (busy, locked, disk full, I/O, which
+        # may pass): malformed or not a database, corrupt; retrying can never help
+        if isinstance(error, sqlite3.DatabaseError) and not isinstance(error, sqlite3.OperationalError):
+            return self.corrupt_message(f"{type(error).__name__}: {error}")
+        return super().fatal_error(error)
 
     def close(self) -> None:
         if self._db is not None:
@@ -242,6 +284,7 @@ class SqliteStore(FrontierStore):
         db.execute(
             "UPDATE jobs SET current_run=?, wait_sum=0, wait_n=0 WHERE job=?", (last + 1, self.job)
         )
+        db.execute("DELETE FROM beats WHERE job=?", (self.job,))
         return RunInfo(last + 1, now)
 
     def _wipe(self, db: sqlite3.Connection) -> None:
@@ -299,6 +342,14 @@ class SqliteStore(FrontierStore):
                     )
                     return wid
                 slot += 1
+
+    def heartbeat(self, worker: str, until: float) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO beats (job, worker, at, until) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (job, worker) DO UPDATE SET at=excluded.at, until=excluded.until",
+                (self.job, worker, self.clock(), until),
+            )
 
     # ---- hot path ----------------------------------------------------------------------
 
@@ -537,6 +588,7 @@ class SqliteStore(FrontierStore):
             (self.job, now),
         ).fetchall())
         (dead,) = db.execute("SELECT COUNT(*) FROM dead WHERE job=?", (self.job,)).fetchone()
+        beats = db.execute("SELECT worker, at, until FROM beats WHERE job=?", (self.job,)).fetchall()
         return Status(
             job=self.job,
             run=self._run(self._current_run_id()),
@@ -546,6 +598,7 @@ class SqliteStore(FrontierStore):
             average_wait=(wait_sum / wait_n) if wait_n else None,
             leases_by_worker={str(k): v for k, v in leases.items()},
             dead_letters=dead,
+            workers={str(w): (float(at), float(until)) for w, at, until in beats},
         )
 
     def get(self, fingerprint: str) -> dict[str, Any] | None:
@@ -570,6 +623,7 @@ class SqliteStore(FrontierStore):
         with self._tx() as db:
             self._wipe(db)
             db.execute("DELETE FROM workers WHERE job=?", (self.job,))
+            db.execute("DELETE FROM beats WHERE job=?", (self.job,))
             info = self._run(self._current_run_id())
             if info is not None and info.ended_at is None:
                 db.execute(
@@ -621,10 +675,29 @@ class _Tx:
             self.db.execute("BEGIN IMMEDIATE")
         return self.db
 
-    def __exit__(self, exc_type: object, *rest: object) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if self.nested:
             return
         if exc_type is None:
-            self.db.execute("COMMIT")
-        else:
-            self.db.execute("ROLLBACK")
+            try:
+                self.db.execute("COMMIT")
+                return
+            except sqlite3.Error as e:
+                # a COMMIT that failed (disk full) leaves the transaction open: every later
+                # block would then nest in it and never commit. Roll back, then fail.
+                self._rollback(e)
+                raise
+        self._rollback(exc)
+
+    def _rollback(self, error: object) -> None:
+        if self.db.in_transaction:  # SQLite may have rolled back by itself (SQLITE_FULL)
+            try:
+                self.db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        if isinstance(error, sqlite3.OperationalError) and "full" in str(error):
+            # give the space of the write-ahead log back (it only grows between checkpoints)
+            try:
+                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error:
+                pass

@@ -55,6 +55,11 @@ class FrontierError(ScaleError, RuntimeError):
     """
 
 
+class FrontierFatal(FrontierError):
+    """The frontier cannot go on (its store lost the job's state, or is corrupt): the crawl
+    must stop with this message instead of retrying."""
+
+
 class State(StrEnum):
     PENDING = "pending"
     LEASED = "leased"
@@ -163,6 +168,24 @@ class Status:
     #: unexpired leases held by each worker id
     leases_by_worker: dict[str, int]
     dead_letters: int
+    #: worker heartbeats (:meth:`FrontierStore.heartbeat`) of the current run:
+    #: worker id -> (last beat, alive until), epoch seconds
+    workers: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: False when ``oldest_pending_age`` is a lower bound: on Redis with very many
+    #: domains, status looks at the first ``STATUS_DOMAINS`` in service order only
+    oldest_pending_exact: bool = True
+
+    def live_workers(self, now: float) -> list[str]:
+        """Workers whose last heartbeat still holds at ``now``."""
+        return sorted(w for w, (_, until) in self.workers.items() if until >= now)
+
+    def last_seen(self) -> float | None:
+        """When a worker of the current run was last heard from (its last heartbeat; the
+        run's start when none has beaten since), None without a run."""
+        beats = [at for at, _ in self.workers.values()]
+        if self.run is not None:
+            beats.append(self.run.started_at)
+        return max(beats, default=None)
 
     @property
     def drained(self) -> bool:
@@ -205,6 +228,16 @@ class FrontierStore(abc.ABC):
     def close(self) -> None:
         """Release connections. Idempotent. Leases stay (use :meth:`release` first)."""
 
+    def fatal_error(self, error: BaseException) -> str | None:
+        """What to tell the user when ``error`` (raised by a store call) means the frontier
+        cannot go on (corrupt file, lost state): the crawl stops with it. None: an error
+        that may pass (the call is tried again)."""
+        return str(error) if isinstance(error, FrontierFatal) else None
+
+    def durability_warning(self) -> str | None:
+        """Why the store may lose the job's state on a crash of its server, or None."""
+        return None
+
     def batch(self) -> AbstractContextManager[object]:
         """``with store.batch():`` groups the calls inside into as few round trips /
         transactions as the backend allows (SQLite: one transaction). Optional."""
@@ -245,6 +278,13 @@ class FrontierStore(abc.ABC):
         and record ``pid`` for it. A restarted worker thus gets back its old id (and
         can take its own leases back at once with :meth:`reclaim`), while live
         siblings on the same host keep theirs. Use a ``prefix`` unique per host."""
+
+    @abc.abstractmethod
+    def heartbeat(self, worker: str, until: float) -> None:
+        """Record that ``worker`` is alive now and stays so until ``until`` (epoch
+        seconds) unless it beats again; ``until`` = now says it stopped (a clean close).
+        :meth:`status` reports them (``scrapy scale status``: live workers, or
+        ``interrupted`` when a running run has none). A new run or a reset forgets them."""
 
     # ---- the hot path ----------------------------------------------------------
 

@@ -325,14 +325,36 @@ class MongoStore(Store):
             return fn(*a, **kw)
         except errors.BulkWriteError:
             raise
-        except (errors.ConnectionFailure, errors.WTimeoutError) as e:
-            raise StoreUnavailable(f"MongoDB: {type(e).__name__}: {str(e)[:300]}") from e
         except errors.PyMongoError as e:
+            denied = access_denied(e)
+            if denied:  # wrong credentials or missing rights: waiting cannot help
+                raise StoreBroken(f"SCALE_STORE_URL: MongoDB at {self.describe()} {denied}") from e
+            if isinstance(e, errors.ConnectionFailure | errors.WTimeoutError):
+                raise StoreUnavailable(f"MongoDB: {type(e).__name__}: {str(e)[:300]}") from e
             code = getattr(e, "code", None)
             if (e.has_error_label("RetryableWriteError") or e.has_error_label("TransientTransactionError")
                     or (isinstance(e, errors.OperationFailure) and code != 11000 and code in RETRYABLE_WRITE_CODES)):
                 raise StoreUnavailable(f"MongoDB: {type(e).__name__}: {str(e)[:300]}") from e
             raise
+
+    def check_access(self) -> None:
+        """At startup: authenticate (ping with the URL's credentials) and read the items
+        collection. Raises StoreBroken when the server refuses the credentials or the rights
+        (permanent); a server that cannot be reached is left to the writer (an outage)."""
+        from pymongo import errors
+
+        try:
+            self._call(self._client_or_open().admin.command, "ping")
+            self._call(self._items.find_one, {}, projection={"_id": 1})
+        except StoreUnavailable:
+            return
+        except errors.PyMongoError:
+            return  # anything else shows at the first write, as before
+
+    def _client_or_open(self) -> Any:
+        if self._client is None:
+            self.open()
+        return self._client
 
     def write(self, rows: list[Row], now: float) -> WriteResult:
         from pymongo import UpdateOne, errors
@@ -420,6 +442,24 @@ class MongoStore(Store):
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+#: MongoDB's codes for refused credentials and missing rights
+AUTH_CODES = {18: "refused the credentials (AuthenticationFailed)", 13: "refused the rights (Unauthorized)",
+              11: "refused the user (UserNotFound)"}
+
+
+def access_denied(e: Exception) -> str | None:
+    """What a pymongo error says about access (wrong password, missing rights), or None.
+    A client whose handshake authentication failed reports later calls as
+    ServerSelectionTimeoutError quoting the server's 'authentication failed'."""
+    code = getattr(e, "code", None)
+    details = getattr(e, "details", None) or {}
+    if code in AUTH_CODES:
+        return f"{AUTH_CODES[code]}: {str(details.get('errmsg') or e)[:200]}"
+    if type(e).__name__ == "ServerSelectionTimeoutError" and "authentication failed" in str(e).lower():
+        return f"{AUTH_CODES[18]}: authentication failed"
+    return None
 
 
 #: write errors worth another try: duplicate key on a concurrent upsert of the same

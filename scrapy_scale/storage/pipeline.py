@@ -30,13 +30,14 @@ from scrapy.utils.python import global_object_name
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
-from scrapy_scale import compat, config, startup
+from scrapy_scale import compat, config, exitcode, startup
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemDeadLettered
 from scrapy_scale.redact import redact_url
 from scrapy_scale.storage import settings as S
 from scrapy_scale.storage.backends import (
     DeadRow,
+    MongoStore,
     Row,
     SQLiteStore,
     Store,
@@ -232,6 +233,14 @@ class StorePipeline:
                 self.store.open()
             except (StoreUnavailable, StoreBroken, OSError) as e:
                 raise config.ScaleSettingError("SCALE_STORE_URL", f"cannot open the SQLite file: {e}") from None
+        elif isinstance(self.store, MongoStore):
+            # wrong credentials or rights would otherwise be retried forever, batch after batch
+            try:
+                self.store.check_access()
+            except StoreBroken as e:
+                raise config.ScaleSettingError(
+                    "SCALE_STORE_URL", str(e).removeprefix("SCALE_STORE_URL: ") + "; fix the user/password "
+                    "(and authSource) in the URL, or the user's roles (readWrite on the database)") from None
         self.writer = BatchWriter(
             self.store, self.batch_size, self.max_latency, self.retry_max_delay,
             on_batch=lambda r, results: reactor.callFromThread(self._on_batch, r, results),  # type: ignore[attr-defined]
@@ -396,6 +405,7 @@ class StorePipeline:
         see docs/storage.md about their acks) and end the crawl loudly instead of looping."""
         text = f"SCALE_STORE_URL store cannot be written, closing the spider: {message}"
         logger.error("%s", text)
+        exitcode.request(1, f"the item store cannot be written (SCALE_STORE_URL): {message[:200]}")
         self.stats.set_value(STATS + "failed", message[:500])
         self._pending -= len(subs)
         for sub in subs:

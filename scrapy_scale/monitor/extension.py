@@ -1,0 +1,219 @@
+"""The metrics extension: Scrapy glue between the crawl, :class:`~.metrics.CrawlMetrics`
+and the export modes (:mod:`.export`).
+
+Enabled by the add-on; it raises ``NotConfigured`` unless an export mode is set
+(``SCALE_METRICS_PORT``, ``SCALE_METRICS_PUSHGATEWAY``, ``SCALE_METRICS_TEXTFILE``), so
+a default crawl is unchanged. Alone: ``EXTENSIONS = {"scrapy_scale.monitor.MetricsExtension": 0}``.
+
+- Counts: a subscriber of :data:`scrapy_scale.signals.outcome`, plus ``item_scraped``
+  (stored) and ``item_dropped``/``item_error`` carrying ``ItemDeadLettered`` (dead letters).
+- Every ``SCALE_METRICS_INTERVAL``: the busiest domains get their series, and the gauges
+  are read from what the other components offer: the frontier's status (job-wide, through
+  :class:`~.frontier_read.FrontierPoller`), the downloader's open slots and their delays,
+  ``ScaleContext.extra["egress_pool"]`` (``pool_sizes()``: egresses by state) and
+  ``ScaleContext.extra["browser"]`` (``contexts``, ``processes``) when they are there;
+  then the push and the textfile are written (in a thread: the reactor never waits).
+- At close: a last read, the final push (then the group is deleted when
+  ``SCALE_METRICS_PUSH_DELETE``), the final textfile; the endpoint and its file_sd file go.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
+from twisted.internet import defer, task, threads
+
+from scrapy_scale import settings_core, startup
+from scrapy_scale import signals as scale_signals
+from scrapy_scale.config import ScaleSettingError
+from scrapy_scale.context import ScaleContext
+from scrapy_scale.monitor import settings as S
+from scrapy_scale.redact import redact_url
+
+logger = logging.getLogger(__name__)
+
+
+def default_worker() -> str:
+    return f"{socket.gethostname()}/{os.getpid()}"
+
+
+def _count(value: Any) -> int | None:
+    if callable(value):
+        value = value()
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+class MetricsExtension:
+    def __init__(self, crawler: Any):
+        from scrapy_scale.monitor.export import FileSD, MetricsPortError, MetricsServer, Pusher
+        from scrapy_scale.monitor.metrics import CrawlMetrics
+
+        s = crawler.settings
+        self.crawler = crawler
+        self.interval = S.INTERVAL.get(s)
+        self.ports = S.PORT.get(s)
+        self.gateway = S.PUSHGATEWAY.get(s)
+        self.push_delete = S.PUSH_DELETE.get(s)
+        self.textfile = S.TEXTFILE.get(s)
+        job = settings_core.JOB.get(s) or getattr(crawler.spidercls, "name", None) or "-"
+        self.metrics = CrawlMetrics(job, getattr(crawler.spidercls, "name", None) or "-", default_worker(),
+                                    S.TOP_DOMAINS.get(s))
+        self.registry = self.metrics.registry()
+        self.server: MetricsServer | None = None
+        self.file_sd: FileSD | None = None
+        self.pusher: Pusher | None = None
+        self._pusher_cls = Pusher
+        self._loop: task.LoopingCall | None = None
+        self._exporting: defer.Deferred[Any] | None = None
+        self._export_warned: set[str] = set()
+        self._poller: Any = None
+        if self.ports is not None:
+            self.server = MetricsServer(self.registry, S.HOST.get(s), self.ports)
+            try:
+                self.server.start()
+            except MetricsPortError as e:
+                raise ScaleSettingError("SCALE_METRICS_PORT", str(e).split(": ", 1)[-1]) from None
+            folder = S.FILE_SD.get(s) or os.path.join(
+                settings_core.STATE_DIR.get(s), "prometheus")
+            self.file_sd = FileSD(folder, job)
+
+    @classmethod
+    @startup.reports_setting_errors
+    def from_crawler(cls, crawler: Any) -> MetricsExtension:
+        s = crawler.settings
+        if not any(x.get(s) is not None for x in (S.PORT, S.PUSHGATEWAY, S.TEXTFILE)):
+            raise NotConfigured("no metrics export mode (SCALE_METRICS_PORT / _PUSHGATEWAY / _TEXTFILE)")
+        try:
+            import prometheus_client  # noqa: F401
+        except ImportError:
+            raise ScaleSettingError("SCALE_METRICS_PORT", "metrics need prometheus-client: "
+                                    "pip install 'scrapy-scale[prometheus]'") from None
+        ext = cls(crawler)
+        sig = crawler.signals
+        sig.connect(ext.metrics.on_outcome, signal=scale_signals.outcome)
+        sig.connect(ext.metrics.on_item_stored, signal=signals.item_scraped)
+        sig.connect(ext.metrics.on_item_failed, signal=signals.item_dropped)
+        sig.connect(ext.metrics.on_item_failed, signal=signals.item_error)
+        sig.connect(ext.spider_opened, signal=signals.spider_opened)
+        sig.connect(ext.spider_closed, signal=signals.spider_closed)
+        sig.connect(ext.engine_stopped, signal=signals.engine_stopped)
+        return ext
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    def spider_opened(self, spider: Any) -> None:
+        from scrapy_scale.monitor.frontier_read import FrontierPoller
+
+        ctx = ScaleContext.of(self.crawler)
+        m = self.metrics
+        job = ctx.job or m.base["job"]
+        worker = getattr(ctx, "worker", None) or m.base["worker"]
+        with m.lock:
+            m.base = {"job": job, "spider": spider.name, "worker": worker}
+        self._poller = FrontierPoller.install(self.crawler, job)
+        if self.server is not None and self.file_sd is not None:
+            self.file_sd.write(self.server.address, {"scale_job": job, "spider": spider.name})
+            logger.info("metrics at http://%s/metrics (file_sd %s)", self.server.address, self.file_sd.path)
+        if self.gateway:
+            scrapyd_job = str(getattr(spider, "_job", "") or "")
+            self.pusher = self._pusher_cls(self.registry, self.gateway, {
+                "job": job, "spider": spider.name, "worker": worker, "scrapyd_job": scrapyd_job})
+        self._loop = task.LoopingCall(self.tick)
+        self._loop.start(self.interval, now=True).addErrback(
+            lambda f: logger.error("metrics: periodic read failed: %s", f.getErrorMessage()))
+
+    def tick(self) -> None:
+        """Every interval, on the reactor: nothing here waits (the frontier read and the
+        exports run in threads and land when they are done)."""
+        self.metrics.refresh_domains()
+        self.read_components()
+        if self._poller is not None:
+            self._poller.refresh().addCallback(self.metrics.set_frontier)
+        if self._exporting is None and (self.pusher is not None or self.textfile):
+            self._exporting = deferred_from_coro(self._export(final=False))
+            self._exporting.addBoth(self._export_done)
+
+    async def _final(self) -> None:
+        """At close: a last read of everything, then the final exports."""
+        self.metrics.refresh_domains()
+        self.read_components()
+        if self._poller is not None:
+            self.metrics.set_frontier(await maybe_deferred_to_future(self._poller.refresh(fresh=True)))
+        while self._exporting is not None:
+            await maybe_deferred_to_future(self._exporting)
+        await self._export(final=True)
+
+    def _export_done(self, result: Any) -> None:
+        self._exporting = None
+
+    async def _export(self, final: bool) -> None:
+        from twisted.internet import reactor
+
+        def work() -> None:
+            if self.textfile:
+                self._guard("textfile", self._write_textfile)
+            if self.pusher is not None:
+                self._guard("push", self.pusher.push)
+                if final and self.push_delete:
+                    self._guard("delete", self.pusher.delete)
+
+        await maybe_deferred_to_future(
+            threads.deferToThreadPool(reactor, reactor.getThreadPool(), work))  # type: ignore[attr-defined]
+
+    def _write_textfile(self) -> None:
+        from scrapy_scale.monitor.export import write_textfile
+
+        write_textfile(self.registry, self.textfile)
+
+    def _guard(self, what: str, fn: Any) -> None:
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - an export failing must not break the crawl
+            if what not in self._export_warned:  # once per kind; the next interval tries again
+                self._export_warned.add(what)
+                where = self.textfile if what == "textfile" else redact_url(self.gateway or "")
+                logger.warning("metrics %s to %s failed (will keep trying): %s", what, where, e)
+
+    def read_components(self) -> None:
+        """The gauges of what this process holds: download slots, egress pool, browser."""
+        m = self.metrics
+        engine = self.crawler.engine
+        slots = getattr(getattr(engine, "downloader", None), "slots", None)
+        ctx = ScaleContext.of(self.crawler)
+        with m.lock:
+            if isinstance(slots, dict):
+                m.download_slots = len(slots)
+                m.domain_delay = {k: float(getattr(v, "delay", 0.0)) for k, v in list(slots.items())
+                                  if k in m.domains.named}
+            pool = ctx.extra.get("egress_pool")
+            sizes = getattr(pool, "pool_sizes", None)
+            if callable(sizes):
+                try:
+                    m.egress_pool = {str(k): int(v) for k, v in dict(sizes()).items()}
+                except Exception:  # noqa: BLE001 - another component's object
+                    logger.debug("metrics: egress pool sizes unavailable", exc_info=True)
+            browser = ctx.extra.get("browser")
+            if browser is not None:
+                m.browser_contexts = _count(getattr(browser, "contexts", None))
+                m.browser_processes = _count(getattr(browser, "processes", None))
+
+    async def spider_closed(self, spider: Any, reason: str) -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        await self._final()
+
+    def engine_stopped(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        if self.file_sd is not None:
+            self.file_sd.remove()

@@ -1,0 +1,242 @@
+"""The metrics: what a crawl counts and reads, as Prometheus metric families.
+
+:class:`CrawlMetrics` is a subscriber of :data:`scrapy_scale.signals.outcome` (through
+the extension) and counts exactly the events :class:`scrapy_scale.outcomes.stats.OutcomeStats`
+counts: final outcomes (``scale/outcome/<class>``), retried attempts (``scale/retry/<class>``),
+give-ups, attempts per finished request (``scale/retry_depth/<n>``); Scrapy's own downloads
+(robots.txt, media: ``internal``) are left out, as the stats keep them apart. Gauges
+(queue, slots, pools, browsers) are set from periodic reads by the extension.
+
+It is also a prometheus-client *collector*: registered in a per-crawler
+``CollectorRegistry`` (never the global one, never multiprocess mode), it yields the
+families with the labels ``job``, ``spider`` and ``worker`` on every sample. Counting is
+plain dict arithmetic on the reactor thread (O(1) per outcome); :meth:`collect` (the HTTP
+server's thread, a push, the textfile writer) copies the numbers under a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import CollectorRegistry
+
+from scrapy_scale.errors import ItemDeadLettered
+from scrapy_scale.monitor.domains import TopDomains
+from scrapy_scale.outcomes.model import DONE_CLASSES, FailureClass, Outcome
+
+PREFIX = "scrapy_scale_"
+#: upper bounds of the attempts-per-request histogram (retry depth)
+DEPTH_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10)
+#: frontier states exported as ``scrapy_scale_queue_requests{state=...}``
+QUEUE_STATES = ("pending", "delayed", "leased", "done", "failed")
+_FAILURES = frozenset(c for c in FailureClass if c not in DONE_CLASSES)
+
+
+class CrawlMetrics:
+    """Counts and gauges of one crawl (one process), and their Prometheus families."""
+
+    def __init__(self, job: str, spider: str, worker: str, top_domains: int = 20):
+        self.base = {"job": job, "spider": spider, "worker": worker}
+        self.lock = threading.Lock()
+        self.domains = TopDomains(top_domains)
+        self.started = time.time()
+        # counters (only ever grow)
+        self.requests: Counter[str] = Counter()  # final outcomes by class
+        self.retries: Counter[str] = Counter()  # retried attempts by class
+        self.gave_up: Counter[str] = Counter()
+        self.depth: Counter[int] = Counter()  # attempts of finished requests
+        self.egress_attempts = 0
+        self.egress_failures: Counter[str] = Counter()  # failed attempts through an egress, by class
+        self.domain_attempts: Counter[str] = Counter()
+        self.domain_blocked: Counter[str] = Counter()
+        self.domain_rate_limited: Counter[str] = Counter()
+        self.items_stored = 0
+        self.items_dead_lettered = 0
+        # gauges (set by periodic reads; None: not known, not exported)
+        self.queue: dict[str, int] | None = None
+        self.oldest_pending_age: float | None = None
+        self.average_wait: float | None = None
+        self.frontier_dead_letters: int | None = None
+        self.download_slots: int | None = None
+        self.domain_delay: dict[str, float] = {}
+        self.browser_contexts: int | None = None
+        self.browser_processes: int | None = None
+        self.egress_pool: dict[str, int] | None = None
+
+    # ---- the outcome subscriber (reactor thread) -------------------------------------
+
+    def on_outcome(self, outcome: Outcome, **kwargs: Any) -> None:
+        if outcome.internal:
+            return
+        cls = outcome.cls
+        with self.lock:
+            if outcome.final:
+                self.requests[cls.value] += 1
+                self.depth[outcome.attempt] += 1
+                if outcome.gave_up:
+                    self.gave_up[cls.value] += 1
+            else:
+                self.retries[cls.value] += 1
+            if outcome.domain:
+                d = self.domains.label(outcome.domain)
+                self.domain_attempts[d] += 1
+                if cls is FailureClass.BLOCKED:
+                    self.domain_blocked[d] += 1
+                elif cls is FailureClass.RATE_LIMITED:
+                    self.domain_rate_limited[d] += 1
+            if outcome.egress is not None:
+                self.egress_attempts += 1
+                if cls in _FAILURES:
+                    self.egress_failures[cls.value] += 1
+
+    def on_item_stored(self, **kwargs: Any) -> None:
+        with self.lock:
+            self.items_stored += 1
+
+    def on_item_failed(self, failure: Any = None, exception: Any = None, **kwargs: Any) -> None:
+        """``item_dropped`` (``exception``) / ``item_error`` (``failure``): counts dead letters."""
+        exc = exception if exception is not None else getattr(failure, "value", None)
+        if isinstance(exc, ItemDeadLettered):
+            with self.lock:
+                self.items_dead_lettered += 1
+
+    def refresh_domains(self) -> None:
+        with self.lock:
+            self.domains.refresh()
+
+    # ---- gauges (set by the extension's periodic read) --------------------------------
+
+    def set_frontier(self, status: Mapping[str, Any] | None) -> None:
+        with self.lock:
+            if status is None:
+                self.queue = None
+                return
+            counts = status.get("counts") or {}
+            self.queue = {s: int(counts.get(s, 0)) for s in QUEUE_STATES}
+            self.oldest_pending_age = status.get("oldest_pending_age") or 0.0  # none pending: 0
+            self.average_wait = status.get("average_wait")
+            dead = status.get("dead_letters")
+            self.frontier_dead_letters = None if dead is None else int(dead)
+
+    # ---- the collector (any thread) ---------------------------------------------------
+
+    def describe(self) -> list[Metric]:
+        return []  # families appear as they get values; no duplicate-name check needed
+
+    def collect(self) -> Iterator[Metric]:
+        with self.lock:
+            snap = self._snapshot()
+        yield from _families(self.base, snap)
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {
+            "requests": dict(self.requests), "retries": dict(self.retries), "gave_up": dict(self.gave_up),
+            "depth": dict(self.depth), "egress_attempts": self.egress_attempts,
+            "egress_failures": dict(self.egress_failures), "domain_attempts": dict(self.domain_attempts),
+            "domain_blocked": dict(self.domain_blocked), "domain_rate_limited": dict(self.domain_rate_limited),
+            "items_stored": self.items_stored, "items_dead_lettered": self.items_dead_lettered,
+            "queue": dict(self.queue) if self.queue is not None else None,
+            "oldest_pending_age": self.oldest_pending_age, "average_wait": self.average_wait,
+            "frontier_dead_letters": self.frontier_dead_letters, "download_slots": self.download_slots,
+            "domain_delay": dict(self.domain_delay), "browser_contexts": self.browser_contexts,
+            "browser_processes": self.browser_processes,
+            "egress_pool": dict(self.egress_pool) if self.egress_pool is not None else None,
+            "started": self.started,
+        }
+
+    def registry(self) -> CollectorRegistry:
+        """A fresh registry holding only this crawl's metrics."""
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(self)  # type: ignore[arg-type]
+        return reg
+
+
+def _families(base: dict[str, str], s: dict[str, Any]) -> Iterator[Metric]:
+    names = list(base)
+    values = list(base.values())
+
+    def counter(name: str, doc: str, label: str | None, data: Mapping[str, int],
+                keys: tuple[str, ...] = ()) -> CounterMetricFamily:
+        fam = CounterMetricFamily(PREFIX + name, doc, labels=names + ([label] if label else []))
+        if label is None:
+            fam.add_metric(values, float(data.get("", 0)))
+            return fam
+        for k in sorted(set(keys) | set(data)):
+            fam.add_metric(values + [k], float(data.get(k, 0)))
+        return fam
+
+    def gauge(name: str, doc: str, value: float | None, label: str | None = None,
+              data: Mapping[str, float] | None = None) -> Iterator[GaugeMetricFamily]:
+        if label is None:
+            if value is not None:
+                fam = GaugeMetricFamily(PREFIX + name, doc, labels=names)
+                fam.add_metric(values, float(value))
+                yield fam
+            return
+        if data is None:
+            return
+        fam = GaugeMetricFamily(PREFIX + name, doc, labels=names + [label])
+        for k in sorted(data):
+            fam.add_metric(values + [k], float(data[k]))
+        yield fam
+
+    classes = tuple(c.value for c in FailureClass)
+    yield counter("requests", "Requests finished, by outcome class (one final outcome per request).",
+                  "class", s["requests"], classes)
+    yield counter("retries", "Attempts that were retried, by the class of the failed attempt.",
+                  "class", s["retries"], tuple(c.value for c in _FAILURES))
+    yield counter("gave_up", "Requests of a retryable class not retried further (budget spent or refused).",
+                  "class", s["gave_up"])
+    depth = s["depth"]
+    buckets, acc, total_attempts = [], 0, 0
+    for bound in DEPTH_BUCKETS:
+        acc = sum(n for a, n in depth.items() if a <= bound)
+        buckets.append((str(bound), float(acc)))
+    count = sum(depth.values())
+    total_attempts = sum(a * n for a, n in depth.items())
+    buckets.append(("+Inf", float(count)))
+    hist = HistogramMetricFamily(PREFIX + "request_attempts", "Attempts a finished request took (retry depth).",
+                                 labels=names)
+    hist.add_metric(values, buckets, float(total_attempts))
+    yield hist
+    yield counter("items_stored", "Items stored (durably written when the scrapy-scale store is on).",
+                  None, {"": s["items_stored"]})
+    yield counter("items_dead_lettered", "Items that could not be stored and went to the dead letters.",
+                  None, {"": s["items_dead_lettered"]})
+    yield counter("egress_attempts", "Attempts that went through an egress (a proxy).",
+                  None, {"": s["egress_attempts"]})
+    yield counter("egress_failures", "Failed attempts through an egress, by outcome class.",
+                  "class", s["egress_failures"])
+    yield counter("domain_attempts", "Attempts per domain (the busiest domains; the rest as other).",
+                  "domain", s["domain_attempts"])
+    yield counter("domain_blocked", "Blocked responses (403, block pages) per domain.",
+                  "domain", s["domain_blocked"])
+    yield counter("domain_rate_limited", "Rate-limited responses (429, 503 with Retry-After) per domain.",
+                  "domain", s["domain_rate_limited"])
+    yield from gauge("domain_delay_seconds", "Current download delay of the named domains' slots.",
+                     None, "domain", s["domain_delay"] or None)
+    yield from gauge("queue_requests", "Frontier records of the job by state (job-wide, every worker's).",
+                     None, "state", s["queue"])
+    yield from gauge("queue_oldest_pending_age_seconds",
+                     "Seconds since the oldest eligible pending record became eligible (job-wide).",
+                     s["oldest_pending_age"] if s["queue"] is not None else None)
+    yield from gauge("queue_wait_average_seconds",
+                     "Mean seconds a request waited eligible before it was leased (job-wide, this run).",
+                     s["average_wait"] if s["queue"] is not None else None)
+    yield from gauge("frontier_dead_letters", "Frontier records that could not be read (job-wide).",
+                     s["frontier_dead_letters"] if s["queue"] is not None else None)
+    yield from gauge("download_slots", "Open downloader slots of this process.", s["download_slots"])
+    yield from gauge("browser_contexts", "Live browser contexts of this process.", s["browser_contexts"])
+    yield from gauge("browser_processes", "Live browser processes of this process.", s["browser_processes"])
+    yield from gauge("egress_pool_size", "Egresses in the pool by state.", None, "state", s["egress_pool"])
+    yield from gauge("start_time_seconds", "When this crawl process started (Unix time).", s["started"])

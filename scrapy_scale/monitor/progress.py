@@ -1,0 +1,181 @@
+"""Progress of a long run: rates from recent samples, an ETA, and one line for humans.
+
+:class:`RateWindow` and :func:`progress_line` are plain Python (an injectable clock: the
+caller passes the times), shared by the periodic log line (:class:`ProgressLog`), the
+live view (``scrapy scale watch``) and ``scrapy scale status``.
+
+``ProgressLog`` (enabled by the add-on; ``SCALE_PROGRESS_INTERVAL = 0`` turns it off)
+logs every ``SCALE_PROGRESS_INTERVAL`` seconds::
+
+    progress: 1,234 done, 5 failed, 7,890 pending (12 delayed, 64 leased); 310 pages/min, 280 items/min; ETA 25 min
+
+done / failed / pending are the job's (every worker's, from the frontier); pages/min and
+items/min are this process's final outcomes and stored items over the last minutes;
+the ETA divides what is left (pending, delayed, leased) by the job's recent rate of
+finished requests (done + failed).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
+from twisted.internet import defer, task
+
+from scrapy_scale import settings_core
+from scrapy_scale import signals as scale_signals
+from scrapy_scale.monitor import settings as S
+from scrapy_scale.outcomes.model import DONE_CLASSES, Outcome
+
+logger = logging.getLogger(__name__)
+
+#: seconds of samples a rate is computed over (at least two samples)
+WINDOW = 300.0
+
+
+class RateWindow:
+    """Per-second rate of a growing count over the last ``window`` seconds."""
+
+    def __init__(self, window: float = WINDOW):
+        self.window = window
+        self.samples: deque[tuple[float, float]] = deque()
+
+    def add(self, t: float, value: float) -> None:
+        self.samples.append((t, value))
+        while len(self.samples) > 2 and self.samples[1][0] <= t - self.window:
+            self.samples.popleft()
+
+    def rate(self) -> float | None:
+        if len(self.samples) < 2:
+            return None
+        (t0, v0), (t1, v1) = self.samples[0], self.samples[-1]
+        if t1 <= t0:
+            return None
+        return max(0.0, (v1 - v0) / (t1 - t0))
+
+
+def eta_seconds(remaining: int, rate: float | None) -> float | None:
+    """Seconds until ``remaining`` requests are finished at ``rate`` per second; 0 when
+    nothing is left, None when the rate is unknown or zero."""
+    if remaining <= 0:
+        return 0.0
+    if not rate:
+        return None
+    return remaining / rate
+
+
+def format_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    if seconds < 60:
+        return f"{max(1.0, seconds):.0f} s" if seconds else "0 s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 86_400 * 2:
+        h, m = divmod(int(seconds // 60), 60)
+        return f"{h} h {m} min"
+    return f"{seconds / 86_400:.1f} days"
+
+
+def _per_min(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate * 60:,.0f}"
+
+
+def progress_line(counts: Mapping[str, int] | None, pages_rate: float | None, items_rate: float | None,
+                  eta: float | None, done: int = 0, failed: int = 0) -> str:
+    """One line: the job's counts (or this process's ``done``/``failed`` when ``counts`` is
+    None: no frontier), rates per minute and the ETA."""
+    if counts is not None:
+        c = {k: int(counts.get(k, 0)) for k in ("done", "failed", "pending", "delayed", "leased")}
+        text = f"{c['done']:,} done, {c['failed']:,} failed, {c['pending'] + c['delayed']:,} pending"
+        if c["delayed"] or c["leased"]:
+            text += f" ({c['delayed']:,} delayed, {c['leased']:,} leased)"
+    else:
+        text = f"{done:,} done, {failed:,} failed"
+    text += f"; {_per_min(pages_rate)} pages/min, {_per_min(items_rate)} items/min"
+    if counts is not None:
+        text += f"; ETA {format_eta(eta)}"
+    return text
+
+
+def remaining(counts: Mapping[str, int]) -> int:
+    return sum(int(counts.get(k, 0)) for k in ("pending", "delayed", "leased"))
+
+
+class ProgressLog:
+    """Extension: the progress line every ``SCALE_PROGRESS_INTERVAL`` seconds."""
+
+    def __init__(self, crawler: Any, interval: float):
+        self.crawler = crawler
+        self.interval = interval
+        self.done = 0
+        self.failed = 0
+        self.items = 0
+        self.pages = RateWindow(max(WINDOW, 5 * interval))
+        self.item_rate = RateWindow(max(WINDOW, 5 * interval))
+        self.finished = RateWindow(max(WINDOW, 5 * interval))  # the job's done + failed
+        self._loop: task.LoopingCall | None = None
+        self._poller: Any = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> ProgressLog:
+        interval = S.PROGRESS_INTERVAL.get(crawler.settings)
+        if not interval:
+            raise NotConfigured("SCALE_PROGRESS_INTERVAL = 0")
+        ext = cls(crawler, interval)
+        crawler.signals.connect(ext.on_outcome, signal=scale_signals.outcome)
+        crawler.signals.connect(ext.on_item, signal=signals.item_scraped)
+        crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
+        return ext
+
+    def on_outcome(self, outcome: Outcome, **kwargs: Any) -> None:
+        if outcome.final and not outcome.internal:
+            if outcome.cls in DONE_CLASSES:
+                self.done += 1
+            else:
+                self.failed += 1
+
+    def on_item(self, **kwargs: Any) -> None:
+        self.items += 1
+
+    def spider_opened(self, spider: Any) -> None:
+        from scrapy_scale.monitor.frontier_read import FrontierPoller
+
+        job = settings_core.JOB.get(self.crawler.settings) or spider.name
+        self._poller = FrontierPoller.install(self.crawler, job)
+        self.sample(time.monotonic(), None)
+        self._loop = task.LoopingCall(self.tick)
+        self._loop.start(self.interval, now=False).addErrback(
+            lambda f: logger.error("progress line failed: %s", f.getErrorMessage()))
+
+    def spider_closed(self, spider: Any, reason: str) -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+
+    def tick(self) -> defer.Deferred[None]:
+        return deferred_from_coro(self._tick())  # type: ignore[no-any-return]
+
+    async def _tick(self) -> None:
+        status = None
+        if self._poller is not None:
+            status = await maybe_deferred_to_future(self._poller.refresh())
+        logger.info("progress: %s", self.sample(time.monotonic(), status))
+
+    def sample(self, now: float, status: Mapping[str, Any] | None) -> str:
+        """Add a sample at ``now`` and return the line."""
+        self.pages.add(now, self.done + self.failed)
+        self.item_rate.add(now, self.items)
+        counts = status.get("counts") if status else None
+        if counts is not None:
+            self.finished.add(now, int(counts.get("done", 0)) + int(counts.get("failed", 0)))
+            eta = eta_seconds(remaining(counts), self.finished.rate())
+        else:
+            eta = None
+        return progress_line(counts, self.pages.rate(), self.item_rate.rate(), eta, self.done, self.failed)
