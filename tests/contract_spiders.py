@@ -98,22 +98,29 @@ class Listing:
 class ItemInKwargsSpider(_Base):
     """The listing/detail idiom with objects in cb_kwargs and meta: a listing passes a
     scrapy.Item and a dataclass to each detail page, which links back to its listing
-    (a loop only dedup ends)."""
+    with the dataclass (a loop only dedup ends). ``-a opaque=1`` adds a value no record
+    can hold, so every request is kept in memory only."""
 
     name = "item_kwargs"
+
+    def __init__(self, opaque: str = "", **kw: Any):
+        super().__init__(**kw)
+        self.opaque = bool(opaque)
 
     async def start(self) -> Any:
         yield scrapy.Request(f"{self.base}/", callback=self.parse_listing)
 
-    def parse_listing(self, response: Any) -> Iterator[Any]:
-        listing = Listing(response.url, 1)
+    def parse_listing(self, response: Any, listing: Listing | None = None) -> Iterator[Any]:
+        here = Listing(response.url, 1)
         for href in response.css("a::attr(href)").getall():
             if "/item/" in href:
                 item = ProductItem(name=href, price=decimal.Decimal("1.10"),
                                    seen=datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC))
-                yield response.follow(href, callback=self.parse_detail,
-                                      cb_kwargs={"item": item, "listing": listing},
-                                      meta={"tags": {"a", "b"}, "pair": (1, 2), "raw": b"\x00"})
+                meta = {"tags": {"a", "b"}, "pair": (1, 2), "raw": b"\x00"}
+                if self.opaque:
+                    meta["opaque"] = Opaque()
+                yield response.follow(href, callback=self.parse_detail, cb_kwargs={"item": item, "listing": here},
+                                      meta=meta)
 
     def parse_detail(self, response: Any, item: ProductItem, listing: Listing) -> Iterator[Any]:
         ok = (isinstance(item, ProductItem) and isinstance(listing, Listing)
@@ -121,4 +128,10 @@ class ItemInKwargsSpider(_Base):
               and response.meta["tags"] == {"a", "b"} and response.meta["pair"] == (1, 2)
               and response.meta["raw"] == b"\x00")
         yield {"url": response.url, "types_ok": ok}
-        yield response.follow(listing.url, callback=self.parse_listing)  # back to the listing
+        meta = {"opaque": Opaque()} if self.opaque else {}
+        yield response.follow(listing.url, callback=self.parse_listing, cb_kwargs={"listing": listing},
+                              meta=meta)  # back to the listing
+
+
+class Opaque:
+    """A value the frontier cannot store."""

@@ -187,3 +187,33 @@ def test_a_second_ctrl_c_exits_and_what_was_acked_stays_acked(tmp_path: Path) ->
         assert res.returncode == 0, res.tail()
         again = done & {k for k, n in _fetched_ok(tb).items() if n > 1}
         assert not again, f"{len(again)} acked page(s) fetched again, e.g. {sorted(again)[:5]}"
+
+
+# ---- item 9: requests that carry objects ---------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("opaque", [False, True], ids=["items-stored", "kept-in-memory"])
+def test_items_in_cb_kwargs_are_stored_as_data_and_every_request_is_deduplicated(
+        tmp_path: Path, opaque: bool) -> None:
+    """A detail page linking back to its listing with a dataclass (and an Item in the
+    detail's cb_kwargs) looped until a timeout: such requests were kept in memory only
+    and never deduplicated. Now items, dataclasses, datetime, Decimal, set, tuple and bytes
+    are stored as data, and a request that still cannot be stored is deduplicated too."""
+    settings = {**SPIDERS, "CLOSESPIDER_TIMEOUT": 60}
+    with Testbed(hosts=1, pages=6, seed=4) as tb:
+        res = run_crawl(tb, settings, tmp_path, spider="item_kwargs", timeout=100,
+                        extra_args=["-a", "opaque=1"] if opaque else [])
+        fetched = Counter(r.path for r in tb.log if r.path != "/robots.txt")
+    assert res.returncode == 0, res.tail()
+    assert "closespider_timeout" not in res.log, "the crawl looped until its timeout"
+    assert fetched == Counter({"/": 1, **{f"/item/{n}": 1 for n in range(1, 7)}}), fetched
+    assert len(res.items) == 6 and all(i["types_ok"] for i in res.items), res.items
+    assert "run finished" in res.log, res.tail()
+    kept = res.stats.get("scale/frontier/unserializable", 0)
+    if opaque:
+        assert kept == res.stats.get("scale/frontier/unserializable/Opaque") and kept >= 12, res.stats
+        assert res.log.count("holds a value the frontier cannot store") == 1
+        assert "requests kept in memory only" in res.log  # the run summary
+    else:
+        assert kept == 0, res.stats

@@ -357,6 +357,7 @@ def test_memory_only_requests_take_their_turn_by_priority(sched: Scheduler) -> N
     sched.sync_blocking()
     sched.enqueue_request(Request("http://a.test/mem", priority=3, meta={"o": object()}))
     sched.enqueue_request(Request("http://a.test/mem0", priority=0, meta={"o": object()}))
+    sched.sync_blocking()  # their dedup records are written
     assert [r.url for r in iter(sched.next_request, None)] == [
         "http://a.test/mem", "http://a.test/p1", "http://a.test/mem0"]
 
@@ -383,3 +384,49 @@ def test_a_late_ack_after_the_lease_passed_to_another_worker_is_counted_stale(sc
     assert stats.get_value("scale/frontier/stale_acks") == 1
     assert state(sched, r) == State.LEASED  # still the other worker's
     assert other.ack("other/0", [(taken.fingerprint, taken.token)]) == 1
+
+
+class Opaque:
+    """A value no record can hold."""
+
+
+def test_requests_kept_in_memory_are_deduplicated_and_acked_like_the_others(sched: Scheduler) -> None:
+    """A detail page that links back to its listing with an object in cb_kwargs looped:
+    requests that could not be stored were never deduplicated (10,000+ requests for 6 URLs)."""
+    sched.enqueue_request(Request("http://a.test/list"))
+    listing = lease_one(sched)
+    outcome(listing)
+    for _ in range(3):  # the listing again, and a detail page twice, all with an object
+        sched.enqueue_request(Request("http://a.test/list", cb_kwargs={"o": Opaque()}))
+        sched.enqueue_request(Request("http://a.test/detail", cb_kwargs={"o": Opaque()}))
+    sched.sync_blocking()
+    served = list(iter(sched.next_request, None))
+    assert [r.url for r in served] == ["http://a.test/detail"]
+    assert isinstance(served[0].cb_kwargs["o"], Opaque)
+    # its record dedups stored requests too, and is acked once the request is done
+    sched.enqueue_request(Request("http://a.test/detail"))
+    sched.sync_blocking()
+    assert sched.next_request() is None
+    assert state(sched, served[0]) == State.LEASED
+    outcome(served[0])
+    sched.sync_blocking()
+    assert state(sched, served[0]) == State.DONE
+    stats = sched.crawler.stats
+    assert stats.get_value("scale/frontier/unserializable") == 6
+    assert stats.get_value("scale/frontier/unserializable/Opaque") == 6
+    assert stats.get_value("scale/frontier/deduplicated") == 6  # 5 kept in memory + 1 stored
+
+
+def test_a_request_kept_in_memory_and_lost_at_a_stop_is_dead_lettered_with_why(sched: Scheduler) -> None:
+    sched.enqueue_request(Request("http://a.test/lost", cb_kwargs={"o": Opaque()}))
+    sched.sync_blocking()
+    assert len(sched.buffer) == 1
+    sched.store.release(sched.worker)  # what a stop does with what it holds ...
+    sched.buffer.clear()  # ... and the next process starts with nothing in memory
+    sched._mem_n = 0
+    sched._held_tokens.clear()
+    sched.sync_blocking()  # it leases the record: there is no request in it
+    assert sched.next_request() is None
+    sched.sync_blocking()
+    (d,) = sched.store.dead_letters()
+    assert "kept in memory only" in d.reason and "Opaque" in d.reason

@@ -7,6 +7,9 @@ redis_prefix fixture deletes its keys afterwards).
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import decimal
 import os
 import sqlite3
 import uuid
@@ -14,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import scrapy
 from scrapy import Request
 
 from scrapy_scale.clock import FakeClock
@@ -151,6 +155,33 @@ def test_lease_ack_fail_transitions(store: FrontierStore, clock: FakeClock) -> N
     assert store.lease(W, 10, LEASE) == []
     # a done fingerprint stays deduplicated
     assert store.enqueue([req("http://a.test/1")]) == [EnqueueResult.DUPLICATE]
+
+
+def test_a_request_held_in_memory_is_deduplicated_leased_to_its_worker_and_acked(
+        store: FrontierStore, clock: FakeClock) -> None:
+    """A request whose values cannot be stored is kept in its worker's memory; its record
+    (no request data) dedups it both ways and is leased to that worker from the start."""
+    marker = codec.memory_marker("Thing")
+    held = NewRequest(fp("http://a.test/mem"), marker, "a.test", held_by=W, held_seconds=LEASE)
+    assert store.enqueue([held, held]) == [EnqueueResult.ADDED, EnqueueResult.DUPLICATE]
+    rec = store.get(held.fingerprint)
+    assert rec is not None and rec["state"] == State.LEASED and rec["owner"] == W
+    assert store.counts()["leased"] == 1 and store.lease(W, 10, LEASE) == []  # never leased out again
+    assert store.enqueue([req("http://a.test/mem")]) == [EnqueueResult.DUPLICATE]
+    assert store.status().leases_by_worker == {W: 1}
+    assert store.ack(W, [(held.fingerprint, 0)]) == 1 and store.get(held.fingerprint)["state"] == State.DONE
+    # a known fingerprint held again: a duplicate, whatever its state
+    store.enqueue([req("http://a.test/known")])
+    again = NewRequest(fp("http://a.test/known"), marker, "a.test", held_by=W, held_seconds=LEASE)
+    assert store.enqueue([again]) == [EnqueueResult.DUPLICATE]
+    # its worker gone, the lease expires and the record comes back as pending (nothing to fetch in it)
+    lost = NewRequest(fp("http://a.test/lost"), marker, "a.test", held_by=W, held_seconds=LEASE)
+    store.enqueue([lost])
+    clock.advance(LEASE + 1)
+    assert store.reclaim() == 1
+    (back,) = [x for x in store.lease("other/0", 10, LEASE) if x.fingerprint == lost.fingerprint]
+    with pytest.raises(codec.CodecError, match="kept in memory only"):
+        codec.decode(back.data)
 
 
 def test_dont_filter_reopens_only_finished_records(store: FrontierStore) -> None:
@@ -463,11 +494,25 @@ V1_RECORD = (
 )
 
 
+#: the same request as format 2 writes it: tuples are tagged now (format 1 wrote them as lists)
+V2_RECORD = (
+    '{"v":2,"r":{"url":"http://a.test/x?q=1","callback":null,"errback":null,"headers":{"$d":[[{"$b":"UmVmZXJlcg=="},'
+    '[{"$b":"aHR0cDovL2EudGVzdC8="}]]]},"body":{"$b":"AP8="},"cookies":{},"meta":{"depth":2,"k":[1,{"$t":[2,3]},'
+    '{"a":{"$b":"Yg=="}}],"m":{"$d":[["$b","not bytes"]]},"t":{"$d":[[{"$t":[1,2]},"x"]]}},"encoding":"utf-8",'
+    '"flags":["f"],"cb_kwargs":{"n":null,"f":1.5},"dont_filter":true,"method":"POST","priority":-3}}'
+)
+
+
 def test_codec_format_1_is_stable() -> None:
+    """Records stored in format 1 read back exactly as before (a user dict that looks like
+    a format 2 tag stays a dict there); new records are written in format 2."""
     r = Request("http://a.test/x?q=1", method="POST", body=b"\x00\xff", headers={"Referer": "http://a.test/"},
                 meta={"depth": 2, "k": [1, (2, 3), {"a": b"b"}], "m": {"$b": "not bytes"}, "t": {(1, 2): "x"}},
                 cb_kwargs={"n": None, "f": 1.5}, priority=-3, dont_filter=True, flags=["f"])
-    assert codec.encode(r) == V1_RECORD
+    assert codec.encode(r) == V2_RECORD
+    assert codec.decode(V2_RECORD).meta == r.meta
+    assert codec.decode('{"v":1,"r":{"url":"http://a.test/","meta":{"x":{"$t":[1]},"y":{"$dec":"1"}}}}').meta == {
+        "x": {"$t": [1]}, "y": {"$dec": "1"}}
     back = codec.decode(V1_RECORD)
     assert back.meta == {"depth": 2, "k": [1, [2, 3], {"a": b"b"}], "m": {"$b": "not bytes"}, "t": {(1, 2): "x"}}
     assert (back.url, back.method, back.body, back.priority, back.dont_filter, back.flags) == (
@@ -624,3 +669,65 @@ def test_sqlite_corruption_during_the_crawl_is_fatal_not_retried(tmp_path: Path)
         assert s.fatal_error(sqlite3.OperationalError("database is locked")) is None
     finally:
         s.close()
+
+
+class CodecItem(scrapy.Item):
+    name = scrapy.Field()
+    price = scrapy.Field()
+
+
+@dataclasses.dataclass
+class CodecListing:
+    url: str
+    page: int = 1
+
+
+class CodecSpider(scrapy.Spider):
+    name = "codec"
+
+
+def test_codec_format_2_round_trips_items_and_the_usual_values() -> None:
+    """An Item (or a dataclass) in cb_kwargs/meta, and datetime, Decimal, set, tuple, bytes,
+    round-trip as data: before, such a request could not be stored at all."""
+    spider = CodecSpider()
+    when = datetime.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=datetime.timezone(datetime.timedelta(hours=2)))
+    values = {"when": when, "day": when.date(), "t": when.timetz(), "dt": datetime.timedelta(days=1, seconds=2),
+              "price": decimal.Decimal("10.10"), "tags": {"a", "b"}, "frozen": frozenset({1}), "pair": (1, (2, b"x")),
+              "raw": b"\x00\xff", "looks_tagged": {"$t": [1], "$item": 2}}
+    r = Request("http://a.test/p", cb_kwargs={"item": CodecItem(name="n", price=decimal.Decimal("1.5")),
+                                              "listing": CodecListing("http://a.test/", 3)}, meta=values)
+    data = codec.encode(r, spider)
+    assert "pickle" not in data and data.startswith('{"v":2,')
+    back = codec.decode(data, spider)
+    assert back.meta == values and type(back.meta["pair"]) is tuple and type(back.meta["tags"]) is set
+    item = back.cb_kwargs["item"]
+    assert isinstance(item, CodecItem) and dict(item) == {"name": "n", "price": decimal.Decimal("1.5")}
+    assert back.cb_kwargs["listing"] == CodecListing("http://a.test/", 3)
+    # what still cannot be stored names its type
+    with pytest.raises(codec.NotStorable) as e:
+        codec.encode(Request("http://a.test/", meta={"f": open}), spider)
+    assert e.value.type_name == "builtin_function_or_method"
+
+
+def test_codec_re_creates_only_allowed_item_classes_and_never_imports_a_record_path() -> None:
+    """A record's item class must be an Item/dataclass/attrs class of the spider's own
+    package (or listed in SCALE_FRONTIER_REQUEST_CLASSES): checked on the path before any
+    import, so a record naming another module does not import it."""
+    import sys
+
+    spider = CodecSpider()  # defined in tests.test_frontier_store: package "tests"
+    ok = '{"v":2,"r":{"url":"http://a.test/","cb_kwargs":{"i":{"$item":["%s",{"name":"n"}]}}}}'
+    assert isinstance(codec.decode(ok % "tests.test_frontier_store.CodecItem", spider).cb_kwargs["i"], CodecItem)
+    assert "antigravity" not in sys.modules
+    for path, why in (("antigravity.Thing", "does not allow"), ("os.path.join", "does not allow"),
+                      ("tests.test_frontier_store.CodecSpider", "not a scrapy.Item/dataclass/attrs"),
+                      ("tests.test_frontier_store.codec", "not a scrapy.Item/dataclass/attrs")):
+        with pytest.raises(codec.CodecError, match=why):
+            codec.decode(ok % path, spider)
+    assert "antigravity" not in sys.modules
+    # an item of a class no record could re-create is not stored in the first place
+    with pytest.raises(codec.NotStorable, match="does not allow"):
+        codec.encode(Request("http://a.test/", cb_kwargs={"i": CodecItem(name="n")}), scrapy.Spider("other"))
+    # the record of a request that was kept in memory only says so
+    with pytest.raises(codec.CodecError, match="kept in memory only"):
+        codec.decode(codec.memory_marker("CodecItem"), spider)

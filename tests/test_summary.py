@@ -105,3 +105,11 @@ def test_summary_shows_frontier_dead_letters_and_the_exit_status() -> None:
     assert "  dead letters  8 frontier records could not be read and were not crawled; 2 items could not be " \
            "stored" in lines
     assert lines[-1] == "  exit status   3: the run has 8 dead letters (SCALE_EXIT_CODE_DEAD_LETTERS)"
+
+
+def test_summary_counts_the_requests_kept_in_memory_by_type() -> None:
+    lines = render({"scale/frontier/unserializable": 7, "scale/frontier/unserializable/Opaque": 5,
+                    "scale/frontier/unserializable/refused": 2},
+                   RunFacts(job="j", reason="finished", duration=3, frontier={"done": 7}))
+    (line,) = [x for x in lines if "not stored" in x]
+    assert "7 requests kept in memory only" in line and "Opaque 5, refused 2" in line, line

@@ -1,10 +1,11 @@
 """Requests as data: versioned JSON from ``Request.to_dict``; never pickle.
 
 A shared store must not become a code-execution channel, so a stored request is
-plain JSON: ``{"v": 1, "r": <Request.to_dict(spider=...)>}`` with bytes written
-as ``{"$b": base64}`` and dicts with non-string keys (headers) as
-``{"$d": [[key, value], ...]}``. Callbacks are stored by name and looked up on
-the spider when the request is rebuilt.
+plain JSON: ``{"v": 2, "r": <Request.to_dict(spider=...)>}`` with the values JSON
+has no type for tagged (:mod:`scrapy_scale.frontier.values`: bytes, dicts with
+non-string keys, tuples, sets, dates and times, decimals, items). Format 1 records
+(``{"v": 1, ...}``: only the bytes and dict tags) read back as they always did.
+Callbacks are stored by name and looked up on the spider when the request is rebuilt.
 
 A record comes from a store other processes write to (a shared Redis), so rebuilding one
 must never run code or read local files (docs/frontier.md, "What a shared Redis can and
@@ -14,14 +15,15 @@ encode and on decode (and on feed messages):
 - a request class (``_class``) only when the project allows it (:func:`allowed_class`,
   checked on the dotted path BEFORE anything is imported);
 - a URL only of an allowed scheme (http and https unless ``SCALE_FRONTIER_SCHEMES``);
-- a callback/errback only when it is a public method of the spider (:func:`spider_method`).
+- a callback/errback only when it is a public method of the spider (:func:`spider_method`);
+- an item class (in ``meta`` or ``cb_kwargs``) only when it is a scrapy.Item, dataclass or
+  attrs class of the spider's own package or allowed as above (:func:`item_class`).
 
 Anything else raises :class:`CodecError` (the scheduler dead-letters the record).
 """
 
 from __future__ import annotations
 
-import base64
 import functools
 import inspect
 import json
@@ -38,14 +40,24 @@ from scrapy.utils.request import RequestFingerprinter
 from scrapy_scale import config
 from scrapy_scale.errors import ScaleError
 from scrapy_scale.frontier import settings as _settings  # noqa: F401 - declares SCALE_FRONTIER_*
+from scrapy_scale.frontier import values
 from scrapy_scale.frontier.store import NewRequest, domain_of
 
-#: version of the stored request format; decode() refuses others
-VERSION = 1
+#: version of the stored request format written; decode() reads these and refuses others
+VERSION = 2
+READS = (1, 2)
 
 
 class CodecError(ScaleError, ValueError):
     """A request cannot be written as data, or a stored record cannot be read back."""
+
+
+class NotStorable(CodecError):
+    """A request holds a value that cannot be stored as data; ``type_name`` names it."""
+
+    def __init__(self, type_name: str, message: str):
+        super().__init__(message)
+        self.type_name = type_name
 
 
 T = TypeVar("T")
@@ -74,6 +86,8 @@ class RecordRules:
     classes: frozenset[str] = SCRAPY_REQUEST_CLASSES
     #: URL schemes a request may have
     schemes: frozenset[str] = frozenset(DEFAULT_SCHEMES)
+    #: top-level packages whose item classes a record may re-create (the spider's own)
+    item_packages: frozenset[str] = frozenset()
 
     @classmethod
     def for_crawl(cls, spider: Spider | None, settings: Any = None) -> RecordRules:
@@ -86,15 +100,18 @@ class RecordRules:
         if settings is not None:
             names.update(config.get(settings, "SCALE_FRONTIER_REQUEST_CLASSES") or ())
             schemes = config.get(settings, "SCALE_FRONTIER_SCHEMES")
-        return cls(frozenset(names), frozenset(s.lower() for s in schemes))
+        packages = frozenset({type(spider).__module__.split(".")[0]} if spider is not None else ())
+        return cls(frozenset(names), frozenset(s.lower() for s in schemes), packages)
 
 
 def allowed_class(path: Any, base: type[T], allowed: Collection[str],
-                  setting: str = "SCALE_FRONTIER_REQUEST_CLASSES") -> type[T]:
+                  setting: str = "SCALE_FRONTIER_REQUEST_CLASSES",
+                  accept: Callable[[type], bool] | None = None, kind: str | None = None) -> type[T]:
     """The class a record names at ``path`` -- THE check for every class a record may
     name: ``path``, or the module it is in, must be listed in ``allowed`` (checked on the
     string, so nothing is imported otherwise); then it is loaded and must be ``base`` or
-    a subclass of it. Raises :class:`CodecError` otherwise."""
+    a subclass of it (or pass ``accept``, when given: a ``kind`` of class). Raises
+    :class:`CodecError` otherwise."""
     if not isinstance(path, str) or not _DOTTED.fullmatch(path):
         raise CodecError(f"the record names a class {path!r} that is not a dotted path")
     if path not in allowed and path.rpartition(".")[0] not in allowed:
@@ -104,9 +121,19 @@ def allowed_class(path: Any, base: type[T], allowed: Collection[str],
         obj = load_object(path)
     except (ImportError, AttributeError, NameError, ValueError) as e:
         raise CodecError(f"the record names class {path!r}, which cannot be loaded: {e}") from None
-    if not (isinstance(obj, type) and issubclass(obj, base)):
-        raise CodecError(f"the record names {path!r}, which is not a {base.__name__} class")
+    if not (isinstance(obj, type) and (accept(obj) if accept is not None else issubclass(obj, base))):
+        raise CodecError(f"the record names {path!r}, which is not a {kind or base.__name__} class")
     return obj
+
+
+def item_class(path: Any, rules: RecordRules) -> type:
+    """The item class a record names (in meta or cb_kwargs): a scrapy.Item, dataclass or
+    attrs class of a module under the spider's own top-level package, or allowed like a
+    request class (``SCALE_FRONTIER_REQUEST_CLASSES``); checked by :func:`allowed_class`."""
+    allowed: Collection[str] = rules.classes
+    if isinstance(path, str) and path.split(".")[0] in rules.item_packages:
+        allowed = rules.classes | {path}
+    return allowed_class(path, object, allowed, accept=values.is_item_class, kind="scrapy.Item/dataclass/attrs")
 
 
 def spider_method(spider: Spider, name: Any, what: str = "callback") -> Callable[..., Any]:
@@ -164,49 +191,28 @@ def request_from_dict(d: dict[str, Any], spider: Spider | None, rules: RecordRul
     return request_cls(**kwargs)
 
 
-_SCALARS = frozenset({str, int, float, bool, type(None)})
+@functools.lru_cache(maxsize=64)
+def _encoder(rules: RecordRules) -> values.Encoder:
+    return values.Encoder(lambda path: item_class(path, rules))
 
 
-def _to_json(v: Any) -> Any:
-    t = type(v)
-    if t in _SCALARS:  # the common case first, by exact type (subclasses take the checks below)
-        return v
-    if t is dict and all(type(k) is str for k in v) and "$b" not in v and "$d" not in v:
-        return {k: x if type(x) in _SCALARS else _to_json(x) for k, x in v.items()}
-    if t is list or t is tuple:
-        return [x if type(x) in _SCALARS else _to_json(x) for x in v]
-    if isinstance(v, bytes):
-        return {"$b": base64.b64encode(v).decode("ascii")}
-    if v is None or isinstance(v, bool | int | float | str):
-        return v
-    if isinstance(v, list | tuple):
-        return [_to_json(x) for x in v]
-    if isinstance(v, dict):
-        if all(isinstance(k, str) for k in v) and not ("$b" in v or "$d" in v):
-            return {k: _to_json(x) for k, x in v.items()}
-        return {"$d": [[_to_json(k), _to_json(x)] for k, x in v.items()]}
-    raise CodecError(f"cannot store a value of type {type(v).__name__} in a request")
+@functools.lru_cache(maxsize=64)
+def _v2_loads(rules: RecordRules) -> Callable[[str], Any]:
+    return json.JSONDecoder(object_hook=values.v2_hook(lambda path: item_class(path, rules))).decode
 
 
-def _object_hook(d: dict[str, Any]) -> Any:
-    """``json.loads`` hook: called bottom-up on each JSON object as it is parsed (so the
-    values inside are already decoded); turns the two markers back into bytes / a dict
-    with non-string keys, with no Python-level walk over every list and string."""
-    if len(d) == 1:
-        if "$b" in d:
-            if not isinstance(d["$b"], str):
-                raise CodecError(f"cannot rebuild the request: a bytes marker holds {type(d['$b']).__name__}")
-            return base64.b64decode(d["$b"])
-        if "$d" in d:
-            try:
-                return {_hashable(k): x for k, x in d["$d"]}
-            except (TypeError, ValueError) as e:
-                raise CodecError(f"cannot rebuild the request: a dict marker: {e}") from None
-    return d
+_v1_loads = json.JSONDecoder(object_hook=values.v1_hook).decode
+_VERSION_RE = re.compile(r'\s*\{\s*"v"\s*:\s*(\d+)')
 
 
-def _hashable(k: Any) -> Any:
-    return tuple(k) if isinstance(k, list) else k
+def _parse(data: str, rules: RecordRules) -> Any:
+    """JSON with the tags of the record's format (read from its ``"v"``)."""
+    m = _VERSION_RE.match(data)
+    v2 = m is not None and m.group(1) == "2"
+    doc = (_v2_loads(rules) if v2 else _v1_loads)(data)
+    if isinstance(doc, dict) and (doc.get("v") == 2) != v2:  # "v" was not written first
+        doc = (_v1_loads if v2 else _v2_loads(rules))(data)
+    return doc
 
 
 def encode(request: Request, spider: Spider | None = None, rules: RecordRules | None = None) -> str:
@@ -218,8 +224,12 @@ def encode(request: Request, spider: Spider | None = None, rules: RecordRules | 
         d = request.to_dict(spider=spider)
     except ValueError as e:  # callback not found on the spider
         raise CodecError(str(e)) from None
-    _check_names(d, spider, rules or RecordRules.for_crawl(spider))
-    return _dumps({"v": VERSION, "r": _to_json(d)})
+    rules = rules or RecordRules.for_crawl(spider)
+    _check_names(d, spider, rules)
+    try:
+        return _dumps({"v": VERSION, "r": _encoder(rules)(d)})
+    except values.Unstorable as e:
+        raise NotStorable(e.type_name, str(e)) from None
 
 
 #: ``json.dumps(..., separators=(",", ":"))`` without building an encoder per call (same output)
@@ -230,29 +240,39 @@ def decode(data: str, spider: Spider | None = None, rules: RecordRules | None = 
     """Rebuild the request. Raises :class:`CodecError` with the reason when the
     record cannot be read (bad JSON, unknown version, missing callback...) or names
     what ``rules`` do not allow (default: :meth:`RecordRules.for_crawl` of ``spider``)."""
+    rules = rules or RecordRules.for_crawl(spider)
     try:
-        doc = _loads(data) if isinstance(data, str) else json.loads(data, object_hook=_object_hook)
+        if isinstance(data, bytes | bytearray):  # a store that hands back bytes
+            data = data.decode("utf-8")
+        if not isinstance(data, str):
+            raise CodecError(f"not JSON: a {type(data).__name__}")
+        doc = _parse(data, rules)
     except CodecError:
         raise
-    except (json.JSONDecodeError, TypeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CodecError(f"not JSON: {e}") from None
     except Exception as e:  # noqa: BLE001 - a marker that is not what it says ({"$b": 1}, bad base64...)
         raise CodecError(f"cannot rebuild the request: {type(e).__name__}: {e}") from None
+    if isinstance(doc, dict) and "m" in doc and doc.get("v") == 2:
+        raise CodecError(f"a request kept in memory only (it held a {doc['m']}, which cannot be stored), "
+                         "lost when its worker stopped before finishing it")
     if not isinstance(doc, dict) or "r" not in doc:
         raise CodecError("not a stored request (no 'r' field)")
-    if doc.get("v") != VERSION:
-        raise CodecError(f"stored request format version {doc.get('v')!r}; this code reads {VERSION}")
+    if doc.get("v") not in READS:
+        raise CodecError(f"stored request format version {doc.get('v')!r}; this code reads {READS}")
     if not isinstance(doc["r"], dict):
         raise CodecError("not a stored request ('r' is not an object)")
     try:
-        return request_from_dict(doc["r"], spider, rules or RecordRules.for_crawl(spider))
+        return request_from_dict(doc["r"], spider, rules)
     except CodecError:
         raise
     except Exception as e:  # noqa: BLE001 - any failure means "cannot be rebuilt"
         raise CodecError(f"cannot rebuild the request: {type(e).__name__}: {e}") from None
 
 
-_loads = json.JSONDecoder(object_hook=_object_hook).decode
+def memory_marker(type_name: str) -> str:
+    """The data stored for a request kept in memory only: no request, only why."""
+    return _dumps({"v": VERSION, "m": type_name})
 
 
 _default_fingerprinter: RequestFingerprinter | None = None

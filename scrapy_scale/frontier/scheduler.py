@@ -170,6 +170,10 @@ class Scheduler(BaseScheduler):
         #: leased records and memory-only requests, served by priority (FIFO within one)
         self.buffer: LocalQueue[Leased | Request] = LocalQueue()
         self._mem_n = 0
+        #: requests kept in memory whose dedup record the next sync writes (by id of its NewRequest)
+        self._held_waiting: dict[int, Request] = {}
+        #: fingerprint -> lease token of requests kept in memory whose record this worker holds
+        self._held_tokens: dict[str, int] = {}
         self.inflight: dict[str, InFlight] = {}
         self.remote: dict[str, int] = {"pending": 0, "delayed": 0, "leased": 0, "done": 0, "failed": 0}
         self._synced_once = False
@@ -347,6 +351,8 @@ class Scheduler(BaseScheduler):
         finally:
             self.buffer.clear()
             self._mem_n = 0
+            self._held_waiting.clear()
+            self._held_tokens.clear()
             self.inflight.clear()
             self.store.close()
             if self._pool is not None:
@@ -392,7 +398,9 @@ class Scheduler(BaseScheduler):
         return bool(self.remote["pending"])
 
     def _buffered_fps(self) -> list[str]:
-        return [x.fingerprint for x in self.buffer if isinstance(x, Leased)]
+        """Fingerprints of the leases the buffer holds (requests kept in memory included)."""
+        return [x.fingerprint if isinstance(x, Leased) else x.meta.get(meta.FINGERPRINT, "")
+                for x in self.buffer if isinstance(x, Leased) or x.meta.get(meta.FINGERPRINT) in self._held_tokens]
 
     def enqueue_request(self, request: Request) -> bool:
         fp, update = self._fingerprint(request)
@@ -403,13 +411,7 @@ class Scheduler(BaseScheduler):
         try:
             data = codec.encode(request, self.spider, self.rules)
         except codec.CodecError as e:
-            self._inc("unserializable")
-            if not self._warned_unserializable:
-                logger.warning("frontier: %s is kept in memory only (not persisted): %s",
-                               redact_text(str(request)), redact_text(str(e)))
-                self._warned_unserializable = True
-            self.buffer.push(request.priority, request)
-            self._mem_n += 1
+            self._keep_in_memory(request, fp, update, e)
             return True
         is_start = bool(request.meta.get("is_start_request"))
         nr = NewRequest(
@@ -428,6 +430,49 @@ class Scheduler(BaseScheduler):
         elif len(self.outbox) >= self.batch:
             self._kick()
         return True
+
+    def _keep_in_memory(self, request: Request, fp: str, update: bool, e: codec.CodecError) -> None:
+        """A request the store cannot hold (a value that is not data, or one a record may
+        not name): served from memory, deduplicated through a record leased to this worker
+        from the start (no request in it), acked as usual; not resumed after a stop."""
+        kind = e.type_name if isinstance(e, codec.NotStorable) else "refused"
+        self._inc("unserializable")
+        self._inc(f"unserializable/{kind}")
+        if not self._warned_unserializable:
+            self._warned_unserializable = True
+            logger.warning(
+                "frontier: %s holds a value the frontier cannot store (%s); such requests are kept in "
+                "memory only: deduplicated like the others, but a crash or a stop loses those not "
+                "finished (they are dead-lettered). Put plain data in meta/cb_kwargs (str, numbers, lists, "
+                "dicts, bytes, tuples, sets, dates, Decimal, or an Item/dataclass/attrs instance of the "
+                "project). Counted by type in scale/frontier/unserializable/*",
+                redact_text(str(request)), redact_text(str(e)))
+        if update:  # a retry/redirect of a request this worker holds: its lease goes on
+            prior = self.inflight.pop(fp, None)
+            if prior is not None:
+                self._held_tokens[fp] = prior.token
+        elif not request.dont_filter:  # dont_filter bypasses dedup (as Scrapy's): no record
+            nr = NewRequest(fingerprint=fp, data=codec.memory_marker(kind), domain=domain_of(request.url),
+                            priority=request.priority, held_by=self.worker, held_seconds=self.lease_seconds)
+            self._held_waiting[id(nr)] = request
+            self.outbox.append(("enq", nr))
+            return
+        self._push_memory(request)
+
+    def _push_memory(self, request: Request) -> None:
+        self.buffer.push(request.priority, request)
+        self._mem_n += 1
+
+    def _held_written(self, ops: list[tuple[str, Any]], results: list[EnqueueResult]) -> None:
+        """The store answered the dedup of requests kept in memory: serve the new ones."""
+        if not self._held_waiting:
+            return
+        enqueued = [nr for kind, nr in ops if kind == "enq"]
+        for nr, result in zip(enqueued, results, strict=False):
+            request = self._held_waiting.pop(id(nr), None) if nr.held_by else None
+            if request is not None and result is EnqueueResult.ADDED:
+                self._held_tokens[nr.fingerprint] = 0
+                self._push_memory(request)
 
     def _flush_now(self) -> None:
         """Write the outbox on the reactor thread, waiting for a running sync.
@@ -451,6 +496,7 @@ class Scheduler(BaseScheduler):
         self._pending_top = max_opt(self._pending_top, ops.top)
         self._inc("outbox_flushes")
         self._count_writes(res)
+        self._held_written(ops.ops, res.enqueued)
         self._apply_counts(res)
 
     def next_request(self) -> Request | None:
@@ -463,8 +509,11 @@ class Scheduler(BaseScheduler):
                 self._kick()
                 return None
             lz = self.buffer.pop()
-            if isinstance(lz, Request):  # memory only (not persistable)
+            if isinstance(lz, Request):  # kept in memory only
                 self._mem_n -= 1
+                fp = lz.meta.get(meta.FINGERPRINT)
+                if fp in self._held_tokens:  # its record is leased to this worker: acked as usual
+                    self.inflight[fp] = InFlight(self._held_tokens.pop(fp), lz.url, 0, lz)
                 return lz
             if lz.error is not None:  # the store already moved it to the dead letters
                 logger.warning("frontier: record %s cannot be read, dead-lettered: %s", lz.fingerprint, lz.error)
@@ -778,6 +827,8 @@ class Scheduler(BaseScheduler):
         self._sync_seconds += res.seconds
         self.stats.set_value("scale/frontier/sync_seconds", round(self._sync_seconds, 3))
         self._count_writes(res)
+        if written is not None:
+            self._held_written(written.ops, res.enqueued)
         self._inc("reclaimed", res.reclaimed)
         self._inc("feed_refused", res.feed_bad)
         if res.leased:

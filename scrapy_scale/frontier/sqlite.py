@@ -376,14 +376,18 @@ class SqliteStore(FrontierStore):
         state = DELAYED if eligible > now else READY
         fcls, freason = r.last_failure if r.last_failure else (None, None)
         if row is None:
+            owner, expires = (r.held_by, now + r.held_seconds) if r.held_by else (None, None)
             db.execute(
                 "INSERT INTO requests (job, fp, state, data, domain, priority, attempts, eligible_at, "
-                "enqueued_at, fail_cls, fail_reason, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (self.job, r.fingerprint, state, r.data, r.domain, r.priority, r.attempts, eligible, now,
-                 fcls, freason, seq),
+                "enqueued_at, fail_cls, fail_reason, seq, owner, lease_expires) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (self.job, r.fingerprint, LEASED if r.held_by else state, r.data, r.domain, r.priority,
+                 r.attempts, eligible, now, fcls, freason, seq, owner, expires),
             )
             return EnqueueResult.ADDED
         rid, old_state = row
+        if r.held_by:
+            return EnqueueResult.DUPLICATE
         if r.update or (r.reopen and old_state in (DONE, FAILED)):
             attempts = r.attempts if r.update else 0
             db.execute(

@@ -103,6 +103,14 @@ class NewRequest:
     #: fingerprint becomes pending again (attempts reset). A pending or leased
     #: record is left alone (DUPLICATE).
     reopen: bool = False
+    #: a worker id for a request only that worker can serve (kept in its memory: its
+    #: values cannot be stored; ``data`` says why): when the fingerprint is new, the
+    #: record is created leased to that worker for ``held_seconds`` (token 0), so it
+    #: is deduplicated like any other and acked as usual; a known one is DUPLICATE.
+    #: If the worker stops before acking it, the lease comes back and the record
+    #: (no request in it) is dead-lettered by whoever leases it.
+    held_by: str = ""
+    held_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

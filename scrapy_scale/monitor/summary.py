@@ -67,6 +67,12 @@ def by_class(stats: Mapping[str, Any], prefix: str) -> dict[str, int]:
     return {c: _num(stats, prefix + c) for c in _CLASSES if _num(stats, prefix + c)}
 
 
+def by_type(stats: Mapping[str, Any], prefix: str) -> dict[str, int]:
+    """``prefix + NAME`` counters by NAME, largest first."""
+    found = {k[len(prefix):]: _num(stats, k) for k in stats if k.startswith(prefix)}
+    return dict(sorted(((k, v) for k, v in found.items() if v), key=lambda kv: -kv[1]))
+
+
 def _counts(d: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {v:,}" for k, v in d.items())
 
@@ -188,6 +194,10 @@ def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
         lines.append(row("frontier", text))
         if any(shown.get(s) for s in ("pending", "delayed", "leased")):
             lines.append(row("", "the same `scrapy crawl` again resumes the unfinished requests"))
+    in_memory = by_type(stats, "scale/frontier/unserializable/")
+    if in_memory:
+        lines.append(row("not stored", f"{sum(in_memory.values()):,} requests kept in memory only, "
+                                       f"not resumable (values of type {_counts(in_memory)})"))
 
     items_dead = _num(stats, "scale/store/dead_lettered")
     if facts.frontier_dead or items_dead:
