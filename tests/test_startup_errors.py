@@ -70,6 +70,18 @@ def test_a_bad_setting_is_one_clear_error_line(tmp_path: Path, setting: str, fir
     assert res.stats.get("response_received_count") is None  # nothing was fetched
 
 
+def test_a_store_file_that_cannot_be_opened_is_one_clear_error_line(tmp_path: Path) -> None:
+    """Found when the store is opened (not by parsing the URL): before the engine opens, so
+    Scrapy logs no traceback of its own (CoreStats' on a spider closed before it opened)."""
+    (tmp_path / "a_file").write_text("")
+    res = _crawl(tmp_path, f"SCALE_STORE_URL=sqlite:///{tmp_path}/a_file/items.sqlite")
+    assert res.returncode != 0, res.tail()
+    assert _first_error(res.log).startswith(
+        "Cannot start: bad setting SCALE_STORE_URL: cannot open the SQLite file: "), res.tail()
+    assert "Traceback" not in res.log, res.tail()
+    assert "Spider opened" not in res.log
+
+
 def test_at_debug_level_the_traceback_follows_the_error_line(tmp_path: Path) -> None:
     res = _crawl(tmp_path, "SCALE_FRONTIER_BATCH=abc", log_level="DEBUG")
     assert res.returncode != 0, res.tail()

@@ -215,17 +215,15 @@ class StorePipeline:
             raise config.ScaleSettingError(
                 "SCALE_STORE_DEAD_LETTER", f"must differ from SCALE_STORE_COLLECTION ({pipeline.collection!r})"
             )
+        pipeline._open_store()
         return pipeline
 
     # ---- lifecycle -------------------------------------------------------------
 
-    @startup.reports_setting_errors
-    def open_spider(self, spider: Spider | None = None) -> None:
-        spider = spider or self.crawler.spider
-        self.job = config.get(self.crawler.settings, "SCALE_JOB") or (spider.name if spider else "job")
-        self.run_id = resolve_run_id(self.crawler)
-        from twisted.internet import reactor
-
+    def _open_store(self) -> None:
+        """Open the store and check it, at startup: a bad SCALE_STORE_URL stops the crawl
+        before the engine opens (a failing open_spider makes Scrapy log tracebacks of its
+        own, e.g. CoreStats' on a spider_closed with no spider_opened)."""
         self.store = open_store(self.url, self.collection, self.dead_collection, self.fields)
         if isinstance(self.store, SQLiteStore):
             # a local file: a wrong path must stop the crawl now, not pause it forever
@@ -241,6 +239,17 @@ class StorePipeline:
                 raise config.ScaleSettingError(
                     "SCALE_STORE_URL", str(e).removeprefix("SCALE_STORE_URL: ") + "; fix the user/password "
                     "(and authSource) in the URL, or the user's roles (readWrite on the database)") from None
+
+    @startup.reports_setting_errors
+    def open_spider(self, spider: Spider | None = None) -> None:
+        spider = spider or self.crawler.spider
+        self.job = config.get(self.crawler.settings, "SCALE_JOB") or (spider.name if spider else "job")
+        self.run_id = resolve_run_id(self.crawler)
+        from twisted.internet import reactor
+
+        if self.store is None:
+            self._open_store()
+        assert self.store is not None
         self.writer = BatchWriter(
             self.store, self.batch_size, self.max_latency, self.retry_max_delay,
             on_batch=lambda r, results: reactor.callFromThread(self._on_batch, r, results),  # type: ignore[attr-defined]
