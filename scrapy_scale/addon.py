@@ -28,7 +28,13 @@ COMPONENTS: list[tuple[str, str, int]] = [
     ("ITEM_PIPELINES", "scrapy_scale.quality.ValidationPipeline", 800),
     ("ITEM_PIPELINES", "scrapy_scale.storage.StorePipeline", 900),
     ("SPIDER_MIDDLEWARES", "scrapy_scale.storage.StoreSpiderMiddleware", 50),
+    # before the outcome middleware's not-before guard (550), which holds the requests of a
+    # domain without an available egress; before HttpProxyMiddleware (750)
+    ("DOWNLOADER_MIDDLEWARES", "scrapy_scale.egress.EgressMiddleware", 540),
 ]
+
+#: components enabled only when their setting is set (else they would raise NotConfigured)
+REQUIRES: dict[str, str] = {"scrapy_scale.egress.EgressMiddleware": "SCALE_EGRESSES"}
 
 #: Scrapy built-ins that an enabled component supersedes: set to None.
 DISABLES: list[tuple[str, str]] = [
@@ -58,6 +64,8 @@ class Addon:
         for name, value in SINGLE.items():
             settings.set(name, value, priority="addon")
         for dict_name, path, order in COMPONENTS:
+            if path in REQUIRES and settings.get(REQUIRES[path]) is None:
+                continue
             settings.setdefault_in_component_priority_dict(dict_name, load_object(path), order)
         for dict_name, path in DISABLES:
             cls = load_object(path)

@@ -131,6 +131,7 @@ DECLARING_MODULES: list[str] = [
     "scrapy_scale.throttle.settings",
     "scrapy_scale.quality.settings",
     "scrapy_scale.monitor.settings",
+    "scrapy_scale.egress.settings",
 ]
 
 

@@ -34,6 +34,19 @@ FRONTIER_WORKER = "scale/frontier/worker"
 # ---- store ----
 STORE = "scale/store/"  # + written, inserted, updated, duplicates_in_run, ...
 
+# ---- egress pool (scrapy_scale.egress) ----
+EGRESS_REQUESTS = "scale/egress/requests"  # requests given an egress
+EGRESS_EVICTIONS = "scale/egress/evictions"  # egresses quarantined globally (re-quarantines too)
+EGRESS_EVICTIONS_DOMAIN = "scale/egress/evictions_domain"  # (egress, domain) quarantines
+EGRESS_REPROBES = "scale/egress/reprobes"  # half-open probe requests sent
+EGRESS_RESTORED = "scale/egress/restored"  # re-probes that restored an egress
+EGRESS_GROUPS_RETIRED = "scale/egress/groups_retired"
+EGRESS_POOL_SIZE = "scale/egress/pool_size"  # egresses in the pool after a source refresh
+EGRESS_POOL = "scale/egress/pool/"  # + healthy, quarantined, probing: egresses per state (at each sync)
+EGRESS_WAIT = "scale/egress/wait/"  # + quarantined, route_cap, probing, empty: requests held, by why
+EGRESS_BY = "scale/egress/by/"  # + id/requests, id/failed/CLASS, at close, top N ids + other
+EGRESS_ROUTE_CAPPED = "scale/egress/route_capped/"  # + id/domain: times a route was at its cap (top N)
+
 
 def outcome(cls: str) -> str:
     return OUTCOME + cls
@@ -49,3 +62,23 @@ def gave_up(cls: str) -> str:
 
 def retry_depth(n: int) -> str:
     return f"{RETRY_DEPTH}{n}"
+
+
+def egress_pool(state: str) -> str:
+    return EGRESS_POOL + state
+
+
+def egress_wait(reason: str) -> str:
+    return EGRESS_WAIT + reason
+
+
+def egress_requests(egress: str) -> str:
+    return f"{EGRESS_BY}{egress}/requests"
+
+
+def egress_failures(egress: str, cls: str) -> str:
+    return f"{EGRESS_BY}{egress}/failed/{cls}"
+
+
+def egress_route_capped(egress: str, domain: str) -> str:
+    return f"{EGRESS_ROUTE_CAPPED}{egress}/{domain}"

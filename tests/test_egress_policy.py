@@ -204,9 +204,17 @@ def test_a_group_that_degrades_together_is_retired():
     ev = p.observe(IB, "d", "egress_failed", "egress", False) + p.observe(IB, "d", "egress_failed", "egress", False)
     ev += p.observe(IB, "d", "egress_failed", "egress", False)
     assert [e.kind for e in ev] == ["quarantined", "group_retired"]
-    assert "dc: 2 of 4" in ev[-1].detail
+    assert ev[-1].egress == "dc" and ev[-1].detail == "2 of 4 members failed"
     assert all(p.state(e.id) == QUARANTINED for e in p.egresses.values() if e.group == "dc")
     assert p.state(IC) == HEALTHY and {p.choose("d").egress.id for _ in range(10)} == {IC}
+
+
+def test_one_member_failing_alone_does_not_retire_its_group():
+    p = pool({"pair": [A, B], "trio": [C, "http://127.0.0.1:8004", "http://127.0.0.1:8005"]})
+    _kill(p, IA)
+    _kill(p, IC)
+    assert p.state(IB) == HEALTHY and p.state("127.0.0.1:8004") == HEALTHY
+    assert p.counts["groups_retired"] == 0
 
 
 # ---- selection -----------------------------------------------------------------------

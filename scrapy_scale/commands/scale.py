@@ -7,6 +7,7 @@ Thin glue: argument parsing and printing. The operations live in
     scrapy scale seed JOB URL [URL ...] [--priority N]
     scrapy scale reset JOB
     scrapy scale requeue JOB --class CLASS
+    scrapy scale egress JOB [--json]
 
 The frontier is the one named by ``SCALE_FRONTIER_URL`` in the project's
 settings (or ``-s SCALE_FRONTIER_URL=...``), so ``status`` works from any
@@ -18,13 +19,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
+from scrapy_scale import config
 from scrapy_scale.config import ScaleSettingError
+from scrapy_scale.egress.report import format_rows
+from scrapy_scale.redact import redact_text
 
-SUBCOMMANDS = ("status", "seed", "reset", "requeue")
+#: egresses shown in ``status`` (``scrapy scale egress JOB`` shows them all)
+STATUS_EGRESSES = 10
+
+SUBCOMMANDS = ("status", "seed", "reset", "requeue", "egress")
 
 
 class Command(ScrapyCommand):
@@ -33,7 +41,7 @@ class Command(ScrapyCommand):
     default_settings = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "{status,seed,reset,requeue} JOB [URL ...] [options]"
+        return "{status,seed,reset,requeue,egress} JOB [URL ...] [options]"
 
     def short_desc(self) -> str:
         return "Inspect and steer a scrapy-scale job's frontier (status, seed, reset, requeue)"
@@ -43,7 +51,8 @@ class Command(ScrapyCommand):
             "status JOB: counts by state and failure class, oldest pending age, average wait, "
             "leases per worker. seed JOB URL...: add start URLs. reset JOB: forget the job's "
             "frontier so the next crawl starts over. requeue JOB --class CLASS: put terminal "
-            "failures of that class back to pending. The frontier is SCALE_FRONTIER_URL "
+            "failures of that class back to pending. egress JOB: the egress pool's state (each egress's "
+            "state, score, requests, failures by class, quarantine, per-domain bans). The frontier is SCALE_FRONTIER_URL "
             "(use -s SCALE_FRONTIER_URL=redis://... to point at another one)."
         )
 
@@ -72,12 +81,20 @@ class Command(ScrapyCommand):
         if sub == "requeue" and not opts.failure_class:
             raise UsageError("requeue: --class CLASS is required", print_help=False)
         assert self.settings is not None
+        if sub == "egress":
+            self._egress(job, opts)
+            return
         try:
             with cli_ops.open_job(self.settings, job, must_exist=sub != "seed") as ops:
                 if sub == "status":
                     st = ops.status()
-                    print(json.dumps(st, indent=2, sort_keys=True) if opts.as_json
-                          else cli_ops.format_status(st))
+                    pool = self._egress_rows(job)
+                    if opts.as_json:
+                        print(json.dumps(dict(st, egress=pool), indent=2, sort_keys=True))
+                    else:
+                        print(cli_ops.format_status(st))
+                        if pool is not None:
+                            print(format_rows(pool[:STATUS_EGRESSES]))
                 elif sub == "seed":
                     added = ops.seed(extra, priority=opts.priority)
                     print(f"{job}: {added} of {len(extra)} URL(s) enqueued"
@@ -92,3 +109,31 @@ class Command(ScrapyCommand):
         except (cli_ops.OpError, ScaleSettingError) as e:
             print(f"scrapy scale {sub}: error: {e}", file=sys.stderr)
             self.exitcode = 1
+
+    def _egress_rows(self, job: str) -> list[dict[str, Any]] | None:
+        from scrapy_scale.egress.report import read_job
+
+        try:
+            return read_job(self.settings, job)
+        except Exception as e:  # the pool's state is extra to status: say why it is missing
+            print(f"scrapy scale status: egress state unavailable: {redact_text(str(e))}", file=sys.stderr)
+            return None
+
+    def _egress(self, job: str, opts: argparse.Namespace) -> None:
+        from scrapy_scale.egress.report import read_job
+
+        try:
+            assert self.settings is not None
+            config.validate_all(self.settings)
+            rows = read_job(self.settings, job)
+        except ScaleSettingError as e:
+            print(f"scrapy scale egress: error: {e}", file=sys.stderr)
+            self.exitcode = 1
+            return
+        if rows is None:
+            print(f"scrapy scale egress: error: no egress state for job {job!r} (no crawl with "
+                  "SCALE_EGRESSES has run there; give -s SCALE_FRONTIER_URL=... / -s SCALE_STATE_DIR=...)",
+                  file=sys.stderr)
+            self.exitcode = 1
+            return
+        print(json.dumps(rows, indent=2, sort_keys=True) if opts.as_json else format_rows(rows))

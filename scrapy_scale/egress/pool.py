@@ -267,8 +267,8 @@ class EgressPool:
         if len(members) < 2 or group in self.retired:
             return []
         down = [m for m in members if self.state(m) != HEALTHY]
-        if len(down) / len(members) < self.options.group_retire:
-            return []
+        if len(down) < 2 or len(down) == len(members) or len(down) / len(members) < self.options.group_retire:
+            return []  # one member failing alone is that member's problem; all down: nothing to retire
         self.retired[group] = now
         self.counts["groups_retired"] += 1
         last = 0.0
@@ -278,7 +278,7 @@ class EgressPool:
                 h.quarantine(now, self.policy, self.rng)
                 self.dirty.add(m)
             last = max(last, h.until)
-        return [Event("group_retired", "", "", last, f"{group}: {len(down)} of {len(members)} members failed")]
+        return [Event("group_retired", group, "", last, f"{len(down)} of {len(members)} members failed")]
 
     # ---- shared state ----------------------------------------------------------
 
@@ -295,7 +295,7 @@ class EgressPool:
             mine = self.health.get(k)
             if mine is None:
                 self.health[k] = other
-            elif other.changed > mine.changed and k not in self.dirty:
+            elif other.changed > mine.changed:  # another worker's state change beats local evidence
                 mine.adopt(other)
             else:
                 continue

@@ -1,0 +1,320 @@
+"""Scrapy glue of the egress pool: a downloader middleware and an outcome subscriber.
+
+``process_request`` (order 540, before the outcome middleware's not-before guard at
+550) asks the pool for an egress for the request's domain, avoiding
+``meta["scale_avoid_egress"]``, and sets ``meta["proxy"]`` (credential-free),
+``meta["scale_egress"]`` (the stable id) and ``Proxy-Authorization`` (used by Scrapy
+for plain requests and for the CONNECT of ``https://`` ones). The download slot is
+never touched: pacing stays per target domain. When no egress is available for the
+domain it sets ``meta["scale_not_before"]``, and the guard below holds the request
+until then without blocking other domains.
+
+Health comes from the ``outcome`` signal only (:meth:`EgressMiddleware.on_outcome`).
+Credentials stay on the wire: ``Proxy-Authorization`` is removed from every request
+that goes back to the scheduler (``request_scheduled``), so the frontier never stores it.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import logging
+import os
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from scrapy.http.request import NO_CALLBACK
+from scrapy.utils.defer import maybe_deferred_to_future
+from scrapy.utils.httpobj import urlparse_cached
+from twisted.internet import task, threads
+
+from scrapy_scale import meta, settings_core
+from scrapy_scale import signals as scale_signals
+from scrapy_scale import stats_keys as K
+from scrapy_scale.clock import Randomness
+from scrapy_scale.context import ScaleContext
+from scrapy_scale.egress import settings as S
+from scrapy_scale.egress.health import HealthPolicy
+from scrapy_scale.egress.identity import Egress
+from scrapy_scale.egress.pool import EgressPool, Event, PoolOptions
+from scrapy_scale.egress.report import bounded_stats, describe
+from scrapy_scale.egress.shared import StateStore, live_workers, open_state
+from scrapy_scale.egress.sources import Refresher
+from scrapy_scale.redact import redact_text
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+#: meta key: the token of the attempt's in-flight slot in the pool (internal)
+_TOKEN = "_scale_egress_token"
+_AUTH = b"Proxy-Authorization"
+
+
+class EgressMiddleware:
+    def __init__(self, crawler: Crawler, source: S.Source):
+        self.crawler = crawler
+        st = crawler.settings
+        self.stats = crawler.stats
+        policy = HealthPolicy(
+            min_failures=S.MIN_FAILURES.get(st), threshold=S.THRESHOLD.get(st),
+            half_life=S.HALF_LIFE.get(st), base=S.QUARANTINE.get(st),
+            max_quarantine=S.QUARANTINE_MAX.get(st), probes=S.PROBES.get(st),
+            probe_timeout=max(30.0, S.QUARANTINE.get(st)))
+        options = PoolOptions(
+            sticky_uses=S.STICKY_USES.get(st), sticky_age=S.STICKY_AGE.get(st),
+            route_rate=S.ROUTE_RATE.get(st), group_retire=S.GROUP_RETIRE.get(st))
+        self.pool = EgressPool(source.egresses, policy, options, time.time, Randomness())
+        self.exhausted = S.EXHAUSTED.get(st)
+        self.sync_every = S.SYNC.get(st)
+        self.top = S.STATS_TOP.get(st)
+        self.refresher = Refresher(source, S.REFRESH.get(st), time.time)
+        if source.kind == "provider":
+            p = source.provider
+            self.refresher.provider = p.from_crawler(crawler) if hasattr(p, "from_crawler") else p()
+        self.worker = st.get("SCALE_FRONTIER_WORKER") or f"{socket.gethostname()}/{os.getpid()}"
+        self.store: StateStore | None = None
+        self._tokens: dict[int, str] = {}
+        self._next_token = itertools.count(1)
+        self._waiting: dict[str, float] = {}  # domain -> until, while its requests wait
+        self._loops: list[task.LoopingCall] = []
+        self._syncing = False
+        self.ctx = ScaleContext.of(crawler)
+        self.ctx.extra["egress_pool"] = self
+        crawler.signals.connect(self.on_outcome, signal=scale_signals.outcome)
+        crawler.signals.connect(self.on_scheduled, signal=signals.request_scheduled)
+        crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> EgressMiddleware:
+        source = S.EGRESSES.get(crawler.settings)
+        if source is None:
+            raise NotConfigured("SCALE_EGRESSES is not set")
+        return cls(crawler, source)
+
+    # ---- requests ------------------------------------------------------------------
+
+    def process_request(self, request: Request, spider: Any = None) -> None:
+        m = request.meta
+        if "proxy" in m and meta.EGRESS not in m:
+            return None  # the project chose this request's proxy itself
+        self._release(m.pop(_TOKEN, None))
+        nb = m.get(meta.NOT_BEFORE)
+        if nb and nb > time.time():
+            return None  # the outcome middleware's guard holds it; an egress is chosen when it is due
+        domain = urlparse_cached(request).hostname or ""
+        choice = self.pool.choose(domain, m.get(meta.AVOID_EGRESS) or ())
+        if choice.egress is None:
+            self._wait(request, domain, choice.wait_until, choice.reason)
+            return None
+        if domain in self._waiting:
+            del self._waiting[domain]
+            logger.info("egress: %s has an egress again; its requests go on", domain)
+        self._assign(request, choice.egress)
+        if choice.probe:
+            self.stats.inc_value(K.EGRESS_REPROBES)
+        self.stats.inc_value(K.EGRESS_REQUESTS)
+        return None
+
+    def _assign(self, request: Request, e: Egress) -> None:
+        m = request.meta
+        m[meta.EGRESS] = e.id
+        m["proxy"] = e.proxy_url
+        m.pop("_auth_proxy", None)  # HttpProxyMiddleware's memory of the previous egress
+        request.headers.pop(_AUTH, None)
+        creds = e.credentials
+        if creds:
+            request.headers[_AUTH] = b"Basic " + base64.b64encode(f"{creds[0]}:{creds[1]}".encode())
+        token = next(self._next_token)
+        self._tokens[token] = e.id
+        m[_TOKEN] = token
+
+    def _wait(self, request: Request, domain: str, until: float, reason: str) -> None:
+        request.meta[meta.NOT_BEFORE] = until
+        self.stats.inc_value(K.egress_wait(reason))
+        if domain not in self._waiting:
+            what = {"quarantined": "every egress is quarantined for it",
+                    "route_cap": "every route to it is at its rate cap (SCALE_EGRESS_ROUTE_RATE)",
+                    "probing": "its only egresses are being re-probed",
+                    "empty": "the egress pool is empty"}.get(reason, reason)
+            logger.warning("egress: %s waits until %s: %s; other domains go on", domain,
+                           time.strftime("%H:%M:%S", time.localtime(until)), what)
+        self._waiting[domain] = until
+        if reason == "quarantined" and self.exhausted == "close" and self.crawler.engine is not None:
+            from scrapy.utils.defer import deferred_from_coro
+
+            logger.error("egress: closing the spider (SCALE_EGRESS_EXHAUSTED = close)")
+            deferred_from_coro(self.crawler.engine.close_spider_async(reason="egress_exhausted"))
+
+    def _release(self, token: Any) -> None:
+        e = self._tokens.pop(token, None) if isinstance(token, int) else None
+        if e is not None:
+            self.pool.release(e)
+
+    def process_response(self, request: Request, response: Any, spider: Any = None) -> Any:
+        if request.callback is NO_CALLBACK:  # Scrapy's own downloads get no outcome
+            self._release(request.meta.pop(_TOKEN, None))
+        return response
+
+    def on_scheduled(self, request: Request, spider: Any = None) -> None:
+        """A request going (back) to the scheduler carries no credentials to be stored."""
+        if request.meta.get(meta.EGRESS) is not None:
+            request.headers.pop(_AUTH, None)
+            request.meta.pop("_auth_proxy", None)
+            self._release(request.meta.pop(_TOKEN, None))
+
+    # ---- outcomes ------------------------------------------------------------------
+
+    def on_outcome(self, outcome: Any, request: Request, spider: Any = None) -> None:
+        self._release(request.meta.pop(_TOKEN, None))
+        if outcome.fallback or outcome.egress is None:
+            return
+        events = self.pool.observe(outcome.egress, outcome.domain, outcome.cls.value, outcome.blame.value,
+                                   outcome.status is not None)
+        for ev in events:
+            self._report(ev)
+
+    def _report(self, ev: Event) -> None:
+        until = time.strftime("%H:%M:%S", time.localtime(ev.until)) if ev.until else ""
+        where = f" for {ev.domain}" if ev.domain else ""
+        if ev.kind in ("quarantined", "requarantined"):
+            again = " again (its re-probe failed)" if ev.kind == "requarantined" else ""
+            logger.info("egress %s quarantined%s%s until %s", ev.egress, where, again, until)
+            self.stats.inc_value(K.EGRESS_EVICTIONS_DOMAIN if ev.domain else K.EGRESS_EVICTIONS)
+        elif ev.kind == "restored":
+            logger.info("egress %s restored%s (its re-probe succeeded)", ev.egress, where)
+            self.stats.inc_value(K.EGRESS_RESTORED)
+        elif ev.kind == "group_retired":
+            logger.warning("egress group %s retired: %s together; all its members are quarantined (each "
+                           "re-probed on its own) until %s at most", ev.egress, ev.detail, until)
+            self.stats.inc_value(K.EGRESS_GROUPS_RETIRED)
+        elif ev.kind == "adopted":
+            logger.info("egress %s %s%s by another worker (shared state)%s", ev.egress, ev.detail, where,
+                        f" until {until}" if ev.detail == "quarantined" else "")
+
+    # ---- lifecycle, shared state, sources ----------------------------------------
+
+    async def spider_opened(self, spider: Any) -> None:
+        if not self.ctx.outcomes_on:
+            logger.error("egress: the outcome middleware is not enabled: the pool gets no health evidence "
+                         "and cannot hold requests of a domain without egress (enable "
+                         "scrapy_scale.outcomes.OutcomeDownloaderMiddleware, or use the add-on)")
+        job = self.ctx.job or settings_core.JOB.get(self.crawler.settings) or spider.name
+        self.store = open_state(self.crawler.settings, job)
+        self._opened(await maybe_deferred_to_future(threads.deferToThread(self._open_state)))
+        if self.refresher.source.kind == "provider":  # the first fetch, before any request
+            d = self._refresh()
+            if d is not None:
+                await maybe_deferred_to_future(d)
+
+    def _open_state(self) -> dict[str, Any]:
+        assert self.store is not None
+        self.store.set_pool(self.pool.members)
+        return self.store.load()
+
+    def _opened(self, records: dict[str, Any]) -> None:
+        for ev in self.pool.merge(records):
+            self._report(ev)
+        for fn, every in ((self._sync, self.sync_every), (self._refresh, min(1.0, self.refresher.period))):
+            loop = task.LoopingCall(fn)
+            loop.start(every, now=False).addErrback(lambda f: logger.error("egress: %s", f.getErrorMessage()))
+            self._loops.append(loop)
+
+    def _sync(self) -> Any:
+        if self._syncing or self.store is None:
+            return None
+        self._syncing = True
+        dirty, counts, now = self.pool.take_dirty(), self.pool.counters(), time.time()
+        d = threads.deferToThread(self.store.sync, self.worker, dirty, counts, now)
+
+        def done(result: Any) -> None:
+            records, live = result
+            for ev in self.pool.merge(records):
+                self._report(ev)
+            self.pool.routes.workers = live_workers(live, now, self.sync_every)
+            for state, n in self.pool.pool_sizes().items():
+                self.stats.set_value(K.egress_pool(state), n)
+
+        def failed(f: Any) -> None:
+            self.pool.dirty.update(dirty)  # written at the next sync
+            logger.warning("egress: cannot sync the pool's state with %s: %s", self.store and self.store.where,
+                           f.getErrorMessage())
+
+        def finally_(_: Any) -> None:
+            self._syncing = False
+
+        return d.addCallbacks(done, failed).addBoth(finally_)
+
+    def _refresh(self) -> Any:
+        r = self.refresher
+        if not r.due():
+            return None
+        if r.source.kind == "file":
+            try:
+                new = r.read_file()
+            except ValueError as e:
+                logger.error("egress: keeping the current pool: %s", e)
+                return None
+            if new is not None:
+                self._replace(new)
+            return None
+        r.next_at = float("inf")  # one call at a time
+        d = threads.deferToThread(r.fetch)
+
+        def ok(new: list[Egress]) -> None:
+            r.fetched()
+            self._replace(new)
+
+        def failed(f: Any) -> None:
+            warn, msg = r.failed(f.value)
+            logger.log(logging.WARNING if warn else logging.DEBUG, msg)
+
+        return d.addCallbacks(ok, failed)
+
+    def _replace(self, new: list[Egress]) -> None:
+        added, removed = self.pool.set_egresses(new)
+        if added or removed:
+            logger.info("egress: pool now %d egress(es) (%d added, %d removed)", len(new), len(added), len(removed))
+            self.stats.set_value(K.EGRESS_POOL_SIZE, len(new))
+            if self.store is not None:
+                threads.deferToThread(self.store.set_pool, self.pool.members)
+
+    async def spider_closed(self, spider: Any, reason: str = "") -> None:
+        for loop in self._loops:
+            if loop.running:
+                loop.stop()
+        for key, value in bounded_stats(self.pool, self.top).items():
+            self.stats.set_value(key, value)
+        store = self.store
+        if store is None:
+            return
+        dirty, counts = self.pool.take_dirty(), self.pool.counters()
+
+        def final() -> None:
+            try:
+                store.sync(self.worker, dirty, counts, time.time())
+            finally:
+                store.close()
+
+        try:
+            await maybe_deferred_to_future(threads.deferToThread(final))
+        except Exception as e:  # the crawl's result stands; the state is one sync older
+            logger.warning("egress: final sync with %s failed: %s", store.where, redact_text(str(e)))
+
+    # ---- what status shows -----------------------------------------------------------
+
+    def pool_sizes(self) -> dict[str, int]:
+        """Egresses by state (``healthy``, ``quarantined``, ``probing``), for the metrics."""
+        return dict(self.pool.pool_sizes())
+
+    def snapshot(self, top: int = 10) -> list[dict[str, Any]]:
+        p = self.pool
+        health = {k: h.to_record() for k, h in p.health.items()}
+        return describe({"health": health, "counts": {self.worker: p.counters()},
+                         "pool": {e: {"group": g} for e, g in p.members.items()}}, time.time(), top)

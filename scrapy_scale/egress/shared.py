@@ -1,0 +1,221 @@
+"""The pool's shared, persisted state: health records, per-worker counts, live workers.
+
+With a Redis frontier (``SCALE_FRONTIER_URL=redis://...``) the state is in the same
+Redis, shared by every worker of the job; otherwise in ``egress.db`` (SQLite) next to
+the frontier file, local and persisted. Either way it survives restarts.
+
+Write rate: a worker never writes per request. Every ``SCALE_EGRESS_SYNC`` seconds it
+sends one batch (one Redis pipeline, one SQLite transaction): the health records that
+changed since the last sync in one ``HSET``, its cumulative counts in one field, its
+heartbeat; and reads the job's health records back to merge other workers' state
+changes. That is five Redis commands per worker per sync whatever the request rate.
+
+Redis keys (hash-tagged per job like the frontier's)::
+
+    scale:{J}:egress:health   HASH  key (egress id, or "id|domain") -> JSON health record
+    scale:{J}:egress:counts   HASH  worker -> JSON counts (requests, failures, bans, routes)
+    scale:{J}:egress:live     HASH  worker -> last sync (epoch s)
+    scale:{J}:egress:pool     HASH  egress id -> JSON {"group": ...} (the configured pool)
+
+Nothing here holds a proxy URL: records are keyed by egress id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from typing import Any
+from urllib.parse import urlsplit
+
+from scrapy_scale.redact import redact_url
+
+#: a worker that has not synced for this many sync periods (plus 5 s) is not live
+LIVE_PERIODS = 3
+
+
+class StateStore:
+    where = ""
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        raise NotImplementedError
+
+    def sync(self, worker: str, dirty: dict[str, dict[str, Any]], counts: dict[str, Any],
+             now: float) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
+        """Write this worker's changes; (every health record, last sync per worker)."""
+        raise NotImplementedError
+
+    def set_pool(self, members: dict[str, str | None]) -> None:
+        raise NotImplementedError
+
+    def read_all(self) -> dict[str, Any]:
+        """health, counts (per worker), live, pool: what ``scrapy scale egress`` shows."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+def _loads(raw: dict[Any, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in raw.items():
+        try:
+            out[k.decode() if isinstance(k, bytes) else k] = json.loads(v)
+        except (ValueError, TypeError):
+            continue  # a garbled record is no state
+    return out
+
+
+#: HSET of health records that keeps a newer state change: a record is written unless the
+#: stored one has a later ``c`` (another worker quarantined or restored it since)
+_PUT_HEALTH = """
+for i = 1, #ARGV, 2 do
+  local old = redis.call('HGET', KEYS[1], ARGV[i])
+  local keep = false
+  if old then
+    local ok, o = pcall(cjson.decode, old)
+    local ok2, n = pcall(cjson.decode, ARGV[i + 1])
+    if ok and ok2 and type(o) == 'table' and type(n) == 'table' then
+      keep = (tonumber(o.c) or 0) > (tonumber(n.c) or 0)
+    end
+  end
+  if not keep then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+end
+return 0
+"""
+
+
+def newer(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Does ``old`` (stored) hold a later state change than ``new``?"""
+    return old is not None and float(old.get("c", 0) or 0) > float(new.get("c", 0) or 0)
+
+
+class RedisState(StateStore):
+    def __init__(self, url: str, job: str, client: Any = None):
+        import redis
+
+        self.where = redact_url(url)
+        self.r = client or redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=10)
+        p = f"scale:{{{job}}}:egress"
+        self.k_health, self.k_counts, self.k_live, self.k_pool = (f"{p}:{s}" for s in ("health", "counts", "live", "pool"))
+        self._put_health = self.r.register_script(_PUT_HEALTH)
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        return _loads(self.r.hgetall(self.k_health))
+
+    def sync(self, worker, dirty, counts, now):
+        pipe = self.r.pipeline(transaction=False)
+        if dirty:
+            args = [x for k, v in dirty.items() for x in (k, json.dumps(v))]
+            self._put_health(keys=[self.k_health], args=args, client=pipe)
+        pipe.hset(self.k_counts, worker, json.dumps(counts))
+        pipe.hset(self.k_live, worker, str(now))
+        pipe.hgetall(self.k_health)
+        pipe.hgetall(self.k_live)
+        *_, health, live = pipe.execute()
+        return _loads(health), {k.decode(): float(v) for k, v in live.items()}
+
+    def set_pool(self, members):
+        pipe = self.r.pipeline(transaction=False)
+        pipe.delete(self.k_pool)
+        if members:
+            pipe.hset(self.k_pool, mapping={e: json.dumps({"group": g}) for e, g in members.items()})
+        pipe.execute()
+
+    def read_all(self):
+        return {"health": _loads(self.r.hgetall(self.k_health)), "counts": _loads(self.r.hgetall(self.k_counts)),
+                "live": _loads(self.r.hgetall(self.k_live)), "pool": _loads(self.r.hgetall(self.k_pool))}
+
+    def close(self) -> None:
+        self.r.close()
+
+
+class SqliteState(StateStore):
+    def __init__(self, path: str, job: str):
+        self.path, self.job, self.where = path, job, path
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        self.db = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        for t in ("health", "counts", "live", "pool"):
+            self.db.execute(f"CREATE TABLE IF NOT EXISTS egress_{t} (job TEXT, k TEXT, v TEXT, PRIMARY KEY (job, k))")
+
+    def _all(self, table: str) -> dict[str, Any]:
+        rows = self.db.execute(f"SELECT k, v FROM egress_{table} WHERE job = ?", (self.job,)).fetchall()
+        return _loads(dict(rows))
+
+    def _put(self, table: str, items: dict[str, Any]) -> None:
+        self.db.executemany(f"INSERT OR REPLACE INTO egress_{table} (job, k, v) VALUES (?, ?, ?)",
+                            [(self.job, k, json.dumps(v)) for k, v in items.items()])
+
+    def load(self):
+        return self._all("health")
+
+    def sync(self, worker, dirty, counts, now):
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            stored = self._all("health") if dirty else {}
+            self._put("health", {k: v for k, v in dirty.items() if not newer(stored.get(k), v)})
+            self._put("counts", {worker: counts})
+            self._put("live", {worker: now})
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return self._all("health"), {k: float(v) for k, v in self._all("live").items()}
+
+    def set_pool(self, members):
+        self.db.execute("DELETE FROM egress_pool WHERE job = ?", (self.job,))
+        self._put("pool", {e: {"group": g} for e, g in members.items()})
+
+    def read_all(self):
+        return {t: self._all(t) for t in ("health", "counts", "live", "pool")}
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def open_state(settings: Any, job: str) -> StateStore:
+    """The state store for a crawl (or a command) with these settings."""
+    from scrapy_scale import config
+
+    config._load_declarations()
+    url = config.get(settings, "SCALE_FRONTIER_URL") or ""
+    scheme = urlsplit(url).scheme
+    if scheme in ("redis", "rediss"):
+        return RedisState(url, job)
+    return SqliteState(state_path(settings), job)
+
+
+def sqlite_exists(settings: Any) -> bool:
+    """False when the state would be a SQLite file that does not exist (yet)."""
+    from scrapy_scale import config
+
+    config._load_declarations()
+    if urlsplit(config.get(settings, "SCALE_FRONTIER_URL") or "").scheme in ("redis", "rediss"):
+        return True
+    return os.path.exists(state_path(settings))
+
+
+def state_path(settings: Any) -> str:
+    """``egress.db`` next to the SQLite frontier (under ``JOBDIR`` / ``SCALE_STATE_DIR``)."""
+    from scrapy_scale import config
+
+    url = config.get(settings, "SCALE_FRONTIER_URL") or ""
+    if urlsplit(url).scheme == "sqlite":
+        parts = urlsplit(url)
+        path = (parts.netloc or "") + parts.path
+        if path.startswith("//"):
+            path = path[1:]
+        if path not in ("", "/"):
+            return os.path.join(os.path.dirname(path) or ".", "egress.db")
+    from scrapy_scale.settings_core import state_file_url
+
+    return state_file_url(settings, "egress.db")[len("sqlite:///"):]
+
+
+def live_workers(live: dict[str, float], now: float, sync: float) -> int:
+    return max(1, sum(1 for t in live.values() if now - t <= LIVE_PERIODS * sync + 5))
+
+
+__all__ = ["RedisState", "SqliteState", "StateStore", "live_workers", "open_state", "state_path"]

@@ -1,0 +1,92 @@
+"""Where the pool's egresses come from, refreshed while the crawl runs.
+
+- ``static``: the list (or groups) in ``SCALE_EGRESSES``, never refreshed;
+- ``file``: re-read when its modification time or size changes (checked every
+  ``SCALE_EGRESS_REFRESH`` seconds); a file that cannot be read or parsed keeps the
+  last good set, with one log line per problem;
+- ``provider``: ``fetch()`` called off the reactor (a thread) every refresh period; it
+  returns what ``SCALE_EGRESSES`` takes as a list or dict. A provider that raises is
+  retried with exponential backoff (1 s doubling up to the refresh period), logged at
+  WARNING once per refresh period (the rest at DEBUG).
+
+The :class:`Refresher` decides (plain Python, clock injected); the glue runs it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from scrapy_scale.egress.identity import Egress, EgressURLError, parse_egresses, parse_lines
+from scrapy_scale.egress.settings import Source
+from scrapy_scale.redact import redact_text
+
+
+@dataclass
+class Refresher:
+    source: Source
+    period: float
+    clock: Callable[[], float]
+    provider: Any = None
+    next_at: float = 0.0
+    failures: int = 0
+    last_warned: float = field(default=-1e18)
+    _stamp: tuple[float, int] | None = None
+
+    def due(self) -> bool:
+        return self.source.kind != "static" and self.clock() >= self.next_at
+
+    def stamp(self) -> tuple[float, int] | None:
+        try:
+            st = os.stat(self.source.path)
+        except OSError:
+            return None
+        return (st.st_mtime, st.st_size)
+
+    def read_file(self) -> list[Egress] | None:
+        """The file's egresses if it changed since the last read, else None. Raises
+        ValueError (redacted) when it changed and cannot be used."""
+        self.next_at = self.clock() + self.period
+        stamp = self.stamp()
+        if stamp == self._stamp:
+            return None
+        self._stamp = stamp
+        try:
+            with open(self.source.path, encoding="utf-8") as f:
+                egresses = parse_lines(f.read())
+        except OSError as e:
+            raise ValueError(f"cannot read {self.source.path}: {e.strerror}") from None
+        except EgressURLError as e:
+            raise ValueError(f"{self.source.path}: {e}") from None
+        if not egresses:
+            raise ValueError(f"{self.source.path} lists no proxy URL")
+        return egresses
+
+    def fetch(self) -> list[Egress]:
+        """Call the provider (run this in a thread); raises what it raises, or ValueError."""
+        value = self.provider.fetch()
+        try:
+            egresses = parse_egresses(value)
+        except EgressURLError as e:
+            raise ValueError(f"the provider returned {e}") from None
+        if not egresses:
+            raise ValueError("the provider returned no egress")
+        return egresses
+
+    def fetched(self) -> None:
+        self.failures = 0
+        self.next_at = self.clock() + self.period
+
+    def failed(self, error: BaseException) -> tuple[bool, str]:
+        """A provider call failed: schedule the retry; (warn now?, message)."""
+        now = self.clock()
+        self.failures += 1
+        delay = min(self.period, 2.0 ** (self.failures - 1))
+        self.next_at = now + delay
+        warn = now - self.last_warned >= self.period
+        if warn:
+            self.last_warned = now
+        msg = redact_text(f"{type(error).__name__}: {error}")
+        return warn, f"egress provider failed ({self.failures} in a row, next try in {delay:.0f} s): {msg}"

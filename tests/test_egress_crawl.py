@@ -1,0 +1,121 @@
+"""The egress pool in real crawls through the testbed's proxies (dead, slow, flaky,
+banned per host, coming back, authenticated)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from scrapy_scale.testbed import ProxySpec, Testbed
+from tests.crawling import run_crawl, start_crawl
+
+FAST = {"transient": {"base": 0.1, "cap": 0.5}, "blocked": {"base": 0.1, "cap": 0.5},
+        "rate_limited": {"base": 0.1, "cap": 0.5}}
+CONCURRENCY = 8
+MIN_FAILURES = 3
+#: the stated bound: an egress is evicted after MIN_FAILURES failed attempts, plus the
+#: attempts already in flight through it at that moment (at most CONCURRENT_REQUESTS)
+EVICTION_BOUND = MIN_FAILURES + CONCURRENCY
+
+
+def settings(tb: Testbed, tmp_path: Path, **more: Any) -> dict[str, Any]:
+    s: dict[str, Any] = {
+        "SCALE_EGRESSES": tb.proxy_urls, "SCALE_OUTCOME_LOG": str(tmp_path / "outcomes.jsonl"),
+        "CONCURRENT_REQUESTS": CONCURRENCY, "SCALE_RETRY_POLICY": FAST,
+        "SCALE_EGRESS_MIN_FAILURES": MIN_FAILURES, "SCALE_EGRESS_QUARANTINE": 600,
+    }
+    s.update(more)
+    return s
+
+
+def outcomes(tmp_path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (tmp_path / "outcomes.jsonl").read_text().splitlines()]
+
+
+def ids(tb: Testbed) -> dict[str, str]:
+    """testbed proxy id -> the pool's egress id"""
+    return {pid: f"127.0.0.1:{port}" for pid, port in tb.proxy_ports.items()}
+
+
+CHAOS = [ProxySpec("ok1"), ProxySpec("ok2"), ProxySpec("ok3"), ProxySpec("dead1", mode="dead"),
+         ProxySpec("dead2", mode="dead"), ProxySpec("slow", mode="slow", delay=0.5),
+         ProxySpec("flaky", mode="flaky", p=0.3), ProxySpec("banned", banned_by=(2,))]
+
+
+def test_eight_egresses_dead_slow_flaky_and_banned(tmp_path):
+    with Testbed(hosts=3, pages=60, seed=5, proxies=CHAOS) as tb:
+        res = run_crawl(tb, settings(tb, tmp_path), tmp_path, timeout=180)
+        assert res.returncode == 0, res.tail()
+        served = list(tb.log)
+        expected = tb.detail_urls()
+        eid = ids(tb)
+    got = {i["url"] for i in res.items}
+    assert len(got & expected) >= 0.99 * len(expected)
+    assert all(r.egress is not None for r in served)  # no request went out direct
+    outs = outcomes(tmp_path)
+    by_egress = Counter(o["egress"] for o in outs)
+    for dead in ("dead1", "dead2"):  # evicted within the bound, never re-probed (quarantine 600 s)
+        assert 1 <= by_egress[eid[dead]] <= EVICTION_BOUND, by_egress
+        assert f"egress {eid[dead]} quarantined until" in res.log
+    # the banned egress: avoided for shop2 after the bound, still used for the others
+    to_banned = Counter(r.host for r in served if r.egress == "banned")
+    assert to_banned["shop2.example.test"] <= EVICTION_BOUND
+    assert to_banned["shop1.example.test"] > 0 and to_banned["shop3.example.test"] > 0
+    assert f"egress {eid['banned']} quarantined for shop2.example.test" in res.log
+    assert res.stats["scale/egress/evictions"] == 2 and res.stats["scale/egress/evictions_domain"] == 1
+    # pacing stays per target domain: the download slot is the host, never the proxy
+    assert {o["slot"] for o in outs if o["slot"]} <= {"shop1.example.test", "shop2.example.test",
+                                                       "shop3.example.test"}
+    assert res.stats["scale/egress/pool/quarantined"] == 2
+    assert res.stats[f"scale/egress/by/{eid['dead1']}/failed/egress_failed"] == by_egress[eid["dead1"]]
+
+
+def test_429_storm_and_404s_evict_no_egress(tmp_path):
+    faults = "429@1:/item/*,first=2,retry_after=0;429@1:/list/*,first=1;404@2:/item/*,p=0.5,sticky=1"
+    with Testbed(hosts=2, pages=40, seed=2, faults=faults, proxies=[ProxySpec(f"p{i}") for i in range(3)]) as tb:
+        res = run_crawl(tb, settings(tb, tmp_path, SCALE_RETRY_POLICY={
+            "rate_limited": {"retries": 5, "base": 0.05, "cap": 0.2}}), tmp_path, timeout=180)
+        assert res.returncode == 0, res.tail()
+        n429 = tb.count(kind="429")
+        n404 = tb.count(kind="404")
+    assert n429 >= 40 and n404 >= 10
+    assert "scale/egress/evictions" not in res.stats and "scale/egress/evictions_domain" not in res.stats
+    assert "quarantined" not in res.log
+    assert res.stats["scale/egress/pool/healthy"] == 3
+
+
+def _wait_for(path: Path, pattern: str, proc: Any, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and re.search(pattern, path.read_text(errors="replace")):
+            return
+        assert proc.poll() is None, "the crawl ended before " + pattern
+        time.sleep(0.1)
+    raise AssertionError(f"no {pattern!r} in {path} after {timeout} s")
+
+
+def test_a_dead_egress_that_comes_back_is_reprobed_and_returns_to_service(tmp_path):
+    # the egress "back" is the proxy of a second testbed, stopped (connections refused) at first
+    with Testbed(hosts=1, pages=5, seed=1, proxies=[ProxySpec("back")]) as other:
+        back = other.proxy_url("back")
+    # one page answers only after 30 s: the crawl is still running when the egress comes back
+    with Testbed(hosts=2, pages=80, seed=3, proxies=[ProxySpec("a")], faults="slow@1:/item/80,delay=30") as tb:
+        s = settings(tb, tmp_path, SCALE_EGRESSES=[tb.proxy_url("a"), back], SCALE_EGRESS_QUARANTINE=1.0,
+                     SCALE_EGRESS_QUARANTINE_MAX=2.0, DOWNLOAD_TIMEOUT=60)
+        proc = start_crawl(tb, s, tmp_path)
+        back_id = back.split("//")[1]
+        _wait_for(proc.run_dir / "crawl.log", rf"egress {re.escape(back_id)} quarantined", proc)
+        other.start()  # the same port serves again
+        try:
+            _wait_for(proc.run_dir / "crawl.log", rf"egress {re.escape(back_id)} restored", proc)
+            res = proc.finish(180)
+            forwarded = [e for e in other.proxy_log if e.outcome == "forwarded"]
+        finally:
+            other.stop()
+    assert res.returncode == 0, res.tail()
+    assert res.stats["scale/egress/restored"] >= 1 and res.stats["scale/egress/reprobes"] >= 1
+    assert len(forwarded) >= 2  # the probe, and traffic after it: back in service
