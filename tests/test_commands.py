@@ -16,7 +16,12 @@ from typing import Any
 from scrapy_scale.frontier import open_store
 from scrapy_scale.testbed import Testbed
 from tests.crawling import ROOT, run_crawl, start_crawl
-from tests.test_frontier_crash_support import check_items_exact, expected_requests, stored_items
+from tests.test_frontier_crash_support import (
+    HOLD,
+    check_items_exact,
+    expected_requests,
+    stored_items,
+)
 
 
 def scale(*args: str, cwd: Path = ROOT, settings: dict[str, str] | None = None,
@@ -138,7 +143,10 @@ def test_seed_then_crawl_takes_the_seeds_and_reset_starts_over(tmp_path: Path) -
         assert res.item_urls == tb.detail_urls()
         assert "run 1 (resumed)" in res.log
 
-        # reset a job killed half-way: the next crawl starts a new run and fetches everything
+        # reset a job killed half-way: the next crawl starts a new run and fetches everything.
+        # One page hangs meanwhile, so the crawl cannot end by itself before the kill
+        # (waiting for done >= 10 alone raced the crawl's end on a fast machine)
+        tb.set_faults(HOLD)
         proc = start_crawl(tb, {"SCALE_JOB": "half"}, tmp_path)
         store = open_store(f"sqlite:///{tmp_path}/state/frontier.db", "half")
         try:
@@ -150,6 +158,7 @@ def test_seed_then_crawl_takes_the_seeds_and_reset_starts_over(tmp_path: Path) -
         assert proc.poll() is None, "the crawl ended before it could be killed half-way"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
+        tb.set_faults("")
         p = scale("reset", "half", settings=s)
         assert p.returncode == 0 and "the next `scrapy crawl` starts the job over" in p.stdout, p.stdout
         st = status_json("half", s)

@@ -64,8 +64,9 @@ def test_crawl_drains_reconciles_and_a_second_crawl_starts_a_new_run(
 
 
 def test_killed_crawl_resumes_without_refetching_done_pages(tmp_path: Path) -> None:
-    # slow detail pages, so the kill lands mid-crawl
-    with Testbed(hosts=2, pages=60, seed=5, faults=[Fault("slow", path="/item/*", delay=0.05)]) as tb:
+    # slow detail pages, so the kill lands mid-crawl; one hangs, so the crawl cannot drain first
+    with Testbed(hosts=2, pages=60, seed=5, faults=[Fault("hang", path="/item/1", hosts=(1,)),
+                                                    Fault("slow", path="/item/*", delay=0.05)]) as tb:
         settings = {"CONCURRENT_REQUESTS": 4}
         proc = start_crawl(tb, settings, tmp_path)
         deadline = time.monotonic() + 60
@@ -78,6 +79,7 @@ def test_killed_crawl_resumes_without_refetching_done_pages(tmp_path: Path) -> N
         assert before.counts["done"] > 0 and not before.drained, before
         fetched_before = len(tb.log)
 
+        tb.set_faults([Fault("slow", path="/item/*", delay=0.05)])
         res = run_crawl(tb, settings, tmp_path)
         assert res.returncode == 0, res.tail()
         assert "(resumed) worker" in res.log

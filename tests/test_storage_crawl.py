@@ -15,6 +15,7 @@ from scrapy_scale.storage.backends import open_store
 from scrapy_scale.storage.keys import page_key
 from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl, start_crawl
+from tests.test_frontier_crash_support import HOLD
 
 ONLY_STORE = {
     # the storage components alone (the add-on enables them too; this keeps the test about them)
@@ -240,7 +241,8 @@ def test_items_reported_scraped_are_in_sqlite_after_kill_9(tmp_path: Path) -> No
     scraped (fsynced by an extension as the signal fired) is in the SQLite file."""
     env = write_spiders(tmp_path)
     log = tmp_path / "scraped.txt"
-    with Testbed(hosts=2, pages=300, seed=5) as tb:
+    # one page hangs, so the crawl cannot end by itself before the kill, however fast
+    with Testbed(hosts=2, pages=300, seed=5, faults=HOLD) as tb:
         proc = start_crawl(tb, {
             **ONLY_STORE, "SPIDER_MODULES": ["example_project.spiders", "storage_test_spiders"],
             "EXTENSIONS": {"storage_test_spiders.ScrapedLog": 0}, "SCRAPED_LOG": str(log),
@@ -303,7 +305,7 @@ def test_mongodb_killed_and_restarted_mid_crawl_nothing_lost(tmp_path: Path, mon
 def _crash_and_resume(tmp_path: Path, settings: dict, store_url: str) -> None:
     """Start the catalog with the add-on (frontier + store), kill -9 it once items are being
     stored, run the same crawl again until it ends: exactly the expected rows, all of one run."""
-    with Testbed(hosts=2, pages=150, seed=11) as tb:
+    with Testbed(hosts=2, pages=150, seed=11, faults=HOLD) as tb:  # HOLD: no drain before the kill
         expected = {page_key(u) for u in tb.detail_urls()}
         proc = start_crawl(tb, settings, tmp_path)
         watch = open_store(store_url, "items")
@@ -315,6 +317,7 @@ def _crash_and_resume(tmp_path: Path, settings: dict, store_url: str) -> None:
         proc.wait(10)
         killed_at = watch.count()
         assert 0 < killed_at < len(expected)
+        tb.set_faults("")
         res = run_crawl(tb, settings, tmp_path, timeout=180)
         assert res.returncode == 0, res.tail()
         docs = list(watch.documents())
