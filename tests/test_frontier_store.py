@@ -731,3 +731,41 @@ def test_codec_re_creates_only_allowed_item_classes_and_never_imports_a_record_p
     # the record of a request that was kept in memory only says so
     with pytest.raises(codec.CodecError, match="kept in memory only"):
         codec.decode(codec.memory_marker("CodecItem"), spider)
+
+
+# ---- a Redis that lost the job's state --------------------------------------------------------
+
+
+@pytest.mark.parametrize("loss", ["flushed", "older snapshot"])
+def test_a_redis_that_lost_the_jobs_state_is_fatal_not_finished(redis_url: str, redis_prefix: str, loss: str) -> None:
+    import redis as redis_lib
+
+    from scrapy_scale.frontier.store import FrontierFatal
+
+    s = open_store(redis_url, redis_prefix)
+    r = redis_lib.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        s.begin_run()
+        s.enqueue([req(f"http://a.test/{i}") for i in range(3)])
+        assert s.counts()["pending"] == 3
+        if loss == "flushed":  # what a restart without persistence leaves: none of the job's keys
+            for k in r.scan_iter(match=f"scale:{{{redis_prefix}}}*"):
+                r.delete(k)
+        else:  # the run marker is there, but fewer records than this worker saw
+            prefix = f"scale:{{{redis_prefix}}}:{r.hget(f'scale:{{{redis_prefix}}}:run', 'id')}"
+            r.hincrby(f"{prefix}:cnt", "pending", -2)
+        with pytest.raises(FrontierFatal, match="stops instead of declaring the run finished"):
+            s.counts()
+        assert s.fatal_error(FrontierFatal("x")) == "x"
+    finally:
+        s.close()
+        r.close()
+
+
+def test_a_store_of_another_process_checks_nothing(redis_url: str, redis_prefix: str) -> None:
+    # `scrapy scale status` and friends open the job without beginning a run: no false alarm
+    s = open_store(redis_url, redis_prefix)
+    try:
+        assert s.counts() == {"pending": 0, "delayed": 0, "leased": 0, "done": 0, "failed": 0}
+    finally:
+        s.close()
