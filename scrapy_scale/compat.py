@@ -50,3 +50,41 @@ def engine_scheduler(crawler: Any) -> Any:
     if sched is None:
         sched = getattr(_slot(crawler), "scheduler", None)
     return sched
+
+
+# ---- scrapy-playwright (the egress pool's browser contexts) ------------------------
+# Its download handler keeps contexts in ``context_wrappers`` (name -> wrapper with
+# ``.context``), creates them with ``_create_browser_context`` under
+# ``context_launch_lock`` and has ``browser`` once launched. No public API for these.
+
+
+def download_handler(crawler: Any, scheme: str) -> Any:
+    """The download handler the crawler uses for ``scheme`` (loaded if need be), or None."""
+    handlers = getattr(getattr(engine_of(crawler), "downloader", None), "handlers", None)
+    get = getattr(handlers, "_get_handler", None)
+    return get(scheme) if get is not None else None
+
+
+def playwright_contexts(handler: Any) -> dict[str, Any]:
+    """name -> browser context of a scrapy-playwright handler ({} for any other handler)."""
+    wrappers = getattr(handler, "context_wrappers", None)
+    if not isinstance(wrappers, dict):
+        return {}
+    return {name: getattr(w, "context", None) for name, w in wrappers.items()}
+
+
+async def playwright_new_context(handler: Any, name: str, kwargs: dict[str, Any], spider: Any) -> None:
+    """Create the named context now (as scrapy-playwright would at the first page), so a
+    failure to start is known before the download."""
+    async with handler.context_launch_lock:
+        if name not in handler.context_wrappers:
+            await handler._create_browser_context(name=name, context_kwargs=kwargs, spider=spider)
+
+
+def playwright_browsers(handler: Any) -> int:
+    """Browser processes the handler has launched and that are connected (0 or 1)."""
+    browser = getattr(handler, "browser", None)
+    try:
+        return int(bool(browser is not None and browser.is_connected()))
+    except Exception:
+        return 0

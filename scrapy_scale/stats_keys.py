@@ -45,6 +45,10 @@ EGRESS_POOL_SIZE = "scale/egress/pool_size"  # egresses in the pool after a sour
 EGRESS_POOL = "scale/egress/pool/"  # + healthy, quarantined, probing: egresses per state (at each sync)
 EGRESS_WAIT = "scale/egress/wait/"  # + quarantined, route_cap, probing, empty: requests held, by why
 EGRESS_BY = "scale/egress/by/"  # + id/requests, id/failed/CLASS, at close, top N ids + other
+EGRESS_BROWSER_CONTEXTS = "scale/egress/browser/contexts"  # live egress contexts (gauge; 0 after close)
+EGRESS_BROWSER_CONTEXTS_MAX = "scale/egress/browser/contexts_max"  # most live at once (seen at syncs)
+EGRESS_BROWSER_PROCESSES = "scale/egress/browser/processes"  # connected browser processes (gauge)
+EGRESS_BROWSER_FAILED_STARTS = "scale/egress/browser/failed_starts"  # contexts that could not start
 EGRESS_ROUTE_CAPPED = "scale/egress/route_capped/"  # + id/domain: times a route was at its cap (top N)
 
 

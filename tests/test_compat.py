@@ -40,3 +40,24 @@ def test_outside_a_crawl_every_helper_says_unknown() -> None:
     assert compat.engine_requests_in_progress(crawler) is None
     assert compat.wake_engine(crawler) is False
     assert compat.engine_scheduler(crawler) is None
+
+
+def test_scrapy_playwright_private_api_as_compat_uses_it() -> None:
+    """compat.playwright_*: the handler's context_wrappers, context_launch_lock,
+    _create_browser_context(name=, context_kwargs=, spider=) and browser; and Scrapy's
+    DownloadHandlers._get_handler (compat.download_handler). The egress browser crawls
+    (tests/test_egress_browser.py) use them for real."""
+    import inspect
+
+    pytest.importorskip("scrapy_playwright")
+    from scrapy.core.downloader.handlers import DownloadHandlers
+    from scrapy_playwright.handler import ScrapyPlaywrightDownloadHandler as H
+
+    assert callable(getattr(DownloadHandlers, "_get_handler", None))
+    params = inspect.signature(H._create_browser_context).parameters
+    assert {"name", "context_kwargs", "spider"} <= set(params)
+    assert inspect.iscoroutinefunction(H._create_browser_context)
+    src = inspect.getsource(H.__init__) + inspect.getsource(H._maybe_launch_browser)
+    for attr in ("self.context_wrappers", "self.context_launch_lock", "self.browser"):
+        assert attr in src, attr
+    assert compat.playwright_contexts(object()) == {} and compat.playwright_browsers(object()) == 0

@@ -37,6 +37,7 @@ from scrapy_scale import stats_keys as K
 from scrapy_scale.clock import Randomness
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.egress import settings as S
+from scrapy_scale.egress.browser import CONTEXT, BrowserContexts
 from scrapy_scale.egress.health import HealthPolicy
 from scrapy_scale.egress.identity import Egress
 from scrapy_scale.egress.pool import EgressPool, Event, PoolOptions
@@ -84,8 +85,10 @@ class EgressMiddleware:
         self._waiting: dict[str, float] = {}  # domain -> until, while its requests wait
         self._loops: list[task.LoopingCall] = []
         self._syncing = False
+        self.browser = BrowserContexts(crawler, S.CONTEXT_PAGES.get(st), S.CONTEXT_AGE.get(st), time.time)
         self.ctx = ScaleContext.of(crawler)
         self.ctx.extra["egress_pool"] = self
+        self.ctx.extra["browser"] = self.browser  # live contexts and browser processes, for the metrics
         crawler.signals.connect(self.on_outcome, signal=scale_signals.outcome)
         crawler.signals.connect(self.on_scheduled, signal=signals.request_scheduled)
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
@@ -100,7 +103,7 @@ class EgressMiddleware:
 
     # ---- requests ------------------------------------------------------------------
 
-    def process_request(self, request: Request, spider: Any = None) -> None:
+    async def process_request(self, request: Request, spider: Any = None) -> None:
         m = request.meta
         if "proxy" in m and meta.EGRESS not in m:
             return None  # the project chose this request's proxy itself
@@ -120,6 +123,12 @@ class EgressMiddleware:
         if choice.probe:
             self.stats.inc_value(K.EGRESS_REPROBES)
         self.stats.inc_value(K.EGRESS_REQUESTS)
+        if m.get("playwright"):
+            try:
+                await self.browser.assign(request, choice.egress, self.crawler.spider)
+            except Exception:
+                self.stats.inc_value(K.EGRESS_BROWSER_FAILED_STARTS)
+                raise  # EgressContextError: an egress_failed outcome, retried through another egress
         return None
 
     def _assign(self, request: Request, e: Egress) -> None:
@@ -167,12 +176,19 @@ class EgressMiddleware:
         if request.meta.get(meta.EGRESS) is not None:
             request.headers.pop(_AUTH, None)
             request.meta.pop("_auth_proxy", None)
+            kwargs = request.meta.get("playwright_context_kwargs")
+            if isinstance(kwargs, dict) and "proxy" in kwargs:  # the context's proxy password
+                request.meta["playwright_context_kwargs"] = {k: v for k, v in kwargs.items() if k != "proxy"}
             self._release(request.meta.pop(_TOKEN, None))
+            self.browser.release(request.meta.pop(CONTEXT, None))
 
     # ---- outcomes ------------------------------------------------------------------
 
     def on_outcome(self, outcome: Any, request: Request, spider: Any = None) -> None:
         self._release(request.meta.pop(_TOKEN, None))
+        self.browser.release(request.meta.pop(CONTEXT, None))
+        if outcome.final:
+            self.browser.close_page(request)
         if outcome.fallback or outcome.egress is None:
             return
         events = self.pool.observe(outcome.egress, outcome.domain, outcome.cls.value, outcome.blame.value,
@@ -186,6 +202,8 @@ class EgressMiddleware:
         if ev.kind in ("quarantined", "requarantined"):
             again = " again (its re-probe failed)" if ev.kind == "requarantined" else ""
             logger.info("egress %s quarantined%s%s until %s", ev.egress, where, again, until)
+            if not ev.domain:
+                self.browser.evicted(ev.egress)
             self.stats.inc_value(K.EGRESS_EVICTIONS_DOMAIN if ev.domain else K.EGRESS_EVICTIONS)
         elif ev.kind == "restored":
             logger.info("egress %s restored%s (its re-probe succeeded)", ev.egress, where)
@@ -240,6 +258,7 @@ class EgressMiddleware:
             self.pool.routes.workers = live_workers(live, now, self.sync_every)
             for state, n in self.pool.pool_sizes().items():
                 self.stats.set_value(K.egress_pool(state), n)
+            self._browser_gauges()
 
         def failed(f: Any) -> None:
             self.pool.dirty.update(dirty)  # written at the next sync
@@ -285,10 +304,20 @@ class EgressMiddleware:
             if self.store is not None:
                 threads.deferToThread(self.store.set_pool, self.pool.members)
 
+    def _browser_gauges(self) -> None:
+        contexts = self.browser.contexts
+        if contexts or self.stats.get_value(K.EGRESS_BROWSER_CONTEXTS) is not None:
+            self.stats.set_value(K.EGRESS_BROWSER_CONTEXTS, contexts)
+            self.stats.max_value(K.EGRESS_BROWSER_CONTEXTS_MAX, contexts)
+            self.stats.set_value(K.EGRESS_BROWSER_PROCESSES, self.browser.processes)
+
     async def spider_closed(self, spider: Any, reason: str = "") -> None:
         for loop in self._loops:
             if loop.running:
                 loop.stop()
+        if self.browser.contexts:
+            await self.browser.close_all()
+        self._browser_gauges()
         for key, value in bounded_stats(self.pool, self.top).items():
             self.stats.set_value(key, value)
         store = self.store

@@ -159,3 +159,13 @@ STATS_TOP = declare(
     "Egresses with their own stats keys (the busiest); the rest are summed under `other`.",
     COMPONENT,
 )
+CONTEXT_PAGES = declare(
+    "SCALE_EGRESS_CONTEXT_PAGES", 100, as_int(0),
+    "Browser requests (scrapy-playwright) per egress context before it is replaced by a new one (0 = no limit).",
+    COMPONENT,
+)
+CONTEXT_AGE = declare(
+    "SCALE_EGRESS_CONTEXT_AGE", 600.0, as_float(0.0),
+    "Longest life in seconds of an egress's browser context before it is replaced (0 = no limit).",
+    COMPONENT,
+)
