@@ -215,8 +215,8 @@ def test_a_rate_limited_burst_is_retried_spread_over_the_backoff_window(tmp_path
     again = {(r.host, r.path): r.time for r in log if r.path.startswith("/item/") and r.attempt == 2}
     assert len(first) == len(again) == hosts * pages
     assert all(r.attempt <= 2 for r in log)
-    burst = max(first.values()) - min(first.values())
-    assert burst < 1.5, f"the 429s did not come in one burst ({burst:.2f}s): machine too busy?"
+    # (no assertion on how tightly the first attempts came together: that is the machine's
+    # speed, not the policy's; a slow machine spreads them, which only weakens the herd check)
     delays = [again[k] - first[k] for k in first]
     # full jitter over a 2 s window: uniform(0, 2) has a standard deviation of 0.58 s;
     # "retry all at once" (or a fixed delay) gives a spread near 0
