@@ -120,3 +120,31 @@ def test_a_dead_egress_that_comes_back_is_reprobed_and_returns_to_service(tmp_pa
     assert res.returncode == 0, res.tail()
     assert res.stats["scale/egress/restored"] >= 1 and res.stats["scale/egress/reprobes"] >= 1
     assert len(forwarded) >= 2  # the probe, and traffic after it: back in service
+
+
+def test_route_caps_hold_each_route_to_its_rate_and_status_shows_the_pressure(tmp_path):
+    from tests.test_commands import scale
+
+    rate = 4.0  # requests/s per (egress, domain)
+    with Testbed(hosts=2, pages=20, seed=9, proxies=[ProxySpec("p1"), ProxySpec("p2")]) as tb:
+        res = run_crawl(tb, settings(tb, tmp_path, SCALE_EGRESS_ROUTE_RATE=rate, ROBOTSTXT_OBEY=False),
+                        tmp_path, timeout=180)
+        assert res.returncode == 0, res.tail()
+        times: dict[tuple[str, str], list[float]] = {}
+        for r in tb.log:
+            times.setdefault((r.egress, r.host), []).append(r.time)
+        expected = tb.detail_urls()
+    assert {i["url"] for i in res.items} == expected
+    backlog = 4  # CONCURRENT_REQUESTS_PER_DOMAIN (the add-on's): the pool paces a route when it hands
+    # out the egress, before the request waits in its site's download slot, so up to that many
+    # requests paced apart can reach the site closer together
+    for key, ts in times.items():
+        ts.sort()
+        for i in range(len(ts)):
+            for j in range(i + 1, len(ts)):
+                assert j - i + 1 <= rate * (ts[j] - ts[i]) + 1 + backlog, (key, j - i + 1, ts[j] - ts[i])
+    assert max(len(ts) for ts in times.values()) >= 10  # the routes were busy enough to test
+    assert res.stats["scale/egress/wait/route_cap"] > 0
+    assert any(k.startswith("scale/egress/route_capped/") for k in res.stats)
+    out = scale("egress", "catalog", settings={"SCALE_STATE_DIR": str(tmp_path / "state")})
+    assert out.returncode == 0 and "at its cap" in out.stdout, out.stdout + out.stderr

@@ -34,7 +34,12 @@ def describe(state: dict[str, Any], now: float | None = None, top: int = 10) -> 
     requests: Counter[str] = Counter()
     failures: dict[str, Counter[str]] = {}
     bans: Counter[str] = Counter()
+    routes: dict[str, Counter[str]] = {}  # egress -> domain -> times found at its cap
+    sent: dict[str, Counter[str]] = {}
     for counts in state.get("counts", {}).values():
+        for r in counts.get("routes", []):
+            routes.setdefault(str(r["egress"]), Counter())[str(r["domain"])] += int(r.get("capped", 0))
+            sent.setdefault(str(r["egress"]), Counter())[str(r["domain"])] += int(r.get("sent", 0))
         requests.update(counts.get("requests", {}))
         for e, c in counts.get("failures", {}).items():
             failures.setdefault(e, Counter()).update(c)
@@ -55,6 +60,8 @@ def describe(state: dict[str, Any], now: float | None = None, top: int = 10) -> 
             "state": _state(rec, now), "score": _score(rec), "requests": requests[e],
             "failures": dict(failures.get(e, {})), "until": float(rec.get("u", 0) or 0) or None,
             "level": int(rec.get("l", 0) or 0), "banned_for": domains[:top],
+            "routes_at_cap": [{"domain": d, "capped": n, "sent": sent[e][d]}
+                              for d, n in routes.get(e, Counter()).most_common(top) if n],
         })
     return rows
 
@@ -75,6 +82,8 @@ def format_rows(rows: list[dict[str, Any]], now: float | None = None) -> str:
         for d in r["banned_for"]:
             left = f" until {time.strftime('%H:%M:%S', time.localtime(d['until']))}" if d["until"] and d["state"] != HEALTHY else ""
             out.append(f"      {d['domain']}: {d['state']}{left}, {d['blocks']} block(s)")
+        for rt in r["routes_at_cap"]:
+            out.append(f"      route to {rt['domain']}: {rt['sent']} sent, at its cap {rt['capped']} time(s)")
     return "\n".join(out)
 
 
