@@ -26,6 +26,8 @@ COMPONENTS: list[tuple[str, str, int]] = [
     ("SPIDER_MIDDLEWARES", "scrapy_scale.outcomes.OutcomeSpiderMiddleware", 45),
     ("EXTENSIONS", "scrapy_scale.outcomes.record.OutcomeLog", 0),
     ("ITEM_PIPELINES", "scrapy_scale.quality.ValidationPipeline", 800),
+    ("EXTENSIONS", "scrapy_scale.quality.QualityReport", 0),
+    ("EXTENSIONS", "scrapy_scale.quality.Snapshots", 0),
     ("ITEM_PIPELINES", "scrapy_scale.storage.StorePipeline", 900),
     ("SPIDER_MIDDLEWARES", "scrapy_scale.storage.StoreSpiderMiddleware", 50),
     # before the outcome middleware's not-before guard (550), which holds the requests of a

@@ -51,6 +51,21 @@ EGRESS_BROWSER_PROCESSES = "scale/egress/browser/processes"  # connected browser
 EGRESS_BROWSER_FAILED_STARTS = "scale/egress/browser/failed_starts"  # contexts that could not start
 EGRESS_ROUTE_CAPPED = "scale/egress/route_capped/"  # + id/domain: times a route was at its cap (top N)
 
+# ---- quality (scrapy_scale.quality: the validation pipeline and the report extension) ----
+QUALITY_VALIDATED = "scale/quality/validated"  # items checked
+QUALITY_QUARANTINED = "scale/quality/quarantined"  # items put in quarantine
+QUALITY_INVALID_RATE = "scale/quality/invalid_rate"  # quarantined / validated, at close
+QUALITY_INVALID = "scale/quality/invalid/"  # + reason kind: missing/<field>, schema
+QUALITY_MISSING = "scale/quality/missing/"  # + critical field (Type.field for per-type fields)
+QUALITY_DUPLICATES_CONTENT = "scale/quality/duplicates_in_run/content"
+QUALITY_REPORT_OK = "scale/quality/report/ok"  # 1 when every check passed, else 0
+QUALITY_CHECKS_FAILED = "scale/quality/report/failed"  # how many checks failed
+QUALITY_CHECK_FAILED = "scale/quality/check_failed/"  # + check name (items_per_request:parse_item, ...)
+QUALITY_BATCH_CHECKS = "scale/quality/batch/runs"  # periodic checks run during the crawl
+QUALITY_BATCH_FAILED = "scale/quality/batch/failed"  # checks failing at the last periodic run
+QUALITY_SNAPSHOTS = "scale/quality/snapshots"  # raw snapshots written
+QUALITY_SNAPSHOTS_DROPPED = "scale/quality/snapshots_dropped"  # oldest dropped to stay within bounds
+
 
 def outcome(cls: str) -> str:
     return OUTCOME + cls

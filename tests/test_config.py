@@ -82,6 +82,8 @@ LIST_SETTINGS = {
     "SCALE_FRONTIER_SCHEMES": ("http", "https"),
     "SCALE_FRONTIER_REQUEST_CLASSES": ("pkg.requests.ApiRequest", "pkg.spiders"),
     "SCALE_QUALITY_CONTENT_FIELDS": ("title", "price"),
+    "SCALE_QUALITY_DUPLICATE_KEY": ("sku", "color"),
+    "SCALE_QUALITY_SNAPSHOT_CLASSES": ("parse_failed", "blocked"),
 }
 #: list-valued settings that are not lists of names (a comma-separated string means nothing)
 NOT_NAME_LISTS = {"SCALE_FAILURE_RULES"}  # a list of rule dicts

@@ -414,6 +414,23 @@ def test_status_requeue_reset(store: FrontierStore, clock: FakeClock) -> None:
     assert store.status().run.ended_at is not None  # type: ignore[union-attr]
 
 
+def test_resolve_makes_failed_records_done_and_leaves_the_others(store: FrontierStore) -> None:
+    """scrapy scale replay: failed pages whose output was recovered from snapshots become done."""
+    store.enqueue([req(f"http://a.test/{i}") for i in range(4)])
+    got = store.lease(W, 3, LEASE)
+    store.fail(W, [(got[0].fingerprint, got[0].token, "parse_failed", "missing fields: price"),
+                   (got[1].fingerprint, got[1].token, "parse_failed", "no items")])
+    assert store.finish_run() is None  # a lease and a pending record are left: the run goes on
+    n = store.resolve([got[0].fingerprint, got[2].fingerprint, fp("http://a.test/3"), "unknown"])
+    assert n == 1, "only the failed record changes (a leased or pending one is left alone)"
+    st = store.status()
+    assert st.counts == {"pending": 1, "delayed": 0, "leased": 1, "done": 1, "failed": 1}
+    assert st.failed_by_class == {"parse_failed": 1}
+    assert store.get(got[0].fingerprint)["state"] == State.DONE  # type: ignore[index]
+    assert store.resolve([got[0].fingerprint]) == 0, "resolving twice is harmless"
+    assert store.requeue("parse_failed") == 1, "the resolved record is not requeued"
+
+
 def test_seed_from_outside_reopens_a_finished_job(store: FrontierStore) -> None:
     assert store.finish_run() is not None
     res = store.seed(["http://a.test/1", "http://a.test/1", Request("http://b.test/")])

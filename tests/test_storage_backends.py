@@ -97,6 +97,14 @@ def test_encoded_documents_round_trip_exactly(store: Store):
     assert strip_times(got) == doc
 
 
+def test_dead_letter_records_can_be_deleted_by_id(store: Store):
+    """A side collection kept through the dead-letter methods (the quality history) is pruned."""
+    store.dead_letter([DeadRow(f"d{i}", {"n": i}) for i in range(4)], now=10.0)
+    store.delete_dead_letters(["d1", "d3", "nope"])
+    store.delete_dead_letters([])
+    assert [d["_id"] for d in store.dead_letters()] == ["d0", "d2"]
+
+
 def test_dead_letter_records_are_upserted_by_id(store: Store):
     store.dead_letter([DeadRow("d1", {"key": None, "reason": "invalid key: x"})], now=10.0)
     store.dead_letter([DeadRow("d1", {"key": None, "reason": "invalid key: x"}),

@@ -8,6 +8,9 @@ Thin glue: argument parsing and printing. The operations live in
     scrapy scale reset JOB
     scrapy scale requeue JOB --class CLASS
     scrapy scale egress JOB [--json]
+    scrapy scale report JOB [--run RUN]            (scrapy_scale.quality.cli)
+    scrapy scale replay JOB [--class CLASS] [--spider NAME]
+    scrapy scale review JOB [--run RUN] [--verdicts FILE]
 
 The frontier is the one named by ``SCALE_FRONTIER_URL`` in the project's
 settings (or ``-s SCALE_FRONTIER_URL=...``), so ``status`` works from any
@@ -33,6 +36,8 @@ from scrapy_scale.redact import redact_text
 STATUS_EGRESSES = 10
 
 SUBCOMMANDS = ("status", "seed", "reset", "requeue", "egress")
+#: the data-quality subcommands (scrapy_scale.quality.cli)
+QUALITY_SUBCOMMANDS = ("report", "replay", "review")
 
 
 class Command(ScrapyCommand):
@@ -41,10 +46,11 @@ class Command(ScrapyCommand):
     default_settings = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "{status,seed,reset,requeue,egress} JOB [URL ...] [options]"
+        return "{status,seed,reset,requeue,egress,report,replay,review} JOB [URL ...] [options]"
 
     def short_desc(self) -> str:
-        return "Inspect and steer a scrapy-scale job's frontier (status, seed, reset, requeue)"
+        return ("Inspect and steer a scrapy-scale job's frontier (status, seed, reset, requeue) "
+                "and its data quality (report, replay, review)")
 
     def long_desc(self) -> str:
         return (
@@ -53,7 +59,11 @@ class Command(ScrapyCommand):
             "frontier so the next crawl starts over. requeue JOB --class CLASS: put terminal "
             "failures of that class back to pending. egress JOB: the egress pool's state (each egress's "
             "state, score, requests, failures by class, quarantine, per-domain bans). The frontier is SCALE_FRONTIER_URL "
-            "(use -s SCALE_FRONTIER_URL=redis://... to point at another one)."
+            "(use -s SCALE_FRONTIER_URL=redis://... to point at another one). "
+            "report JOB [--run RUN]: the consistency report of a finished run. replay JOB "
+            "[--class parse_failed] [--spider NAME]: parse the raw snapshots again, without the "
+            "network, and store the items. review JOB [--verdicts FILE]: the sample for a person "
+            "to review as CSV/HTML, or read their verdicts back."
         )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
@@ -64,12 +74,22 @@ class Command(ScrapyCommand):
                             help="status: print JSON instead of text")
         parser.add_argument("--priority", type=int, default=0,
                             help="seed: priority of the seeded requests (default 0)")
+        parser.add_argument("--run", dest="run_id", metavar="RUN",
+                            help="report/review: the run (default: the job's last run)")
+        parser.add_argument("--spider", metavar="NAME", help="replay: the spider (default: the snapshots')")
+        parser.add_argument("-a", dest="spargs", action="append", default=[], metavar="NAME=VALUE",
+                            help="replay: spider argument (may be repeated)")
+        parser.add_argument("--verdicts", metavar="FILE",
+                            help="review: read a reviewer's verdicts (the CSV written by review, filled in)")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         from scrapy_scale.frontier import cli_ops
 
+        if args and args[0] in QUALITY_SUBCOMMANDS:
+            self._quality(args, opts)
+            return
         if not args or args[0] not in SUBCOMMANDS:
-            raise UsageError(f"expected one of {', '.join(SUBCOMMANDS)}", print_help=False)
+            raise UsageError(f"expected one of {', '.join(SUBCOMMANDS + QUALITY_SUBCOMMANDS)}", print_help=False)
         sub, rest = args[0], args[1:]
         if not rest:
             raise UsageError(f"{sub}: missing JOB", print_help=False)
@@ -137,3 +157,28 @@ class Command(ScrapyCommand):
             self.exitcode = 1
             return
         print(json.dumps(rows, indent=2, sort_keys=True) if opts.as_json else format_rows(rows))
+
+    def _quality(self, args: list[str], opts: argparse.Namespace) -> None:
+        from scrapy_scale.quality import cli
+
+        sub, rest = args[0], args[1:]
+        if len(rest) != 1:
+            raise UsageError(f"{sub}: expected JOB" if not rest else f"{sub}: unexpected arguments "
+                             f"{' '.join(rest[1:])}", print_help=False)
+        job = rest[0]
+        assert self.settings is not None
+        try:
+            if sub == "report":
+                rep = cli.report(self.settings, job, opts.run_id)
+                print(cli.format_report(rep))
+                if not rep["ok"]:
+                    self.exitcode = self.settings.getint("SCALE_QUALITY_EXIT_CODE") or 0
+            elif sub == "replay":
+                spargs = dict(a.split("=", 1) for a in opts.spargs if "=" in a)
+                res = cli.replay(self.settings, job, opts.failure_class or "parse_failed", opts.spider, spargs)
+                print(cli.format_replay(res))
+            else:
+                print(cli.review(self.settings, job, opts.run_id, opts.verdicts))
+        except (cli.QualityError, ScaleSettingError) as e:
+            print(f"scrapy scale {sub}: error: {e}", file=sys.stderr)
+            self.exitcode = 1

@@ -331,6 +331,21 @@ _DEAD = _PRELUDE + r"""
 return to_dead(ARGV[1], ARGV[2], tonumber(ARGV[3]))
 """
 
+_RESOLVE = _PRELUDE + r"""
+local n = 0
+for i = 1, #ARGV do
+  local fp = ARGV[i]
+  local r = redis.call('HMGET', rk(fp), 'st', 'fc')
+  if r[1] == '4' then
+    detach(fp, 4, nil, r[2])
+    set_state(fp, 4, 3)
+    redis.call('HDEL', rk(fp), 'd', 'fc', 'fr')
+    n = n + 1
+  end
+end
+return n
+"""
+
 _REQUEUE = _PRELUDE + r"""
 local now, cls = tonumber(ARGV[1]), ARGV[2]
 local classes = {}
@@ -483,7 +498,7 @@ class RedisStore(FrontierStore):
             ) from None
         self._r = r
         for name, src in (("enqueue", _ENQUEUE), ("lease", _LEASE), ("renew", _RENEW), ("finish", _FINISH),
-                          ("release", _RELEASE), ("dead", _DEAD), ("requeue", _REQUEUE),
+                          ("release", _RELEASE), ("dead", _DEAD), ("requeue", _REQUEUE), ("resolve", _RESOLVE),
                           ("status", redis_status.SUMMARY), ("heads", redis_status.HEADS), ("run", _RUN),
                           ("claim", _CLAIM), ("counts", _COUNTS)):
             self._scripts[name] = r.register_script(src)
@@ -777,6 +792,11 @@ class RedisStore(FrontierStore):
         self._run_id = None
         old = self._call("run", "reset", self.clock())
         self._unlink_run(str(old))
+
+    def resolve(self, fingerprints: Sequence[str]) -> int:
+        if not fingerprints:
+            return 0
+        return int(self._call("resolve", *fingerprints))
 
     def requeue(self, cls: str | None = None) -> int:
         n = int(self._call("requeue", self.clock(), cls or ""))

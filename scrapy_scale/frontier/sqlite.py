@@ -635,6 +635,14 @@ class SqliteStore(FrontierStore):
                     (self.clock(), json.dumps({"reset": 1}), self.job, info.run_id),
                 )
 
+    def resolve(self, fingerprints: Sequence[str]) -> int:
+        if not fingerprints:
+            return 0
+        with self._tx() as db:
+            return sum(db.execute(
+                "UPDATE requests SET state=3, owner=NULL, lease_expires=NULL, fail_cls=NULL, fail_reason=NULL "
+                "WHERE job=? AND fp=? AND state=4", (self.job, fp)).rowcount for fp in fingerprints)
+
     def requeue(self, cls: str | None = None) -> int:
         now = self.clock()
         with self._tx() as db:

@@ -412,6 +412,12 @@ class FrontierStore(abc.ABC):
         pending again, eligible now, attempts reset to 0, last failure kept.
         Also reopens the run if it had ended. Returns how many."""
 
+    def resolve(self, fingerprints: Sequence[str]) -> int:
+        """Failed records among ``fingerprints`` become done: their output was recovered
+        without fetching them again (``scrapy scale replay``). Records in any other state are
+        left as they are (a replay never takes a lease from a worker). Returns how many."""
+        raise NotImplementedError(f"{type(self).__name__} cannot resolve failed records")
+
     def seed(self, requests: Iterable[Request | str], priority: int = 0,
              rules: RecordRules | None = None) -> list[EnqueueResult]:
         """Enqueue seeds from outside a crawl (``scrapy scale seed JOB URL...``):

@@ -101,10 +101,19 @@ class OutcomeEmitter:
             gave_up_why=gave_up or "",
             internal=internal,
             fallback=fallback,
+            callback=None if internal else callback_name(request),
         )
 
     def send(self, outcome: Outcome, request: Request) -> None:
         self._send(scale_signals.outcome, outcome=outcome, request=request, spider=self.crawler.spider)
+
+
+def callback_name(request: Request) -> str:
+    """The name of the callback that handles ``request``'s response (``parse`` by default)."""
+    cb = request.callback
+    if cb is None:
+        return "parse"
+    return str(getattr(cb, "__name__", None) or cb)
 
 
 #: the reason of the documented fallback outcome (docs/outcomes.md)

@@ -148,6 +148,9 @@ class Outcome:
     #: a non-final outcome of an attempt the callback itself retried (``get_retry_request``,
     #: which counts Scrapy's retry stats on its own)
     callback_retry: bool = False
+    #: name of the spider callback that handles the request's response (``parse`` when the
+    #: request names none; None for Scrapy's own downloads)
+    callback: str | None = None
 
     def __post_init__(self) -> None:
         if self.blame is Blame.NONE and CLASSES[self.cls].blame is not Blame.NONE:

@@ -8,7 +8,7 @@ processes) with :func:`merge`.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 #: done and parse_failed outcomes: the callback ran (a "completed" request of the report)
@@ -44,7 +44,11 @@ class RunFigures:
     snapshots_dropped: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {k: dict(v) if isinstance(v, Counter) else v for k, v in asdict(self).items()}
+        out: dict[str, Any] = {}
+        for name in self.__dataclass_fields__:
+            v = getattr(self, name)
+            out[name] = dict(v) if isinstance(v, Counter) else list(v) if isinstance(v, list) else v
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RunFigures:

@@ -25,17 +25,17 @@ from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
 from scrapy_scale import config, startup
+from scrapy_scale import stats_keys as K
+from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemQuarantined
 from scrapy_scale.quality import settings as S
 from scrapy_scale.quality.figures import RunFigures
 from scrapy_scale.quality.validate import Validator, content_hash, reason_kind
 from scrapy_scale.redact import redact_url
-from scrapy_scale.storage import settings as store_settings
 from scrapy_scale.storage.backends import DeadRow, StoreBroken, StoreUnavailable, open_store
 from scrapy_scale.storage.pipeline import (
     _clean,
     _item_text,
-    _sources_of,
     default_store_url,
     resolve_run_id,
 )
@@ -43,7 +43,6 @@ from scrapy_scale.storage.writer import BatchWriter, DeadLettered, Submission
 
 logger = logging.getLogger(__name__)
 
-STATS = "scale/quality/"
 #: quarantined items logged one by one at WARNING (the rest at DEBUG, counted)
 LOG_FIRST = 5
 
@@ -59,11 +58,10 @@ def store_url(settings: Any) -> str:
 
 def figures_of(crawler: Crawler) -> RunFigures:
     """The run's figures this process counts (shared by the pipeline and the report)."""
-    fig = getattr(crawler, "_scale_quality_figures", None)
-    if fig is None:
-        fig = RunFigures()
-        crawler._scale_quality_figures = fig  # type: ignore[attr-defined]
-    return fig
+    extra = ScaleContext.of(crawler).extra
+    if "quality" not in extra:
+        extra["quality"] = RunFigures()
+    return extra["quality"]  # type: ignore[no-any-return]
 
 
 class QuarantinedDrop(DropItem, ItemQuarantined):
@@ -89,7 +87,7 @@ class ValidationPipeline:
         self.stats = crawler.stats
         self.figures = figures_of(crawler)
         self.figures.content_fields = list(self.content_fields)
-        self.sources = _sources_of(crawler)
+        self.ctx = ScaleContext.of(crawler)
         self.writer: BatchWriter | None = None
         self.job = ""
         self.run_id = ""
@@ -99,10 +97,7 @@ class ValidationPipeline:
     @classmethod
     @startup.reports_setting_errors
     def from_crawler(cls, crawler: Crawler) -> ValidationPipeline:
-        for mod in (S, store_settings):
-            for name in mod.__dict__.values():
-                if isinstance(name, config.Setting):
-                    config.get(crawler.settings, name.name)  # fail at startup on a bad value
+        S.check_all(crawler.settings)
         p = cls(crawler)
         if p.quarantine in (p.collection, config.get(crawler.settings, "SCALE_STORE_DEAD_LETTER")):
             raise config.ScaleSettingError("SCALE_QUALITY_QUARANTINE",
@@ -134,7 +129,7 @@ class ValidationPipeline:
     async def close_spider(self, spider: Spider | None = None) -> None:
         f = self.figures
         if f.validated:
-            self.stats.set_value(STATS + "invalid_rate", round(f.quarantined / f.validated, 4))
+            self.stats.set_value(K.QUALITY_INVALID_RATE, round(f.quarantined / f.validated, 4))
         if self.writer is None:
             return
         writer = self.writer
@@ -154,36 +149,36 @@ class ValidationPipeline:
             if h is not None:
                 if h in self._hashes:
                     f.duplicates_by_content += 1
-                    self.stats.inc_value(STATS + "duplicates_in_run/content")
+                    self.stats.inc_value(K.QUALITY_DUPLICATES_CONTENT)
                 else:
                     self._hashes.add(h)
         if not self.validator:
             return item
         v = self.validator.check(item)
         f.validated += 1
-        self.stats.inc_value(STATS + "validated")
+        self.stats.inc_value(K.QUALITY_VALIDATED)
         prefix = "" if type(item).__name__ not in self.validator.critical else type(item).__name__ + "."
         for name in v.critical:
             f.checked[prefix + name] += 1
         for name in v.missing:
             f.missing[prefix + name] += 1
-            self.stats.inc_value(STATS + "missing/" + prefix + name)
+            self.stats.inc_value(K.QUALITY_MISSING + prefix + name)
         if v.ok:
             return item
         reason = "; ".join(v.reasons)
         f.quarantined += 1
         for r in v.reasons:
             f.invalid[reason_kind(r)] += 1
-            self.stats.inc_value(STATS + "invalid/" + reason_kind(r))
-        self.stats.inc_value(STATS + "quarantined")
+            self.stats.inc_value(K.QUALITY_INVALID + reason_kind(r))
+        self.stats.inc_value(K.QUALITY_QUARANTINED)
         await self._quarantine(item, reason)
-        src = self.sources.peek(item)
+        src = self._source(item)
         if f.quarantined <= LOG_FIRST:
             logger.warning("quarantined an item from %s: %s", src.url if src else "?", reason)
         raise QuarantinedDrop(f"quarantined: {reason}", reason)
 
     async def _quarantine(self, item: Any, reason: str) -> None:
-        src = self.sources.peek(item)
+        src = self._source(item)
         url = src.url if src else None
         type_name = type(item).__name__
         text = _item_text(item)
@@ -197,6 +192,11 @@ class ValidationPipeline:
         assert self.writer is not None
         self.writer.submit(sub)
         await maybe_deferred_to_future(d)
+
+    def _source(self, item: Any) -> Any:
+        """Where the item came from, as the store's spider middleware recorded it (or None)."""
+        table = self.ctx.item_sources
+        return table.peek(item) if table is not None else None
 
     def _on_batch(self, results: list[tuple[Submission, Any]]) -> None:
         for sub, result in results:

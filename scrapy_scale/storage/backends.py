@@ -113,6 +113,11 @@ class Store:
     def dead_letters(self) -> list[dict[str, Any]]:  # pragma: no cover
         raise NotImplementedError
 
+    def delete_dead_letters(self, ids: list[str]) -> None:  # pragma: no cover
+        """Remove dead-letter records by id (a store whose dead-letter collection is another
+        side collection, such as the quality history, prunes it with this)."""
+        raise NotImplementedError
+
     def close(self) -> None:  # pragma: no cover
         raise NotImplementedError
 
@@ -271,6 +276,12 @@ class SQLiteStore(Store):
             d.update(_id=id_, at=at)
             out.append(d)
         return out
+
+    def delete_dead_letters(self, ids: list[str]) -> None:
+        if not ids:
+            return
+        with self._transaction() as c:
+            c.executemany(f'DELETE FROM "{self.dead_collection}" WHERE id = ?', [(i,) for i in ids])
 
     def close(self) -> None:
         with self._lock:
@@ -437,6 +448,13 @@ class MongoStore(Store):
         if self._client is None:
             self.open()
         return list(self._call(lambda: list(self._dead.find({}).sort([("at", 1), ("_id", 1)]))))
+
+    def delete_dead_letters(self, ids: list[str]) -> None:
+        if not ids:
+            return
+        if self._client is None:
+            self.open()
+        self._call(self._dead.delete_many, {"_id": {"$in": list(ids)}})
 
     def close(self) -> None:
         if self._client is not None:

@@ -173,7 +173,9 @@ class StorePipeline:
         self.crawler = crawler
         s = crawler.settings
         self.url: str = config.get(s, "SCALE_STORE_URL") or default_store_url(s)
-        ScaleContext.of(crawler).store_url = redact_url(self.url)
+        ctx = ScaleContext.of(crawler)
+        ctx.store_url = redact_url(self.url)
+        ctx.extra["store"] = self  # documented offer: duplicates_in_run, keys_in_run (docs/architecture.md)
         self.collection: str = config.get(s, "SCALE_STORE_COLLECTION")
         self.dead_collection: str = config.get(s, "SCALE_STORE_DEAD_LETTER") or f"{self.collection}_dead_letter"
         self.keys = KeyRules(config.get(s, "SCALE_ITEM_KEY"))
@@ -194,6 +196,8 @@ class StorePipeline:
         self.run_id = ""
         #: keys written (or on their way) in this run, for the duplicate count
         self._seen: set[str] = set()
+        #: items whose key was already written in this run (scale/store/duplicates_in_run)
+        self.duplicates_in_run = 0
         self._pending = 0
         #: id(submission) -> the Deferred its process_item waits on
         self._waiting: dict[int, Deferred[Result]] = {}
@@ -361,6 +365,7 @@ class StorePipeline:
             return dead_sub(f"too large: {size} bytes > SCALE_STORE_MAX_ITEM_BYTES={self.max_item_bytes}", key)
         if key in self._seen:
             self.stats.inc_value(STATS + "duplicates_in_run")
+            self.duplicates_in_run += 1
             if self.drop_duplicates:
                 return None
         else:

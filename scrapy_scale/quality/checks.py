@@ -1,0 +1,186 @@
+"""The consistency checks of a run against its expectations and its earlier runs
+(plain Python: figures in, verdicts out).
+
+Every check has a ``name`` (``missing_rate:price``), a value, what it was compared with
+(a declared expectation, an absolute threshold, or the *baseline*: the mean over the
+earlier clean runs of the job, or over all earlier runs when none was clean), and
+``ok``: True, False (the check fails the run) or None (nothing to compare with yet:
+shown, never failing).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from scrapy_scale.quality.figures import RunFigures
+
+#: failure classes whose share may rise without failing the run (more successes)
+DONE = frozenset({"ok", "not_found"})
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    expect: dict[str, float] = field(default_factory=dict)
+    ratio_tolerance: float = 0.05
+    max_rise: float = 0.05
+    max_invalid_rate: float = 0.05
+    max_duplicate_rate: float = 0.01
+
+
+@dataclass
+class StoreScan:
+    """What the end-of-run scan of the store found (rows of the job)."""
+
+    rows: int = 0
+    #: rows sharing SCALE_QUALITY_DUPLICATE_KEY fields with an earlier row (None: not checked)
+    duplicates_by_key: int | None = None
+    #: rows sharing SCALE_QUALITY_CONTENT_FIELDS' hash with an earlier row (None: not checked)
+    duplicates_by_content: int | None = None
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool | None
+    value: float | int | None
+    compared_with: float | int | None = None
+    how: str = ""
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def evaluate(cur: RunFigures, baseline: list[RunFigures], t: Thresholds,
+             scan: StoreScan | None = None) -> list[Check]:
+    """Every check of ``cur``; ``baseline``: the earlier runs to compare with (clean ones)."""
+    out: list[Check] = []
+    out += _ratios(cur, baseline, t)
+    out += _empty(cur, baseline, t)
+    out += _missing(cur, baseline, t)
+    out += _invalid(cur, t)
+    out += _duplicates(cur, t, scan)
+    out += _classes(cur, baseline, t)
+    return out
+
+
+def _ratios(cur: RunFigures, base: list[RunFigures], t: Thresholds) -> list[Check]:
+    out = []
+    for cb in sorted(set(cur.completed) | set(t.expect)):
+        n, stored = cur.completed.get(cb, 0), cur.stored.get(cb, 0)
+        name = f"items_per_request:{cb}"
+        if not n:
+            if cb in t.expect:
+                out.append(Check(name, None, None, t.expect[cb], "declared", f"{cb}: no completed request"))
+            continue
+        ratio = stored / n
+        want: float | None
+        if cb in t.expect:
+            want, how = t.expect[cb], "declared"
+        else:
+            ratios = [b.stored.get(cb, 0) / b.completed[cb] for b in base if b.completed.get(cb)]
+            want, how = _mean(ratios), "earlier runs"
+        if want is None:
+            out.append(Check(name, None, round(ratio, 4), None, "no earlier run",
+                             f"{cb}: {stored} items stored for {n} completed requests ({ratio:.2f} per request)"))
+            continue
+        ok = abs(ratio - want) <= want * t.ratio_tolerance if want else stored == 0
+        out.append(Check(name, ok, round(ratio, 4), round(want, 4), how,
+                         f"{cb}: {stored} items stored for {n} completed requests ({ratio:.2f} per request, "
+                         f"{how} {want:.2f})"))
+    return out
+
+
+def _rise_check(name: str, what: str, value: float, earlier: list[float], t: Thresholds,
+                detail: str) -> Check:
+    base = _mean(earlier)
+    if base is None:
+        return Check(name, None, round(value, 4), None, "no earlier run", f"{what}: {_pct(value)} ({detail})")
+    ok = value - base <= t.max_rise
+    verb = "rose" if value > base else "is"
+    return Check(name, ok, round(value, 4), round(base, 4), "earlier runs",
+                 f"{what}: {_pct(value)} ({detail}); {verb} against {_pct(base)} in earlier runs"
+                 + ("" if ok else f", more than the allowed {_pct(t.max_rise)} rise"))
+
+
+def _shares(prefix: str, what: str, num: Counter[str], den: Counter[str], base: list[RunFigures],
+            attr: tuple[str, str], unit: str, t: Thresholds) -> list[Check]:
+    """One rise check per key of ``den``: the share ``num[k] / den[k]`` against the baseline's."""
+    out = []
+    for k, n in sorted(den.items()):
+        if not n:
+            continue
+        share = num.get(k, 0) / n
+        earlier = [getattr(b, attr[0]).get(k, 0) / getattr(b, attr[1])[k] for b in base if getattr(b, attr[1]).get(k)]
+        out.append(_rise_check(f"{prefix}:{k}", what.format(k), share, earlier, t, f"{num.get(k, 0)} of {n}{unit}"))
+    return out
+
+
+def _empty(cur: RunFigures, base: list[RunFigures], t: Thresholds) -> list[Check]:
+    return _shares("empty_parses", "{} empty parses", cur.empty, cur.completed, base, ("empty", "completed"), "", t)
+
+
+def _missing(cur: RunFigures, base: list[RunFigures], t: Thresholds) -> list[Check]:
+    return _shares("missing_rate", "field {} missing", cur.missing, cur.checked, base, ("missing", "checked"),
+                   " items", t)
+
+
+def _invalid(cur: RunFigures, t: Thresholds) -> list[Check]:
+    if not cur.validated:
+        return []
+    rate = cur.quarantined / cur.validated
+    ok = rate <= t.max_invalid_rate
+    reasons = ", ".join(f"{k} {v}" for k, v in cur.invalid.most_common(5))
+    return [Check("quarantined", ok, round(rate, 4), t.max_invalid_rate, "threshold",
+                  f"{cur.quarantined} of {cur.validated} items quarantined ({_pct(rate)})"
+                  + (f": {reasons}" if reasons else ""))]
+
+
+def _duplicates(cur: RunFigures, t: Thresholds, scan: StoreScan | None) -> list[Check]:
+    items = max(sum(cur.stored.values()), cur.validated)
+    out = []
+
+    def dup(name: str, n: int, of: int, what: str) -> None:
+        rate = n / of if of else 0.0
+        out.append(Check(name, rate <= t.max_duplicate_rate, n, t.max_duplicate_rate, "threshold (share)",
+                         f"{n} {what} of {of} ({_pct(rate)})"))
+
+    dup("duplicates_in_run:key", cur.duplicates_by_key, items, "items with a key already written in this run")
+    if cur.content_fields:
+        dup("duplicates_in_run:content", cur.duplicates_by_content, items,
+            f"items with the {'+'.join(cur.content_fields)} of an earlier item of this run")
+    if scan is not None:
+        if scan.duplicates_by_key is not None:
+            dup("duplicates_in_store:key", scan.duplicates_by_key, scan.rows,
+                "rows sharing the duplicate key with another row")
+        if scan.duplicates_by_content is not None:
+            dup("duplicates_in_store:content", scan.duplicates_by_content, scan.rows,
+                "rows sharing content with another row")
+    return out
+
+
+def _classes(cur: RunFigures, base: list[RunFigures], t: Thresholds) -> list[Check]:
+    shares = cur.class_shares()
+    out = []
+    for cls in sorted(set(shares) | {c for b in base for c in b.classes}):
+        if cls in DONE:
+            continue
+        value = shares.get(cls, 0.0)
+        earlier = [b.class_shares().get(cls, 0.0) for b in base if b.final]
+        out.append(_rise_check(f"class_share:{cls}", f"{cls} outcomes", value, earlier, t,
+                               f"{cur.classes.get(cls, 0)} of {cur.final} requests"))
+    return out
+
+
+def failed(checks: list[Check]) -> list[Check]:
+    return [c for c in checks if c.ok is False]

@@ -1,0 +1,235 @@
+"""What ``scrapy scale report|replay|review JOB`` do (plain Python; the command is glue)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scrapy_scale import config
+from scrapy_scale.errors import ScaleError
+from scrapy_scale.quality import reporting
+from scrapy_scale.quality.history import RunRecord
+from scrapy_scale.redact import redact_url
+
+
+class QualityError(ScaleError, RuntimeError):
+    """A quality command cannot do what was asked; the message says why."""
+
+
+def _run(runs: list[RunRecord], job: str, run: str | None, where: str) -> RunRecord:
+    if not runs:
+        raise QualityError(f"no quality history of job {job!r} in {where} (no crawl of it has ended there "
+                           "with the quality report on)")
+    if run is None:
+        return runs[-1]
+    for r in runs:
+        if r.run_id == str(run):
+            return r
+    raise QualityError(f"job {job!r} has no run {run!r} in the history; runs: {', '.join(r.run_id for r in runs)}")
+
+
+def report(settings: Any, job: str, run: str | None = None) -> dict[str, Any]:
+    """Rebuild the report of ``run`` (default: the job's last run) from the history and the
+    store, write it beside the job's data (as the end of a crawl does) and return it."""
+    from scrapy_scale.quality.pipeline import store_url
+    from scrapy_scale.quality.snapshots import SnapshotDir
+
+    config.validate_all(settings)
+    h = reporting.open_history(settings)
+    try:
+        runs = h.runs(job)
+        rec = _run(runs, job, run, redact_url(store_url(settings)))
+        scan = reporting.scan_store(settings, job, rec.run_id)
+        index = SnapshotDir.for_job(settings, job).index()
+        rep = reporting.build(job, rec.run_id, runs, reporting.thresholds(settings), scan,
+                              config.get(settings, "SCALE_QUALITY_SAMPLE_SIZE"),
+                              config.get(settings, "SCALE_STORE_FIELDS"), snapshots=index, keep=h.keep)
+        h.put_report(job, rec.run_id, rep["ok"], rep["failed"])
+    finally:
+        h.close()
+    rep["paths"] = reporting.write(rep, reporting.quality_dir(settings, job))
+    return rep
+
+
+def format_report(rep: dict[str, Any]) -> str:
+    lines = [rep["summary"]]
+    for c in rep["checks"]:
+        mark = {True: "pass", False: "FAIL", None: "info"}[c["ok"]]
+        lines.append(f"  {mark:<4} {c['name']}: {c['message']}")
+    lines.append(f"report: {rep['paths'][1]} (JSON: {rep['paths'][0]})")
+    return "\n".join(lines)
+
+
+def replay(settings: Any, job: str, cls: str = "parse_failed", spider: str | None = None,
+           spider_args: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run the spider's callbacks over the job's snapshots of class ``cls`` (no network),
+    store their items through the pipelines, mark the requests that came out done in the
+    frontier and drop their snapshots. Blocking: starts (and stops) a Twisted reactor, so it
+    runs once per process."""
+    from scrapy.crawler import CrawlerProcess
+    from scrapy.utils.misc import load_object
+
+    from scrapy_scale.frontier import settings as frontier_settings
+    from scrapy_scale.frontier.store import open_store
+    from scrapy_scale.quality import replay as R
+    from scrapy_scale.quality.snapshots import SnapshotDir
+
+    config.validate_all(settings)
+    snaps = SnapshotDir.for_job(settings, job)
+    names = snaps.entries(cls)
+    if not names:
+        raise QualityError(f"no snapshot of class {cls!r} for job {job!r} in {snaps.folder}")
+    loaded = {n: snaps.read(n) for n in names}
+    spider = spider or next((s["spider"] for s in loaded.values() if s.get("spider")), None) or job
+    s = settings.copy()
+    prio = "cmdline"
+    s.set("SCALE_JOB", job, priority=prio)
+    s.set(R.SETTING, loaded, priority=prio)
+    s.set("SCHEDULER", "scrapy.core.scheduler.Scheduler", priority=prio)
+    s.set("ROBOTSTXT_OBEY", False, priority=prio)
+    s.set("JOBDIR", None, priority=prio)
+    s.set("LOG_ENABLED", True, priority=prio)
+    for dict_name, path, order in (
+        ("SPIDER_MIDDLEWARES", "scrapy_scale.quality.replay.ReplaySpiderMiddleware", 1000),
+        ("DOWNLOADER_MIDDLEWARES", "scrapy_scale.quality.replay.ReplayDownloaderMiddleware", 1),
+        ("EXTENSIONS", "scrapy_scale.quality.replay.ReplayTracker", 0),
+        ("EXTENSIONS", "scrapy_scale.quality.QualityReport", None),
+        ("EXTENSIONS", "scrapy_scale.quality.snapshots.Snapshots", None),
+    ):
+        s.set_in_component_priority_dict(dict_name, load_object(path), order)
+    process = CrawlerProcess(s)
+    crawler = process.create_crawler(spider)
+    process.crawl(crawler, **(spider_args or {}))
+    process.start()
+    state = R.state_of(crawler)
+    if crawler.stats is None or crawler.stats.get_value("finish_reason") is None:
+        raise QualityError("the replay crawl did not run (see the log above)")
+    done = state.done()
+    fps = [loaded[n]["fingerprint"] for n in done]
+    marked = 0
+    if fps:
+        store = open_store(frontier_settings.frontier_url(settings), job,
+                           state_dir=config.get(settings, "SCALE_STATE_DIR"))
+        try:
+            marked = store.resolve(fps)
+        finally:
+            store.close()
+        for n in done:
+            _drop(snaps, n)
+    failing = {n: (state.item_failures.get(n) or ":".join(state.outcomes.get(n, ("fatal", "not replayed"))))
+               for n in names if n not in done}
+    return {"job": job, "class": cls, "spider": spider, "snapshots": len(names), "done": len(done),
+            "marked_done": marked, "items_stored": sum(state.stored.values()),
+            "ignored_requests": state.ignored_requests, "still_failing": failing}
+
+
+def _drop(snaps: Any, name: str) -> None:
+    import os
+
+    try:
+        os.unlink(os.path.join(snaps.folder, name))
+    except FileNotFoundError:
+        pass
+
+
+def format_replay(r: dict[str, Any]) -> str:
+    lines = [f"{r['job']}: replayed {r['snapshots']} snapshot(s) of class {r['class']} with spider {r['spider']} "
+             f"(no network request): {r['done']} came out ok, {r['items_stored']} item(s) stored, "
+             f"{r['marked_done']} request(s) marked done in the frontier"]
+    if r["ignored_requests"]:
+        lines.append(f"  {r['ignored_requests']} link(s) the callbacks followed were not fetched")
+    for name, why in list(r["still_failing"].items())[:20]:
+        lines.append(f"  still failing: {name}: {why}")
+    return "\n".join(lines)
+
+
+#: the verdicts a reviewer may write in the CSV's ``verdict`` column ("" = not judged)
+VERDICTS = {"ok": "ok", "good": "ok", "yes": "ok", "y": "ok", "bad": "bad", "wrong": "bad", "no": "bad", "n": "bad"}
+CSV_COLUMNS = ["run_id", "key", "source_url", "item_type", "snapshot", "fields", "verdict", "note"]
+
+
+def review(settings: Any, job: str, run: str | None = None, verdicts: str | None = None) -> str:
+    """Write the run's sample for a person to review (CSV and HTML beside the job's data), or,
+    with ``verdicts``, read a filled-in CSV back into the history (the next report shows it)."""
+    if verdicts:
+        return read_verdicts(settings, job, verdicts)
+    import csv
+    import json
+    import os
+
+    from scrapy_scale.quality.html import review_page
+    from scrapy_scale.quality.pipeline import store_url
+    from scrapy_scale.quality.snapshots import SnapshotDir
+
+    config.validate_all(settings)
+    h = reporting.open_history(settings)
+    try:
+        rec = _run(h.runs(job), job, run, redact_url(store_url(settings)))
+    finally:
+        h.close()
+    scan = reporting.scan_store(settings, job, rec.run_id)
+    fields = config.get(settings, "SCALE_STORE_FIELDS")
+    rows = reporting.sample(scan.run_rows, config.get(settings, "SCALE_QUALITY_SAMPLE_SIZE"),
+                            f"{job}:{rec.run_id}", fields, SnapshotDir.for_job(settings, job).index())
+    folder = reporting.quality_dir(settings, job)
+    os.makedirs(folder, exist_ok=True)
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in rec.run_id)
+    csv_path = os.path.join(folder, f"review-{safe}.csv")
+    with open(csv_path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, CSV_COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({"run_id": rec.run_id, "key": r["key"], "source_url": r["source_url"],
+                        "item_type": r["item_type"], "snapshot": r["snapshot"] or "",
+                        "fields": json.dumps(r["fields"], ensure_ascii=False, sort_keys=True, default=str),
+                        "verdict": "", "note": ""})
+    html_path = os.path.join(folder, f"review-{safe}.html")
+    with open(html_path, "w", encoding="utf-8") as f:
+        f.write(review_page(job, rec.run_id, rows))
+    return (f"{job}: {len(rows)} row(s) of run {rec.run_id} to review: {csv_path} (fill in the verdict column "
+            f"with ok or bad, and a note if you like; then: scrapy scale review {job} --verdicts FILE) "
+            f"and {html_path}")
+
+
+def parse_verdicts(lines: Any) -> tuple[str, dict[str, Any]]:
+    """(run id, verdicts) from a filled-in review CSV."""
+    import csv
+
+    run = ""
+    out: dict[str, Any] = {"judged": 0, "ok": 0, "bad": 0, "rows": []}
+    for i, row in enumerate(csv.DictReader(lines), start=2):
+        if not row.get("key"):
+            raise QualityError(f"line {i}: no key (is it the CSV `scrapy scale review` wrote?)")
+        run = run or (row.get("run_id") or "")
+        if row.get("run_id") and row["run_id"] != run:
+            raise QualityError(f"line {i}: run {row['run_id']!r}, but the file is about run {run!r}")
+        raw = (row.get("verdict") or "").strip().lower()
+        if not raw:
+            continue
+        if raw not in VERDICTS:
+            raise QualityError(f"line {i}: verdict {row.get('verdict')!r}: write ok or bad (or leave it empty)")
+        v = VERDICTS[raw]
+        out["judged"] += 1
+        out[v] += 1
+        out["rows"].append({"key": row["key"], "source_url": row.get("source_url"), "verdict": v,
+                            "note": (row.get("note") or "").strip()[:500]})
+    if not run:
+        raise QualityError("the file names no run (run_id column)")
+    return run, out
+
+
+def read_verdicts(settings: Any, job: str, path: str) -> str:
+    config.validate_all(settings)
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            run, verdicts = parse_verdicts(f)
+    except OSError as e:
+        raise QualityError(f"cannot read {path}: {e}") from None
+    h = reporting.open_history(settings)
+    try:
+        if not any(r.run_id == run for r in h.runs(job)):
+            raise QualityError(f"job {job!r} has no run {run!r} in the history")
+        h.put_verdicts(job, run, verdicts)
+    finally:
+        h.close()
+    return (f"{job}: verdicts on run {run} recorded: {verdicts['judged']} judged, {verdicts['ok']} ok, "
+            f"{verdicts['bad']} bad; the next report shows them")

@@ -1,0 +1,110 @@
+"""The history of a job's runs, kept by the item store (same SQLite file / MongoDB database).
+
+One side collection (``SCALE_QUALITY_HISTORY``, default ``<collection>_quality_runs``) holds,
+per run of a job: the figures of each crawl process that took part (``figures``), the
+verdict of the last report (``report``) and a reviewer's verdicts on its sample
+(``verdicts``). The last ``SCALE_QUALITY_HISTORY_RUNS`` runs of each job are kept.
+Blocking: call from a thread (or a command).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from scrapy_scale.quality.figures import RunFigures, merge
+from scrapy_scale.storage.backends import DeadRow, Store, open_store
+
+SEP = "\x1f"
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    started: float
+    figures: RunFigures
+    #: the last report's verdict: {"ok": bool, "failed": [check names], "at": time}, or None
+    report: dict[str, Any] | None = None
+    #: {"ok": n, "bad": n, "rows": [{key, verdict, note}], "at": time}, or None
+    verdicts: dict[str, Any] | None = None
+    parts: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        return bool(self.report and self.report.get("ok"))
+
+
+def run_order(run_id: str) -> tuple[int, float, str]:
+    return (0, float(run_id), "") if run_id.isdigit() else (1, 0.0, run_id)
+
+
+class History:
+    def __init__(self, url: str, collection: str, table: str, keep: int = 10):
+        self.store: Store = open_store(url, collection, table)
+        self.keep = keep
+
+    def open(self) -> None:
+        self.store.open()
+
+    def close(self) -> None:
+        self.store.close()
+
+    def _put(self, job: str, run_id: str, kind: str, part: str, data: Any, started: float) -> None:
+        doc = {"job": job, "run_id": str(run_id), "kind": kind, "part": part, "data": data,
+               "started": started}
+        self.store.dead_letter([DeadRow(SEP.join((job, str(run_id), kind, part)), doc)], time.time())
+
+    def put_figures(self, fig: RunFigures, part: str, started: float) -> None:
+        self._put(fig.job, fig.run_id, "figures", part, fig.to_json(), started)
+
+    def put_report(self, job: str, run_id: str, ok: bool, failed: list[str]) -> None:
+        self._put(job, run_id, "report", "", {"ok": ok, "failed": failed, "at": time.time()}, time.time())
+
+    def put_verdicts(self, job: str, run_id: str, verdicts: dict[str, Any]) -> None:
+        self._put(job, run_id, "verdicts", "", dict(verdicts, at=time.time()), time.time())
+
+    def _rows(self, job: str) -> list[dict[str, Any]]:
+        return [r for r in self.store.dead_letters() if r.get("job") == job and "run_id" in r]
+
+    def runs(self, job: str) -> list[RunRecord]:
+        """The job's runs, oldest first."""
+        by_run: dict[str, list[dict[str, Any]]] = {}
+        for r in self._rows(job):
+            by_run.setdefault(str(r["run_id"]), []).append(r)
+        out = []
+        for run_id, rows in by_run.items():
+            figs = [RunFigures.from_json(r["data"]) for r in rows if r.get("kind") == "figures"]
+            rec = RunRecord(run_id, min(float(r.get("started") or 0) for r in rows), merge(figs), parts=len(figs))
+            rec.figures.job, rec.figures.run_id = job, run_id
+            for r in rows:
+                if r.get("kind") == "report":
+                    rec.report = r["data"]
+                elif r.get("kind") == "verdicts":
+                    rec.verdicts = r["data"]
+            out.append(rec)
+        out.sort(key=lambda rec: (rec.started, run_order(rec.run_id)))
+        return out
+
+    def prune(self, job: str) -> int:
+        """Forget the job's runs beyond the last ``keep``; returns how many runs went."""
+        runs = self.runs(job)
+        old = {r.run_id for r in runs[: max(0, len(runs) - self.keep)]}
+        if not old:
+            return 0
+        ids = [r["_id"] for r in self._rows(job) if str(r["run_id"]) in old]
+        self.store.delete_dead_letters(ids)
+        return len(old)
+
+
+def baseline(runs: list[RunRecord], run_id: str) -> list[RunRecord]:
+    """The earlier runs to compare ``run_id`` with: the clean ones before it (all earlier
+    ones when none was clean)."""
+    earlier = []
+    for r in runs:
+        if r.run_id == str(run_id):
+            break
+        earlier.append(r)
+    clean = [r for r in earlier if r.clean]
+    return clean or earlier
