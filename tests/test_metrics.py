@@ -115,6 +115,16 @@ def test_dead_lettered_items_are_counted_from_the_item_signals() -> None:
     assert smp[("scrapy_scale_items_dead_lettered_total", ())] == 1
 
 
+def test_quality_series_appear_only_when_the_quality_layer_counts() -> None:
+    m = CrawlMetrics("j", "s", "w")
+    assert not any(n.startswith(("scrapy_scale_items_validated", "scrapy_scale_quality")) for n, _ in samples(_text(m)))
+    m.items_validated, m.items_quarantined, m.quality_checks_failing = 40, 10, 2
+    smp = samples(_text(m))
+    assert smp[("scrapy_scale_items_validated_total", ())] == 40
+    assert smp[("scrapy_scale_items_quarantined_total", ())] == 10
+    assert smp[("scrapy_scale_quality_checks_failing", ())] == 2
+
+
 def _text(m: CrawlMetrics) -> str:
     from prometheus_client import generate_latest
 
@@ -267,6 +277,9 @@ def test_a_faulty_crawl_s_final_textfile_matches_its_stats(tmp_path: Path) -> No
             seen_classes.add(cls.value)
     assert {"ok", "not_found", "transient", "parse_failed", "blocked", "fatal"} <= seen_classes
     assert smp[("scrapy_scale_items_stored_total", ())] == st["item_scraped_count"]
+    # the validation pipeline (SCALE_CRITICAL_FIELDS) offers its figures; the metrics read them
+    assert smp[("scrapy_scale_items_validated_total", ())] == st["scale/quality/validated"]
+    assert smp[("scrapy_scale_items_quarantined_total", ())] == st.get("scale/quality/quarantined", 0)
     depth = {int(k.rsplit("/", 1)[1]): v for k, v in st.items() if k.startswith("scale/retry_depth/")}
     assert smp[("scrapy_scale_request_attempts_sum", ())] == sum(a * n for a, n in depth.items())
     queue = by_label(smp, "scrapy_scale_queue_requests", "state")

@@ -11,7 +11,9 @@ a default crawl is unchanged. Alone: ``EXTENSIONS = {"scrapy_scale.monitor.Metri
   are read from what the other components offer: the frontier's status (job-wide, through
   :class:`~.frontier_read.FrontierPoller`), the downloader's open slots and their delays,
   ``ScaleContext.extra["egress_pool"]`` (``pool_sizes()``: egresses by state) and
-  ``ScaleContext.extra["browser"]`` (``contexts``, ``processes``) when they are there;
+  ``ScaleContext.extra["browser"]`` (``contexts``, ``processes``), ``extra["quality"]``
+  (items validated / quarantined) and ``extra["quality_report"]`` (``failing``: the checks
+  failing at the last periodic run) when they are there;
   then the push and the textfile are written (in a thread: the reactor never waits).
 - At close: a last read, the final push (then the group is deleted when
   ``SCALE_METRICS_PUSH_DELETE``), the final textfile; the endpoint and its file_sd file go.
@@ -205,6 +207,14 @@ class MetricsExtension:
             if browser is not None:
                 m.browser_contexts = _count(getattr(browser, "contexts", None))
                 m.browser_processes = _count(getattr(browser, "processes", None))
+            quality = ctx.extra.get("quality")  # the run's RunFigures (scrapy_scale.quality)
+            validated = int(getattr(quality, "validated", 0) or 0)
+            if validated:
+                m.items_validated = validated
+                m.items_quarantined = int(getattr(quality, "quarantined", 0) or 0)
+            report = ctx.extra.get("quality_report")
+            if report is not None and getattr(report, "failing", None) is not None:
+                m.quality_checks_failing = len(report.failing)
 
     async def spider_closed(self, spider: Any, reason: str) -> None:
         if self._loop is not None and self._loop.running:

@@ -72,6 +72,11 @@ class CrawlMetrics:
         self.browser_contexts: int | None = None
         self.browser_processes: int | None = None
         self.egress_pool: dict[str, int] | None = None
+        #: the quality layer's figures, when it is on: items validated / quarantined (counters,
+        #: read from its offer), checks failing at its last periodic run (a gauge)
+        self.items_validated: int | None = None
+        self.items_quarantined: int | None = None
+        self.quality_checks_failing: int | None = None
 
     # ---- the outcome subscriber (reactor thread) -------------------------------------
 
@@ -152,6 +157,8 @@ class CrawlMetrics:
             "browser_processes": self.browser_processes,
             "egress_pool": dict(self.egress_pool) if self.egress_pool is not None else None,
             "started": self.started,
+            "items_validated": self.items_validated, "items_quarantined": self.items_quarantined,
+            "quality_checks_failing": self.quality_checks_failing,
         }
 
     def registry(self) -> CollectorRegistry:
@@ -213,6 +220,13 @@ def _families(base: dict[str, str], s: dict[str, Any]) -> Iterator[Metric]:
                   None, {"": s["items_stored"]})
     yield counter("items_dead_lettered", "Items that could not be stored and went to the dead letters.",
                   None, {"": s["items_dead_lettered"]})
+    if s["items_validated"] is not None:
+        yield counter("items_validated", "Items checked by the validation pipeline before storage.",
+                      None, {"": s["items_validated"]})
+        yield counter("items_quarantined", "Items put in quarantine by the validation pipeline (never stored).",
+                      None, {"": s["items_quarantined"] or 0})
+    yield from gauge("quality_checks_failing", "Quality checks failing at their last periodic run.",
+                     s["quality_checks_failing"])
     yield counter("egress_attempts", "Attempts that went through an egress (a proxy).",
                   None, {"": s["egress_attempts"]})
     yield counter("egress_failures", "Failed attempts through an egress, by outcome class.",

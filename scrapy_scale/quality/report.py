@@ -57,6 +57,10 @@ class QualityReport:
         self.history: History | None = None
         self._baseline: list[RunFigures] = []
         self._failing: set[str] = set()
+        #: names of the checks failing at the last periodic run (None before the first); the
+        #: metrics read it through the context (extra["quality_report"])
+        self.failing: list[str] | None = None
+        self.ctx.extra["quality_report"] = self
         self._loop: task.LoopingCall | None = None
         self._flushing = False
         #: the last report (tests, scripts)
@@ -126,6 +130,7 @@ class QualityReport:
         self.stats.set_value(K.QUALITY_BATCH_FAILED, len(bad))
         new = [c for c in bad if c.name not in self._failing]
         self._failing = {c.name for c in bad}
+        self.failing = sorted(self._failing)
         for c in new:
             logger.warning("quality check failing during the crawl: %s: %s", c.name, c.message)
         if self.history is not None and not self._flushing:
