@@ -4,6 +4,7 @@ Thin glue: argument parsing and printing. The operations live in
 :mod:`scrapy_scale.frontier.cli_ops` so they are testable and reusable.
 
     scrapy scale status JOB [--json]
+    scrapy scale watch JOB [--interval S] [--count N]
     scrapy scale seed JOB URL [URL ...] [--priority N]
     scrapy scale reset JOB
     scrapy scale requeue JOB --class CLASS
@@ -35,7 +36,7 @@ from scrapy_scale.redact import redact_text
 #: egresses shown in ``status`` (``scrapy scale egress JOB`` shows them all)
 STATUS_EGRESSES = 10
 
-SUBCOMMANDS = ("status", "seed", "reset", "requeue", "egress")
+SUBCOMMANDS = ("status", "seed", "reset", "requeue", "egress", "watch")
 #: the data-quality subcommands (scrapy_scale.quality.cli)
 QUALITY_SUBCOMMANDS = ("report", "replay", "review")
 
@@ -46,16 +47,17 @@ class Command(ScrapyCommand):
     default_settings = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "{status,seed,reset,requeue,egress,report,replay,review} JOB [URL ...] [options]"
+        return "{status,seed,reset,requeue,egress,watch,report,replay,review} JOB [URL ...] [options]"
 
     def short_desc(self) -> str:
-        return ("Inspect and steer a scrapy-scale job's frontier (status, seed, reset, requeue) "
+        return ("Inspect and steer a scrapy-scale job's frontier (status, seed, reset, requeue, egress, watch) "
                 "and its data quality (report, replay, review)")
 
     def long_desc(self) -> str:
         return (
             "status JOB: counts by state and failure class, oldest pending age, average wait, "
-            "leases per worker. seed JOB URL...: add start URLs. reset JOB: forget the job's "
+            "leases per worker, and the workers' rates, ETA and top domains by blocks. watch JOB: the same, "
+            "live, redrawn every --interval seconds until Ctrl-C. seed JOB URL...: add start URLs. reset JOB: forget the job's "
             "frontier so the next crawl starts over. requeue JOB --class CLASS: put terminal "
             "failures of that class back to pending. egress JOB: the egress pool's state (each egress's "
             "state, score, requests, failures by class, quarantine, per-domain bans). The frontier is SCALE_FRONTIER_URL "
@@ -81,6 +83,10 @@ class Command(ScrapyCommand):
                             help="replay: spider argument (may be repeated)")
         parser.add_argument("--verdicts", metavar="FILE",
                             help="review: read a reviewer's verdicts (the CSV written by review, filled in)")
+        parser.add_argument("--interval", type=float, default=2.0,
+                            help="watch: seconds between refreshes (default 2)")
+        parser.add_argument("--count", type=int, default=None,
+                            help="watch: stop after N refreshes (default: until Ctrl-C)")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         from scrapy_scale.frontier import cli_ops
@@ -109,12 +115,20 @@ class Command(ScrapyCommand):
                 if sub == "status":
                     st = ops.status()
                     pool = self._egress_rows(job)
+                    progress = _progress(self.settings, job, st)
                     if opts.as_json:
-                        print(json.dumps(dict(st, egress=pool), indent=2, sort_keys=True))
+                        extra = {"egress": pool}
+                        if progress is not None:
+                            extra["progress"] = progress
+                        print(json.dumps(dict(st, **extra), indent=2, sort_keys=True))
                     else:
                         print(cli_ops.format_status(st))
                         if pool is not None:
                             print(format_rows(pool[:STATUS_EGRESSES]))
+                        if progress is not None:
+                            print("\n".join(progress["lines"]))  # type: ignore[arg-type]
+                elif sub == "watch":
+                    _watch(self.settings, job, ops, opts.interval, opts.count)
                 elif sub == "seed":
                     added = ops.seed(extra, priority=opts.priority)
                     print(f"{job}: {added} of {len(extra)} URL(s) enqueued"
@@ -182,3 +196,39 @@ class Command(ScrapyCommand):
         except (cli.QualityError, ScaleSettingError) as e:
             print(f"scrapy scale {sub}: error: {e}", file=sys.stderr)
             self.exitcode = 1
+
+def _progress(settings: object, job: str, st: dict[str, object]) -> dict[str, object] | None:
+    """The workers' published numbers (scrapy_scale.monitor.watch), or None if unreadable."""
+    try:
+        from scrapy_scale.monitor import snapshots, watch
+
+        sink = snapshots.sink_for(settings, job)
+        try:
+            v = watch.view(st, sink.read())
+        finally:
+            sink.close()
+    except Exception as e:  # noqa: BLE001 - status itself was read; the extras are a bonus
+        print(f"scrapy scale status: the workers' numbers are unavailable: {e}", file=sys.stderr)
+        return None
+    m = v["merged"]
+    return {"lines": watch.text_lines(v), "eta_seconds": v["eta"], "finished_per_second": v["finished_rate"],
+            "workers": m["workers"], "pages_per_min": m["pages_per_min"], "items_per_min": m["items_per_min"],
+            "requests": dict(m["requests"]), "retries": dict(m["retries"]), "items_stored": m["items_stored"],
+            "domains": {d: dict(c) for d, c in m["domains"].items()}, "egress_pool": dict(m["egress_pool"])}
+
+
+def _watch(settings: object, job: str, ops: object, interval: float, count: int | None) -> None:
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        raise UsageError("watch needs rich: pip install 'scrapy-scale[all]' (or pip install rich)",
+                         print_help=False) from None
+    from scrapy_scale.monitor import snapshots, watch
+
+    sink = snapshots.sink_for(settings, job)
+    try:
+        watch.run(ops, sink, interval=interval, count=count)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sink.close()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from typing import Any
 
 from scrapy import signals
@@ -32,32 +31,17 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet import defer, task, threads
 
 from scrapy_scale import settings_core, startup
-from scrapy_scale import signals as scale_signals
 from scrapy_scale.config import ScaleSettingError
-from scrapy_scale.context import ScaleContext
+from scrapy_scale.monitor import reading
 from scrapy_scale.monitor import settings as S
 from scrapy_scale.redact import redact_url
 
 logger = logging.getLogger(__name__)
 
 
-def default_worker() -> str:
-    return f"{socket.gethostname()}/{os.getpid()}"
-
-
-def _count(value: Any) -> int | None:
-    if callable(value):
-        value = value()
-    try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError):
-        return None
-
-
 class MetricsExtension:
     def __init__(self, crawler: Any):
         from scrapy_scale.monitor.export import FileSD, MetricsPortError, MetricsServer, Pusher
-        from scrapy_scale.monitor.metrics import CrawlMetrics
 
         s = crawler.settings
         self.crawler = crawler
@@ -67,8 +51,7 @@ class MetricsExtension:
         self.push_delete = S.PUSH_DELETE.get(s)
         self.textfile = S.TEXTFILE.get(s)
         job = settings_core.JOB.get(s) or getattr(crawler.spidercls, "name", None) or "-"
-        self.metrics = CrawlMetrics(job, getattr(crawler.spidercls, "name", None) or "-", default_worker(),
-                                    S.TOP_DOMAINS.get(s))
+        self.metrics = reading.crawl_metrics(crawler)
         self.registry = self.metrics.registry()
         self.server: MetricsServer | None = None
         self.file_sd: FileSD | None = None
@@ -101,10 +84,6 @@ class MetricsExtension:
                                     "pip install 'scrapy-scale[prometheus]'") from None
         ext = cls(crawler)
         sig = crawler.signals
-        sig.connect(ext.metrics.on_outcome, signal=scale_signals.outcome)
-        sig.connect(ext.metrics.on_item_stored, signal=signals.item_scraped)
-        sig.connect(ext.metrics.on_item_failed, signal=signals.item_dropped)
-        sig.connect(ext.metrics.on_item_failed, signal=signals.item_error)
         sig.connect(ext.spider_opened, signal=signals.spider_opened)
         sig.connect(ext.spider_closed, signal=signals.spider_closed)
         sig.connect(ext.engine_stopped, signal=signals.engine_stopped)
@@ -115,12 +94,9 @@ class MetricsExtension:
     def spider_opened(self, spider: Any) -> None:
         from scrapy_scale.monitor.frontier_read import FrontierPoller
 
-        ctx = ScaleContext.of(self.crawler)
         m = self.metrics
-        job = ctx.job or m.base["job"]
-        worker = getattr(ctx, "worker", None) or m.base["worker"]
-        with m.lock:
-            m.base = {"job": job, "spider": spider.name, "worker": worker}
+        reading.set_labels(self.crawler, m, spider)
+        job, worker = m.base["job"], m.base["worker"]
         self._poller = FrontierPoller.install(self.crawler, job)
         if self.server is not None and self.file_sd is not None:
             self.file_sd.write(self.server.address, {"scale_job": job, "spider": spider.name})
@@ -136,8 +112,7 @@ class MetricsExtension:
     def tick(self) -> None:
         """Every interval, on the reactor: nothing here waits (the frontier read and the
         exports run in threads and land when they are done)."""
-        self.metrics.refresh_domains()
-        self.read_components()
+        reading.refresh(self.crawler, self.metrics)
         if self._poller is not None:
             self._poller.refresh().addCallback(self.metrics.set_frontier)
         if self._exporting is None and (self.pusher is not None or self.textfile):
@@ -146,8 +121,7 @@ class MetricsExtension:
 
     async def _final(self) -> None:
         """At close: a last read of everything, then the final exports."""
-        self.metrics.refresh_domains()
-        self.read_components()
+        reading.refresh(self.crawler, self.metrics)
         if self._poller is not None:
             self.metrics.set_frontier(await maybe_deferred_to_future(self._poller.refresh(fresh=True)))
         while self._exporting is not None:
@@ -184,37 +158,6 @@ class MetricsExtension:
                 self._export_warned.add(what)
                 where = self.textfile if what == "textfile" else redact_url(self.gateway or "")
                 logger.warning("metrics %s to %s failed (will keep trying): %s", what, where, e)
-
-    def read_components(self) -> None:
-        """The gauges of what this process holds: download slots, egress pool, browser."""
-        m = self.metrics
-        engine = self.crawler.engine
-        slots = getattr(getattr(engine, "downloader", None), "slots", None)
-        ctx = ScaleContext.of(self.crawler)
-        with m.lock:
-            if isinstance(slots, dict):
-                m.download_slots = len(slots)
-                m.domain_delay = {k: float(getattr(v, "delay", 0.0)) for k, v in list(slots.items())
-                                  if k in m.domains.named}
-            pool = ctx.extra.get("egress_pool")
-            sizes = getattr(pool, "pool_sizes", None)
-            if callable(sizes):
-                try:
-                    m.egress_pool = {str(k): int(v) for k, v in dict(sizes()).items()}
-                except Exception:  # noqa: BLE001 - another component's object
-                    logger.debug("metrics: egress pool sizes unavailable", exc_info=True)
-            browser = ctx.extra.get("browser")
-            if browser is not None:
-                m.browser_contexts = _count(getattr(browser, "contexts", None))
-                m.browser_processes = _count(getattr(browser, "processes", None))
-            quality = ctx.extra.get("quality")  # the run's RunFigures (scrapy_scale.quality)
-            validated = int(getattr(quality, "validated", 0) or 0)
-            if validated:
-                m.items_validated = validated
-                m.items_quarantined = int(getattr(quality, "quarantined", 0) or 0)
-            report = ctx.extra.get("quality_report")
-            if report is not None and getattr(report, "failing", None) is not None:
-                m.quality_checks_failing = len(report.failing)
 
     async def spider_closed(self, spider: Any, reason: str) -> None:
         if self._loop is not None and self._loop.running:

@@ -10,7 +10,8 @@ logs every ``SCALE_PROGRESS_INTERVAL`` seconds::
     progress: 1,234 done, 5 failed, 7,890 pending (12 delayed, 64 leased); 310 pages/min, 280 items/min; ETA 25 min
 
 done / failed / pending are the job's (every worker's, from the frontier); pages/min and
-items/min are this process's final outcomes and stored items over the last minutes;
+items/min are this process's final outcomes and stored items over the last minutes (as
+the one :class:`~.metrics.CrawlMetrics` of the crawler counts them);
 the ETA divides what is left (pending, delayed, leased) by the job's recent rate of
 finished requests (done + failed).
 """
@@ -29,14 +30,14 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet import defer, task
 
 from scrapy_scale import settings_core
-from scrapy_scale import signals as scale_signals
 from scrapy_scale.monitor import settings as S
-from scrapy_scale.outcomes.model import DONE_CLASSES, Outcome
+from scrapy_scale.outcomes.model import DONE_CLASSES
 
 logger = logging.getLogger(__name__)
 
 #: seconds of samples a rate is computed over (at least two samples)
 WINDOW = 300.0
+DONE_VALUES = frozenset(c.value for c in DONE_CLASSES)
 
 
 class RateWindow:
@@ -112,11 +113,12 @@ class ProgressLog:
     """Extension: the progress line every ``SCALE_PROGRESS_INTERVAL`` seconds."""
 
     def __init__(self, crawler: Any, interval: float):
+        from scrapy_scale.monitor import reading
+
         self.crawler = crawler
         self.interval = interval
-        self.done = 0
-        self.failed = 0
-        self.items = 0
+        #: the counts the metrics and ``scrapy scale watch`` show too (one subscriber)
+        self.metrics = reading.crawl_metrics(crawler)
         self.pages = RateWindow(max(WINDOW, 5 * interval))
         self.item_rate = RateWindow(max(WINDOW, 5 * interval))
         self.finished = RateWindow(max(WINDOW, 5 * interval))  # the job's done + failed
@@ -129,21 +131,15 @@ class ProgressLog:
         if not interval:
             raise NotConfigured("SCALE_PROGRESS_INTERVAL = 0")
         ext = cls(crawler, interval)
-        crawler.signals.connect(ext.on_outcome, signal=scale_signals.outcome)
-        crawler.signals.connect(ext.on_item, signal=signals.item_scraped)
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         return ext
 
-    def on_outcome(self, outcome: Outcome, **kwargs: Any) -> None:
-        if outcome.final and not outcome.internal:
-            if outcome.cls in DONE_CLASSES:
-                self.done += 1
-            else:
-                self.failed += 1
-
-    def on_item(self, **kwargs: Any) -> None:
-        self.items += 1
+    def counts(self) -> tuple[int, int, int]:
+        """This process's (done, failed, items stored)."""
+        s = self.metrics.snapshot()
+        done = sum(n for c, n in s["requests"].items() if c in DONE_VALUES)
+        return done, sum(s["requests"].values()) - done, int(s["items_stored"])
 
     def spider_opened(self, spider: Any) -> None:
         from scrapy_scale.monitor.frontier_read import FrontierPoller
@@ -170,12 +166,13 @@ class ProgressLog:
 
     def sample(self, now: float, status: Mapping[str, Any] | None) -> str:
         """Add a sample at ``now`` and return the line."""
-        self.pages.add(now, self.done + self.failed)
-        self.item_rate.add(now, self.items)
+        done, failed, items = self.counts()
+        self.pages.add(now, done + failed)
+        self.item_rate.add(now, items)
         counts = status.get("counts") if status else None
         if counts is not None:
             self.finished.add(now, int(counts.get("done", 0)) + int(counts.get("failed", 0)))
             eta = eta_seconds(remaining(counts), self.finished.rate())
         else:
             eta = None
-        return progress_line(counts, self.pages.rate(), self.item_rate.rate(), eta, self.done, self.failed)
+        return progress_line(counts, self.pages.rate(), self.item_rate.rate(), eta, done, failed)

@@ -126,3 +126,11 @@ PROGRESS_INTERVAL = declare(
     "Seconds between progress lines (done, pending, failed, pages/min, items/min, ETA); 0 = none.",
     COMPONENT,
 )
+WATCH_INTERVAL = declare(
+    "SCALE_WATCH_INTERVAL",
+    5.0,
+    as_float(0.0, 3600.0),
+    "Seconds between the snapshots each worker publishes next to its frontier for `scrapy scale watch` "
+    "and `status`; 0 = none.",
+    COMPONENT,
+)
