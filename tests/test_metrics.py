@@ -286,3 +286,28 @@ def test_a_faulty_crawl_s_final_textfile_matches_its_stats(tmp_path: Path) -> No
     assert queue["done"] + queue["failed"] == sum(by_label(smp, "scrapy_scale_requests_total", "class").values())
     assert queue["pending"] == queue["leased"] == queue["delayed"] == 0
     assert "progress: " in res.log and " pages/min, " in res.log
+
+
+def test_the_egress_pool_and_its_failures_are_exported(tmp_path: Path) -> None:
+    """The egress middleware registers itself as ScaleContext.extra["egress_pool"]: its
+    pool by state and the failed attempts through egresses reach the metrics."""
+    from scrapy_scale.testbed import ProxySpec
+
+    prom = tmp_path / "final.prom"
+    with Testbed(hosts=2, pages=20, proxies=[ProxySpec("p1"), ProxySpec("p2", mode="dead")]) as tb:
+        res = run_crawl(tb, {"SCALE_METRICS_TEXTFILE": str(prom), "SCALE_METRICS_INTERVAL": 0.5,
+                             "SCALE_EGRESSES": tb.proxy_urls}, tmp_path)
+    assert res.returncode == 0, res.tail()
+    smp = samples(prom.read_text())
+    pool = by_label(smp, "scrapy_scale_egress_pool_size", "state")
+    assert sum(pool.values()) == 2, pool
+    # every crawl attempt went through an egress
+    assert smp[("scrapy_scale_egress_attempts_total", ())] == st_attempts(res.stats) > 0
+    failures = by_label(smp, "scrapy_scale_egress_failures_total", "class")
+    assert failures.get("egress_failed", 0) == res.stats.get("scale/retry/egress_failed", 0) + res.stats.get(
+        "scale/outcome/egress_failed", 0) > 0
+
+
+def st_attempts(stats: dict) -> int:
+    """Attempts of crawl requests: final outcomes plus retried attempts, over the classes."""
+    return sum(stats.get(f"scale/{kind}/{c.value}", 0) for c in C for kind in ("outcome", "retry"))

@@ -117,10 +117,10 @@ class Command(ScrapyCommand):
                     pool = self._egress_rows(job)
                     progress = _progress(self.settings, job, st)
                     if opts.as_json:
-                        extra = {"egress": pool}
+                        more: dict[str, Any] = {"egress": pool}
                         if progress is not None:
-                            extra["progress"] = progress
-                        print(json.dumps(dict(st, **extra), indent=2, sort_keys=True))
+                            more["progress"] = progress
+                        print(json.dumps(dict(st, **more), indent=2, sort_keys=True))
                     else:
                         print(cli_ops.format_status(st))
                         if pool is not None:
