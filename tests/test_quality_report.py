@@ -79,6 +79,23 @@ def test_layout_change_is_flagged_against_the_previous_clean_run(tmp_path: Path)
     screenshot_is_not_blank(tmp_path / "state" / "quality" / "catalog" / "report.html", tmp_path)
 
 
+def test_an_unfinished_run_is_reported_but_judged_only_when_it_finishes(tmp_path: Path) -> None:
+    settings = {**ADDON, "SCALE_QUALITY_EXPECT": {"parse_item": 2}, "SCALE_QUALITY_EXIT_CODE": 4,
+                "CONCURRENT_REQUESTS": 2}
+    with Testbed(hosts=1, pages=40, seed=8) as tb:
+        cut = run_crawl(tb, {**settings, "CLOSESPIDER_PAGECOUNT": 8}, tmp_path)
+        assert cut.returncode == 0, cut.tail()  # a failing check, but the run goes on next time
+        r = report_of(tmp_path)
+        assert r["finished"] is False and r["close_reason"] == "closespider_pagecount" and not r["ok"]
+        assert "which has not finished (closed: closespider_pagecount)" in cut.log
+        rest = run_crawl(tb, settings, tmp_path)  # resumes the run to its end
+    assert rest.returncode == 4, rest.tail()
+    r = report_of(tmp_path)
+    assert r["finished"] is True and r["run_id"] == str(cut.stats["scale/frontier/run"])
+    assert checks(r)["items_per_request:parse_item"]["ok"] is False
+    assert rest.stats["finish_reason"] == "finished", "SCALE_QUALITY_FINISH_REASON is not set"
+
+
 DUPES_SPIDER = '''
 from example_project.spiders.catalog import CatalogSpider
 

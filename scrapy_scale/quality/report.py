@@ -148,12 +148,14 @@ class QualityReport:
         snapshots = self.ctx.extra.get("snapshots")
         index = snapshots.index() if snapshots is not None else {}
         fig = RunFigures.from_json(self.figures.to_json())
-        d = threads.deferToThread(self._finish, fig, store_on, index)
+        d = threads.deferToThread(self._finish, fig, store_on, index, reason)
         d.addCallbacks(self._judged, self._failed)
         await maybe_deferred_to_future(d)
 
-    def _finish(self, fig: RunFigures, store_on: bool, index: dict[str, str]) -> dict[str, Any]:
-        """On a thread: save this process's figures, build the report of the whole run."""
+    def _finish(self, fig: RunFigures, store_on: bool, index: dict[str, str], reason: str) -> dict[str, Any]:
+        """On a thread: save this process's figures, build the report of the whole run. The
+        verdict goes to the history only when the crawl finished (an interrupted run, to be
+        resumed, is judged by the process that finishes it)."""
         s = self.settings
         if self.history is None:
             self.history = reporting.open_history(s)
@@ -165,7 +167,9 @@ class QualityReport:
             report = reporting.build(fig.job, fig.run_id, runs, self.thresholds, scan,
                                      config.get(s, "SCALE_QUALITY_SAMPLE_SIZE"), config.get(s, "SCALE_STORE_FIELDS"),
                                      snapshots=index, keep=h.keep)
-            h.put_report(fig.job, fig.run_id, report["ok"], report["failed"])
+            report["finished"], report["close_reason"] = reason == "finished", reason
+            if report["finished"]:
+                h.put_report(fig.job, fig.run_id, report["ok"], report["failed"])
             h.prune(fig.job)
             report["paths"] = reporting.write(report, reporting.quality_dir(s, fig.job))
             return report
@@ -184,6 +188,12 @@ class QualityReport:
             logger.info("%s; report: %s", report["summary"], html_path)
             return
         lines = [f"  FAILED {c['name']}: {c['message']}" for c in report["checks"] if c["ok"] is False]
+        if not report.get("finished", True):
+            logger.warning("quality report of job %r run %s, which has not finished (closed: %s): %d check(s) "
+                           "failing so far (the run is judged when it finishes)\n%s\n  report: %s",
+                           report["job"], report["run_id"], report["close_reason"], len(lines), "\n".join(lines),
+                           html_path)
+            return
         logger.error("quality report of job %r run %s: %d check(s) failed\n%s\n  report: %s (JSON: %s)",
                      report["job"], report["run_id"], len(lines), "\n".join(lines), html_path, json_path)
         if self.exit_code:
