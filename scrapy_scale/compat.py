@@ -88,3 +88,17 @@ def playwright_browsers(handler: Any) -> int:
         return int(bool(browser is not None and browser.is_connected()))
     except Exception:
         return 0
+
+
+# ---- names of classes (records, messages): the one place ``__module__`` is read -------------
+# (never to find another component: components register what they offer in ScaleContext)
+
+
+def module_of(obj: Any) -> str:
+    """The dotted name of the module that defines ``obj`` (a class or function)."""
+    return str(getattr(obj, "__module__", "") or "")
+
+
+def qualified_name(cls: type) -> str:
+    """``package.module.Class``, as a record stores a class and a message names it."""
+    return f"{module_of(cls)}.{cls.__qualname__}"

@@ -18,7 +18,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_scale import meta
 from scrapy_scale import signals as scale_signals
-from scrapy_scale.frontier import compat
+from scrapy_scale.frontier import scrapy_settings as compat
 from scrapy_scale.frontier.scheduler import Scheduler
 from scrapy_scale.frontier.store import State
 from scrapy_scale.outcomes.model import FailureClass, Outcome

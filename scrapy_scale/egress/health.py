@@ -84,7 +84,7 @@ class Health:
             return HEALTHY
         return QUARANTINED if now < self.until else PROBING
 
-    def probe_slot(self, now: float, policy: HealthPolicy) -> bool:
+    def probe_allowed(self, now: float, policy: HealthPolicy) -> bool:
         """May one more request go through this key? (always, unless it is quarantined or
         probing with every probe slot taken)."""
         st = self.state(now)

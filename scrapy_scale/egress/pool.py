@@ -148,7 +148,7 @@ class EgressPool:
         """0 when ``e`` can carry a request to ``domain`` now, else when it may next."""
         waits = []
         for h in (self._peek(e), self._peek(e, domain)):
-            if h is not None and not h.probe_slot(now, self.policy):
+            if h is not None and not h.probe_allowed(now, self.policy):
                 waits.append(h.until if now < h.until else now + PROBE_WAIT)
         if not waits and self.routes.full(e, domain, now):
             waits.append(self.routes.free_at(e, domain))

@@ -37,7 +37,7 @@ from scrapy import Request, Spider
 from scrapy.utils.misc import load_object
 from scrapy.utils.request import RequestFingerprinter
 
-from scrapy_scale import config
+from scrapy_scale import compat, config
 from scrapy_scale.errors import ScaleError
 from scrapy_scale.frontier import settings as _settings  # noqa: F401 - declares SCALE_FRONTIER_*
 from scrapy_scale.frontier import values
@@ -95,12 +95,12 @@ class RecordRules:
         the schemes of ``SCALE_FRONTIER_SCHEMES``."""
         names = set(SCRAPY_REQUEST_CLASSES)
         if spider is not None:
-            names.add(type(spider).__module__)
+            names.add(compat.module_of(type(spider)))
         schemes: Collection[str] = DEFAULT_SCHEMES
         if settings is not None:
             names.update(config.get(settings, "SCALE_FRONTIER_REQUEST_CLASSES") or ())
             schemes = config.get(settings, "SCALE_FRONTIER_SCHEMES")
-        packages = frozenset({type(spider).__module__.split(".")[0]} if spider is not None else ())
+        packages = frozenset({compat.module_of(type(spider)).split(".")[0]} if spider is not None else ())
         return cls(frozenset(names), frozenset(s.lower() for s in schemes), packages)
 
 
@@ -152,7 +152,7 @@ def _may_be_callback(spidercls: type, name: str) -> bool:
     if not inspect.isfunction(raw):
         return False  # not a method (an attribute, a property, a class or static method)
     if name.startswith("_"):
-        return raw.__module__.startswith("scrapy.") and name in SCRAPY_CALLBACKS
+        return compat.module_of(raw).startswith("scrapy.") and name in SCRAPY_CALLBACKS
     return True
 
 

@@ -41,7 +41,7 @@ from scrapy_scale import signals as scale_signals
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemDeadLettered, ItemNotStored
 from scrapy_scale.frontier import codec
-from scrapy_scale.frontier import compat as frontier_compat
+from scrapy_scale.frontier import scrapy_settings as frontier_compat
 from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.frontier.engine_glue import DaemonThreadPool, install_empty_gate
 from scrapy_scale.frontier.local import LocalQueue, Outbox, holds_back, lease_wanted, max_opt
@@ -191,7 +191,7 @@ class Scheduler(BaseScheduler):
         #: held while the store is in use (the store thread, or a flush on the reactor thread)
         self._store_lock = threading.Lock()
         self._warned_unserializable = False
-        #: Scrapy/scrapy-redis scheduler settings the project set (frontier/compat.py)
+        #: Scrapy/scrapy-redis scheduler settings the project set (frontier/scrapy_settings.py)
         self.compat = frontier_compat.DEFAULT
         self._remove_gate: Callable[[], None] = lambda: None
         self._shutdown_trigger: Any = None

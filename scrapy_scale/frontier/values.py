@@ -31,13 +31,16 @@ import decimal
 from collections.abc import Callable
 from typing import Any
 
+from scrapy_scale import compat
+from scrapy_scale.errors import ScaleError
+
 #: one-key objects that mean a tagged value in format 2
 TAGS = frozenset({"$b", "$d", "$t", "$set", "$fset", "$dt", "$date", "$time", "$td", "$dec", "$item"})
 _V1_TAGS = frozenset({"$b", "$d"})
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
-class Unstorable(ValueError):
+class Unstorable(ScaleError, ValueError):
     """A value that cannot be stored as data; ``type_name`` names its type."""
 
     def __init__(self, type_name: str, message: str):
@@ -68,7 +71,7 @@ def is_item_class(cls: type) -> bool:
 
 
 def class_path(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
+    return compat.qualified_name(cls)
 
 
 class Encoder:

@@ -23,6 +23,7 @@ from collections import deque
 from typing import Any
 
 from scrapy import Request, Spider, signals
+from scrapy.core.downloader import Downloader
 from scrapy.crawler import Crawler
 from scrapy.exceptions import NotConfigured
 from scrapy.http import Response
@@ -41,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 SUFFIX = ".json.gz"
 #: meta keys of one download, not of the request (a replay gets its own)
-TRANSIENT_META = ("download_slot", "download_latency", "download_timeout", "_scale_", "proxy")
+TRANSIENT_META = (Downloader.DOWNLOAD_SLOT, "download_latency", "download_timeout", "_scale_", "proxy")
 
 
 class SnapshotDir:

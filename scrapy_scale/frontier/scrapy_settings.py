@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from scrapy_scale import compat as scrapy_scale_compat
+
 if TYPE_CHECKING:
     from scrapy_scale.frontier.store import FrontierStore
 
@@ -103,7 +105,7 @@ def dupefilter_kind(value: Any) -> str:
 
 def _name(value: Any) -> str:
     if isinstance(value, type):
-        return f"{value.__module__}.{value.__qualname__}"
+        return scrapy_scale_compat.qualified_name(value)
     return str(value)
 
 
