@@ -179,9 +179,14 @@ def test_status_of_a_running_redis_job_from_outside_the_project(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     s = {"SCALE_FRONTIER_URL": redis_url}
-    with Testbed(hosts=2, pages=150, seed=8, faults="slow:/item/*,delay=0.05") as tb:
+    # one page hangs while the test looks, so the crawl cannot finish between two status calls
+    # (it did once on a loaded machine); released once seen: its timed-out attempt is retried
+    with Testbed(hosts=2, pages=150, seed=8, faults="hang@1:/item/1;slow:/item/*,delay=0.05") as tb:
         proc = start_crawl(tb, {"SCALE_JOB": job, "SCALE_FRONTIER_URL": redis_url,
-                                "SCALE_FRONTIER_WORKER": "crawler-a", "CONCURRENT_REQUESTS": 4}, tmp_path)
+                                "SCALE_FRONTIER_WORKER": "crawler-a", "CONCURRENT_REQUESTS": 4,
+                                "DOWNLOAD_TIMEOUT": 3,
+                                "SCALE_RETRY_POLICY": {"transient": {"retries": 50, "base": 0.1, "cap": 0.5}}},
+                           tmp_path)
         try:
             seen: dict[str, Any] | None = None
             deadline = time.monotonic() + 60
@@ -199,6 +204,7 @@ def test_status_of_a_running_redis_job_from_outside_the_project(
             assert seen["average_wait"] is not None
             text = scale("status", job, cwd=elsewhere, settings=s)
             assert "leases by worker: crawler-a" in text.stdout and "run 1: running" in text.stdout
+            tb.set_faults("slow:/item/*,delay=0.05")
             res = proc.finish(120)
         finally:
             if proc.poll() is None:
