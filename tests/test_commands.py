@@ -15,13 +15,13 @@ from typing import Any
 
 from scrapy_scale.frontier import open_store
 from scrapy_scale.testbed import Testbed
-from tests.crawling import ROOT, run_crawl, start_crawl
-from tests.test_frontier_crash_support import (
+from tests.crash_support import (
     HOLD,
     check_items_exact,
     expected_requests,
     stored_items,
 )
+from tests.crawling import ROOT, run_crawl, start_crawl
 
 
 def scale(*args: str, cwd: Path = ROOT, settings: dict[str, str] | None = None,

@@ -14,14 +14,14 @@ import pytest
 
 from scrapy_scale.frontier import open_store
 from scrapy_scale.testbed import Testbed
-from tests.crawling import CrawlProcess, start_crawl
-from tests.test_frontier_crash_support import (
+from tests.crash_support import (
     all_paths,
     check_items_exact,
     expected_requests,
     served_ok_paths,
     stored_items,
 )
+from tests.crawling import CrawlProcess, start_crawl
 
 WORKER_SETTINGS = {
     "CONCURRENT_REQUESTS": 16,

@@ -21,8 +21,8 @@ import pytest
 from scrapy_scale.frontier import open_store
 from scrapy_scale.testbed import Testbed
 from tests.contract_spiders import PRIORITIES
+from tests.crash_support import frontier_counts
 from tests.crawling import CrawlProcess, run_crawl, start_crawl
-from tests.test_frontier_crash_support import frontier_counts
 
 SPIDERS = {"SPIDER_MODULES": ["tests.contract_spiders"], "LOG_LEVEL": "INFO"}
 

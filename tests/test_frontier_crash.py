@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from scrapy_scale.testbed import Testbed
-from tests.test_frontier_crash_support import (
+from tests.crash_support import (
     CRASH_SETTINGS,
     all_paths,
     check_items_exact,

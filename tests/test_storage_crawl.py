@@ -14,8 +14,8 @@ import pytest
 from scrapy_scale.storage.backends import open_store
 from scrapy_scale.storage.keys import page_key
 from scrapy_scale.testbed import Testbed
+from tests.crash_support import HOLD
 from tests.crawling import run_crawl, start_crawl
-from tests.test_frontier_crash_support import HOLD
 
 ONLY_STORE = {
     # the storage components alone (the add-on enables them too; this keeps the test about them)

@@ -1,4 +1,4 @@
-"""Spiders for tests/test_review_seams.py (SPIDER_MODULES = ["tests.review_spiders"])."""
+"""Spiders for tests/test_setting_checks.py (SPIDER_MODULES = ["tests.chain_spiders"])."""
 
 from __future__ import annotations
 

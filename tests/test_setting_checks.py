@@ -1,4 +1,5 @@
-"""Bugs found at the seams between packages (fresh-eyes review), one test each."""
+"""Settings checked at startup (each bad value stops the crawl naming the setting, never its password), and a
+child request that copied its parent's meta starting a chain of its own on the frontier."""
 
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def test_a_request_that_copied_response_meta_starts_its_own_chain_on_the_frontie
     from tests.crawling import run_crawl
 
     log = tmp_path / "outcomes.jsonl"
-    settings = {"SPIDER_MODULES": ["tests.review_spiders"], "SCALE_OUTCOME_LOG": str(log),
+    settings = {"SPIDER_MODULES": ["tests.chain_spiders"], "SCALE_OUTCOME_LOG": str(log),
                 "SCALE_RETRY_POLICY": {"transient": {"base": 0.1, "cap": 0.2}}}
     with Testbed(hosts=1, pages=5, seed=1, faults="500@1:/item/1,first=1") as tb:
         res = run_crawl(tb, settings, tmp_path, spider="copy_meta", timeout=60)
