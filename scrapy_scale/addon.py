@@ -26,6 +26,7 @@ COMPONENTS: list[tuple[str, str, int]] = [
     ("DOWNLOADER_MIDDLEWARES", "scrapy_scale.outcomes.OutcomeDownloaderMiddleware", 550),
     ("SPIDER_MIDDLEWARES", "scrapy_scale.outcomes.OutcomeSpiderMiddleware", 45),
     ("EXTENSIONS", "scrapy_scale.outcomes.record.OutcomeLog", 0),
+    ("EXTENSIONS", "scrapy_scale.throttle.Throttle", 0),
     ("ITEM_PIPELINES", "scrapy_scale.quality.ValidationPipeline", 800),
     ("EXTENSIONS", "scrapy_scale.quality.QualityReport", 0),
     ("EXTENSIONS", "scrapy_scale.quality.Snapshots", 0),

@@ -31,6 +31,16 @@ FRONTIER_STATE = "scale/frontier/state/"  # + pending, delayed, leased, done, fa
 FRONTIER_RUN = "scale/frontier/run"
 FRONTIER_WORKER = "scale/frontier/worker"
 
+# ---- throttle (scrapy_scale.throttle.Throttle) ----
+THROTTLE = "scale/throttle/"
+THROTTLE_SITE = "scale/throttle/site/"  # + site/field: the top sites (SCALE_THROTTLE_STATS_TOP) and "other"
+THROTTLE_OTHER = "other"  # the site name under which the sites past the top are summed
+THROTTLE_SITES = "scale/throttle/sites"  # sites paced
+THROTTLE_RATE_LIMITED = "scale/throttle/rate_limited"  # rate-limited answers seen
+THROTTLE_PAUSED_SECONDS = "scale/throttle/paused_seconds"  # seconds of Retry-After pauses, all sites
+THROTTLE_SHARED_ERRORS = "scale/throttle/shared_errors"  # failed calls to the shared limiter
+FRONTIER_DEFERRED = "scale/frontier/deferred"  # held requests given back to the store until their turn
+
 # ---- store ----
 STORE = "scale/store/"  # + written, inserted, updated, duplicates_in_run, ...
 
@@ -101,3 +111,8 @@ def egress_failures(egress: str, cls: str) -> str:
 
 def egress_route_capped(egress: str, domain: str) -> str:
     return f"{EGRESS_ROUTE_CAPPED}{egress}/{domain}"
+
+
+def throttle_site(site: str, field: str) -> str:
+    """``scale/throttle/site/<site>/<field>``: delay, rate, requests, rate_limited, paused_seconds."""
+    return f"{THROTTLE_SITE}{site}/{field}"

@@ -116,8 +116,27 @@ def test_answers_to_requests_sent_before_the_slowdown_do_not_slow_down_again() -
     assert pc.site("h").delay == d
     assert pc.site("h").rate_limited == 2
     clk.advance(1.0)
-    pc.on_rate_limited("h", latency=0.01, retry_after=None)  # sent after it: slows again
-    assert pc.site("h").delay == pytest.approx(2 * d)
+    pc.on_rate_limited("h", latency=0.01, retry_after=None)  # sent after it, at the learned safe pace
+    assert pc.site("h").delay == pytest.approx(d * (1 + MARGIN))  # a small step, not x slowdown
+    pc.site("h").delay = 0.1  # faster than the learned safe pace: a full slow-down
+    clk.advance(1.0)
+    pc.on_rate_limited("h", latency=0.01, retry_after=None)
+    assert pc.site("h").delay == pytest.approx(0.1 * 2)
+
+
+def test_stray_429s_at_a_safe_pace_do_not_ratchet_the_delay_up() -> None:
+    """A site answering 429 to 40% of first requests whatever the pace (faults, not a rate):
+    the delay grows by small steps, not by ``slowdown`` per 429."""
+    pc, clk = pacing({"default": {"start_delay": 0.05}})
+    for i in range(40):
+        pc.handed_out("h")
+        clk.advance(pc.interval(pc.site("h")) + 0.01)
+        if i % 5 in (1, 3):
+            pc.on_rate_limited("h", latency=0.005, retry_after=1.0)
+            clk.advance(1.0)
+        else:
+            pc.on_success("h", latency=0.005)
+    assert pc.site("h").delay < 1.0, pc.site("h").delay
 
 
 def test_recovery_settles_above_the_too_fast_spacing_and_the_memory_decays() -> None:

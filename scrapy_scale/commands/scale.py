@@ -113,7 +113,10 @@ class Command(ScrapyCommand):
         try:
             with cli_ops.open_job(self.settings, job, must_exist=sub != "seed") as ops:
                 if sub == "status":
+                    from scrapy_scale.throttle import status as pacing_status
+
                     st = ops.status()
+                    st["pacing"] = pacing_status.read(self.settings, job)
                     pool = self._egress_rows(job)
                     progress = _progress(self.settings, job, st)
                     if opts.as_json:
@@ -122,7 +125,7 @@ class Command(ScrapyCommand):
                             more["progress"] = progress
                         print(json.dumps(dict(st, **more), indent=2, sort_keys=True))
                     else:
-                        print(cli_ops.format_status(st))
+                        print(cli_ops.format_status(st) + pacing_status.format_text(st["pacing"]))
                         if pool is not None:
                             print(format_rows(pool[:STATUS_EGRESSES]))
                         if progress is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -33,6 +33,28 @@ class LocalQueue(Generic[T]):
 
     def pop(self) -> T:
         return heapq.heappop(self._heap)[2]
+
+    def take_first(self, judge: Callable[[T], str]) -> T | None:
+        """Remove and return the first entry in serving order that ``judge`` calls
+        ``"take"`` (None: none). Entries judged ``"keep"`` stay in their place, those
+        judged ``"drop"`` are removed (the judge has dealt with them)."""
+        kept = []
+        found = None
+        while self._heap:
+            item = heapq.heappop(self._heap)
+            verdict = judge(item[2])
+            if verdict == "take":
+                found = item[2]
+                break
+            if verdict == "keep":
+                kept.append(item)
+        for item in kept:
+            heapq.heappush(self._heap, item)
+        return found
+
+    def any(self, pred: Callable[[T], bool]) -> bool:
+        """Does any entry satisfy ``pred`` (in no particular order)?"""
+        return any(pred(e) for _, _, e in self._heap)
 
     def top_priority(self) -> int | None:
         return -self._heap[0][0] if self._heap else None

@@ -21,6 +21,7 @@ their parent's ack in the same ordered outbox, so a crash never loses them.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -40,7 +41,7 @@ from scrapy_scale import compat, config, exitcode, meta, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemDeadLettered, ItemNotStored
-from scrapy_scale.frontier import codec
+from scrapy_scale.frontier import codec, pacing
 from scrapy_scale.frontier import scrapy_settings as frontier_compat
 from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.frontier.engine_glue import DaemonThreadPool, install_empty_gate
@@ -68,6 +69,8 @@ logger = logging.getLogger(__name__)
 TICK = 0.25
 #: the outbox is written at once (on the reactor thread) when it holds this many batches
 OUTBOX_CAP = 16
+#: with a pacer, the buffer holds at most this many batches (requests it holds included)
+HELD_CAP = 4
 #: seconds after the engine finished a request with no final outcome before the
 #: scheduler acks it itself (signal mode; a missing outcome must not hang a job)
 OUTCOME_GRACE = 10.0
@@ -174,6 +177,13 @@ class Scheduler(BaseScheduler):
         self._held_waiting: dict[int, Request] = {}
         #: fingerprint -> lease token of requests kept in memory whose record this worker holds
         self._held_tokens: dict[str, int] = {}
+        #: the pacer (the throttle) asked which buffered requests may go; None: no pacing
+        self._pacer: pacing.Pacer | None = None
+        #: buffered requests the pacer held at its last look
+        self._held = 0
+        #: a sync at the next not-before time of a request this worker delayed
+        self._due_timer: Any = None
+        self._due_at = math.inf
         self.inflight: dict[str, InFlight] = {}
         self.remote: dict[str, int] = {"pending": 0, "delayed": 0, "leased": 0, "done": 0, "failed": 0}
         self._synced_once = False
@@ -276,6 +286,7 @@ class Scheduler(BaseScheduler):
         ctx = ScaleContext.of(self.crawler)
         if self.signal_mode is None:
             self.signal_mode = ctx.outcomes_on
+        self._pacer = ctx.extra.get("pacer")
         claim = None if self._explicit_worker else self._claim_worker
         if claim is not None:
             self.worker = claim()
@@ -315,6 +326,8 @@ class Scheduler(BaseScheduler):
         self._closing = True
         if self._loop is not None and self._loop.running:
             self._loop.stop()
+        if self._due_timer is not None and self._due_timer.active():
+            self._due_timer.cancel()
         return defer.ensureDeferred(self._close(reason))
 
     async def _close(self, reason: str) -> None:
@@ -424,6 +437,7 @@ class Scheduler(BaseScheduler):
         eligible = not_before <= time.time()
         if not eligible:
             self._inc("delayed")
+            self._sync_at(not_before)
         self.outbox.append(("enq", nr), request.priority if eligible else None)
         if len(self.outbox) >= OUTBOX_CAP * self.batch:
             self._flush_now()
@@ -508,9 +522,12 @@ class Scheduler(BaseScheduler):
                 self._engine_waits = True
                 self._kick()
                 return None
-            lz = self.buffer.pop()
+            lz = self._next_buffered()
+            if lz is None:  # every buffered request's site is held by the pacer (it wakes the engine)
+                return None
             if isinstance(lz, Request):  # kept in memory only
                 self._mem_n -= 1
+                self._paced(lz, None)
                 fp = lz.meta.get(meta.FINGERPRINT)
                 if fp in self._held_tokens:  # its record is leased to this worker: acked as usual
                     self.inflight[fp] = InFlight(self._held_tokens.pop(fp), lz.url, 0, lz)
@@ -528,9 +545,56 @@ class Scheduler(BaseScheduler):
                 continue
             request.meta[meta.FINGERPRINT] = lz.fingerprint
             self.inflight[lz.fingerprint] = InFlight(lz.token, request.url, lz.attempts, request)
-        if len(self.buffer) - self._mem_n <= self.batch // 2:
+            self._paced(request, lz)
+        if self._ready() <= self.batch // 2:
             self._kick()
         return request
+
+    # ---- pacing (scrapy_scale.frontier.pacing; the pacer is the throttle) ------------------------
+
+    def _next_buffered(self) -> Leased | Request | None:
+        """The next buffered entry to hand out: the best one, or with a pacer the best
+        whose site is due; leased requests of a site due much later go back to the
+        store, delayed until their turn, so they do not fill the buffer."""
+        if self._pacer is None:
+            return self.buffer.pop()
+        pick = pacing.take_due(self.buffer, self._pacer, time.time())
+        self._held = pick.held
+        for lz, turn in pick.defer:
+            self.outbox.append(("enq", NewRequest(
+                fingerprint=lz.fingerprint, data=lz.data, domain=lz.domain, priority=lz.priority,
+                not_before=turn, attempts=lz.attempts, last_failure=lz.last_failure, update=True)))
+            self._inc("deferred")
+            self._sync_at(turn)
+        return pick.due
+
+    def _sync_at(self, when: float) -> None:
+        """Sync (and so lease) the moment a delayed request of ours becomes eligible, not
+        up to a tick later: a held retry goes out at its time."""
+        if self._closing or when >= self._due_at - 0.005:
+            return
+        from twisted.internet import reactor
+
+        if self._due_timer is not None and self._due_timer.active():
+            self._due_timer.cancel()
+        self._due_at = when
+        self._due_timer = reactor.callLater(max(0.0, when - time.time()) + 0.005, self._due)  # type: ignore[arg-type]
+
+    def _due(self) -> None:
+        self._due_timer, self._due_at = None, math.inf
+        if self._sync_running is not None:  # the running sync may have read the store too early
+            self._sync_at(time.time() + 0.02)
+            return
+        self._kick()
+
+    def _paced(self, request: Request, lz: Leased | None) -> None:
+        if self._pacer is not None:
+            domain = lz.domain if lz is not None else pacing.entry_domain(request)
+            self._pacer.handed_out(request, domain, lz.fingerprint if lz is not None else None)
+
+    def _ready(self) -> int:
+        """Buffered leased requests the pacer did not hold at its last look."""
+        return max(0, len(self.buffer) - self._mem_n - self._held)
 
     def _waiting_top(self) -> int | None:
         """The highest eligible priority written to the store by no lease of ours yet."""
@@ -714,7 +778,9 @@ class Scheduler(BaseScheduler):
                      and (btop is None or nr.priority > btop))
         if holds_back(self._pending_top, btop):
             higher = self.batch
-        want = lease_wanted(len(self.buffer) - self._mem_n, self.batch, higher)
+        want = lease_wanted(self._ready(), self.batch, higher)
+        # requests held by the pacer do not count, but the buffer stays bounded
+        want = max(0, min(want, HELD_CAP * self.batch - len(self.buffer)))
         self._sync_leases = want > 0
         now = time.monotonic()
         renew: list[str] | None = None
@@ -857,7 +923,7 @@ class Scheduler(BaseScheduler):
             # new work, or maybe idle (or no longer held back) now: let the engine look at once
             self._engine_waits = False
             self._wake_engine()
-        if len(self.buffer) - self._mem_n <= self.batch // 2 and (res.leased or self.outbox.enqueues):
+        if self._ready() <= self.batch // 2 and (res.leased or self.outbox.enqueues):
             # more to lease, or new requests (children) that arrived during this sync and
             # are leasable as soon as they are written: do not let them wait for the tick
             # (the engine may have asked, got None and now waits for a wake-up)

@@ -131,7 +131,9 @@ BLOCK_PAGE = (
 )
 
 
-def robots_txt(disallow: list[str]) -> bytes:
+def robots_txt(disallow: list[str], crawl_delay: float | None = None) -> bytes:
     lines = ["User-agent: *"]
     lines += [f"Disallow: {p}" for p in disallow] or ["Allow: /"]
+    if crawl_delay is not None:
+        lines.append(f"Crawl-delay: {crawl_delay:g}")
     return ("\n".join(lines) + "\n").encode()

@@ -14,7 +14,7 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -110,10 +110,11 @@ class Testbed:
         seed: int = 1,
         faults: Iterable[Fault] | str = (),
         proxies: Iterable[ProxySpec] = (),
-        rate_limit: float | None = None,
+        rate_limit: float | Mapping[str | int, float] | None = None,
         per_page: int = 20,
         port: int = 0,
         robots_disallow: Iterable[str] = (),
+        robots_crawl_delay: float | Mapping[str | int, float] | None = None,
         keep_log: bool = True,
         tls: bool = False,
     ):
@@ -127,7 +128,9 @@ class Testbed:
         if len({p.id for p in self.proxy_specs}) != len(self.proxy_specs):
             raise ValueError("proxy ids must be unique")
         self.rate_limit = rate_limit
-        self.robots = robots_txt(list(robots_disallow))
+        self._disallow = list(robots_disallow)
+        self._crawl_delay = robots_crawl_delay
+        self.robots = robots_txt(self._disallow)
         self.keep_log = keep_log
         self.tls = tls
         self.scheme = "https" if tls else "http"
@@ -158,6 +161,15 @@ class Testbed:
         self._transports: set[asyncio.BaseTransport] = set()
         self._dead_sockets: list[socket.socket] = []
         self._proxy_writers: set[asyncio.StreamWriter] = set()
+
+    def _per_host(self, value: float | Mapping[str | int, float] | None, host_no: int) -> float | None:
+        """A per-host option: one value for every host, or a dict by host name or number."""
+        if value is None or not isinstance(value, Mapping):
+            return value
+        for h, v in value.items():
+            if self._host_no(h) == host_no:
+                return v
+        return None
 
     def _host_no(self, h: str | int) -> int:
         if isinstance(h, int) or (isinstance(h, str) and h.isdigit()):
@@ -375,7 +387,7 @@ class Testbed:
         return self._conn_ids
 
     def _rate_ok(self, host_no: int, client: str, now: float) -> bool:
-        rate = self.rate_limit
+        rate = self._per_host(self.rate_limit, host_no)
         if not rate:
             return True
         key = (host_no, client)
@@ -423,7 +435,11 @@ class Testbed:
 
     def _normal(self, host_no: int, path: str, kind: str = "ok", delay: float = 0.0) -> _Answer:
         if path == "/robots.txt":
-            return _Answer(200, "robots" if kind == "ok" else kind, self.robots, delay=delay)
+            body = self.robots
+            crawl_delay = self._per_host(self._crawl_delay, host_no)
+            if crawl_delay is not None:
+                body = robots_txt(self._disallow, crawl_delay)
+            return _Answer(200, "robots" if kind == "ok" else kind, body, delay=delay)
         item_id = self.catalog.item_id(path)
         if item_id is not None:
             return _Answer(200, kind, self.catalog.item_html(host_no, item_id), delay=delay)

@@ -131,13 +131,19 @@ class Pacing:
         """A request to ``host`` was handed out now."""
         s = self.site(host)
         now = self.clock()
-        if s.last_sent > -math.inf:
+        if s.last_sent > -math.inf and s.paused_until <= s.last_sent:  # a pause is no spacing
             g = now - s.last_sent
             s.gap = g if s.gap is None else GAP_WEIGHT * g + (1 - GAP_WEIGHT) * s.gap
         s.last_sent = now
         s.sent += 1
         s.inflight += 1
         return s
+
+    def touch(self, host: str) -> None:
+        """A request to ``host`` went out that nobody handed out (robots.txt): it counts
+        for the spacing of the next one."""
+        s = self.site(host)
+        s.last_sent = max(s.last_sent, self.clock())
 
     def ended(self, host: str) -> None:
         """A request to ``host`` that was handed out has its answer (or was dropped)."""
@@ -183,9 +189,18 @@ class Pacing:
         sent_at = now - (latency or 0.0)
         if sent_at >= s.slowed_at:
             spacing = max(s.delay, s.gap or 0.0, self.interval(s))
-            s.too_fast, s.too_fast_at = max(self.too_fast(s, now), spacing), now
+            tf = self.too_fast(s, now)
             old = s.delay
-            s.delay = self._bound(s, max(spacing, 0.05) * p.slowdown)
+            if tf and spacing >= tf * (1 + MARGIN) * 0.99:
+                # refused at the pace learned to be safe: the limit tightened a little, or a
+                # stray 429 (a fault, not the rate): one small step, so stray ones cannot
+                # ratchet the delay up by ``slowdown`` each
+                s.too_fast = spacing
+                s.delay = self._bound(s, max(s.delay, spacing * (1 + MARGIN)))
+            else:
+                s.too_fast = max(tf, spacing)
+                s.delay = self._bound(s, max(spacing, 0.05) * p.slowdown)
+            s.too_fast_at = now
             s.slowed_at = now
             self._changed(s, old, now, force=True)
         if retry_after is None or retry_after <= 0 or not p.retry_after:

@@ -55,7 +55,7 @@ class Profile:
     #: a floor no delay undercuts (also robots.txt Crawl-delay, unless a profile sets it)
     min_delay: float = 0.0
     #: the delay before anything is learned about the site
-    start_delay: float = 1.0
+    start_delay: float = 0.25
     #: the ceiling of the adaptive delay (a Retry-After pause is capped apart)
     max_delay: float = 60.0
     #: as AutoThrottle's AUTOTHROTTLE_TARGET_CONCURRENCY: delay -> latency / this
@@ -200,6 +200,7 @@ class Profiles:
     def __init__(self, default: Profile, default_explicit: frozenset[str],
                  entries: dict[str, tuple[Pattern, Profile, frozenset[str]]]):
         self.default = default
+        self.raw: dict[str, Any] = {}
         self._default_explicit = default_explicit
         self._hosts = {p.name: (p, pr, ex) for p, pr, ex in entries.values() if p.kind == "host"}
         self._sites = {p.name: (p, pr, ex) for p, pr, ex in entries.values() if p.kind == "site"}
@@ -207,8 +208,14 @@ class Profiles:
                             key=lambda e: -len(e[0].name))
         self.match = lru_cache(maxsize=65_536)(self._match)  # type: ignore[method-assign]
 
+    @property
+    def default_explicit(self) -> frozenset[str]:
+        """Fields the ``default`` profile sets itself."""
+        return self._default_explicit
+
     @classmethod
-    def parse(cls, raw: Mapping[str, Any] | None) -> Profiles:
+    def parse(cls, raw: Mapping[str, Any] | None, base: Profile = BUILTIN) -> Profiles:
+        """Profiles from the setting's dict; ``base`` supplies what ``default`` leaves out."""
         raw = dict(raw or {})
         patterns = {}
         for text in raw:
@@ -216,16 +223,22 @@ class Profiles:
             if p.text in patterns:
                 raise ProfileError(f"pattern {text!r} is given twice")
             patterns[p.text] = (p, raw[text])
-        default, dex = BUILTIN, frozenset[str]()
+        default, dex = base, frozenset[str]()
         if DEFAULT in patterns:
-            default, dex = make_profile(patterns[DEFAULT][1], where=DEFAULT)
+            default, dex = make_profile(patterns[DEFAULT][1], base, where=DEFAULT)
         entries = {}
         for t, (p, body) in patterns.items():
             if p.kind == "default":
                 continue
             prof, ex = make_profile(body, default, where=repr(p.text))
             entries[t] = (p, prof, ex | dex)
-        return cls(default, dex, entries)
+        out = cls(default, dex, entries)
+        out.raw = raw
+        return out
+
+    def with_base(self, base: Profile) -> Profiles:
+        """The same profiles over another built-in base (e.g. DOWNLOAD_DELAY as min_delay)."""
+        return Profiles.parse(self.raw, base)
 
     def _match(self, host: str) -> Match:
         host = host.lower().rstrip(".")

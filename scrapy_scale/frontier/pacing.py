@@ -1,0 +1,97 @@
+"""The scheduler's side of per-site pacing: which buffered request may be handed out now.
+
+A *pacer* (the throttle, ``ScaleContext.of(crawler).extra["pacer"]``) answers, per
+domain, whether a request to it may go now and, if not, when. The scheduler hands out
+the first buffered request (in priority order) whose domain is due and leaves the others
+in the buffer; requests of a held domain that would only be due more than
+:data:`DEFER_AFTER` seconds from now go back to the store, delayed until their turn, so
+a paused or slow site never fills the buffer and starves the others. Nothing is held
+in a download slot.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from scrapy import Request
+
+from scrapy_scale.frontier.store import Leased, domain_of
+
+if TYPE_CHECKING:
+    from scrapy_scale.frontier.local import LocalQueue
+
+#: a held request whose turn is further than this (seconds) goes back to the store, delayed
+DEFER_AFTER = 1.0
+
+
+class Pacer(Protocol):
+    def hold_until(self, domain: str) -> float:
+        """0.0: a request to ``domain`` may be handed out now; else the epoch time it
+        may (``math.inf``: unknown yet; the pacer wakes the engine when it may)."""
+
+    def spacing(self, domain: str) -> float:
+        """Seconds between two requests to ``domain`` as paced now."""
+
+    def handed_out(self, request: Request, domain: str, fingerprint: str | None) -> None:
+        """``request`` to ``domain`` is being handed to the engine."""
+
+
+@dataclass
+class Pick:
+    #: the entry to hand out (None: nothing is due)
+    due: Any = None
+    #: leased entries taken out of the buffer, to be stored again as delayed until the time given
+    defer: list[tuple[Leased, float]] = field(default_factory=list)
+    #: entries left in the buffer because their domain is not due
+    held: int = 0
+
+
+def entry_domain(entry: Leased | Request) -> str:
+    return domain_of(entry.url) if isinstance(entry, Request) else entry.domain
+
+
+def take_due(buffer: LocalQueue[Any], pacer: Pacer, now: float) -> Pick:
+    """Remove from ``buffer`` and return the first entry (in serving order) whose domain
+    is due, and the held entries to defer. The pacer is asked once per domain."""
+    pick = Pick()
+    seen: dict[str, tuple[float, float, int]] = {}
+    hold: dict[str, float] = {}
+
+    def hold_of(domain: str) -> float:
+        if domain not in hold:
+            hold[domain] = pacer.hold_until(domain)
+        return hold[domain]
+
+    def judge_retry(entry: Leased | Request) -> str:
+        ok = isinstance(entry, Leased) and entry.attempts > 0 and hold_of(entry.domain) == 0.0
+        return "take" if ok else "keep"
+
+    # a retry whose time has come goes before fresh requests of its site (it waited already)
+    if buffer.any(lambda e: isinstance(e, Leased) and e.attempts > 0 and e.error is None):
+        pick.due = buffer.take_first(judge_retry)
+        if pick.due is not None:
+            return pick
+
+    def judge(entry: Leased | Request) -> str:
+        if isinstance(entry, Leased) and entry.error is not None:
+            return "take"  # unreadable: the scheduler dead-letters it, no pacing
+        domain = entry_domain(entry)
+        st = seen.get(domain)
+        if st is None:
+            t = hold_of(domain)
+            if t == 0.0:
+                return "take"
+            st = (t, pacer.spacing(domain), 0)
+        t, gap, k = st
+        seen[domain] = (t, gap, k + 1)
+        turn = (t if math.isfinite(t) else now) + k * gap
+        if isinstance(entry, Leased) and turn - now > DEFER_AFTER:
+            pick.defer.append((entry, turn))
+            return "drop"
+        pick.held += 1
+        return "keep"
+
+    pick.due = buffer.take_first(judge)
+    return pick

@@ -1,0 +1,333 @@
+"""``scrapy_scale.throttle.Throttle``: the Scrapy glue of per-site pacing.
+
+An extension and a subscriber of :data:`scrapy_scale.signals.outcome`: latency and
+success feed each site's adaptive delay, ``rate_limited`` outcomes slow the site down
+and their ``Retry-After`` pauses it. It registers itself as the *pacer*
+(``ScaleContext.of(crawler).extra["pacer"]``) that the frontier scheduler asks, for each
+buffered request, whether its site is due (:class:`scrapy_scale.frontier.pacing.Pacer`).
+Nothing waits in a download slot: a request whose site is not due stays in the
+scheduler, other sites' requests go on, and the engine is woken the moment a held site
+becomes due.
+
+With a Redis frontier, every worker of the job shares one limiter per site (GCRA on the
+Redis clock, :mod:`scrapy_scale.throttle.shared`) and the learned delays; with SQLite
+the learned delays persist in ``throttle.db``. The decisions are in
+:mod:`scrapy_scale.throttle.policy`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet import task, threads
+from twisted.python.threadpool import ThreadPool
+
+from scrapy_scale import compat, config, startup
+from scrapy_scale import signals as scale_signals
+from scrapy_scale import stats_keys as keys
+from scrapy_scale.context import ScaleContext
+from scrapy_scale.outcomes.retry_after import parse_retry_after
+from scrapy_scale.redact import redact_url
+from scrapy_scale.throttle import settings as throttle_settings  # noqa: F401 - declares the settings
+from scrapy_scale.throttle.policy import Pacing, SiteState
+from scrapy_scale.throttle.profiles import BUILTIN, Profiles
+from scrapy_scale.throttle.shared import open_shared
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+    from scrapy_scale.outcomes.model import Outcome
+
+logger = logging.getLogger(__name__)
+
+#: seconds between stats updates and learned-state saves (and, with Redis, reads)
+TICK = 5.0
+#: a grant of the shared limiter unused for this long is dropped (it would be sent late)
+PERMIT_TTL = 0.1
+#: max_rate is enforced this much below the rate, so send jitter never pushes a window over it
+RATE_MARGIN = 0.05
+#: seconds a Redis error makes the worker pace on its own before it tries the limiter again
+SHARED_BACKOFF = 5.0
+
+
+class Throttle:
+    """Per-site pacing; see docs/throttle.md."""
+
+    def __init__(self, crawler: Crawler, pacing: Pacing, shared: Any, *, top: int):
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.pacing = pacing
+        self.shared = shared
+        self.top = top
+        self._flying: dict[str, str] = {}
+        self._permits: dict[str, float] = {}
+        self._shared_next: dict[str, float] = {}
+        self._acquiring: set[str] = set()
+        self._shared_down_until = 0.0
+        self._timer: Any = None
+        self._timer_at = math.inf
+        self._pool: ThreadPool | None = None
+        self._loop: task.LoopingCall | None = None
+        self._saved_at = 0.0
+        self._warned_cap = False
+        self.restored = 0
+
+    @classmethod
+    @startup.reports_setting_errors
+    def from_crawler(cls, crawler: Crawler) -> Throttle:
+        s = crawler.settings
+        if not config.get(s, "SCALE_THROTTLE_ENABLED"):
+            raise NotConfigured("SCALE_THROTTLE_ENABLED is off")
+        profiles: Profiles = config.get(s, "SCALE_DOMAIN_PROFILES")
+        dd = s.getfloat("DOWNLOAD_DELAY")
+        if dd > 0 and "min_delay" not in profiles.default_explicit:
+            # DOWNLOAD_DELAY is the floor of every site no profile gives a min_delay
+            profiles = profiles.with_base(replace(BUILTIN, min_delay=dd, start_delay=max(dd, BUILTIN.start_delay),
+                                                  max_delay=max(dd, BUILTIN.max_delay)))
+        cap = float(config.get(s, "SCALE_RETRY_AFTER_MAX"))
+        pacing = Pacing(profiles, time.time, retry_after_cap=cap)
+        job = config.get(s, "SCALE_JOB") or getattr(crawler.spidercls, "name", None) or "default"
+        url = throttle_settings.throttle_url(s)
+        try:
+            shared = open_shared(url, job)
+            learned = shared.load()
+        except Exception as e:  # noqa: BLE001 - pacing works without it, starting from scratch
+            logger.warning("throttle: learned delays at %s cannot be read (%s); starting from the profiles",
+                           redact_url(url), e)
+            shared, learned = None, {}
+        ext = cls(crawler, pacing, shared, top=config.get(s, "SCALE_THROTTLE_STATS_TOP"))
+        ext.restored = pacing.restore(learned)
+        if s.getbool("AUTOTHROTTLE_ENABLED"):
+            logger.warning("throttle: AUTOTHROTTLE_ENABLED is on as well; scrapy-scale's per-site pacing "
+                           "replaces it (set AUTOTHROTTLE_ENABLED = False, or SCALE_THROTTLE_ENABLED = False "
+                           "to keep AutoThrottle alone)")
+        ScaleContext.of(crawler).extra["pacer"] = ext
+        sig = crawler.signals
+        sig.connect(ext._on_outcome, signal=scale_signals.outcome)
+        sig.connect(ext._on_robots, signal=signals.robots_parsed)
+        sig.connect(ext._open, signal=signals.spider_opened)
+        sig.connect(ext._close, signal=signals.spider_closed)
+        return ext
+
+    # ---- the Pacer interface (asked by the frontier scheduler) ---------------------------
+
+    def hold_until(self, domain: str) -> float:
+        """0.0: a request to ``domain`` may be handed out now; else the epoch time to ask
+        again (``math.inf``: this pacer wakes the engine when it may)."""
+        t = self.pacing.hold_until(domain)
+        if t:
+            self._wake_at(t)
+            return t
+        if self.shared is None or not self.shared.shared_limiter or time.time() < self._shared_down_until:
+            return 0.0
+        s = self.pacing.site(domain)
+        interval = self.shared_interval(s)
+        if interval <= 0:
+            return 0.0
+        granted = self._permits.get(s.key)
+        if granted is not None:
+            if time.monotonic() - granted <= min(PERMIT_TTL, interval / 2):
+                return 0.0
+            del self._permits[s.key]  # unused too long: sending it now could crowd the next worker
+        nxt = self._shared_next.get(s.key, 0.0)
+        if nxt > time.time():
+            self._wake_at(nxt)
+            return nxt
+        if s.key not in self._acquiring:
+            self._acquiring.add(s.key)
+            d = self._in_thread(self.shared.acquire, s.key, interval)
+            d.addCallbacks(self._acquired, self._shared_failed, callbackArgs=(s.key,))
+        return math.inf
+
+    def spacing(self, domain: str) -> float:
+        """Seconds between two requests to ``domain`` as paced now."""
+        return self.pacing.interval(self.pacing.site(domain))
+
+    def handed_out(self, request: Request, domain: str, fingerprint: str | None) -> None:
+        s = self.pacing.handed_out(domain)
+        self._permits.pop(s.key, None)
+        if fingerprint:
+            old = self._flying.get(fingerprint)
+            if old is not None:
+                self.pacing.ended(old)
+            self._flying[fingerprint] = s.key
+
+    def shared_interval(self, s: SiteState) -> float:
+        p = s.profile
+        rate_gap = 1.0 / p.max_rate * (1 + RATE_MARGIN) if p.max_rate else 0.0
+        return max(s.delay, self.pacing.floor(s), rate_gap)
+
+    # ---- the shared limiter's answers (reactor thread) -------------------------------------
+
+    def _acquired(self, wait: float, key: str) -> None:
+        self._acquiring.discard(key)
+        if wait <= 0:
+            self._permits[key] = time.monotonic()
+            compat.wake_engine(self.crawler)
+        else:
+            at = time.time() + wait
+            self._shared_next[key] = at
+            self._wake_at(at)
+
+    def _shared_failed(self, failure: Any, key: str | None = None) -> None:
+        if key is not None:
+            self._acquiring.discard(key)
+        if time.time() >= self._shared_down_until:
+            logger.warning("throttle: the shared limiter failed (%s); pacing on this worker alone for %.0f s",
+                           failure.getErrorMessage(), SHARED_BACKOFF)
+        self._shared_down_until = time.time() + SHARED_BACKOFF
+        self.stats.inc_value(keys.THROTTLE_SHARED_ERRORS)
+        compat.wake_engine(self.crawler)
+
+    # ---- outcomes ---------------------------------------------------------------------------
+
+    def _on_outcome(self, outcome: Outcome, request: Request | None = None, **kw: Any) -> None:
+        if outcome.internal or not outcome.domain:
+            return
+        key = self._flying.pop(outcome.fingerprint, None)
+        if key is not None:
+            self.pacing.ended(key)
+            if self.pacing.site(key).profile.concurrency is not None:
+                compat.wake_engine(self.crawler)
+        if outcome.cls == "rate_limited":
+            self._rate_limited(outcome)
+        elif outcome.status is not None and outcome.done:
+            self.pacing.on_success(outcome.domain, outcome.latency)
+        elif outcome.latency:
+            self.pacing.on_error(outcome.domain, outcome.latency)
+
+    def _rate_limited(self, outcome: Outcome) -> None:
+        ra = parse_retry_after(outcome.retry_after_raw, time.time())
+        self.stats.inc_value(keys.THROTTLE_RATE_LIMITED)
+        pause = self.pacing.on_rate_limited(outcome.domain, outcome.latency, ra)
+        if self.pacing.capped and not self._warned_cap:
+            site, asked = self.pacing.capped[0]
+            logger.warning("throttle: %s asked for Retry-After %.0f s; pausing it %.0f s (SCALE_RETRY_AFTER_MAX)",
+                           site, asked, self.pacing.retry_after_cap)
+            self._warned_cap = True
+        if pause <= 0:
+            return
+        s = self.pacing.site(outcome.domain)
+        self._permits.pop(s.key, None)
+        logger.info("throttle: %s paused %.1f s (Retry-After)", s.key, pause)
+        self._wake_at(s.paused_until)
+        if self.shared is not None and self.shared.shared_limiter:
+            self._in_thread(self.shared.pause, s.key, pause).addErrback(self._shared_failed)
+
+    def _on_robots(self, robotparser: Any = None, request: Request | None = None, **kw: Any) -> None:
+        if robotparser is None or request is None or not hasattr(robotparser, "crawl_delay"):
+            return
+        s = self.crawler.settings
+        ua = s.get("ROBOTSTXT_USER_AGENT") or s.get("USER_AGENT") or "*"
+        try:
+            delay = robotparser.crawl_delay(ua)
+        except Exception:  # noqa: BLE001 - a parser without crawl-delay support
+            return
+        host = (urlsplit(request.url).hostname or "").lower()
+        self.pacing.touch(host)  # robots.txt was a request to the site too
+        if delay is not None and delay >= 0:
+            self.pacing.set_crawl_delay(host, float(delay))
+            logger.info("throttle: %s has robots.txt Crawl-delay %.3g s", host, float(delay))
+
+    # ---- waking the engine -------------------------------------------------------------------
+
+    def _wake_at(self, at: float) -> None:
+        if not math.isfinite(at) or at >= self._timer_at - 0.001:
+            return
+        from twisted.internet import reactor
+
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = reactor.callLater(max(0.0, at - time.time()), self._fire)  # type: ignore[arg-type]
+
+    def _fire(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        compat.wake_engine(self.crawler)
+
+    # ---- lifecycle, stats, persistence ------------------------------------------------------
+
+    def _open(self, spider: Any = None) -> None:
+        if self.restored:
+            logger.info("throttle: started from %d learned site delay(s)", self.restored)
+        self._pool = ThreadPool(1, 1, name="scale-throttle")
+        self._pool.start()
+        self._loop = task.LoopingCall(self._tick)
+        self._loop.start(TICK, now=False)
+
+    async def _close(self, spider: Any = None, reason: str = "") -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._write_stats()
+        shared, learned = self.shared, self.pacing.export()
+
+        def final() -> None:
+            if shared is None:
+                return
+            try:
+                shared.save(learned)
+            except Exception as e:  # noqa: BLE001 - closing must not raise
+                logger.warning("throttle: learned delays not saved: %s", e)
+            shared.close()
+
+        # in the throttle's thread, after whatever it runs now (one connection, one thread)
+        try:
+            await maybe_deferred_to_future(self._in_thread(final))
+        finally:
+            if self._pool is not None:
+                self._pool.stop()
+
+    def _tick(self) -> None:
+        self._write_stats()
+        if self.shared is None:
+            return
+        since, self._saved_at = self._saved_at, time.time()
+        changed = self.pacing.export(since)
+        shared = self.shared
+
+        def sync() -> dict[str, dict[str, float]]:
+            shared.save(changed)
+            return shared.load() if shared.shared_limiter else {}
+
+        self._in_thread(sync).addCallbacks(self.pacing.restore, lambda f: None)
+
+    def _write_stats(self) -> None:
+        sites = sorted(self.pacing.sites.values(), key=lambda s: -s.sent)
+        shown, rest = sites[: self.top], sites[self.top:]
+        set_value = self.stats.set_value
+        for s in shown:
+            set_value(keys.throttle_site(s.key, "delay"), round(self.pacing.interval(s), 3))
+            set_value(keys.throttle_site(s.key, "requests"), s.sent)
+            set_value(keys.throttle_site(s.key, "rate"), round(1.0 / s.gap, 3) if s.gap else 0.0)
+            if s.rate_limited:
+                set_value(keys.throttle_site(s.key, "rate_limited"), s.rate_limited)
+            if s.paused_seconds:
+                set_value(keys.throttle_site(s.key, "paused_seconds"), round(s.paused_seconds, 1))
+        if rest:
+            set_value(keys.throttle_site(keys.THROTTLE_OTHER, "requests"), sum(s.sent for s in rest))
+            set_value(keys.throttle_site(keys.THROTTLE_OTHER, "rate_limited"), sum(s.rate_limited for s in rest))
+            set_value(keys.throttle_site(keys.THROTTLE_OTHER, "paused_seconds"),
+                      round(sum(s.paused_seconds for s in rest), 1))
+        set_value(keys.THROTTLE_SITES, len(sites))
+        set_value(keys.THROTTLE_PAUSED_SECONDS, round(sum(s.paused_seconds for s in sites), 1))
+
+    def _in_thread(self, fn: Any, *args: Any) -> Any:
+        from twisted.internet import reactor
+
+        if self._pool is None:  # not open yet (tests): run it here
+            from twisted.internet import defer
+
+            return defer.maybeDeferred(fn, *args)
+        return threads.deferToThreadPool(reactor, self._pool, fn, *args)  # type: ignore[arg-type]
+

@@ -1,0 +1,165 @@
+"""What workers share about a site: the rate limiter (Redis) and learned delays (Redis or SQLite).
+
+**The shared limiter** is GCRA (the generic cell rate algorithm) in one Lua script per
+call, on the Redis server's clock (``TIME``), so no worker's clock matters. One key
+per site holds its theoretical arrival time (TAT): constant memory, expiring when the
+site goes quiet. ``acquire(site, interval)`` either grants a request now (and moves
+the TAT to now + interval) or returns the seconds until the next allowed time, so a
+worker sleeps exactly that long instead of polling. ``pause(site, seconds)`` moves the
+TAT to now + seconds: a Retry-After pauses the site for every worker.
+
+**Learned delays** are a small JSON document per site (:meth:`Pacing.export`), newest
+wins. Redis: one hash per job; SQLite: one table in ``throttle.db``. A restarted or a
+new worker starts from them.
+
+Every method is synchronous and may block; the glue calls them off the reactor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from typing import Any
+from urllib.parse import urlsplit
+
+ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local interval = tonumber(ARGV[1])
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tat > now then
+  return string.format('%.6f', tat - now)
+end
+redis.call('SET', KEYS[1], string.format('%.6f', now + interval), 'PX', math.ceil((interval + 60) * 1000))
+return '0'
+"""
+
+PAUSE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+local want = now + tonumber(ARGV[1])
+if want > tat then
+  redis.call('SET', KEYS[1], string.format('%.6f', want), 'PX', math.ceil((tonumber(ARGV[1]) + 60) * 1000))
+  tat = want
+end
+return string.format('%.6f', tat - now)
+"""
+
+
+def _key_part(site: str) -> str:
+    return site.replace("{", "%7B").replace("}", "%7D")
+
+
+class RedisShared:
+    """The shared limiter and learned delays of one job on Redis."""
+
+    shared_limiter = True
+
+    def __init__(self, url: str, job: str):
+        import redis
+
+        self.client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self.prefix = f"scale:{{{job}}}:throttle:"
+        self._acquire = self.client.register_script(ACQUIRE)
+        self._pause = self.client.register_script(PAUSE)
+
+    def rate_key(self, site: str) -> str:
+        return f"{self.prefix}rate:{_key_part(site)}"
+
+    def acquire(self, site: str, interval: float) -> float:
+        """0.0: granted now; else seconds until the site's next allowed time."""
+        return float(self._acquire(keys=[self.rate_key(site)], args=[f"{interval:.6f}"]))
+
+    def pause(self, site: str, seconds: float) -> float:
+        """Pause the site for every worker; returns the seconds it is paused from now."""
+        return float(self._pause(keys=[self.rate_key(site)], args=[f"{seconds:.6f}"]))
+
+    def load(self) -> dict[str, dict[str, float]]:
+        raw = self.client.hgetall(self.prefix + "learned")
+        return _decode_all({k.decode(): v for k, v in raw.items()})  # type: ignore[union-attr]
+
+    def save(self, learned: dict[str, dict[str, float]]) -> None:
+        if learned:
+            self.client.hset(self.prefix + "learned", mapping={k: json.dumps(v) for k, v in learned.items()})
+
+    def reset(self) -> None:
+        keys = list(self.client.scan_iter(match=self.prefix.replace("{", "\\{").replace("}", "\\}") + "*"))
+        if keys:
+            self.client.delete(*keys)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class SqliteShared:
+    """Learned delays of jobs on one machine, in a SQLite file (no shared limiter)."""
+
+    shared_limiter = False
+
+    def __init__(self, path: str, job: str):
+        self.job = job
+        folder = os.path.dirname(path)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        self._lock = threading.Lock()
+        self.db = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS learned (job TEXT NOT NULL, site TEXT NOT NULL, "
+                        "state TEXT NOT NULL, PRIMARY KEY (job, site))")
+
+    def acquire(self, site: str, interval: float) -> float:  # pragma: no cover - never called
+        raise NotImplementedError
+
+    def pause(self, site: str, seconds: float) -> float:  # pragma: no cover - never called
+        raise NotImplementedError
+
+    def load(self) -> dict[str, dict[str, float]]:
+        with self._lock:
+            rows = self.db.execute("SELECT site, state FROM learned WHERE job = ?", (self.job,)).fetchall()
+        return _decode_all(dict(rows))
+
+    def save(self, learned: dict[str, dict[str, float]]) -> None:
+        if not learned:
+            return
+        with self._lock:
+            self.db.executemany(
+                "INSERT INTO learned (job, site, state) VALUES (?, ?, ?) "
+                "ON CONFLICT (job, site) DO UPDATE SET state = excluded.state",
+                [(self.job, k, json.dumps(v)) for k, v in learned.items()],
+            )
+
+    def reset(self) -> None:
+        with self._lock:
+            self.db.execute("DELETE FROM learned WHERE job = ?", (self.job,))
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.close()
+
+
+def _decode_all(raw: dict[str, Any]) -> dict[str, dict[str, float]]:
+    out = {}
+    for k, v in raw.items():
+        try:
+            d = json.loads(v)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(d, dict):
+            out[k] = d
+    return out
+
+
+def sqlite_path(url: str) -> str:
+    """``sqlite:///abs`` and ``sqlite:////abs`` are absolute, ``sqlite://rel`` relative."""
+    path = url.split("://", 1)[1]
+    return "/" + path.lstrip("/") if path.startswith("/") else path
+
+
+def open_shared(url: str, job: str) -> RedisShared | SqliteShared:
+    scheme = urlsplit(url).scheme
+    if scheme in ("redis", "rediss"):
+        return RedisShared(url, job)
+    return SqliteShared(sqlite_path(url), job)

@@ -1,0 +1,51 @@
+"""Per-site pacing in ``scrapy scale status JOB``: the learned delays, read from where the
+workers persist them (Redis or ``throttle.db``)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from scrapy_scale.throttle.settings import throttle_url
+from scrapy_scale.throttle.shared import open_shared, sqlite_path
+
+#: sites listed in the text (the slowest first); --json lists every one
+SHOWN = 20
+
+
+def read(settings: Any, job: str) -> list[dict[str, Any]]:
+    """The learned pacing of every site of ``job``, slowest first; [] when none or unreadable."""
+    url = throttle_url(settings)
+    if url.startswith("sqlite:") and not os.path.exists(sqlite_path(url)):
+        return []  # status only reads: no file is created
+    try:
+        shared = open_shared(url, job)
+    except Exception:  # noqa: BLE001 - status shows what it can
+        return []
+    try:
+        learned = shared.load()
+    except Exception:  # noqa: BLE001
+        learned = {}
+    finally:
+        shared.close()
+    rows = []
+    for site, v in learned.items():
+        try:
+            rows.append({"site": site, "delay": float(v["delay"]), "learned_at": float(v["at"])})
+        except (KeyError, TypeError, ValueError):
+            continue
+    return sorted(rows, key=lambda r: (-r["delay"], r["site"]))
+
+
+def format_text(rows: list[dict[str, Any]], now: float | None = None) -> str:
+    if not rows:
+        return ""
+    now = time.time() if now is None else now
+    lines = [f"pacing (learned, {len(rows)} site(s), slowest first):"]
+    for r in rows[:SHOWN]:
+        ago = max(0.0, now - r["learned_at"])
+        lines.append(f"  {r['site']}: {r['delay']:.3f} s between requests ({ago:.0f} s ago)")
+    if len(rows) > SHOWN:
+        lines.append(f"  ... and {len(rows) - SHOWN} more (--json lists all)")
+    return "\n" + "\n".join(lines)

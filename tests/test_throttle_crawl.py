@@ -1,0 +1,158 @@
+"""Per-site pacing in real crawls against testbed hosts that enforce limits.
+
+Rates are measured from the testbed's request log (arrival times), never from the
+crawler. Upper bounds (no more than the site allows) are asserted strictly; lower
+bounds only at low rates, where a loaded machine still keeps up.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from scrapy_scale.testbed import Testbed
+from tests.crawling import run_crawl
+from tests.test_commands import status_json
+
+
+def served(tb: Testbed, host: str, robots: bool = False) -> list[Any]:
+    return [r for r in tb.log if r.host == host and (robots or r.kind != "robots")]
+
+
+def max_in_window(times: list[float], window: float) -> int:
+    """The most requests in any half-open window of ``window`` seconds."""
+    best, j = 0, 0
+    for i, t in enumerate(times):
+        while times[j] <= t - window:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
+
+
+def outcomes(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_one_worker_learns_a_5_per_second_limit(tmp_path: Path) -> None:
+    with Testbed(hosts=1, pages=300, per_page=20, rate_limit=5.0, seed=3) as tb:
+        res = run_crawl(tb, {"SCALE_DOMAIN_PROFILES": {"default": {"start_delay": 0.5}}}, tmp_path, timeout=300)
+        assert res.returncode == 0, res.tail()
+        log = served(tb, tb.hosts[0])
+    assert len(res.items) == 300
+    t0, t1 = log[0].time, log[-1].time
+    # after learning: the second half of the crawl (by time), without its last seconds
+    # (the tail waits for the last retries)
+    mid = t0 + (t1 - t0) / 2
+    late = [r for r in log if mid <= r.time <= t1 - 3]
+    limited = sum(1 for r in late if r.kind == "rate_limited")
+    span = late[-1].time - late[0].time
+    assert limited / len(late) < 0.02, (limited, len(late))
+    assert len(late) / span >= 0.85 * 5.0, (len(late), span)
+    assert res.stats["scale/throttle/rate_limited"] >= 1
+
+
+def test_retry_after_pauses_one_host_while_the_others_keep_their_pace(tmp_path: Path) -> None:
+    log_path = tmp_path / "outcomes.jsonl"
+    with Testbed(hosts=3, pages=60, faults="429@1:/item/5,first=1,retry_after=10", seed=4) as tb:
+        settings = {
+            "SCALE_DOMAIN_PROFILES": {"default": {"start_delay": 0.0, "max_rate": 4.0}},
+            "SCALE_OUTCOME_LOG": str(log_path),
+        }
+        res = run_crawl(tb, settings, tmp_path, timeout=240)
+        assert res.returncode == 0, res.tail()
+        shop1, shop2, shop3 = (served(tb, h) for h in tb.hosts)
+    assert len(res.items) == 180
+    hit = next(r for r in shop1 if r.kind == "429")
+    after = [r.time for r in shop1 if r.time > hit.time]
+    assert after and after[0] >= hit.time + 10.0, after[:3]  # no request to shop1 during the pause
+    # the other hosts went on at their pace (4/s each) during the pause
+    for other in (shop2, shop3):
+        during = [r for r in other if hit.time + 1 <= r.time <= hit.time + 9]
+        if other[-1].time >= hit.time + 9:  # still crawling then
+            assert len(during) >= 0.6 * 4 * 8, len(during)
+    # the held retry went out within 0.5 s of its time
+    retry = next(o for o in outcomes(log_path) if not o["final"] and o["url"].endswith("/item/5")
+                 and "shop1" in o["url"])
+    sent = next(r.time for r in shop1 if r.path == "/item/5" and r.attempt == 2)
+    assert retry["retry_at"] - 0.05 <= sent <= retry["retry_at"] + 0.5, (sent, retry["retry_at"])
+    assert res.stats["scale/throttle/paused_seconds"] >= 10
+
+
+def test_robots_crawl_delay_is_honoured(tmp_path: Path) -> None:
+    with Testbed(hosts=2, pages=8, per_page=20, robots_crawl_delay={1: 2}) as tb:
+        res = run_crawl(tb, {"SCALE_DOMAIN_PROFILES": {"default": {"start_delay": 0.0}}}, tmp_path, timeout=120)
+        assert res.returncode == 0, res.tail()
+        slow = [r.time for r in served(tb, tb.hosts[0])]
+        fast = [r.time for r in served(tb, tb.hosts[1])]
+    assert len(res.items) == 16
+    # the pages (robots.txt itself is fetched just before the first one: docs/throttle.md, Limits)
+    gaps = [b - a for a, b in zip(slow, slow[1:], strict=False)]
+    assert min(gaps) >= 1.95, gaps
+    assert sorted(b - a for a, b in zip(fast, fast[1:], strict=False))[len(fast) // 2] < 1.0
+
+
+def test_fifty_hosts_with_their_own_limits_each_paced_alone(tmp_path: Path) -> None:
+    limits = {n: 2.0 + n % 4 for n in range(2, 51)}
+    limits[1] = 0.5  # one slow host
+    with Testbed(hosts=50, pages=20, per_page=20, rate_limit=limits, seed=5, keep_log=True) as tb:
+        settings = {"SCALE_THROTTLE_STATS_TOP": 50, "CONCURRENT_REQUESTS": 32,
+                    "SCALE_DOMAIN_PROFILES": {"default": {"start_delay": 0.5}}}
+        res = run_crawl(tb, settings, tmp_path, timeout=400)
+        assert res.returncode == 0, res.tail()
+        last = {h: served(tb, h)[-1].time for h in tb.hosts}
+        first = min(r.time for r in tb.log)
+    assert len(res.items) == 50 * 20
+    slow_end = last[tb.hosts[0]]
+    others = sorted(t for h, t in last.items() if h != tb.hosts[0])
+    # the slow host (0.5 req/s, 21 requests: 40 s at least) did not hold the others back
+    assert slow_end - first >= 40
+    assert others[len(others) // 2] < slow_end - 10, (others[len(others) // 2] - first, slow_end - first)
+    # each host learned its own delay: the slowest-limited learned the longest
+    delay = {h: res.stats[f"scale/throttle/site/{h}/delay"] for h in tb.hosts}
+    assert delay[tb.hosts[0]] > max(d for h, d in delay.items() if h != tb.hosts[0])
+
+
+def test_a_restarted_worker_starts_at_the_learned_delay(tmp_path: Path) -> None:
+    profiles = {"default": {"start_delay": 0.0}}
+    with Testbed(hosts=1, pages=120, per_page=20, rate_limit=2.0, seed=6) as tb:
+        first = run_crawl(tb, {"SCALE_DOMAIN_PROFILES": profiles, "CLOSESPIDER_ITEMCOUNT": 40}, tmp_path,
+                          timeout=240)
+        assert first.returncode == 0, first.tail()
+        learned = first.stats[f"scale/throttle/site/{tb.hosts[0]}/delay"]
+        assert learned >= 0.4  # it learned the 2 req/s limit (from a start delay of 0)
+        st = status_json("catalog", {"SCALE_STATE_DIR": str(tmp_path / "state")})
+        assert [r["site"] for r in st["pacing"]] == [tb.hosts[0]]  # `scrapy scale status` shows it
+        assert st["pacing"][0]["delay"] >= 0.4
+        tb.clear_log()
+        second = run_crawl(tb, {"SCALE_DOMAIN_PROFILES": profiles}, tmp_path, timeout=240)
+        assert second.returncode == 0, second.tail()
+        times = [r.time for r in served(tb, tb.hosts[0])][:8]
+    assert "started from 1 learned site delay" in second.log
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert min(gaps) >= 0.8 * learned, (gaps, learned)
+
+
+def test_four_workers_on_one_redis_share_one_max_rate(tmp_path: Path, redis_url: str, redis_prefix: str) -> None:
+    from tests.crawling import start_crawl
+
+    with Testbed(hosts=1, pages=160, per_page=20, seed=7) as tb:
+        settings = {
+            "SCALE_JOB": redis_prefix,
+            "SCALE_FRONTIER_URL": redis_url,
+            "SCALE_FRONTIER_BATCH": 16,
+            "SCALE_DOMAIN_PROFILES": {tb.hosts[0]: {"max_rate": 5.0, "start_delay": 0.0}},
+            # robots.txt is fetched once per worker before its first page, outside the
+            # scheduler (docs/throttle.md, Limits): measured here are the pages
+            "ROBOTSTXT_OBEY": False,
+        }
+        procs = [start_crawl(tb, {**settings, "SCALE_FRONTIER_WORKER": f"w{i}"}, tmp_path) for i in range(4)]
+        results = [p.finish(300) for p in procs]
+        for r in results:
+            assert r.returncode == 0, r.tail()
+        times = [r.time for r in served(tb, tb.hosts[0])]
+    (tmp_path / "times.json").write_text(json.dumps(times))
+    assert len(times) == 160 + 8  # every page once (8 listing pages)
+    assert max_in_window(times, 2.0) <= 10, max_in_window(times, 2.0)  # <= 5.25/s in every 2 s window
+    assert len(times) / (times[-1] - times[0]) >= 4.5
+    assert sum(r.stats.get("item_scraped_count", 0) for r in results) == 160
