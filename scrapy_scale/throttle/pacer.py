@@ -52,9 +52,12 @@ logger = logging.getLogger(__name__)
 #: seconds between stats updates and learned-state saves (and, with Redis, reads)
 TICK = 5.0
 #: a grant of the shared limiter unused for this long is dropped (it would be sent late)
-PERMIT_TTL = 0.1
+PERMIT_TTL = 0.03
 #: max_rate is enforced this much below the rate, so send jitter never pushes a window over it
-RATE_MARGIN = 0.05
+RATE_MARGIN = 0.08
+#: how early a grant may come (seconds, at most a quarter of the spacing): a worker late on
+#: one turn (its timer, the round trip) does not lower the site's average rate
+TOLERANCE = 0.03
 #: seconds a Redis error makes the worker pace on its own before it tries the limiter again
 SHARED_BACKOFF = 5.0
 
@@ -144,7 +147,7 @@ class Throttle:
             return nxt
         if s.key not in self._acquiring:
             self._acquiring.add(s.key)
-            d = self._in_thread(self.shared.acquire, s.key, interval)
+            d = self._in_thread(self._acquire, s.key, interval)
             d.addCallbacks(self._acquired, self._shared_failed, callbackArgs=(s.key,))
         return math.inf
 
@@ -168,13 +171,20 @@ class Throttle:
 
     # ---- the shared limiter's answers (reactor thread) -------------------------------------
 
-    def _acquired(self, wait: float, key: str) -> None:
+    def _acquire(self, key: str, interval: float) -> tuple[float, float, float]:
+        """In the throttle's thread: ask the limiter; the answer is timed here, since the
+        reactor may take a while to read it (a grant read late must not be used late)."""
+        wait = self.shared.acquire(key, interval, min(TOLERANCE, interval / 4))
+        return wait, time.monotonic(), time.time()
+
+    def _acquired(self, answer: tuple[float, float, float], key: str) -> None:
+        wait, granted_mono, granted_wall = answer
         self._acquiring.discard(key)
         if wait <= 0:
-            self._permits[key] = time.monotonic()
+            self._permits[key] = granted_mono
             compat.wake_engine(self.crawler)
         else:
-            at = time.time() + wait
+            at = granted_wall + wait
             self._shared_next[key] = at
             self._wake_at(at)
 

@@ -28,11 +28,15 @@ ACQUIRE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local interval = tonumber(ARGV[1])
+local tolerance = tonumber(ARGV[2])
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tat > now then
-  return string.format('%.6f', tat - now)
+if tat - tolerance > now then
+  return string.format('%.6f', tat - tolerance - now)
 end
-redis.call('SET', KEYS[1], string.format('%.6f', now + interval), 'PX', math.ceil((interval + 60) * 1000))
+if now > tat then
+  tat = now
+end
+redis.call('SET', KEYS[1], string.format('%.6f', tat + interval), 'PX', math.ceil((interval + 60) * 1000))
 return '0'
 """
 
@@ -69,9 +73,11 @@ class RedisShared:
     def rate_key(self, site: str) -> str:
         return f"{self.prefix}rate:{_key_part(site)}"
 
-    def acquire(self, site: str, interval: float) -> float:
-        """0.0: granted now; else seconds until the site's next allowed time."""
-        return float(self._acquire(keys=[self.rate_key(site)], args=[f"{interval:.6f}"]))
+    def acquire(self, site: str, interval: float, tolerance: float = 0.0) -> float:
+        """0.0: granted now; else seconds until the site's next allowed time. ``tolerance``:
+        how early (seconds) a grant may come, so a caller that is late on one turn is not
+        late on every later one (the average stays at the interval)."""
+        return float(self._acquire(keys=[self.rate_key(site)], args=[f"{interval:.6f}", f"{tolerance:.6f}"]))
 
     def pause(self, site: str, seconds: float) -> float:
         """Pause the site for every worker; returns the seconds it is paused from now."""
@@ -110,7 +116,7 @@ class SqliteShared:
         self.db.execute("CREATE TABLE IF NOT EXISTS learned (job TEXT NOT NULL, site TEXT NOT NULL, "
                         "state TEXT NOT NULL, PRIMARY KEY (job, site))")
 
-    def acquire(self, site: str, interval: float) -> float:  # pragma: no cover - never called
+    def acquire(self, site: str, interval: float, tolerance: float = 0.0) -> float:  # pragma: no cover
         raise NotImplementedError
 
     def pause(self, site: str, seconds: float) -> float:  # pragma: no cover - never called
