@@ -15,6 +15,7 @@ import sqlite3
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import scrapy
@@ -499,6 +500,49 @@ def test_codec_round_trip_and_refusals() -> None:
     assert codec.request_from_feed('{"url": "http://a.test/g", "priority": 4}').priority == 4
     with pytest.raises(codec.CodecError, match="unknown fields"):
         codec.request_from_feed('{"url": "http://a.test/", "evil": 1}')
+
+
+class _CallbackSpider(scrapy.Spider):
+    name = "cbs"
+
+    def parse_item(self, response: Any) -> None:
+        pass
+
+    alias = parse_item  # the same function under a second name: Scrapy picks the first by name
+
+    def on_error(self, failure: Any) -> None:
+        pass
+
+
+def test_codec_request_dict_is_scrapy_to_dict() -> None:
+    """The codec's own ``to_dict`` (callback names cached per spider) gives exactly what
+    Scrapy's ``Request.to_dict(spider=...)`` gives, and fails where it fails."""
+    from scrapy import FormRequest
+    from scrapy.http.request import NO_CALLBACK
+
+    spider = _CallbackSpider()
+    other = _CallbackSpider()
+    requests = [
+        Request("http://a.test/1"),
+        Request("http://a.test/2", callback=spider.parse_item, errback=spider.on_error, meta={"depth": 1},
+                headers={"Referer": "http://a.test/"}, cb_kwargs={"n": 1}, priority=2, flags=["f"]),
+        Request("http://a.test/3", callback=spider.alias),
+        Request("http://a.test/4", callback=other.parse_item),  # the same function of another instance
+        FormRequest("http://a.test/6", formdata={"a": "b"}, callback=spider.parse),
+    ]
+    for _ in range(2):  # the second time from the cache
+        for r in requests:
+            assert codec.request_dict(r, spider) == r.to_dict(spider=spider)
+    assert codec.request_dict(requests[2], spider)["callback"] == "alias"
+    for bad in (Request("http://a.test/7", callback=NO_CALLBACK), Request("http://a.test/8", callback=print)):
+        with pytest.raises(ValueError, match="not an instance method"):
+            bad.to_dict(spider=spider)
+        with pytest.raises(ValueError, match="not an instance method"):
+            codec.request_dict(bad, spider)
+    spider.alias = spider.on_error  # type: ignore[method-assign]  # an instance attribute shadows the cached name
+    r = Request("http://a.test/9", callback=spider.parse_item)
+    assert codec.request_dict(r, spider) == r.to_dict(spider=spider)
+    assert codec.request_dict(r, spider)["callback"] == "parse_item"
 
 
 #: a record as format 1 was first written (by the recursive-walk codec): stored records

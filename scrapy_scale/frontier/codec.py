@@ -28,6 +28,7 @@ import functools
 import inspect
 import json
 import re
+import weakref
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -221,7 +222,7 @@ def encode(request: Request, spider: Spider | None = None, rules: RecordRules | 
     not (a callback that is not a public spider method, a class or URL scheme ``rules``
     do not allow): such a record would be refused when read back."""
     try:
-        d = request.to_dict(spider=spider)
+        d = request_dict(request, spider)
     except ValueError as e:  # callback not found on the spider
         raise CodecError(str(e)) from None
     rules = rules or RecordRules.for_crawl(spider)
@@ -230,6 +231,57 @@ def encode(request: Request, spider: Spider | None = None, rules: RecordRules | 
         return _dumps({"v": VERSION, "r": _encoder(rules)(d)})
     except values.Unstorable as e:
         raise NotStorable(e.type_name, str(e)) from None
+
+
+def request_dict(request: Request, spider: Spider | None) -> dict[str, Any]:
+    """``request.to_dict(spider=spider)``, the same dict, with the callback's name looked up
+    once per spider and function: Scrapy's ``to_dict`` walks every member of the spider
+    (``inspect.getmembers``, properties included) for each request, which cost more than
+    the rest of the encoding together (0.25 ms of 0.5 ms per request on the bench crawl)."""
+    cb, eb = request.callback, request.errback
+    if not (callable(cb) or callable(eb)) or spider is None:
+        return request.to_dict(spider=spider)
+    d: dict[str, Any] = {
+        "url": request.url,
+        "callback": _method_name(spider, cb) if callable(cb) else cb,
+        "errback": _method_name(spider, eb) if callable(eb) else eb,
+        "headers": dict(request.headers),
+    }
+    for attr in request.attributes:
+        d.setdefault(attr, getattr(request, attr))
+    if type(request) is not Request:
+        d["_class"] = type(request).__module__ + "." + type(request).__name__
+    return d
+
+
+#: spider -> {function: the name Scrapy's ``_find_method`` gave it}
+_METHOD_NAMES: weakref.WeakKeyDictionary[Any, dict[Any, str]] = weakref.WeakKeyDictionary()
+
+
+def _method_name(spider: Spider, func: Callable[..., Any]) -> str:
+    """The spider's name for the method ``func`` (as ``Request.to_dict`` finds it), cached;
+    a cached name is used only while the spider still has that method under it."""
+    raw = getattr(func, "__func__", None)
+    if raw is None:
+        raise ValueError(f"Function {func} is not an instance method in: {spider}")
+    try:
+        names = _METHOD_NAMES.setdefault(spider, {})
+    except TypeError:  # a spider that cannot be weakly referenced: no cache
+        return _find_method(spider, raw, func)
+    name = names.get(raw)
+    if name is not None and getattr(getattr(spider, name, None), "__func__", None) is raw:
+        return name
+    name = names[raw] = _find_method(spider, raw, func)
+    return name
+
+
+def _find_method(spider: Spider, raw: Any, func: Any) -> str:
+    """What Scrapy's ``Request.to_dict`` does: the first (by name) bound method of the
+    spider whose function is ``raw``; the same ValueError when there is none."""
+    for name, member in inspect.getmembers(spider, predicate=inspect.ismethod):
+        if member.__func__ is raw:
+            return name
+    raise ValueError(f"Function {func} is not an instance method in: {spider}")
 
 
 #: ``json.dumps(..., separators=(",", ":"))`` without building an encoder per call (same output)
