@@ -61,8 +61,7 @@ def state_file_url(settings: object, filename: str) -> str:
     """``sqlite:///`` URL of ``filename`` in ``JOBDIR``, else in ``SCALE_STATE_DIR``."""
     import os
 
-    from scrapy_scale import config
 
     get = getattr(settings, "get", None)
-    folder = (get("JOBDIR") if get else None) or config.get(settings, "SCALE_STATE_DIR")  # type: ignore[arg-type]
+    folder = (get("JOBDIR") if get else None) or STATE_DIR.get(settings)  # type: ignore[arg-type]
     return "sqlite:///" + os.path.abspath(os.path.join(folder, filename))

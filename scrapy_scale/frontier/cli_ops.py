@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
-from scrapy_scale import config
+from scrapy_scale import config, settings_core
 from scrapy_scale.errors import ScaleError
 from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.frontier.codec import RecordRules
@@ -135,7 +135,7 @@ def open_job(settings: Any, job: str, must_exist: bool = True) -> Iterator[JobOp
         raise OpError("the job name is empty")
     config.validate_all(settings)  # every SCALE_* setting, as a crawl would check them
     url = frontier_settings.frontier_url(settings)
-    state_dir = config.get(settings, "SCALE_STATE_DIR")
+    state_dir = settings_core.STATE_DIR.get(settings)
     scheme = urlsplit(url).scheme
     where = redact_url(url)
     if scheme == "sqlite" and must_exist:

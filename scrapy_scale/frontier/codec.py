@@ -38,9 +38,10 @@ from scrapy import Request, Spider
 from scrapy.utils.misc import load_object
 from scrapy.utils.request import RequestFingerprinter
 
-from scrapy_scale import compat, config
+from scrapy_scale import compat
 from scrapy_scale.errors import ScaleError
 from scrapy_scale.frontier import settings as _settings  # noqa: F401 - declares SCALE_FRONTIER_*
+from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.frontier import values
 from scrapy_scale.frontier.store import NewRequest, domain_of
 
@@ -99,8 +100,8 @@ class RecordRules:
             names.add(compat.module_of(type(spider)))
         schemes: Collection[str] = DEFAULT_SCHEMES
         if settings is not None:
-            names.update(config.get(settings, "SCALE_FRONTIER_REQUEST_CLASSES") or ())
-            schemes = config.get(settings, "SCALE_FRONTIER_SCHEMES")
+            names.update(frontier_settings.REQUEST_CLASSES.get(settings) or ())
+            schemes = frontier_settings.SCHEMES.get(settings)
         packages = frozenset({compat.module_of(type(spider)).split(".")[0]} if spider is not None else ())
         return cls(frozenset(names), frozenset(s.lower() for s in schemes), packages)
 

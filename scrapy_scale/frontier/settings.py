@@ -6,7 +6,6 @@ import re
 from typing import Any
 
 from scrapy_scale import (
-    config,
     settings_core,  # noqa: F401 - declares SCALE_JOB / SCALE_STATE_DIR (used alone, without the add-on)
 )
 from scrapy_scale.config import as_bool, as_float, as_int, as_list, as_str, as_url, declare
@@ -102,7 +101,7 @@ WORKER = declare(
 
 def frontier_url(settings: Any) -> str:
     """SCALE_FRONTIER_URL, or the default SQLite file under JOBDIR / SCALE_STATE_DIR."""
-    url = config.get(settings, "SCALE_FRONTIER_URL")
+    url = URL.get(settings)
     if url:
         return str(url)
     return settings_core.state_file_url(settings, "frontier.db")

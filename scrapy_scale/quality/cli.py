@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from scrapy_scale import config
+from scrapy_scale import config, settings_core
 from scrapy_scale.errors import ScaleError
 from scrapy_scale.quality import reporting
+from scrapy_scale.quality import settings as quality_settings
 from scrapy_scale.quality.history import RunRecord
 from scrapy_scale.redact import redact_url
+from scrapy_scale.storage import settings as storage_settings
 
 
 class QualityError(ScaleError, RuntimeError):
@@ -41,8 +43,8 @@ def report(settings: Any, job: str, run: str | None = None) -> dict[str, Any]:
         scan = reporting.scan_store(settings, job, rec.run_id)
         index = SnapshotDir.for_job(settings, job).index()
         rep = reporting.build(job, rec.run_id, runs, reporting.thresholds(settings), scan,
-                              config.get(settings, "SCALE_QUALITY_SAMPLE_SIZE"),
-                              config.get(settings, "SCALE_STORE_FIELDS"), snapshots=index, keep=h.keep)
+                              quality_settings.SAMPLE_SIZE.get(settings),
+                              storage_settings.FIELDS.get(settings), snapshots=index, keep=h.keep)
         h.put_report(job, rec.run_id, rep["ok"], rep["failed"])
     finally:
         h.close()
@@ -108,7 +110,7 @@ def replay(settings: Any, job: str, cls: str = "parse_failed", spider: str | Non
     marked = 0
     if fps:
         store = open_store(frontier_settings.frontier_url(settings), job,
-                           state_dir=config.get(settings, "SCALE_STATE_DIR"))
+                           state_dir=settings_core.STATE_DIR.get(settings))
         try:
             marked = store.resolve(fps)
         finally:
@@ -167,8 +169,8 @@ def review(settings: Any, job: str, run: str | None = None, verdicts: str | None
     finally:
         h.close()
     scan = reporting.scan_store(settings, job, rec.run_id)
-    fields = config.get(settings, "SCALE_STORE_FIELDS")
-    rows = reporting.sample(scan.run_rows, config.get(settings, "SCALE_QUALITY_SAMPLE_SIZE"),
+    fields = storage_settings.FIELDS.get(settings)
+    rows = reporting.sample(scan.run_rows, quality_settings.SAMPLE_SIZE.get(settings),
                             f"{job}:{rec.run_id}", fields, SnapshotDir.for_job(settings, job).index())
     folder = reporting.quality_dir(settings, job)
     os.makedirs(folder, exist_ok=True)

@@ -24,14 +24,17 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
-from scrapy_scale import config, startup
+from scrapy_scale import config, settings_core, startup
 from scrapy_scale import stats_keys as K
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemQuarantined
+from scrapy_scale.outcomes import settings as outcomes_settings
 from scrapy_scale.quality import settings as S
+from scrapy_scale.quality import settings as quality_settings
 from scrapy_scale.quality.figures import RunFigures
 from scrapy_scale.quality.validate import Validator, content_hash, reason_kind
 from scrapy_scale.redact import redact_url
+from scrapy_scale.storage import settings as storage_settings
 from scrapy_scale.storage.backends import DeadRow, StoreBroken, StoreUnavailable, open_store
 from scrapy_scale.storage.pipeline import (
     _clean,
@@ -48,12 +51,12 @@ LOG_FIRST = 5
 
 
 def quarantine_name(settings: Any) -> str:
-    return config.get(settings, "SCALE_QUALITY_QUARANTINE") or (
-        config.get(settings, "SCALE_STORE_COLLECTION") + "_quarantine")
+    return quality_settings.QUARANTINE.get(settings) or (
+        storage_settings.COLLECTION.get(settings) + "_quarantine")
 
 
 def store_url(settings: Any) -> str:
-    return config.get(settings, "SCALE_STORE_URL") or default_store_url(settings)
+    return storage_settings.URL.get(settings) or default_store_url(settings)
 
 
 def figures_of(crawler: Crawler) -> RunFigures:
@@ -78,11 +81,11 @@ class ValidationPipeline:
     def __init__(self, crawler: Crawler):
         self.crawler = crawler
         s = crawler.settings
-        self.validator = Validator(config.get(s, "SCALE_CRITICAL_FIELDS"), config.get(s, "SCALE_QUALITY_SCHEMAS"))
-        self.content_fields: list[str] = config.get(s, "SCALE_QUALITY_CONTENT_FIELDS")
+        self.validator = Validator(outcomes_settings.CRITICAL_FIELDS.get(s), quality_settings.SCHEMAS.get(s))
+        self.content_fields: list[str] = quality_settings.CONTENT_FIELDS.get(s)
         self.active = bool(self.validator) or bool(self.content_fields)
         self.url = store_url(s)
-        self.collection: str = config.get(s, "SCALE_STORE_COLLECTION")
+        self.collection: str = storage_settings.COLLECTION.get(s)
         self.quarantine = quarantine_name(s)
         self.stats = crawler.stats
         self.figures = figures_of(crawler)
@@ -99,7 +102,7 @@ class ValidationPipeline:
     def from_crawler(cls, crawler: Crawler) -> ValidationPipeline:
         S.check_all(crawler.settings)
         p = cls(crawler)
-        if p.quarantine in (p.collection, config.get(crawler.settings, "SCALE_STORE_DEAD_LETTER")):
+        if p.quarantine in (p.collection, storage_settings.DEAD_LETTER.get(crawler.settings)):
             raise config.ScaleSettingError("SCALE_QUALITY_QUARANTINE",
                                            "must differ from the items and dead-letter collections")
         return p
@@ -110,12 +113,12 @@ class ValidationPipeline:
         from twisted.internet import reactor
 
         spider = spider or self.crawler.spider
-        self.job = config.get(self.crawler.settings, "SCALE_JOB") or (spider.name if spider else "job")
+        self.job = settings_core.JOB.get(self.crawler.settings) or (spider.name if spider else "job")
         self.run_id = resolve_run_id(self.crawler)
         store = open_store(self.url, self.collection, self.quarantine)
         self.writer = BatchWriter(
             store, batch_size=100, max_latency=0.2,
-            retry_max_delay=config.get(self.crawler.settings, "SCALE_STORE_RETRY_MAX_DELAY"),
+            retry_max_delay=storage_settings.RETRY_MAX_DELAY.get(self.crawler.settings),
             on_batch=lambda r, results: reactor.callFromThread(self._on_batch, results),  # type: ignore[attr-defined]
             on_fatal=lambda m, subs: reactor.callFromThread(self._on_failed, subs, StoreBroken(m)),  # type: ignore[attr-defined]
             on_abandoned=lambda subs: reactor.callFromThread(  # type: ignore[attr-defined]

@@ -21,16 +21,18 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task, threads
 
-from scrapy_scale import config, exitcode, startup
+from scrapy_scale import exitcode, settings_core, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.quality import reporting
 from scrapy_scale.quality import settings as S
+from scrapy_scale.quality import settings as quality_settings
 from scrapy_scale.quality.checks import evaluate, failed
 from scrapy_scale.quality.figures import COMPLETED_CLASSES, RunFigures
 from scrapy_scale.quality.history import History, baseline
 from scrapy_scale.quality.pipeline import figures_of
+from scrapy_scale.storage import settings as storage_settings
 from scrapy_scale.storage.pipeline import resolve_run_id
 
 logger = logging.getLogger(__name__)
@@ -49,9 +51,9 @@ class QualityReport:
         self.ctx = ScaleContext.of(crawler)
         self.figures: RunFigures = figures_of(crawler)
         self.thresholds = reporting.thresholds(crawler.settings)
-        self.batch_seconds: float = config.get(crawler.settings, "SCALE_QUALITY_BATCH_SECONDS")
-        self.exit_code: int = config.get(crawler.settings, "SCALE_QUALITY_EXIT_CODE")
-        self.finish_reason: str | None = config.get(crawler.settings, "SCALE_QUALITY_FINISH_REASON")
+        self.batch_seconds: float = quality_settings.BATCH_SECONDS.get(crawler.settings)
+        self.exit_code: int = quality_settings.EXIT_CODE.get(crawler.settings)
+        self.finish_reason: str | None = quality_settings.FINISH_REASON.get(crawler.settings)
         self.started = time.time()
         self.part = f"{socket.gethostname()}-{os.getpid()}-{int(self.started * 1000)}"
         self.history: History | None = None
@@ -75,7 +77,7 @@ class QualityReport:
     @startup.reports_setting_errors
     def from_crawler(cls, crawler: Crawler) -> QualityReport:
         S.check_all(crawler.settings)
-        if not config.get(crawler.settings, "SCALE_QUALITY_REPORT"):
+        if not quality_settings.REPORT.get(crawler.settings):
             raise NotConfigured("SCALE_QUALITY_REPORT is off")
         return cls(crawler)
 
@@ -100,7 +102,7 @@ class QualityReport:
 
     async def on_opened(self, spider: Spider) -> None:
         f = self.figures
-        f.job = self.ctx.job or config.get(self.settings, "SCALE_JOB") or spider.name
+        f.job = self.ctx.job or settings_core.JOB.get(self.settings) or spider.name
         f.run_id = str(resolve_run_id(self.crawler))
         d = threads.deferToThread(self._load)
         d.addErrback(lambda fail: logger.error("quality history cannot be read: %s", fail.getErrorMessage()))
@@ -165,7 +167,7 @@ class QualityReport:
             runs = h.runs(fig.job)
             scan = reporting.scan_store(s, fig.job, fig.run_id) if store_on else None
             report = reporting.build(fig.job, fig.run_id, runs, self.thresholds, scan,
-                                     config.get(s, "SCALE_QUALITY_SAMPLE_SIZE"), config.get(s, "SCALE_STORE_FIELDS"),
+                                     quality_settings.SAMPLE_SIZE.get(s), storage_settings.FIELDS.get(s),
                                      snapshots=index, keep=h.keep)
             report["finished"], report["close_reason"] = reason == "finished", reason
             if report["finished"]:

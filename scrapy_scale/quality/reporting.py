@@ -15,43 +15,45 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scrapy_scale import config
+from scrapy_scale import config, settings_core
+from scrapy_scale.quality import settings as quality_settings
 from scrapy_scale.quality.checks import StoreScan, Thresholds, evaluate, failed
 from scrapy_scale.quality.figures import RunFigures
 from scrapy_scale.quality.history import History, RunRecord, baseline
 from scrapy_scale.quality.validate import content_hash
+from scrapy_scale.storage import settings as storage_settings
 from scrapy_scale.storage.backends import open_store
 
 
 def quality_dir(settings: Any, job: str) -> str:
-    d = config.get(settings, "SCALE_QUALITY_DIR")
+    d = quality_settings.DIR.get(settings)
     if d:
         return os.path.abspath(d)
-    folder = settings.get("JOBDIR") or config.get(settings, "SCALE_STATE_DIR")
+    folder = settings.get("JOBDIR") or settings_core.STATE_DIR.get(settings)
     return os.path.abspath(os.path.join(folder, "quality", job))
 
 
 def history_name(settings: Any) -> str:
-    return config.get(settings, "SCALE_QUALITY_HISTORY") or (
-        config.get(settings, "SCALE_STORE_COLLECTION") + "_quality_runs")
+    return quality_settings.HISTORY.get(settings) or (
+        storage_settings.COLLECTION.get(settings) + "_quality_runs")
 
 
 def open_history(settings: Any) -> History:
     from scrapy_scale.quality.pipeline import store_url
 
-    h = History(store_url(settings), config.get(settings, "SCALE_STORE_COLLECTION"), history_name(settings),
-                config.get(settings, "SCALE_QUALITY_HISTORY_RUNS"))
+    h = History(store_url(settings), storage_settings.COLLECTION.get(settings), history_name(settings),
+                quality_settings.HISTORY_RUNS.get(settings))
     h.open()
     return h
 
 
 def thresholds(settings: Any) -> Thresholds:
     return Thresholds(
-        expect=config.get(settings, "SCALE_QUALITY_EXPECT"),
-        ratio_tolerance=config.get(settings, "SCALE_QUALITY_RATIO_TOLERANCE"),
-        max_rise=config.get(settings, "SCALE_QUALITY_MAX_RISE"),
-        max_invalid_rate=config.get(settings, "SCALE_QUALITY_MAX_INVALID_RATE"),
-        max_duplicate_rate=config.get(settings, "SCALE_QUALITY_MAX_DUPLICATE_RATE"),
+        expect=quality_settings.EXPECT.get(settings),
+        ratio_tolerance=quality_settings.RATIO_TOLERANCE.get(settings),
+        max_rise=quality_settings.MAX_RISE.get(settings),
+        max_invalid_rate=quality_settings.MAX_INVALID.get(settings),
+        max_duplicate_rate=quality_settings.MAX_DUPLICATES.get(settings),
     )
 
 

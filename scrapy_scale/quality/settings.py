@@ -149,4 +149,4 @@ def check_all(settings: Any) -> None:
 
     for value in list(globals().values()):
         if isinstance(value, config.Setting):
-            config.get(settings, value.name)
+            value.get(settings)

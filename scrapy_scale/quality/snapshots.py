@@ -30,12 +30,13 @@ from scrapy.http import Response
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import threads
 
-from scrapy_scale import config, meta, startup
+from scrapy_scale import meta, settings_core, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemDeadLettered
 from scrapy_scale.quality import reporting
+from scrapy_scale.quality import settings as quality_settings
 from scrapy_scale.quality.pipeline import figures_of
 
 logger = logging.getLogger(__name__)
@@ -54,8 +55,8 @@ class SnapshotDir:
     @classmethod
     def for_job(cls, settings: Any, job: str) -> SnapshotDir:
         return cls(os.path.join(reporting.quality_dir(settings, job), "snapshots"),
-                   config.get(settings, "SCALE_QUALITY_SNAPSHOT_MAX_COUNT"),
-                   config.get(settings, "SCALE_QUALITY_SNAPSHOT_MAX_BYTES"))
+                   quality_settings.SNAPSHOT_MAX_COUNT.get(settings),
+                   quality_settings.SNAPSHOT_MAX_BYTES.get(settings))
 
     def files(self) -> list[str]:
         """Snapshot file names, oldest first."""
@@ -178,8 +179,8 @@ class Snapshots:
         s = crawler.settings
         self.crawler = crawler
         self.stats = crawler.stats
-        self.classes = set(config.get(s, "SCALE_QUALITY_SNAPSHOT_CLASSES"))
-        self.sample: float = config.get(s, "SCALE_QUALITY_SNAPSHOT_SAMPLE")
+        self.classes = set(quality_settings.SNAPSHOT_CLASSES.get(s))
+        self.sample: float = quality_settings.SNAPSHOT_SAMPLE.get(s)
         self.ctx = ScaleContext.of(crawler)
         self.ctx.extra["snapshots"] = self
         self.figures = figures_of(crawler)
@@ -199,14 +200,14 @@ class Snapshots:
     @startup.reports_setting_errors
     def from_crawler(cls, crawler: Crawler) -> Snapshots:
         s = crawler.settings
-        if not config.get(s, "SCALE_QUALITY_SNAPSHOT_CLASSES") and not config.get(s, "SCALE_QUALITY_SNAPSHOT_SAMPLE"):
+        if not quality_settings.SNAPSHOT_CLASSES.get(s) and not quality_settings.SNAPSHOT_SAMPLE.get(s):
             raise NotConfigured("no snapshot class and no sample")
-        if not config.get(s, "SCALE_QUALITY_SNAPSHOT_MAX_COUNT"):
+        if not quality_settings.SNAPSHOT_MAX_COUNT.get(s):
             raise NotConfigured("SCALE_QUALITY_SNAPSHOT_MAX_COUNT is 0")
         return cls(crawler)
 
     def on_opened(self, spider: Spider) -> None:
-        self.job = self.ctx.job or config.get(self.crawler.settings, "SCALE_JOB") or spider.name
+        self.job = self.ctx.job or settings_core.JOB.get(self.crawler.settings) or spider.name
         self.dir = SnapshotDir.for_job(self.crawler.settings, self.job)
 
     def index(self) -> dict[str, str]:

@@ -30,10 +30,11 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task, threads
 from twisted.python.threadpool import ThreadPool
 
-from scrapy_scale import compat, config, startup
+from scrapy_scale import compat, settings_core, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as keys
 from scrapy_scale.context import ScaleContext
+from scrapy_scale.outcomes import settings as outcomes_settings
 from scrapy_scale.outcomes.retry_after import parse_retry_after
 from scrapy_scale.redact import redact_url
 from scrapy_scale.throttle import settings as throttle_settings  # noqa: F401 - declares the settings
@@ -88,17 +89,17 @@ class Throttle:
     @startup.reports_setting_errors
     def from_crawler(cls, crawler: Crawler) -> Throttle:
         s = crawler.settings
-        if not config.get(s, "SCALE_THROTTLE_ENABLED"):
+        if not throttle_settings.ENABLED.get(s):
             raise NotConfigured("SCALE_THROTTLE_ENABLED is off")
-        profiles: Profiles = config.get(s, "SCALE_DOMAIN_PROFILES")
+        profiles: Profiles = throttle_settings.PROFILES.get(s)
         dd = s.getfloat("DOWNLOAD_DELAY")
         if dd > 0 and "min_delay" not in profiles.default_explicit:
             # DOWNLOAD_DELAY is the floor of every site no profile gives a min_delay
             profiles = profiles.with_base(replace(BUILTIN, min_delay=dd, start_delay=max(dd, BUILTIN.start_delay),
                                                   max_delay=max(dd, BUILTIN.max_delay)))
-        cap = float(config.get(s, "SCALE_RETRY_AFTER_MAX"))
+        cap = float(outcomes_settings.RETRY_AFTER_MAX.get(s))
         pacing = Pacing(profiles, time.time, retry_after_cap=cap)
-        job = config.get(s, "SCALE_JOB") or getattr(crawler.spidercls, "name", None) or "default"
+        job = settings_core.JOB.get(s) or getattr(crawler.spidercls, "name", None) or "default"
         url = throttle_settings.throttle_url(s)
         try:
             shared = open_shared(url, job)
@@ -107,7 +108,7 @@ class Throttle:
             logger.warning("throttle: learned delays at %s cannot be read (%s); starting from the profiles",
                            redact_url(url), e)
             shared, learned = None, {}
-        ext = cls(crawler, pacing, shared, top=config.get(s, "SCALE_THROTTLE_STATS_TOP"))
+        ext = cls(crawler, pacing, shared, top=throttle_settings.STATS_TOP.get(s))
         ext.restored = pacing.restore(learned)
         if s.getbool("AUTOTHROTTLE_ENABLED"):
             logger.warning("throttle: AUTOTHROTTLE_ENABLED is on as well; scrapy-scale's per-site pacing "

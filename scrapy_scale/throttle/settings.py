@@ -9,6 +9,7 @@ from scrapy_scale import (
     settings_core,  # noqa: F401 - declares SCALE_STATE_DIR (used alone, without the add-on)
 )
 from scrapy_scale.config import as_bool, as_dict, as_int, as_url, declare
+from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.throttle.profiles import Profiles
 
 COMPONENT = "throttle"
@@ -54,10 +55,10 @@ STATS_TOP = declare(
 
 def throttle_url(settings: Any) -> str:
     """SCALE_THROTTLE_URL, else the frontier's Redis, else a SQLite file in the state folder."""
-    url = config.get(settings, "SCALE_THROTTLE_URL")
+    url = URL.get(settings)
     if url:
         return str(url)
-    front = config.get(settings, "SCALE_FRONTIER_URL") if "SCALE_FRONTIER_URL" in config.REGISTRY else None
+    front = frontier_settings.URL.get(settings) if "SCALE_FRONTIER_URL" in config.REGISTRY else None
     if isinstance(front, str) and front.split("://", 1)[0] in ("redis", "rediss"):
         return front
     return settings_core.state_file_url(settings, "throttle.db")
