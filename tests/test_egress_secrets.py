@@ -64,9 +64,9 @@ def test_credentials_work_fail_with_407_and_never_leak(tmp_path, tls):
     texts = [res.log, json.dumps(res.stats), (tmp_path / "outcomes.jsonl").read_text()]
     texts += [p.stdout + p.stderr for p in (status, status_json, egress, egress_json)]
     blobs = [t.encode() for t in texts]
-    # frontier, egress state, items (+ WAL), and whatever else lives there (the quality report...)
-    blobs += [f.read_bytes() for f in (tmp_path / "state").rglob("*") if f.is_file()]
-    assert any(f.name.startswith("frontier.db") for f in (tmp_path / "state").iterdir())
+    files = [f for f in (tmp_path / "state").rglob("*") if f.is_file()]  # frontier, egress state, items (+ WAL)
+    blobs += [f.read_bytes() for f in files]
+    assert any(f.name.startswith("frontier.db") for f in files) and any(f.name == "egress.db" for f in files)
     for blob in blobs:
         for form in _forms("alice", PASSWORD) + _forms("alice", WRONG):
             assert form not in blob

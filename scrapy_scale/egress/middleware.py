@@ -6,8 +6,9 @@
 ``meta["scale_egress"]`` (the stable id) and ``Proxy-Authorization`` (used by Scrapy
 for plain requests and for the CONNECT of ``https://`` ones). The download slot is
 never touched: pacing stays per target domain. When no egress is available for the
-domain it sets ``meta["scale_not_before"]``, and the guard below holds the request
-until then without blocking other domains.
+domain the request goes back to the scheduler with ``meta["scale_not_before"]`` (the
+frontier keeps it; with another scheduler the outcome middleware's not-before guard
+holds it in a timer), so other domains go on.
 
 Health comes from the ``outcome`` signal only (:meth:`EgressMiddleware.on_outcome`).
 Credentials stay on the wire: ``Proxy-Authorization`` is removed from every request
@@ -55,6 +56,8 @@ logger = logging.getLogger(__name__)
 #: meta key: the token of the attempt's in-flight slot in the pool (internal)
 _TOKEN = "_scale_egress_token"
 _AUTH = b"Proxy-Authorization"
+#: longest a request waits for an egress before the pool is asked again (seconds)
+RECHECK = 5.0
 
 
 class EgressMiddleware:
@@ -84,6 +87,7 @@ class EgressMiddleware:
         self._next_token = itertools.count(1)
         self._waiting: dict[str, float] = {}  # domain -> until, while its requests wait
         self._loops: list[task.LoopingCall] = []
+        self._sync_d: Any = None  # the running sync, awaited at close before the last one
         self._syncing = False
         self.browser = BrowserContexts(crawler, S.CONTEXT_PAGES.get(st), S.CONTEXT_AGE.get(st), time.time)
         self.ctx = ScaleContext.of(crawler)
@@ -103,7 +107,7 @@ class EgressMiddleware:
 
     # ---- requests ------------------------------------------------------------------
 
-    async def process_request(self, request: Request, spider: Any = None) -> None:
+    async def process_request(self, request: Request, spider: Any = None) -> Request | None:
         m = request.meta
         if "proxy" in m and meta.EGRESS not in m:
             return None  # the project chose this request's proxy itself
@@ -114,8 +118,7 @@ class EgressMiddleware:
         domain = urlparse_cached(request).hostname or ""
         choice = self.pool.choose(domain, m.get(meta.AVOID_EGRESS) or ())
         if choice.egress is None:
-            self._wait(request, domain, choice.wait_until, choice.reason)
-            return None
+            return self._wait(request, domain, choice.wait_until, choice.reason)
         if domain in self._waiting:
             del self._waiting[domain]
             logger.info("egress: %s has an egress again; its requests go on", domain)
@@ -144,8 +147,16 @@ class EgressMiddleware:
         self._tokens[token] = e.id
         m[_TOKEN] = token
 
-    def _wait(self, request: Request, domain: str, until: float, reason: str) -> None:
-        request.meta[meta.NOT_BEFORE] = until
+    def _wait(self, request: Request, domain: str, until: float, reason: str) -> Request:
+        """The request back to the scheduler, not before the pool may have an egress for it.
+
+        A scheduler that holds requests (the frontier) keeps it, as a retry of the same
+        record; with another one it comes straight back and the outcome middleware's
+        not-before guard holds it in a timer. It comes back within RECHECK seconds at
+        most: the pool may have changed meanwhile (a source added egresses, another
+        worker restored one)."""
+        again = request.replace(dont_filter=True)
+        again.meta[meta.NOT_BEFORE] = min(until, time.time() + RECHECK)
         self.stats.inc_value(K.egress_wait(reason))
         if domain not in self._waiting:
             what = {"quarantined": "every egress is quarantined for it",
@@ -160,6 +171,7 @@ class EgressMiddleware:
 
             logger.error("egress: closing the spider (SCALE_EGRESS_EXHAUSTED = close)")
             deferred_from_coro(self.crawler.engine.close_spider_async(reason="egress_exhausted"))
+        return again
 
     def _release(self, token: Any) -> None:
         e = self._tokens.pop(token, None) if isinstance(token, int) else None
@@ -268,7 +280,8 @@ class EgressMiddleware:
         def finally_(_: Any) -> None:
             self._syncing = False
 
-        return d.addCallbacks(done, failed).addBoth(finally_)
+        self._sync_d = d.addCallbacks(done, failed).addBoth(finally_)
+        return self._sync_d
 
     def _refresh(self) -> Any:
         r = self.refresher
@@ -323,6 +336,8 @@ class EgressMiddleware:
         store = self.store
         if store is None:
             return
+        if self._syncing and self._sync_d is not None:  # never two syncs at once, nor one after the close
+            await maybe_deferred_to_future(self._sync_d)
         dirty, counts = self.pool.take_dirty(), self.pool.counters()
 
         def final() -> None:
