@@ -12,7 +12,9 @@ Every variant crawls the same testbed process (its CPU is not counted), with
 - ``outcomes``: ``plain`` with the outcome middlewares instead of Scrapy's RetryMiddleware;
 - ``frontier``: ``plain`` with the SQLite frontier instead of Scrapy's memory scheduler;
 - ``store``: plain Scrapy with the SQLite item store instead of the feed;
-- ``addon``: the add-on on its embedded defaults (SQLite frontier + SQLite store);
+- ``addon``: the add-on on its embedded defaults (SQLite frontier + SQLite store, throttle on);
+- ``addon-unpaced`` (not in the default list): ``addon`` with ``SCALE_THROTTLE_ENABLED = False``,
+  to tell the per-site pacing's cost in pages/s from the CPU the components cost;
 - ``addon-redis``: the add-on with the Redis frontier and the MongoDB store;
 - ``scrapy-redis``: scrapy-redis's scheduler + the tutorial MongoDB pipeline (``insert_one``
   per item), the distributed baseline ``addon-redis`` is compared with.
@@ -93,6 +95,10 @@ def addon(run_id: str) -> dict[str, Any]:
     return {**COMMON, "FEEDS": None, "SCALE_JOB": job(run_id)}
 
 
+def addon_unpaced(run_id: str) -> dict[str, Any]:
+    return {**addon(run_id), "SCALE_THROTTLE_ENABLED": False}
+
+
 def db(run_id: str) -> str:
     return "bench_" + re.sub(r"[^A-Za-z0-9_]", "_", run_id)[-40:]
 
@@ -156,6 +162,7 @@ def variants(names: list[str], dist: Distributed | None) -> list[Variant]:
         "frontier": lambda: Variant("SQLite frontier", frontier),
         "store": lambda: Variant("SQLite store (no feed)", store),
         "addon": lambda: Variant("add-on, SQLite", addon),
+        "addon-unpaced": lambda: Variant("add-on, SQLite, throttle off", addon_unpaced),
     }
     if dist is not None:
         known["addon-redis"] = lambda: Variant("add-on, Redis + MongoDB", dist.addon, dist.cleanup)
