@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from scrapy_scale.frontier import lua
 from scrapy_scale.frontier.store import COUNT_KEYS, Status
 
 if TYPE_CHECKING:
@@ -32,50 +33,13 @@ CHUNK = 500
 #: domains status looks at in all (over every priority) for the oldest pending request
 STATUS_DOMAINS = 10_000
 
-_PRE = r"""
-local K = KEYS[1]
-local RUN = redis.call('HGET', K..':run', 'id') or '0'
-local P = K..':'..RUN
-local function rk(fp) return P..':r:'..fp end
-"""
+_PRE = lua.source("status_prelude")
 
 #: the oldest eligible time among the ready heads of domains [start, start+n) of priority p
-HEADS = _PRE + r"""
-local p, start, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local oldest = false
-local doms = redis.call('ZRANGE', P..':dq:'..p, start, start + n - 1)
-for _, dom in ipairs(doms) do
-  for _, fp in ipairs(redis.call('LRANGE', P..':q:'..p..':'..dom, 0, 20)) do
-    local r = redis.call('HMGET', rk(fp), 'st', 'el')
-    if r[1] == '0' then
-      local el = tonumber(r[2])
-      if el and (oldest == false or el < oldest) then oldest = el end
-      break
-    end
-  end
-end
-return cjson.encode({oldest = oldest, n = #doms})
-"""
+HEADS = _PRE + lua.source("status_heads")
 
 #: counters, dead letters, unexpired leases per worker, and the domains per priority
-SUMMARY = _PRE + r"""
-local now = tonumber(ARGV[1])
-local leases = {}
-for _, w in ipairs(redis.call('SMEMBERS', P..':owners')) do
-  local c = 0
-  for _, fp in ipairs(redis.call('SMEMBERS', P..':wl:'..w)) do
-    local r = redis.call('HMGET', rk(fp), 'st', 'le')
-    if r[1] == '2' and (tonumber(r[2]) or 0) >= now then c = c + 1 end
-  end
-  if c > 0 then leases[w] = c end
-end
-local prios = {}
-for _, p in ipairs(redis.call('ZREVRANGE', P..':prios', 0, -1)) do
-  prios[#prios + 1] = {p, redis.call('ZCARD', P..':dq:'..p)}
-end
-return cjson.encode({leases = leases, dead = redis.call('HLEN', P..':dead'), prios = prios,
-                     cnt = redis.call('HGETALL', P..':cnt')})
-"""
+SUMMARY = _PRE + lua.source("status_summary")
 
 
 def read_status(store: RedisStore) -> Status:

@@ -1,0 +1,1 @@
+return to_dead(ARGV[1], ARGV[2], tonumber(ARGV[3]))

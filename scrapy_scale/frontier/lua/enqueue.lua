@@ -1,0 +1,46 @@
+local now = tonumber(ARGV[1])
+local out = {}
+for i = 2, #ARGV, 11 do
+  local fp, data, dom, p = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3]
+  local nb, att, fc, fr, flag = tonumber(ARGV[i+4]), ARGV[i+5], ARGV[i+6], ARGV[i+7], ARGV[i+8]
+  local held, hsecs = ARGV[i+9], tonumber(ARGV[i+10])
+  local el = math.max(now, nb)
+  local st = 0
+  if el > now then st = 1 end
+  local key = rk(fp)
+  local cur = redis.call('HMGET', key, 'st', 'o', 'fc')
+  local res = 'duplicate'
+  if not cur[1] then
+    redis.call('HSET', key, 'd', data, 'dom', dom, 'p', p, 'a', att, 'el', el, 'enq', now, 't', 0)
+    if fc ~= '' then redis.call('HSET', key, 'fc', fc, 'fr', fr) end
+    if held ~= '' then
+      -- kept in its worker's memory only: leased to it from the start (token 0)
+      st = 2
+      redis.call('HSET', key, 'o', held, 'le', now + hsecs)
+      redis.call('ZADD', P..':leases', now + hsecs, fp)
+      redis.call('SADD', P..':wl:'..held, fp)
+      redis.call('SADD', P..':owners', held)
+    end
+    set_state(fp, nil, st)
+    res = 'added'
+  elseif held ~= '' then
+    res = 'duplicate'
+  else
+    local old = tonumber(cur[1])
+    if flag == 'u' or (flag == 'r' and old >= 3) then
+      detach(fp, old, cur[2], cur[3])
+      if flag ~= 'u' then att = 0 end
+      redis.call('HSET', key, 'd', data, 'dom', dom, 'p', p, 'a', att, 'el', el)
+      redis.call('HINCRBY', key, 't', 1)
+      redis.call('HDEL', key, 'o', 'le')
+      if fc ~= '' then redis.call('HSET', key, 'fc', fc, 'fr', fr) else redis.call('HDEL', key, 'fc', 'fr') end
+      set_state(fp, old, st)
+      if flag == 'u' then res = 'updated' else res = 'reopened' end
+    end
+  end
+  if res ~= 'duplicate' and st < 2 then
+    if st == 1 then redis.call('ZADD', P..':delayed', el, fp) else push_ready(fp, p, dom, false) end
+  end
+  out[#out + 1] = res
+end
+return out

@@ -1,0 +1,71 @@
+local K = KEYS[1]
+local RUN = redis.call('HGET', K..':run', 'id') or '0'
+local P = K..':'..RUN
+local NAMES = {[0]='pending', [1]='delayed', [2]='leased', [3]='done', [4]='failed'}
+local function rk(fp) return P..':r:'..fp end
+local function cnt(field, by) redis.call('HINCRBY', P..':cnt', field, by) end
+local function set_state(fp, old, new)
+  if old ~= nil then cnt(NAMES[old], -1) end
+  cnt(NAMES[new], 1)
+  redis.call('HSET', rk(fp), 'st', new)
+end
+local function push_ready(fp, p, dom, front)
+  local q = P..':q:'..p..':'..dom
+  if front then redis.call('LPUSH', q, fp) else redis.call('RPUSH', q, fp) end
+  if not redis.call('ZSCORE', P..':dq:'..p, dom) then redis.call('ZADD', P..':dq:'..p, 0, dom) end
+  redis.call('ZADD', P..':prios', tonumber(p), p)
+end
+local function detach(fp, st, owner, fc)
+  if st == 1 then redis.call('ZREM', P..':delayed', fp)
+  elseif st == 2 then
+    redis.call('ZREM', P..':leases', fp)
+    if owner then redis.call('SREM', P..':wl:'..owner, fp) end
+  elseif st == 4 then
+    redis.call('SREM', P..':failed:'..(fc or ''), fp)
+    cnt('fail:'..(fc or ''), -1)
+  end
+end
+local function to_ready(fp, front)
+  local r = redis.call('HMGET', rk(fp), 'st', 'o', 'p', 'dom', 'fc')
+  local st = tonumber(r[1])
+  detach(fp, st, r[2], r[5])
+  set_state(fp, st, 0)
+  redis.call('HDEL', rk(fp), 'o', 'le')
+  push_ready(fp, r[3], r[4], front)
+end
+local function to_dead(fp, reason, now)
+  local r = redis.call('HMGET', rk(fp), 'st', 'o', 'fc', 'd')
+  if not r[1] then return 0 end
+  local st = tonumber(r[1])
+  if NAMES[st] then
+    detach(fp, st, r[2], r[3])
+    cnt(NAMES[st], -1)
+  end
+  redis.call('DEL', rk(fp))
+  redis.call('HSET', P..':dead', fp, cjson.encode({reason = reason, data = r[4] or '', at = now}))
+  redis.call('ZADD', P..':deadz', now, fp)
+  return 1
+end
+local function unreadable(fp)
+  -- why a ready record cannot be leased and read back (a corrupt hash), or nil
+  local r = redis.call('HMGET', rk(fp), 'd', 'a', 'el', 'enq', 't')
+  local names = {'d', 'a', 'el', 'enq', 't'}
+  for i = 1, 5 do
+    local v = r[i]
+    if not v then return 'field '..names[i]..' is missing' end
+    if (i == 2 or i == 5) and not string.find(v, '^%-?%d+$') then
+      return 'field '..names[i]..'='..string.format('%q', string.sub(v, 1, 50))..' is not an integer'
+    end
+    if (i == 3 or i == 4) and (not tonumber(v) or string.find(v, '[xX]')) then
+      return 'field '..names[i]..'='..string.format('%q', string.sub(v, 1, 50))..' is not a number'
+    end
+  end
+  return nil
+end
+local function promote(now)
+  local due = redis.call('ZRANGEBYSCORE', P..':delayed', '-inf', now, 'LIMIT', 0, 1000)
+  for _, fp in ipairs(due) do
+    if redis.call('HGET', rk(fp), 'st') == '1' then to_ready(fp, false)
+    else redis.call('ZREM', P..':delayed', fp) end
+  end
+end

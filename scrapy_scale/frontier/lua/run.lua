@@ -1,0 +1,51 @@
+local K = KEYS[1]
+local op, now = ARGV[1], tonumber(ARGV[2])
+local cur = redis.call('HMGET', K..':run', 'id', 'started', 'ended')
+local function counts(id)
+  local all = redis.call('HGETALL', K..':'..id..':cnt')
+  local c = {}
+  for i = 1, #all, 2 do c[all[i]] = tonumber(all[i + 1]) end
+  return c
+end
+local function record(id, started, ended, c)
+  redis.call('HSET', K..':runs', id, cjson.encode({run_id = tonumber(id), started_at = tonumber(started),
+    ended_at = ended or false, counts = c}))
+end
+local function new_run()
+  redis.call('DEL', K..':alive')
+  local id = redis.call('HINCRBY', K..':meta', 'runseq', 1)
+  redis.call('HSET', K..':run', 'id', id, 'started', now, 'ended', '')
+  record(id, now, nil, {})
+  return id
+end
+local running = cur[1] and cur[3] == ''
+if op == 'begin' then
+  if running then return {'resumed', cur[1], cur[2], ''} end
+  local old = cur[1] or ''
+  local id = new_run()
+  return {'new', tostring(id), tostring(now), old}
+elseif op == 'finish' then
+  if not cur[1] then return {} end
+  if not running then return {'ended', cur[1], cur[2], cur[3]} end
+  local c = counts(cur[1])
+  if (c['pending'] or 0) + (c['delayed'] or 0) + (c['leased'] or 0) > 0 then return {} end
+  redis.call('HSET', K..':run', 'ended', now)
+  local clean = {}
+  for _, k in ipairs({'pending', 'delayed', 'leased', 'done', 'failed'}) do clean[k] = c[k] or 0 end
+  record(cur[1], cur[2], now, clean)
+  return {'ended', cur[1], cur[2], tostring(now), cjson.encode(clean)}
+elseif op == 'reopen' then
+  if not cur[1] then new_run() return 1 end
+  if not running then
+    redis.call('HSET', K..':run', 'ended', '')
+    record(cur[1], cur[2], nil, {})
+  end
+  return 1
+elseif op == 'reset' then
+  if running then
+    redis.call('HSET', K..':run', 'ended', now)
+    record(cur[1], cur[2], now, {reset = 1})
+  end
+  redis.call('DEL', K..':seeds', K..':workers', K..':alive')
+  return cur[1] or ''
+end
