@@ -36,9 +36,16 @@ if str(ROOT) not in sys.path:
 from scrapy_scale.testbed import ProxySpec, Testbed  # noqa: E402
 from tests.crawling import run_crawl  # noqa: E402
 
-PROXIES = [ProxySpec("ok1"), ProxySpec("ok2"), ProxySpec("ok3"), ProxySpec("dead1", mode="dead"),
-           ProxySpec("dead2", mode="dead"), ProxySpec("slow", mode="slow", delay=0.5),
-           ProxySpec("flaky", mode="flaky", p=0.2), ProxySpec("banned", banned_by=(2,))]
+PROXIES = [
+    ProxySpec("ok1"),
+    ProxySpec("ok2"),
+    ProxySpec("ok3"),
+    ProxySpec("dead1", mode="dead"),
+    ProxySpec("dead2", mode="dead"),
+    ProxySpec("slow", mode="slow", delay=0.5),
+    ProxySpec("flaky", mode="flaky", p=0.2),
+    ProxySpec("banned", banned_by=(2,)),
+]
 FAULTS = "404:/item/*,p=0.03,sticky=1;429@1:/item/*,first=1,p=0.1,retry_after=1"
 
 
@@ -70,9 +77,11 @@ def variants(tb: Testbed) -> dict[str, dict[str, Any]]:
     return {
         "scrapy-rotating-proxies": {
             "ADDONS": {},
-            "DOWNLOADER_MIDDLEWARES": {"rotating_proxies.middlewares.RotatingProxyMiddleware": 610,
-                                       "rotating_proxies.middlewares.BanDetectionMiddleware": 620,
-                                       "benchmarks.bench_egress.CountProxies": 950},
+            "DOWNLOADER_MIDDLEWARES": {
+                "rotating_proxies.middlewares.RotatingProxyMiddleware": 610,
+                "rotating_proxies.middlewares.BanDetectionMiddleware": 620,
+                "benchmarks.bench_egress.CountProxies": 950,
+            },
             "ROTATING_PROXY_LIST": hostports,
         },
         "scrapy-scale egress pool": {
@@ -84,8 +93,7 @@ def variants(tb: Testbed) -> dict[str, dict[str, Any]]:
 
 def measure(name: str, settings: dict[str, Any], tb: Testbed, work: Path) -> dict[str, Any]:
     counts = work / f"{name.replace(' ', '_')}-proxies.json"
-    s = dict(settings, BENCH_PROXY_COUNTS=str(counts), CONCURRENT_REQUESTS=16, LOG_LEVEL="INFO",
-             ROBOTSTXT_OBEY=False)
+    s = dict(settings, BENCH_PROXY_COUNTS=str(counts), CONCURRENT_REQUESTS=16, LOG_LEVEL="INFO", ROBOTSTXT_OBEY=False)
     tb.clear_log()
     res = run_crawl(tb, s, work / name.replace(" ", "_"), timeout=1800)
     if res.returncode != 0:
@@ -97,9 +105,14 @@ def measure(name: str, settings: dict[str, Any], tb: Testbed, work: Path) -> dic
     got = {i["url"] for i in res.items} & expected
     sent = int(res.stats.get("downloader/request_count", 0))
     return {
-        "variant": name, "sent": sent, "pages": len(got), "expected": len(expected),
-        "sent_per_page": sent / max(1, len(got)), "success": len(got) / len(expected),
-        "dead1": per_proxy[port["dead1"]], "dead2": per_proxy[port["dead2"]],
+        "variant": name,
+        "sent": sent,
+        "pages": len(got),
+        "expected": len(expected),
+        "sent_per_page": sent / max(1, len(got)),
+        "success": len(got) / len(expected),
+        "dead1": per_proxy[port["dead1"]],
+        "dead2": per_proxy[port["dead2"]],
         "banned_route": sum(1 for r in tb.log if r.egress == "banned" and r.host == "shop2.example.test"),
         "via_banned_other": sum(1 for r in tb.log if r.egress == "banned" and r.host != "shop2.example.test"),
         "elapsed": float(res.stats.get("elapsed_time_seconds", 0)),
@@ -115,16 +128,17 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-egress-") as tmp:
-        with Testbed(hosts=a.hosts, pages=a.pages, seed=a.seed, faults=FAULTS, proxies=PROXIES,
-                     keep_log=True) as tb:
+        with Testbed(hosts=a.hosts, pages=a.pages, seed=a.seed, faults=FAULTS, proxies=PROXIES, keep_log=True) as tb:
             vs = variants(tb)
             for r in range(a.rounds):
                 order = list(vs) if r % 2 == 0 else list(reversed(vs))
                 for name in order:
                     rows.append(measure(name, vs[name], tb, Path(tmp) / f"r{r}"))
                     print(json.dumps(rows[-1]), flush=True)
-    print("\n| variant | rounds | requests sent per page crawled | success rate | requests through dead1 / dead2 "
-          "| requests through the banned route | banned proxy's requests to other hosts |")
+    print(
+        "\n| variant | rounds | requests sent per page crawled | success rate | requests through dead1 / dead2 "
+        "| requests through the banned route | banned proxy's requests to other hosts |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name in vs:
         mine = [x for x in rows if x["variant"] == name]
@@ -133,8 +147,10 @@ def main(argv: list[str] | None = None) -> None:
             vals = sorted(x[k] for x in mine)
             return vals[len(vals) // 2]
 
-        print(f"| {name} | {len(mine)} | {med('sent_per_page'):.2f} | {100 * med('success'):.1f}% | "
-              f"{med('dead1'):.0f} / {med('dead2'):.0f} | {med('banned_route'):.0f} | {med('via_banned_other'):.0f} |")
+        print(
+            f"| {name} | {len(mine)} | {med('sent_per_page'):.2f} | {100 * med('success'):.1f}% | "
+            f"{med('dead1'):.0f} / {med('dead2'):.0f} | {med('banned_route'):.0f} | {med('via_banned_other'):.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -64,8 +64,13 @@ def frontier_redis_variant(redis_url: str, extra: dict[str, Any] | None = None) 
 
     def settings(run_id: str) -> dict[str, Any]:
         cpu_before[run_id] = redis_cpu(redis_url)
-        return {"ADDONS": {}, "SCHEDULER": FRONTIER, "SCALE_FRONTIER_URL": redis_url, "SCALE_JOB": f"bench-{run_id}",
-                **(extra or {})}
+        return {
+            "ADDONS": {},
+            "SCHEDULER": FRONTIER,
+            "SCALE_FRONTIER_URL": redis_url,
+            "SCALE_JOB": f"bench-{run_id}",
+            **(extra or {}),
+        }
 
     def cleanup(run_id: str) -> dict[str, float]:
         used = redis_cpu(redis_url) - cpu_before.pop(run_id)
@@ -109,14 +114,20 @@ def part_crawl(args: argparse.Namespace, redis_url: str) -> str:
         f"{time.monotonic() - t0:.0f} s, load average {load0:.1f} -> {os.getloadavg()[0]:.1f}. "
         "Ratios: each row over the table's first row (median of the per-round ratios).",
         "",
-        table({k: one[k] for k in ("Scrapy default scheduler", "Scrapy JOBDIR", "SQLite frontier")},
-              baseline="Scrapy default scheduler"),
+        table(
+            {k: one[k] for k in ("Scrapy default scheduler", "Scrapy JOBDIR", "SQLite frontier")},
+            baseline="Scrapy default scheduler",
+        ),
         "",
-        table({"Scrapy JOBDIR": one["Scrapy JOBDIR"], "SQLite frontier": one["SQLite frontier"]},
-              baseline="Scrapy JOBDIR"),
+        table(
+            {"Scrapy JOBDIR": one["Scrapy JOBDIR"], "SQLite frontier": one["SQLite frontier"]}, baseline="Scrapy JOBDIR"
+        ),
         "",
-        table({"scrapy-redis scheduler": two["scrapy-redis scheduler"], "Redis frontier": two["Redis frontier"]},
-              baseline="scrapy-redis scheduler", extra=extra),
+        table(
+            {"scrapy-redis scheduler": two["scrapy-redis scheduler"], "Redis frontier": two["Redis frontier"]},
+            baseline="scrapy-redis scheduler",
+            extra=extra,
+        ),
         "",
         spread(results),
     ]
@@ -170,8 +181,12 @@ def ops_ours(url: str, n: int, batch: int) -> dict[str, dict[str, float]]:
 
     def enqueue() -> None:  # fingerprint + encode (reactor thread) and the store call (store thread)
         for i in range(0, n, batch):
-            store.enqueue([NewRequest(fper.fingerprint(r).hex(), codec.encode(r, sp), domain_of(r.url))
-                           for r in reqs[i:i + batch]])
+            store.enqueue(
+                [
+                    NewRequest(fper.fingerprint(r).hex(), codec.encode(r, sp), domain_of(r.url))
+                    for r in reqs[i : i + batch]
+                ]
+            )
 
     def lease() -> None:  # the store call, then decode (reactor thread, next_request)
         while True:
@@ -184,7 +199,7 @@ def ops_ours(url: str, n: int, batch: int) -> dict[str, dict[str, float]]:
 
     def ack() -> None:
         for i in range(0, len(leased), batch):
-            store.ack("w", [(x.fingerprint, x.token) for x in leased[i:i + batch]])
+            store.ack("w", [(x.fingerprint, x.token) for x in leased[i : i + batch]])
 
     try:
         out = {"enqueue": _phase(n, enqueue, rurl), "take": _phase(n, lease, rurl), "ack": _phase(n, ack, rurl)}
@@ -300,8 +315,9 @@ def fill(url: str, job: str, tb: TestbedProcess, pending: int, log: Callable[[st
                 raise SystemExit("--pending is larger than the testbed's catalog")
             u = f"http://shop{h}.example.test:{port}/item/{item}"
             # a stable per-URL key (Scrapy's fingerprinter costs ~100 us each: 2 min for a million)
-            batch.append(NewRequest(hashlib.sha1(u.encode()).hexdigest(), tmpl.replace(tmpl_url, u),
-                                    f"shop{h}.example.test"))
+            batch.append(
+                NewRequest(hashlib.sha1(u.encode()).hexdigest(), tmpl.replace(tmpl_url, u), f"shop{h}.example.test")
+            )
             if len(batch) == 10_000:
                 store.enqueue(batch)
                 batch = []
@@ -325,9 +341,14 @@ def measure(tb: TestbedProcess, settings: dict[str, Any], workdir: Path, timeout
     res = proc.result()
     if proc.returncode != 0:
         raise RuntimeError(f"crawl failed ({proc.returncode}): {res.tail()}")
-    return {"rss": hwm, "ru_maxrss": usage.ru_maxrss / 1024, "pages": res.stats.get("downloader/response_count", 0),
-            "wall": time.monotonic() - t, "cpu": usage.ru_utime + usage.ru_stime,
-            "pending_after": res.stats.get("scale/frontier/queue_length")}
+    return {
+        "rss": hwm,
+        "ru_maxrss": usage.ru_maxrss / 1024,
+        "pages": res.stats.get("downloader/response_count", 0),
+        "wall": time.monotonic() - t,
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "pending_after": res.stats.get("scale/frontier/queue_length"),
+    }
 
 
 def part_rss(args: argparse.Namespace, stack: ExitStack, log: Callable[[str], None]) -> str:
@@ -345,13 +366,18 @@ def part_rss(args: argparse.Namespace, stack: ExitStack, log: Callable[[str], No
         res: dict[str, list[dict[str, Any]]] = {"empty": [], "full": []}
         fill_s = 0.0
         for r in range(args.rss_rounds):
-            for kind in (("empty", "full") if r % 2 == 0 else ("full", "empty")):
+            for kind in ("empty", "full") if r % 2 == 0 else ("full", "empty"):
                 job = f"rss-{kind}-{uuid.uuid4().hex[:6]}"
                 url = url_of(job)
                 if kind == "full":
                     fill_s = fill(url, job, tb, args.pending, log)
-                s = {"ADDONS": {}, "SCHEDULER": FRONTIER, "SCALE_FRONTIER_URL": url, "SCALE_JOB": job,
-                     "CLOSESPIDER_PAGECOUNT": args.rss_pages}
+                s = {
+                    "ADDONS": {},
+                    "SCHEDULER": FRONTIER,
+                    "SCALE_FRONTIER_URL": url,
+                    "SCALE_JOB": job,
+                    "CLOSESPIDER_PAGECOUNT": args.rss_pages,
+                }
                 m = measure(tb, s, work / job)
                 log(f"{backend} {kind}: {m}")
                 res[kind].append(m)
@@ -359,8 +385,10 @@ def part_rss(args: argparse.Namespace, stack: ExitStack, log: Callable[[str], No
                     _delete_keys(rurl, f"scale:{{{job}}}*")
         e = statistics.median(m["rss"] for m in res["empty"])
         f = statistics.median(m["rss"] for m in res["full"])
-        rows.append(f"| {backend} | {args.pending:,} | {fill_s:.0f} | {e:.0f} | {f:.0f} | {f - e:+.0f} | "
-                    f"{statistics.median(m['pages'] for m in res['full']):.0f} |")
+        rows.append(
+            f"| {backend} | {args.pending:,} | {fill_s:.0f} | {e:.0f} | {f:.0f} | {f - e:+.0f} | "
+            f"{statistics.median(m['pages'] for m in res['full']):.0f} |"
+        )
     head = [
         f"Peak RSS (MiB) of a worker (scheduler only, `ADDONS = {{}}`) crawling {args.rss_pages:,} pages "
         f"(`CLOSESPIDER_PAGECOUNT`) from a frontier with {args.pending:,} pending requests vs an empty one; "
@@ -401,8 +429,12 @@ def kill9_once(tb: Any, settings: dict[str, Any], workdir: Path, kill_at: int) -
         raise RuntimeError(f"the resumed crawl failed: {second.tail()}")
     ok = {r.path and (r.host, r.path) for r in tb.log if r.status == 200 and r.kind == "ok"}
     details = sum(1 for _, p in ok if p.startswith("/item/"))
-    return {"at_kill": at_kill, "pages": len(ok), "details": details,
-            "fetches": sum(1 for r in tb.log if r.kind == "ok")}
+    return {
+        "at_kill": at_kill,
+        "pages": len(ok),
+        "details": details,
+        "fetches": sum(1 for r in tb.log if r.kind == "ok"),
+    }
 
 
 def part_kill9(args: argparse.Namespace, redis_url: str) -> str:
@@ -413,14 +445,29 @@ def part_kill9(args: argparse.Namespace, redis_url: str) -> str:
     with _in_process_testbed(4, 500) as tb:
         total_pages = len(tb.detail_urls()) + tb.catalog.list_pages * len(tb.hosts)
         variants: list[tuple[str, Callable[[str], dict[str, Any]]]] = [
-            ("scrapy-redis scheduler (SCHEDULER_PERSIST)", lambda rid: {
-                **base, "ADDONS": {}, "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-                "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter", "REDIS_URL": redis_url,
-                "SCHEDULER_QUEUE_KEY": f"k9:{rid}:requests", "SCHEDULER_DUPEFILTER_KEY": f"k9:{rid}:dupefilter",
-                "SCHEDULER_PERSIST": True}),
-            ("Redis frontier (scheduler only)", lambda rid: {
-                **base, "ADDONS": {}, "SCHEDULER": FRONTIER, "SCALE_FRONTIER_URL": redis_url,
-                "SCALE_JOB": f"k9-{rid}"}),
+            (
+                "scrapy-redis scheduler (SCHEDULER_PERSIST)",
+                lambda rid: {
+                    **base,
+                    "ADDONS": {},
+                    "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+                    "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+                    "REDIS_URL": redis_url,
+                    "SCHEDULER_QUEUE_KEY": f"k9:{rid}:requests",
+                    "SCHEDULER_DUPEFILTER_KEY": f"k9:{rid}:dupefilter",
+                    "SCHEDULER_PERSIST": True,
+                },
+            ),
+            (
+                "Redis frontier (scheduler only)",
+                lambda rid: {
+                    **base,
+                    "ADDONS": {},
+                    "SCHEDULER": FRONTIER,
+                    "SCALE_FRONTIER_URL": redis_url,
+                    "SCALE_JOB": f"k9-{rid}",
+                },
+            ),
             ("scrapy-scale add-on (SQLite frontier + store)", lambda rid: {**base}),
         ]
         for name, settings in variants:
@@ -454,18 +501,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pages", type=int, default=3000, help="crawl: detail pages in all (default 3000)")
     p.add_argument("--hosts", type=int, default=10, help="crawl: testbed hosts (default 10)")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--per-page", type=int, default=20,
-                   help="crawl: detail links per listing page (default 20: each host is a chain of listing pages)")
-    p.add_argument("--frontier-batch", type=int, default=None,
-                   help="crawl: SCALE_FRONTIER_BATCH of the frontier variants (default: the setting's default)")
+    p.add_argument(
+        "--per-page",
+        type=int,
+        default=20,
+        help="crawl: detail links per listing page (default 20: each host is a chain of listing pages)",
+    )
+    p.add_argument(
+        "--frontier-batch",
+        type=int,
+        default=None,
+        help="crawl: SCALE_FRONTIER_BATCH of the frontier variants (default: the setting's default)",
+    )
     p.add_argument("--ops", type=int, default=20_000, help="ops: requests per round (default 20,000)")
     p.add_argument("--pending", type=int, default=1_000_000, help="rss: pending requests (default 1,000,000)")
     p.add_argument("--rss-pages", type=int, default=2000, help="rss: pages each crawl fetches (default 2,000)")
     p.add_argument("--rss-rounds", type=int, default=1)
-    p.add_argument("--kill-at", default="300,700,1100",
-                   help="kill9: responses before the kill, one crawl per value (default 300,700,1100)")
-    p.add_argument("--redis-url", default=None,
-                   help="Redis for crawl/ops/kill9 (default: a private redis-server, so its CPU is counted)")
+    p.add_argument(
+        "--kill-at",
+        default="300,700,1100",
+        help="kill9: responses before the kill, one crawl per value (default 300,700,1100)",
+    )
+    p.add_argument(
+        "--redis-url",
+        default=None,
+        help="Redis for crawl/ops/kill9 (default: a private redis-server, so its CPU is counted)",
+    )
     args = p.parse_args(argv)
     parts = [x.strip() for x in args.parts.split(",") if x.strip()]
     unknown = set(parts) - {"crawl", "ops", "rss", "kill9"}

@@ -124,10 +124,7 @@ def crawl_pair(args: Any, tmp: Path, first: dict[str, Any], second: dict[str, An
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
             res = proc.result()
-            if (
-                proc.returncode != 0
-                or res.stats.get("downloader/request_count", 0) < args.hosts * args.pages
-            ):
+            if proc.returncode != 0 or res.stats.get("downloader/request_count", 0) < args.hosts * args.pages:
                 raise SystemExit(f"crawl failed:\n{res.tail()}")
             cpus.append(usage.ru_utime + usage.ru_stime)
     return cpus
@@ -198,16 +195,12 @@ def per_request_us(n: int = 20000) -> tuple[float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hosts", type=int, default=4)
     ap.add_argument("--pages", type=int, default=500)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-profile", action="store_true", help="skip the profiled attribution crawl")
-    ap.add_argument(
-        "--pairs", type=int, default=7, help="rounds of the two crawls run side by side (0: skip)"
-    )
+    ap.add_argument("--pairs", type=int, default=7, help="rounds of the two crawls run side by side (0: skip)")
     args = ap.parse_args()
 
     base: dict[str, Any] = {
@@ -278,9 +271,7 @@ def main() -> None:
     per_round = [o["cpu"] / s["cpu"] for s, o in pairs]
     # each round ran the variants back to back under about the same load: the median of the
     # per-round ratios is the steadiest figure on a shared machine
-    print(
-        f"\nper-round CPU ratio (outcomes / RetryMiddleware): {', '.join(f'{x:.3f}' for x in per_round)}"
-    )
+    print(f"\nper-round CPU ratio (outcomes / RetryMiddleware): {', '.join(f'{x:.3f}' for x in per_round)}")
     print(f"median of the per-round ratios: {statistics.median(per_round):.3f}")
     if args.pairs:
         a, b = variants["Scrapy RetryMiddleware"], variants["scrapy_scale outcomes"]

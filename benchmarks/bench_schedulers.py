@@ -83,9 +83,11 @@ def private_redis() -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     workdir = tempfile.mkdtemp(prefix="bench-redis-")
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", workdir],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"redis://127.0.0.1:{port}/0"
     try:
         deadline = time.monotonic() + 10
@@ -122,12 +124,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hosts", type=int, default=10, help="testbed hosts (default 10)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--variants", default="plain,redis", help="comma-separated: plain, redis, scale")
-    p.add_argument("--per-page", type=int, default=20,
-                   help="detail links per listing page (default 20; 1000 makes the queue hold many requests)")
+    p.add_argument(
+        "--per-page",
+        type=int,
+        default=20,
+        help="detail links per listing page (default 20; 1000 makes the queue hold many requests)",
+    )
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
-    p.add_argument("--private-redis", action="store_true",
-                   help="start a Redis server of this run's own (no persistence) instead of --redis-url, "
-                        "so its CPU can be counted with the crawl's")
+    p.add_argument(
+        "--private-redis",
+        action="store_true",
+        help="start a Redis server of this run's own (no persistence) instead of --redis-url, "
+        "so its CPU can be counted with the crawl's",
+    )
     args = p.parse_args(argv)
     cmd = "python -m benchmarks.bench_schedulers " + " ".join(sys.argv[1:] if argv is None else argv)
     with ExitStack() as stack:
@@ -147,9 +156,11 @@ def main(argv: list[str] | None = None) -> int:
                 m.extra["cpu_all_per_1k"] = 1000 * (m.cpu + m.extra.get("redis_cpu", 0.0)) / m.pages
         extra.append(("CPU s / 1k pages incl. Redis server", "cpu_all_per_1k", "{:.2f}"))
     print()
-    print(f"`{cmd.strip()}` ({args.rounds} rounds, {time.monotonic() - t0:.0f} s in all, load average "
-          f"{load0:.1f} at the start and {os.getloadavg()[0]:.1f} at the end; medians, and ratios to "
-          f"{vs[0].name} as the median of the per-round ratios):")
+    print(
+        f"`{cmd.strip()}` ({args.rounds} rounds, {time.monotonic() - t0:.0f} s in all, load average "
+        f"{load0:.1f} at the start and {os.getloadavg()[0]:.1f} at the end; medians, and ratios to "
+        f"{vs[0].name} as the median of the per-round ratios):"
+    )
     print()
     print(table(results, extra=extra))
     print()

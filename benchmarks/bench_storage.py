@@ -32,9 +32,14 @@ from scrapy_scale.storage.writer import BatchWriter, Submission
 def item_doc(i: int) -> dict[str, Any]:
     """About the size of a catalog item plus bookkeeping fields."""
     return {
-        "sku": f"SKU-{i:07d}", "title": f"Product number {i} with a moderately long title", "price": i * 0.37,
-        "url": f"http://shop1.example.test:8080/item/{i}", "_run_id": "bench", "_job": "bench",
-        "_source_url": f"http://shop1.example.test:8080/item/{i}", "_item_type": "dict",
+        "sku": f"SKU-{i:07d}",
+        "title": f"Product number {i} with a moderately long title",
+        "price": i * 0.37,
+        "url": f"http://shop1.example.test:8080/item/{i}",
+        "_run_id": "bench",
+        "_job": "bench",
+        "_source_url": f"http://shop1.example.test:8080/item/{i}",
+        "_item_type": "dict",
     }
 
 
@@ -48,8 +53,13 @@ def store_rate(url: str, n: int, batch_size: int, max_latency: float) -> float:
     t0 = time.perf_counter()
     for i in range(n):
         key = f"k{i:08d}"
-        w.submit(Submission(done=lambda r: done.release(), row=Row(key, item_doc(i)),
-                            on_refused=lambda reason, k=key: DeadRow(k, {"reason": reason})))
+        w.submit(
+            Submission(
+                done=lambda r: done.release(),
+                row=Row(key, item_doc(i)),
+                on_refused=lambda reason, k=key: DeadRow(k, {"reason": reason}),
+            )
+        )
     for _ in range(n):
         done.acquire()
     elapsed = time.perf_counter() - t0
@@ -69,8 +79,13 @@ def crawl(tb: Any, tmp: Path, settings: dict[str, Any]) -> dict[str, float]:
         raise SystemExit(f"crawl failed:\n{res.tail()}")
     pages = res.stats.get("response_received_count", 0)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall": res.duration, "cpu": cpu, "pages": pages, "items": res.stats.get("item_scraped_count", 0),
-            "stored": res.stats.get("scale/store/written", 0)}
+    return {
+        "wall": res.duration,
+        "cpu": cpu,
+        "pages": pages,
+        "items": res.stats.get("item_scraped_count", 0),
+        "stored": res.stats.get("scale/store/written", 0),
+    }
 
 
 def main() -> None:
@@ -109,8 +124,12 @@ def main() -> None:
             return
         from scrapy_scale.testbed import Testbed
 
-        base: dict[str, Any] = {"ADDONS": {}, "LOG_LEVEL": "INFO", "CONCURRENT_REQUESTS": 32,
-                                "CONCURRENT_REQUESTS_PER_DOMAIN": 8}
+        base: dict[str, Any] = {
+            "ADDONS": {},
+            "LOG_LEVEL": "INFO",
+            "CONCURRENT_REQUESTS": 32,
+            "CONCURRENT_REQUESTS_PER_DOMAIN": 8,
+        }
         store_parts = {
             "ITEM_PIPELINES": {"scrapy_scale.storage.StorePipeline": 900},
             "SPIDER_MIDDLEWARES": {"scrapy_scale.storage.StoreSpiderMiddleware": 50},
@@ -124,10 +143,11 @@ def main() -> None:
         with Testbed(hosts=args.hosts, pages=args.pages, keep_log=False) as tb:
             for r in range(args.rounds):
                 for name, settings in variants.items():
-                    results[name].append(crawl(tb, tmp / f"crawl_{r}_{len(results[name])}_{abs(hash(name))}",
-                                               settings))
-        print(f"\n## 2. Pipeline overhead on the bench crawl ({args.hosts} hosts x {args.pages} pages, "
-              f"median of {args.rounds} rounds)\n")
+                    results[name].append(crawl(tb, tmp / f"crawl_{r}_{len(results[name])}_{abs(hash(name))}", settings))
+        print(
+            f"\n## 2. Pipeline overhead on the bench crawl ({args.hosts} hosts x {args.pages} pages, "
+            f"median of {args.rounds} rounds)\n"
+        )
         print("| variant | wall s | pages/s | CPU s | CPU s / 1,000 pages | items stored | CPU ratio |")
         print("|---|---|---|---|---|---|---|")
         ref = None
@@ -136,8 +156,10 @@ def main() -> None:
             cpu = statistics.median(x["cpu"] for x in rs)
             pages = rs[0]["pages"]
             ref = ref or cpu
-            print(f"| {name} | {wall:.1f} | {pages / wall:,.0f} | {cpu:.1f} | {1000 * cpu / pages:.2f} | "
-                  f"{int(rs[0]['stored'])} | {cpu / ref:.2f} |")
+            print(
+                f"| {name} | {wall:.1f} | {pages / wall:,.0f} | {cpu:.1f} | {1000 * cpu / pages:.2f} | "
+                f"{int(rs[0]['stored'])} | {cpu / ref:.2f} |"
+            )
     finally:
         if mongo is not None:
             mongo.kill()

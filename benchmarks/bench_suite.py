@@ -86,9 +86,14 @@ def frontier(run_id: str) -> dict[str, Any]:
 
 
 def store(run_id: str) -> dict[str, Any]:
-    return {**COMMON, "ADDONS": {}, "FEEDS": None, "SCALE_JOB": job(run_id),
-            "ITEM_PIPELINES": {"scrapy_scale.storage.StorePipeline": 900},
-            "SPIDER_MIDDLEWARES": {"scrapy_scale.storage.StoreSpiderMiddleware": 50}}
+    return {
+        **COMMON,
+        "ADDONS": {},
+        "FEEDS": None,
+        "SCALE_JOB": job(run_id),
+        "ITEM_PIPELINES": {"scrapy_scale.storage.StorePipeline": 900},
+        "SPIDER_MIDDLEWARES": {"scrapy_scale.storage.StoreSpiderMiddleware": 50},
+    }
 
 
 def addon(run_id: str) -> dict[str, Any]:
@@ -111,19 +116,27 @@ class Distributed:
         self.mongo_uri = mongo_uri.rstrip("/")
 
     def addon(self, run_id: str) -> dict[str, Any]:
-        return {**addon(run_id), "SCALE_FRONTIER_URL": self.redis_url,
-                "SCALE_STORE_URL": f"{self.mongo_uri}/{db(run_id)}"}
+        return {
+            **addon(run_id),
+            "SCALE_FRONTIER_URL": self.redis_url,
+            "SCALE_STORE_URL": f"{self.mongo_uri}/{db(run_id)}",
+        }
 
     def scrapy_redis(self, run_id: str) -> dict[str, Any]:
-        return {**COMMON, "ADDONS": {}, "FEEDS": None,
-                "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-                "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
-                "REDIS_URL": self.redis_url,
-                "SCHEDULER_QUEUE_KEY": f"bench:{run_id}:requests",
-                "SCHEDULER_DUPEFILTER_KEY": f"bench:{run_id}:dupefilter",
-                "SCHEDULER_PERSIST": False,
-                "ITEM_PIPELINES": {"benchmarks.pipelines.MongoInsertOnePipeline": 300},
-                "MONGO_URI": self.mongo_uri, "MONGO_DATABASE": db(run_id)}
+        return {
+            **COMMON,
+            "ADDONS": {},
+            "FEEDS": None,
+            "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+            "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+            "REDIS_URL": self.redis_url,
+            "SCHEDULER_QUEUE_KEY": f"bench:{run_id}:requests",
+            "SCHEDULER_DUPEFILTER_KEY": f"bench:{run_id}:dupefilter",
+            "SCHEDULER_PERSIST": False,
+            "ITEM_PIPELINES": {"benchmarks.pipelines.MongoInsertOnePipeline": 300},
+            "MONGO_URI": self.mongo_uri,
+            "MONGO_DATABASE": db(run_id),
+        }
 
     def cleanup(self, run_id: str) -> None:
         import pymongo
@@ -177,14 +190,38 @@ def variants(names: list[str], dist: Distributed | None) -> list[Variant]:
 GOALS = [
     ("whole suite (SQLite) pages/s", "add-on, SQLite", "plain Scrapy + JSONL feed", "pages_per_s", 0.90, True),
     ("whole suite (SQLite) CPU per page", "add-on, SQLite", "plain Scrapy + JSONL feed", "cpu_per_1k", 1.15, False),
-    ("outcomes vs RetryMiddleware CPU per page", "outcomes middlewares", "plain Scrapy + JSONL feed",
-     "cpu_per_1k", 1.03, False),
-    ("SQLite frontier vs memory scheduler pages/s", "SQLite frontier", "plain Scrapy + JSONL feed",
-     "pages_per_s", 0.95, True),
-    ("SQLite store vs JSONL feed pages/s", "SQLite store (no feed)", "plain Scrapy + JSONL feed",
-     "pages_per_s", 0.95, True),
-    ("Redis + MongoDB vs scrapy-redis + insert_one pages/s", "add-on, Redis + MongoDB",
-     "scrapy-redis + insert_one", "pages_per_s", 1.0, True),
+    (
+        "outcomes vs RetryMiddleware CPU per page",
+        "outcomes middlewares",
+        "plain Scrapy + JSONL feed",
+        "cpu_per_1k",
+        1.03,
+        False,
+    ),
+    (
+        "SQLite frontier vs memory scheduler pages/s",
+        "SQLite frontier",
+        "plain Scrapy + JSONL feed",
+        "pages_per_s",
+        0.95,
+        True,
+    ),
+    (
+        "SQLite store vs JSONL feed pages/s",
+        "SQLite store (no feed)",
+        "plain Scrapy + JSONL feed",
+        "pages_per_s",
+        0.95,
+        True,
+    ),
+    (
+        "Redis + MongoDB vs scrapy-redis + insert_one pages/s",
+        "add-on, Redis + MongoDB",
+        "scrapy-redis + insert_one",
+        "pages_per_s",
+        1.0,
+        True,
+    ),
 ]
 
 
@@ -207,10 +244,27 @@ def profile(name: str, settings: Any, tb: TestbedProcess, out: Path) -> None:
     run_id = f"profile-{uuid.uuid4().hex[:8]}"
     from tests.crawling import start_crawl
 
-    proc = start_crawl(tb, {**(settings(run_id) if callable(settings) else settings)},
-                       Path(tempfile.mkdtemp(prefix="bench-profile-")))
-    rec = subprocess.Popen([spy, "record", "--pid", str(proc.pid), "--format", "raw", "--gil", "--threads",
-                            "--rate", "200", "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start_crawl(
+        tb, {**(settings(run_id) if callable(settings) else settings)}, Path(tempfile.mkdtemp(prefix="bench-profile-"))
+    )
+    rec = subprocess.Popen(
+        [
+            spy,
+            "record",
+            "--pid",
+            str(proc.pid),
+            "--format",
+            "raw",
+            "--gil",
+            "--threads",
+            "--rate",
+            "200",
+            "-o",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     proc.wait()
     rec.wait(60)
     print(f"{name}: py-spy raw profile in {out} (collapsed stacks; e.g. flamegraph.pl or speedscope)")
@@ -241,9 +295,11 @@ def main(argv: list[str] | None = None) -> int:
         t0, load0 = time.monotonic(), os.getloadavg()[0]
         results = run_rounds(vs, tb.pages, tb.hosts, args.rounds, testbed=tb)
     print()
-    print(f"`{cmd.strip()}` ({args.rounds} rounds, {time.monotonic() - t0:.0f} s in all, load average "
-          f"{load0:.1f} at the start and {os.getloadavg()[0]:.1f} at the end; medians, and ratios to "
-          f"{vs[0].name} as the median of the per-round ratios):")
+    print(
+        f"`{cmd.strip()}` ({args.rounds} rounds, {time.monotonic() - t0:.0f} s in all, load average "
+        f"{load0:.1f} at the start and {os.getloadavg()[0]:.1f} at the end; medians, and ratios to "
+        f"{vs[0].name} as the median of the per-round ratios):"
+    )
     print()
     print(table(results))
     print()

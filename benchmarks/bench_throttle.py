@@ -58,8 +58,16 @@ def measure(name: str, settings: dict[str, Any], rate: float, pages: int, workdi
     steady = steady_from(log)
     after = [r for r in log if steady is not None and r.time >= t0 + steady]
     steady_rate = sum(r.kind == "ok" for r in after) / max(1e-9, after[-1].time - after[0].time) if after else 0
-    return {"variant": name, "items": len(res.items), "requests": len(log), "429s": limited,
-            "pages_per_s": ok / (t1 - t0), "seconds": t1 - t0, "steady_s": steady, "steady_rate": steady_rate}
+    return {
+        "variant": name,
+        "items": len(res.items),
+        "requests": len(log),
+        "429s": limited,
+        "pages_per_s": ok / (t1 - t0),
+        "seconds": t1 - t0,
+        "steady_s": steady,
+        "steady_rate": steady_rate,
+    }
 
 
 def main() -> None:
@@ -73,12 +81,16 @@ def main() -> None:
             rows.append(measure(name, settings, args.rate, args.pages, Path(tmp)))
             print(rows[-1], flush=True)
     print(f"\nhost limit {args.rate:g} requests/s, {args.pages} detail pages\n")
-    print("| variant | requests | 429s (over the limit) | pages/s | share of the limit | time to steady state | rate once steady |")
+    print(
+        "| variant | requests | 429s (over the limit) | pages/s | share of the limit | time to steady state | rate once steady |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         steady = f"{r['steady_s']:.0f} s" if r["steady_s"] is not None else "never"
-        print(f"| {r['variant']} | {r['requests']} | {r['429s']} | {r['pages_per_s']:.2f} | "
-              f"{r['pages_per_s'] / args.rate:.0%} | {steady} | {r['steady_rate']:.2f} |")
+        print(
+            f"| {r['variant']} | {r['requests']} | {r['429s']} | {r['pages_per_s']:.2f} | "
+            f"{r['pages_per_s'] / args.rate:.0%} | {steady} | {r['steady_rate']:.2f} |"
+        )
 
 
 if __name__ == "__main__":

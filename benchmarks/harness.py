@@ -108,8 +108,16 @@ class TestbedProcess:
     ``scrapy_settings()``.
     """
 
-    def __init__(self, hosts: int, pages: int, seed: int = 1, faults: str = "", per_page: int = 20,
-                 extra_args: Sequence[str] = (), workdir: Path | None = None):
+    def __init__(
+        self,
+        hosts: int,
+        pages: int,
+        seed: int = 1,
+        faults: str = "",
+        per_page: int = 20,
+        extra_args: Sequence[str] = (),
+        workdir: Path | None = None,
+    ):
         self.hosts = hosts
         self.per_page = per_page
         self.pages_per_host = max(1, pages // hosts)
@@ -124,16 +132,31 @@ class TestbedProcess:
         self.state: dict[str, Any] = {}
 
     def start(self, timeout: float = 30) -> TestbedProcess:
-        argv = [PYTHON, "-m", "scrapy_scale.testbed", "--hosts", str(self.hosts),
-                "--pages", str(self.pages_per_host), "--seed", str(self.seed), "--no-log",
-                "--per-page", str(self.per_page),
-                "--state-file", str(self.state_file), "--summary-file", str(self.workdir / "served.json")]
+        argv = [
+            PYTHON,
+            "-m",
+            "scrapy_scale.testbed",
+            "--hosts",
+            str(self.hosts),
+            "--pages",
+            str(self.pages_per_host),
+            "--seed",
+            str(self.seed),
+            "--no-log",
+            "--per-page",
+            str(self.per_page),
+            "--state-file",
+            str(self.state_file),
+            "--summary-file",
+            str(self.workdir / "served.json"),
+        ]
         if self.faults:
             argv += ["--faults", self.faults]
         argv += self.extra_args
         self.log = open(self.workdir / "testbed.log", "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            argv, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + timeout
         while not self.state_file.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -173,10 +196,20 @@ class TestbedProcess:
         self.stop()
 
 
-def run_variant(name: str, settings: Settings, pages: int, hosts: int, *,
-                testbed: TestbedProcess | None = None, workdir: Path | None = None,
-                spider: str = "catalog", timeout: float = 900, env: dict[str, str] | None = None,
-                cleanup: Cleanup | None = None, keep: bool = False) -> Metrics:
+def run_variant(
+    name: str,
+    settings: Settings,
+    pages: int,
+    hosts: int,
+    *,
+    testbed: TestbedProcess | None = None,
+    workdir: Path | None = None,
+    spider: str = "catalog",
+    timeout: float = 900,
+    env: dict[str, str] | None = None,
+    cleanup: Cleanup | None = None,
+    keep: bool = False,
+) -> Metrics:
     """One crawl of the testbed (``pages`` detail pages in all, over ``hosts``) with
     ``settings`` on top of the example project's; returns what it measured.
 
@@ -185,8 +218,19 @@ def run_variant(name: str, settings: Settings, pages: int, hosts: int, *,
     """
     if testbed is None:
         with TestbedProcess(hosts, pages) as tb:
-            return run_variant(name, settings, pages, hosts, testbed=tb, workdir=workdir, spider=spider,
-                               timeout=timeout, env=env, cleanup=cleanup, keep=keep)
+            return run_variant(
+                name,
+                settings,
+                pages,
+                hosts,
+                testbed=tb,
+                workdir=workdir,
+                spider=spider,
+                timeout=timeout,
+                env=env,
+                cleanup=cleanup,
+                keep=keep,
+            )
     run_id = f"{name.replace(' ', '_')}-{uuid.uuid4().hex[:8]}"
     base = Path(workdir or tempfile.mkdtemp(prefix="bench-run-")) / run_id
     merged = dict(BASE_SETTINGS)
@@ -257,9 +301,17 @@ def vm_hwm_mib(pid: int) -> float:
     return 0.0
 
 
-def run_rounds(variants: Sequence[Variant], pages: int, hosts: int, rounds: int = 3, *,
-               testbed: TestbedProcess | None = None, warmup: bool = True,
-               log: Callable[[str], None] = print, **kwargs: Any) -> dict[str, list[Metrics]]:
+def run_rounds(
+    variants: Sequence[Variant],
+    pages: int,
+    hosts: int,
+    rounds: int = 3,
+    *,
+    testbed: TestbedProcess | None = None,
+    warmup: bool = True,
+    log: Callable[[str], None] = print,
+    **kwargs: Any,
+) -> dict[str, list[Metrics]]:
     """Every variant once per round, interleaved, the order rotated each round (so no
     variant always runs first or last); a warm-up crawl first, not counted."""
     if testbed is None:
@@ -274,8 +326,10 @@ def run_rounds(variants: Sequence[Variant], pages: int, hosts: int, rounds: int 
         for v in list(variants[k:]) + list(variants[:k]):
             m = run_variant(v.name, v.settings, pages, hosts, testbed=testbed, cleanup=v.cleanup, **kwargs)
             results[v.name].append(m)
-            log(f"round {r + 1}/{rounds}  {v.name:<28} {m.pages:>7} pages  {m.pages_per_s:8.1f} pages/s  "
-                f"{m.cpu_per_1k:6.2f} CPU s/1k  {m.peak_rss_mib:7.1f} MiB")
+            log(
+                f"round {r + 1}/{rounds}  {v.name:<28} {m.pages:>7} pages  {m.pages_per_s:8.1f} pages/s  "
+                f"{m.cpu_per_1k:6.2f} CPU s/1k  {m.peak_rss_mib:7.1f} MiB"
+            )
     return results
 
 
@@ -288,8 +342,11 @@ def _median(ms: Iterable[Metrics], attr: str) -> float:
     return float(statistics.median(value(m, attr) for m in ms))
 
 
-COLUMNS = [("pages/s", "pages_per_s", "{:.0f}"), ("CPU s / 1k pages", "cpu_per_1k", "{:.2f}"),
-           ("peak RSS MiB", "peak_rss_mib", "{:.0f}")]
+COLUMNS = [
+    ("pages/s", "pages_per_s", "{:.0f}"),
+    ("CPU s / 1k pages", "cpu_per_1k", "{:.2f}"),
+    ("peak RSS MiB", "peak_rss_mib", "{:.0f}"),
+]
 
 
 def ratio(variant: Sequence[Metrics], base: Sequence[Metrics], attr: str) -> float:
@@ -303,8 +360,9 @@ def ratio(variant: Sequence[Metrics], base: Sequence[Metrics], attr: str) -> flo
     return _median(variant, attr) / b if b else float("nan")
 
 
-def table(results: Mapping[str, Sequence[Metrics]], baseline: str | None = None,
-          extra: Sequence[tuple[str, str, str]] = ()) -> str:
+def table(
+    results: Mapping[str, Sequence[Metrics]], baseline: str | None = None, extra: Sequence[tuple[str, str, str]] = ()
+) -> str:
     """A Markdown table: medians per variant and ratios to ``baseline`` (default: the first;
     see :func:`ratio`). ``extra``: more columns as (title, metric or extra-measure name, format)."""
     names = list(results)
@@ -325,7 +383,12 @@ def spread(results: Mapping[str, Sequence[Metrics]]) -> str:
     """Per variant, every round's pages/s, CPU s/1k and RSS (to judge the noise)."""
     lines = []
     for n, ms in results.items():
-        lines.append(f"{n}: pages/s " + ", ".join(f"{m.pages_per_s:.0f}" for m in ms)
-                     + "; CPU s/1k " + ", ".join(f"{m.cpu_per_1k:.2f}" for m in ms)
-                     + "; RSS MiB " + ", ".join(f"{m.peak_rss_mib:.0f}" for m in ms))
+        lines.append(
+            f"{n}: pages/s "
+            + ", ".join(f"{m.pages_per_s:.0f}" for m in ms)
+            + "; CPU s/1k "
+            + ", ".join(f"{m.cpu_per_1k:.2f}" for m in ms)
+            + "; RSS MiB "
+            + ", ".join(f"{m.peak_rss_mib:.0f}" for m in ms)
+        )
     return "\n".join(lines)

@@ -212,9 +212,7 @@ def as_url(*schemes: str) -> Parser:
             raise ValueError(f"expected a URL such as {schemes[0]}://...")
         scheme = urlsplit(v).scheme
         if scheme not in schemes:
-            raise ValueError(
-                f"unknown URL scheme {scheme!r}; supported: {', '.join(s + '://' for s in schemes)}"
-            )
+            raise ValueError(f"unknown URL scheme {scheme!r}; supported: {', '.join(s + '://' for s in schemes)}")
         return v
 
     return parse

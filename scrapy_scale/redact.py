@@ -89,7 +89,7 @@ def redact_text(text: str) -> str:
 def _redact_match(m: re.Match[str]) -> str:
     url = m.group()
     core = url.rstrip(").,;:")  # punctuation of the sentence around the URL stays outside it
-    return redact_url(core) + url[len(core):]
+    return redact_url(core) + url[len(core) :]
 
 
 def redact_value(value: Any) -> str:

@@ -61,7 +61,6 @@ def state_file_url(settings: object, filename: str) -> str:
     """``sqlite:///`` URL of ``filename`` in ``JOBDIR``, else in ``SCALE_STATE_DIR``."""
     import os
 
-
     get = getattr(settings, "get", None)
     folder = (get("JOBDIR") if get else None) or STATE_DIR.get(settings)  # type: ignore[arg-type]
     return "sqlite:///" + os.path.abspath(os.path.join(folder, filename))

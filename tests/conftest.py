@@ -72,8 +72,20 @@ def mongo_server(tmp_path: Path) -> Iterator[services.Process]:
 
 #: a test module that uses one of these runs real processes or servers (crawls, Redis,
 #: MongoDB, Prometheus, Chromium...): its tests are marked ``crawl``
-_REAL_PARTS = ("run_crawl", "start_crawl", "Testbed", "TestbedProcess", "subprocess", "redis_url",
-               "redis_prefix", "redis_server", "mongo_uri", "mongo_server", "services.", "crash_and_resume")
+_REAL_PARTS = (
+    "run_crawl",
+    "start_crawl",
+    "Testbed",
+    "TestbedProcess",
+    "subprocess",
+    "redis_url",
+    "redis_prefix",
+    "redis_server",
+    "mongo_uri",
+    "mongo_server",
+    "services.",
+    "crash_and_resume",
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -114,23 +114,33 @@ class ItemInKwargsSpider(_Base):
         here = Listing(response.url, 1)
         for href in response.css("a::attr(href)").getall():
             if "/item/" in href:
-                item = ProductItem(name=href, price=decimal.Decimal("1.10"),
-                                   seen=datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC))
+                item = ProductItem(
+                    name=href,
+                    price=decimal.Decimal("1.10"),
+                    seen=datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC),
+                )
                 meta = {"tags": {"a", "b"}, "pair": (1, 2), "raw": b"\x00"}
                 if self.opaque:
                     meta["opaque"] = Opaque()
-                yield response.follow(href, callback=self.parse_detail, cb_kwargs={"item": item, "listing": here},
-                                      meta=meta)
+                yield response.follow(
+                    href, callback=self.parse_detail, cb_kwargs={"item": item, "listing": here}, meta=meta
+                )
 
     def parse_detail(self, response: Any, item: ProductItem, listing: Listing) -> Iterator[Any]:
-        ok = (isinstance(item, ProductItem) and isinstance(listing, Listing)
-              and isinstance(item["price"], decimal.Decimal) and isinstance(item["seen"], datetime.datetime)
-              and response.meta["tags"] == {"a", "b"} and response.meta["pair"] == (1, 2)
-              and response.meta["raw"] == b"\x00")
+        ok = (
+            isinstance(item, ProductItem)
+            and isinstance(listing, Listing)
+            and isinstance(item["price"], decimal.Decimal)
+            and isinstance(item["seen"], datetime.datetime)
+            and response.meta["tags"] == {"a", "b"}
+            and response.meta["pair"] == (1, 2)
+            and response.meta["raw"] == b"\x00"
+        )
         yield {"url": response.url, "types_ok": ok}
         meta = {"opaque": Opaque()} if self.opaque else {}
-        yield response.follow(listing.url, callback=self.parse_listing, cb_kwargs={"listing": listing},
-                              meta=meta)  # back to the listing
+        yield response.follow(
+            listing.url, callback=self.parse_listing, cb_kwargs={"listing": listing}, meta=meta
+        )  # back to the listing
 
 
 class Opaque:

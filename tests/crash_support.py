@@ -82,8 +82,15 @@ def _counts_or_empty(store: Any) -> dict[str, int]:
         return {}
 
 
-def _wait_progress(proc: CrawlProcess, url: str, job: str, *, done: int | None = None,
-                   milestone: str | None = None, timeout: float = 60) -> dict[str, int]:
+def _wait_progress(
+    proc: CrawlProcess,
+    url: str,
+    job: str,
+    *,
+    done: int | None = None,
+    milestone: str | None = None,
+    timeout: float = 60,
+) -> dict[str, int]:
     """Poll until the frontier has ``done`` records done, or the crawl reached
     ``milestone`` (see MILESTONES), or the crawl exits; the last counts."""
     store = open_store(url, job)
@@ -101,8 +108,10 @@ def _wait_progress(proc: CrawlProcess, url: str, job: str, *, done: int | None =
             if milestone and milestone != "acked" and milestone in log.read_text(errors="replace"):
                 return counts
             time.sleep(0.05)
-        raise AssertionError(f"no progress to {done if done is not None else milestone!r} within {timeout}s "
-                             f"(rc={proc.poll()}); last counts {counts}; log tail:\n{proc.result().tail()}")
+        raise AssertionError(
+            f"no progress to {done if done is not None else milestone!r} within {timeout}s "
+            f"(rc={proc.poll()}); last counts {counts}; log tail:\n{proc.result().tail()}"
+        )
     finally:
         store.close()
 
@@ -116,9 +125,19 @@ def _run_ended(url: str, job: str) -> bool:
         store.close()
 
 
-def crash_and_resume(tb: Testbed, settings: dict[str, Any], tmp_path: Path, *, frontier_url: str, job: str,
-                     kills: int, seed: int, total: int, timeout: float = 150,
-                     startup_kills: int = 3) -> CrashRun:
+def crash_and_resume(
+    tb: Testbed,
+    settings: dict[str, Any],
+    tmp_path: Path,
+    *,
+    frontier_url: str,
+    job: str,
+    kills: int,
+    seed: int,
+    total: int,
+    timeout: float = 150,
+    startup_kills: int = 3,
+) -> CrashRun:
     """Run the crawl, SIGKILL it ``kills`` times at seeded random moments of progress,
     restarting it with the same command each time, then let the last run finish."""
     rng = random.Random(seed)

@@ -102,8 +102,9 @@ class CrawlProcess(subprocess.Popen):  # type: ignore[type-arg]
     def result(self) -> CrawlResult:
         """The outputs as they are now (after finish(), or after the test killed the crawl)."""
         items, stats, log = read_outputs(self.run_dir)
-        return CrawlResult(self.returncode, items, stats, log, self.run_dir,
-                           time.monotonic() - self.started, self.crawl_argv)
+        return CrawlResult(
+            self.returncode, items, stats, log, self.run_dir, time.monotonic() - self.started, self.crawl_argv
+        )
 
 
 def read_outputs(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
@@ -127,9 +128,15 @@ def _literal(name: str, value: Any) -> str:
     return text
 
 
-def start_crawl(testbed: Any, settings: dict[str, Any] | None, tmp_path: Path, spider: str = "catalog",
-                extra_args: list[str] | tuple[str, ...] = (), start_urls: list[str] | None = None,
-                env: dict[str, str] | None = None) -> CrawlProcess:
+def start_crawl(
+    testbed: Any,
+    settings: dict[str, Any] | None,
+    tmp_path: Path,
+    spider: str = "catalog",
+    extra_args: list[str] | tuple[str, ...] = (),
+    start_urls: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> CrawlProcess:
     """Start ``python -m scrapy crawl SPIDER`` (cwd = repo root) and return it running.
 
     ``testbed``: a started Testbed (its resolver settings and start URLs are passed), or
@@ -170,16 +177,30 @@ def start_crawl(testbed: Any, settings: dict[str, Any] | None, tmp_path: Path, s
     penv["SCRAPY_SETTINGS_MODULE"] = module
     penv["PYTHONPATH"] = os.pathsep.join([str(run_dir), str(ROOT)] + [p for p in [penv.get("PYTHONPATH")] if p])
     with open(run_dir / "crawl.log", "wb") as log:
-        proc = CrawlProcess(argv, cwd=ROOT, env=penv, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = CrawlProcess(
+            argv,
+            cwd=ROOT,
+            env=penv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     proc.run_dir = run_dir
     proc.started = time.monotonic()
     proc.crawl_argv = argv
     return proc
 
 
-def run_crawl(testbed: Any, settings: dict[str, Any] | None, tmp_path: Path, spider: str = "catalog",
-              timeout: float = 120, extra_args: list[str] | tuple[str, ...] = (),
-              start_urls: list[str] | None = None, env: dict[str, str] | None = None) -> CrawlResult:
+def run_crawl(
+    testbed: Any,
+    settings: dict[str, Any] | None,
+    tmp_path: Path,
+    spider: str = "catalog",
+    timeout: float = 120,
+    extra_args: list[str] | tuple[str, ...] = (),
+    start_urls: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> CrawlResult:
     """Run a crawl to its end and return its returncode, items, stats and log."""
     return start_crawl(testbed, settings, tmp_path, spider, extra_args, start_urls, env).finish(timeout)

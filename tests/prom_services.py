@@ -66,8 +66,13 @@ class Prometheus:
             f"      - files: ['{sd_folder}/*.json']\n"
             "        refresh_interval: 1s\n"
         )
-        argv = [exe, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
-                f"--web.listen-address={LOOPBACK}:{self.port}", "--log.level=warn"]
+        argv = [
+            exe,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address={LOOPBACK}:{self.port}",
+            "--log.level=warn",
+        ]
         self.process = Process("prometheus", argv, self.port, workdir, self._ready)
 
     def _ready(self) -> bool:
@@ -107,8 +112,9 @@ class Pushgateway:
         self.port = free_port()
         self.url = f"http://{LOOPBACK}:{self.port}"
         argv = [exe, f"--web.listen-address={LOOPBACK}:{self.port}", "--log.level=warn"]
-        self.process = Process("pushgateway", argv, self.port, workdir,
-                               lambda: http_get(self.url + "/-/ready") is not None)
+        self.process = Process(
+            "pushgateway", argv, self.port, workdir, lambda: http_get(self.url + "/-/ready") is not None
+        )
 
     def __enter__(self) -> Pushgateway:
         self.process.start(timeout=60)

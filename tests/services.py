@@ -64,7 +64,10 @@ class Process:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                self.argv, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
+                self.argv,
+                cwd=self.workdir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         wait_until(self._alive_and_ready, timeout, f"{self.name} on port {self.port}")
@@ -116,9 +119,19 @@ def private_redis(workdir: Path, appendonly: bool = True, password: str | None =
     exe = need_binary("redis-server", "install it with `apt-get install redis-server`")
     port = free_port()
     argv = [
-        exe, "--port", str(port), "--bind", LOOPBACK, "--dir", str(workdir),
-        "--save", "", "--appendonly", "yes" if appendonly else "no",
-        "--appendfsync", "always",
+        exe,
+        "--port",
+        str(port),
+        "--bind",
+        LOOPBACK,
+        "--dir",
+        str(workdir),
+        "--save",
+        "",
+        "--appendonly",
+        "yes" if appendonly else "no",
+        "--appendfsync",
+        "always",
     ]
     auth = ""
     if password is not None:
@@ -157,8 +170,7 @@ def private_mongo(workdir: Path) -> Process:
             import secantus  # noqa: F401
         except ImportError:
             pytest.fail("SecantusDB is not installed; `pip install -e .[test]` brings it")
-        argv = [sys.executable, "-m", "secantus", "--host", LOOPBACK, "--port", str(port),
-                "--storage-path", str(data)]
+        argv = [sys.executable, "-m", "secantus", "--host", LOOPBACK, "--port", str(port), "--storage-path", str(data)]
     uri = f"mongodb://{LOOPBACK}:{port}/"
     p = Process("mongo", argv, port, workdir, lambda: mongo_ping(uri))
     p.start(timeout=60)

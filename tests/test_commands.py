@@ -24,8 +24,9 @@ from tests.crash_support import (
 from tests.crawling import ROOT, run_crawl, start_crawl
 
 
-def scale(*args: str, cwd: Path = ROOT, settings: dict[str, str] | None = None,
-          timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def scale(
+    *args: str, cwd: Path = ROOT, settings: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "scrapy", "scale", *args]
     for k, v in (settings or {}).items():
         argv += ["-s", f"{k}={v}"]
@@ -106,7 +107,8 @@ def test_status_requeue_blocked_then_resume_gets_every_item(tmp_path: Path) -> N
         assert "failed by class: blocked 10" in text.stdout and f"done      {total - 10:>7}" in text.stdout
 
         assert scale("requeue", job, "--class", "rate_limited", settings=s).stdout.startswith(
-            f"{job}: 0 request(s) of class rate_limited")
+            f"{job}: 0 request(s) of class rate_limited"
+        )
         p = scale("requeue", job, "--class", "blocked", settings=s)
         assert p.returncode == 0 and f"{job}: 10 request(s) of class blocked put back to pending" in p.stdout
         st = status_json(job, s)
@@ -182,11 +184,18 @@ def test_status_of_a_running_redis_job_from_outside_the_project(
     # one page hangs while the test looks, so the crawl cannot finish between two status calls
     # (it did once on a loaded machine); released once seen: its timed-out attempt is retried
     with Testbed(hosts=2, pages=150, seed=8, faults="hang@1:/item/1;slow:/item/*,delay=0.05") as tb:
-        proc = start_crawl(tb, {"SCALE_JOB": job, "SCALE_FRONTIER_URL": redis_url,
-                                "SCALE_FRONTIER_WORKER": "crawler-a", "CONCURRENT_REQUESTS": 4,
-                                "DOWNLOAD_TIMEOUT": 3,
-                                "SCALE_RETRY_POLICY": {"transient": {"retries": 50, "base": 0.1, "cap": 0.5}}},
-                           tmp_path)
+        proc = start_crawl(
+            tb,
+            {
+                "SCALE_JOB": job,
+                "SCALE_FRONTIER_URL": redis_url,
+                "SCALE_FRONTIER_WORKER": "crawler-a",
+                "CONCURRENT_REQUESTS": 4,
+                "DOWNLOAD_TIMEOUT": 3,
+                "SCALE_RETRY_POLICY": {"transient": {"retries": 50, "base": 0.1, "cap": 0.5}},
+            },
+            tmp_path,
+        )
         try:
             seen: dict[str, Any] | None = None
             deadline = time.monotonic() + 60

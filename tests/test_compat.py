@@ -17,8 +17,7 @@ from tests.crawling import run_crawl
 @pytest.mark.parametrize("scheduler", ["scrapy.core.scheduler.Scheduler", "scrapy_scale.frontier.Scheduler"])
 def test_private_engine_api_as_compat_uses_it(tmp_path: Path, scheduler: str) -> None:
     out = tmp_path / "compat.json"
-    settings = {"EXTENSIONS": {"tests.compat_probe.Probe": 0}, "TEST_COMPAT_FILE": str(out),
-                "SCHEDULER": scheduler}
+    settings = {"EXTENSIONS": {"tests.compat_probe.Probe": 0}, "TEST_COMPAT_FILE": str(out), "SCHEDULER": scheduler}
     with Testbed(hosts=1, pages=3, seed=1) as tb:
         res = run_crawl(tb, settings, tmp_path, timeout=60)
     assert res.returncode == 0, res.tail()

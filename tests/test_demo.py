@@ -17,8 +17,13 @@ SCRAPY = str(Path(sys.executable).with_name("scrapy"))
 def test_scrapy_crawl_catalog_runs_the_demo_and_ends_with_the_summary(tmp_path: Path) -> None:
     state = tmp_path / "state"  # only so that tests do not share (or leave) a .scale folder
     t0 = time.monotonic()
-    proc = subprocess.run([SCRAPY, "crawl", "catalog", "-s", f"SCALE_STATE_DIR={state}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=150)
+    proc = subprocess.run(
+        [SCRAPY, "crawl", "catalog", "-s", f"SCALE_STATE_DIR={state}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
     took = time.monotonic() - t0
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
@@ -26,7 +31,7 @@ def test_scrapy_crawl_catalog_runs_the_demo_and_ends_with_the_summary(tmp_path: 
 
     head = "scrapy-scale summary: job 'catalog' finished in "
     assert head in out, out[-3000:]
-    summary = out[out.rindex(head):]
+    summary = out[out.rindex(head) :]
     last_log_line = re.findall(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \[.*$", out, re.M)[-1]
     assert head in last_log_line, f"the summary is not the last thing printed: {last_log_line}"
     print(summary)
@@ -34,8 +39,9 @@ def test_scrapy_crawl_catalog_runs_the_demo_and_ends_with_the_summary(tmp_path: 
     # 3 hosts x 60 products; the demo's faults are all retried away except shop1's /item/60 (404)
     items = 3 * 60 - 1
     db = state / "items.sqlite"
-    assert re.search(rf"^  items +{items} stored in sqlite:///{re.escape(str(db))} \({items} new, 0 updated\)$",
-                     summary, re.M), summary
+    assert re.search(
+        rf"^  items +{items} stored in sqlite:///{re.escape(str(db))} \({items} new, 0 updated\)$", summary, re.M
+    ), summary
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM items").fetchone()[0] == items
     # the planned faults were met and handled, and the reader is told so
@@ -52,8 +58,14 @@ def test_scrapy_crawl_catalog_runs_the_demo_and_ends_with_the_summary(tmp_path: 
 
 #: how each fault kind the demo's testbed plays shows in the summary: (retry class, or the
 #: requests line's class for a final answer); a reset is also an attempt without a response
-SHOWN_AS = {"429": "rate_limited", "503": "rate_limited", "500": "transient", "reset": "transient",
-            "404": "not_found", "410": "not_found"}
+SHOWN_AS = {
+    "429": "rate_limited",
+    "503": "rate_limited",
+    "500": "transient",
+    "reset": "transient",
+    "404": "not_found",
+    "410": "not_found",
+}
 #: what the testbed served that is not a fault
 NOT_FAULTS = {"ok", "robots"}
 

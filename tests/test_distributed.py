@@ -40,8 +40,9 @@ def _wait_for(pred, timeout: float, what: str, procs: list[CrawlProcess]) -> Non
             return
         dead = [p for p in procs if p.poll() is not None]
         if dead:
-            raise AssertionError(f"a worker exited (rc={dead[0].returncode}) while waiting for {what}:\n"
-                                 f"{dead[0].result().tail()}")
+            raise AssertionError(
+                f"a worker exited (rc={dead[0].returncode}) while waiting for {what}:\n{dead[0].result().tail()}"
+            )
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
 
@@ -75,6 +76,7 @@ def test_three_workers_one_killed_every_page_done_once_and_the_others_exit(
             def w1_busy() -> bool:
                 st = store.status()
                 return st.counts["done"] >= total // 3 and st.leases_by_worker.get("w1", 0) > 0
+
             _wait_for(w1_busy, 120, "w1 to hold leases a third into the crawl", procs)
             held = store.status().leases_by_worker.get("w1", 0)
             os.kill(procs[1].pid, signal.SIGKILL)
@@ -148,17 +150,25 @@ def test_a_frozen_worker_back_after_its_leases_expired_counts_stale_acks_not_ack
     done (they summed to 670 for 632 before). Moments are chosen from progress."""
     job = redis_prefix
     store_url = f"sqlite:///{tmp_path}/state/items.sqlite"
-    settings = {**WORKER_SETTINGS, "SCALE_JOB": job, "SCALE_FRONTIER_URL": redis_url, "SCALE_STORE_URL": store_url,
-                "SCALE_FRONTIER_LEASE": 3.0, "SCALE_FRONTIER_BATCH": 8}
+    settings = {
+        **WORKER_SETTINGS,
+        "SCALE_JOB": job,
+        "SCALE_FRONTIER_URL": redis_url,
+        "SCALE_STORE_URL": store_url,
+        "SCALE_FRONTIER_LEASE": 3.0,
+        "SCALE_FRONTIER_BATCH": 8,
+    }
     # slow detail pages: a frozen worker always has requests in flight
     with Testbed(hosts=3, pages=80, seed=23, faults="slow:/item/*,delay=0.3") as tb:
         total = expected_requests(tb)
         procs = _start_workers(tb, settings, 2, tmp_path)
         store = open_store(redis_url, job)
         try:
+
             def w1_busy() -> bool:
                 st = store.status()
                 return st.counts["done"] >= total // 4 and st.leases_by_worker.get("w1", 0) > 0
+
             _wait_for(w1_busy, 120, "w1 to hold leases a quarter into the crawl", procs)
             os.kill(procs[1].pid, signal.SIGSTOP)
             try:
@@ -172,8 +182,11 @@ def test_a_frozen_worker_back_after_its_leases_expired_counts_stale_acks_not_ack
 
                 def all_taken_over() -> bool:  # done, or leased again by w0 (a new token)
                     recs = [store.get(fp) for fp in held]
-                    return all(r is not None and (r["state"] == "done" or r["token"] != held[fp])
-                               for fp, r in zip(held, recs, strict=True))
+                    return all(
+                        r is not None and (r["state"] == "done" or r["token"] != held[fp])
+                        for fp, r in zip(held, recs, strict=True)
+                    )
+
                 _wait_for(all_taken_over, 120, "w0 to take over every lease of the frozen w1", [procs[0]])
             finally:
                 os.kill(procs[1].pid, signal.SIGCONT)

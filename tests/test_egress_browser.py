@@ -18,11 +18,16 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debi
 
 BROWSER = {
     "SPIDER_MODULES": ["tests.egress_browser_spiders"],
-    "DOWNLOAD_HANDLERS": {"http": "scrapy_playwright.handler.ScrapyPlaywrightDownloadHandler",
-                          "https": "scrapy_playwright.handler.ScrapyPlaywrightDownloadHandler"},
+    "DOWNLOAD_HANDLERS": {
+        "http": "scrapy_playwright.handler.ScrapyPlaywrightDownloadHandler",
+        "https": "scrapy_playwright.handler.ScrapyPlaywrightDownloadHandler",
+    },
     "PLAYWRIGHT_BROWSER_TYPE": "chromium",
-    "PLAYWRIGHT_LAUNCH_OPTIONS": {"executable_path": CHROMIUM, "headless": True,
-                                  "args": ["--no-sandbox", "--headless=new", "--disable-gpu"]},
+    "PLAYWRIGHT_LAUNCH_OPTIONS": {
+        "executable_path": CHROMIUM,
+        "headless": True,
+        "args": ["--no-sandbox", "--headless=new", "--disable-gpu"],
+    },
     "ROBOTSTXT_OBEY": False,
     "CONCURRENT_REQUESTS": 4,
     "SCALE_RETRY_POLICY": {"egress_failed": {"retries": 2}},

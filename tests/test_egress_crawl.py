@@ -15,8 +15,11 @@ import pytest
 from scrapy_scale.testbed import ProxySpec, Testbed
 from tests.crawling import run_crawl, start_crawl
 
-FAST = {"transient": {"base": 0.1, "cap": 0.5}, "blocked": {"base": 0.1, "cap": 0.5},
-        "rate_limited": {"base": 0.1, "cap": 0.5}}
+FAST = {
+    "transient": {"base": 0.1, "cap": 0.5},
+    "blocked": {"base": 0.1, "cap": 0.5},
+    "rate_limited": {"base": 0.1, "cap": 0.5},
+}
 CONCURRENCY = 8
 MIN_FAILURES = 3
 #: the stated bound: an egress is evicted after MIN_FAILURES failed attempts, plus the
@@ -26,9 +29,12 @@ EVICTION_BOUND = MIN_FAILURES + CONCURRENCY
 
 def settings(tb: Testbed, tmp_path: Path, **more: Any) -> dict[str, Any]:
     s: dict[str, Any] = {
-        "SCALE_EGRESSES": tb.proxy_urls, "SCALE_OUTCOME_LOG": str(tmp_path / "outcomes.jsonl"),
-        "CONCURRENT_REQUESTS": CONCURRENCY, "SCALE_RETRY_POLICY": FAST,
-        "SCALE_EGRESS_MIN_FAILURES": MIN_FAILURES, "SCALE_EGRESS_QUARANTINE": 600,
+        "SCALE_EGRESSES": tb.proxy_urls,
+        "SCALE_OUTCOME_LOG": str(tmp_path / "outcomes.jsonl"),
+        "CONCURRENT_REQUESTS": CONCURRENCY,
+        "SCALE_RETRY_POLICY": FAST,
+        "SCALE_EGRESS_MIN_FAILURES": MIN_FAILURES,
+        "SCALE_EGRESS_QUARANTINE": 600,
     }
     s.update(more)
     return s
@@ -43,9 +49,16 @@ def ids(tb: Testbed) -> dict[str, str]:
     return {pid: f"127.0.0.1:{port}" for pid, port in tb.proxy_ports.items()}
 
 
-CHAOS = [ProxySpec("ok1"), ProxySpec("ok2"), ProxySpec("ok3"), ProxySpec("dead1", mode="dead"),
-         ProxySpec("dead2", mode="dead"), ProxySpec("slow", mode="slow", delay=0.5),
-         ProxySpec("flaky", mode="flaky", p=0.3), ProxySpec("banned", banned_by=(2,))]
+CHAOS = [
+    ProxySpec("ok1"),
+    ProxySpec("ok2"),
+    ProxySpec("ok3"),
+    ProxySpec("dead1", mode="dead"),
+    ProxySpec("dead2", mode="dead"),
+    ProxySpec("slow", mode="slow", delay=0.5),
+    ProxySpec("flaky", mode="flaky", p=0.3),
+    ProxySpec("banned", banned_by=(2,)),
+]
 
 
 def test_eight_egresses_dead_slow_flaky_and_banned(tmp_path):
@@ -70,8 +83,7 @@ def test_eight_egresses_dead_slow_flaky_and_banned(tmp_path):
     assert f"egress {eid['banned']} quarantined for shop2.example.test" in res.log
     assert res.stats["scale/egress/evictions"] == 2 and res.stats["scale/egress/evictions_domain"] == 1
     # pacing stays per target domain: the download slot is the host, never the proxy
-    assert {o["slot"] for o in outs if o["slot"]} <= {"shop1.example.test", "shop2.example.test",
-                                                       "shop3.example.test"}
+    assert {o["slot"] for o in outs if o["slot"]} <= {"shop1.example.test", "shop2.example.test", "shop3.example.test"}
     assert res.stats["scale/egress/pool/quarantined"] == 2
     # (the stats also count Scrapy's own downloads through it, robots.txt, which the outcome log leaves out)
     assert res.stats[f"scale/egress/by/{eid['dead1']}/failed/egress_failed"] >= by_egress[eid["dead1"]]
@@ -82,8 +94,17 @@ def test_429_storm_and_404s_evict_no_egress(tmp_path):
     with Testbed(hosts=2, pages=40, seed=2, faults=faults, proxies=[ProxySpec(f"p{i}") for i in range(3)]) as tb:
         # pacing off: this test is about the egresses; with it on, the storm slows host 1 to a
         # request every few seconds (as it should) and the crawl outlasts the timeout
-        res = run_crawl(tb, settings(tb, tmp_path, SCALE_THROTTLE_ENABLED=False, SCALE_RETRY_POLICY={
-            "rate_limited": {"retries": 5, "base": 0.05, "cap": 0.2}}), tmp_path, timeout=180)
+        res = run_crawl(
+            tb,
+            settings(
+                tb,
+                tmp_path,
+                SCALE_THROTTLE_ENABLED=False,
+                SCALE_RETRY_POLICY={"rate_limited": {"retries": 5, "base": 0.05, "cap": 0.2}},
+            ),
+            tmp_path,
+            timeout=180,
+        )
         assert res.returncode == 0, res.tail()
         n429 = tb.count(kind="429")
         n404 = tb.count(kind="404")
@@ -109,8 +130,14 @@ def test_a_dead_egress_that_comes_back_is_reprobed_and_returns_to_service(tmp_pa
         back = other.proxy_url("back")
     # one page answers only after 30 s: the crawl is still running when the egress comes back
     with Testbed(hosts=2, pages=80, seed=3, proxies=[ProxySpec("a")], faults="slow@1:/item/80,delay=30") as tb:
-        s = settings(tb, tmp_path, SCALE_EGRESSES=[tb.proxy_url("a"), back], SCALE_EGRESS_QUARANTINE=1.0,
-                     SCALE_EGRESS_QUARANTINE_MAX=2.0, DOWNLOAD_TIMEOUT=60)
+        s = settings(
+            tb,
+            tmp_path,
+            SCALE_EGRESSES=[tb.proxy_url("a"), back],
+            SCALE_EGRESS_QUARANTINE=1.0,
+            SCALE_EGRESS_QUARANTINE_MAX=2.0,
+            DOWNLOAD_TIMEOUT=60,
+        )
         proc = start_crawl(tb, s, tmp_path)
         back_id = back.split("//")[1]
         _wait_for(proc.run_dir / "crawl.log", rf"egress {re.escape(back_id)} quarantined", proc)
@@ -132,8 +159,9 @@ def test_route_caps_hold_each_route_to_its_rate_and_status_shows_the_pressure(tm
 
     rate = 4.0  # requests/s per (egress, domain)
     with Testbed(hosts=2, pages=20, seed=9, proxies=[ProxySpec("p1"), ProxySpec("p2")]) as tb:
-        res = run_crawl(tb, settings(tb, tmp_path, SCALE_EGRESS_ROUTE_RATE=rate, ROBOTSTXT_OBEY=False),
-                        tmp_path, timeout=180)
+        res = run_crawl(
+            tb, settings(tb, tmp_path, SCALE_EGRESS_ROUTE_RATE=rate, ROBOTSTXT_OBEY=False), tmp_path, timeout=180
+        )
         assert res.returncode == 0, res.tail()
         times: dict[tuple[str, str], list[float]] = {}
         for r in tb.log:
@@ -173,8 +201,9 @@ class TestProvider:
 
 def test_a_provider_class_supplies_the_pool(tmp_path):
     with Testbed(hosts=2, pages=20, seed=3, proxies=[ProxySpec("v1"), ProxySpec("v2")]) as tb:
-        s = settings(tb, tmp_path, SCALE_EGRESSES="tests.test_egress_crawl.TestProvider",
-                     TEST_EGRESS_URLS=tb.proxy_urls)
+        s = settings(
+            tb, tmp_path, SCALE_EGRESSES="tests.test_egress_crawl.TestProvider", TEST_EGRESS_URLS=tb.proxy_urls
+        )
         res = run_crawl(tb, s, tmp_path, timeout=180)
         assert res.returncode == 0, res.tail()
         served = list(tb.log)

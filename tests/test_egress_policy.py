@@ -45,8 +45,18 @@ def test_identity_keeps_credentials_apart_and_never_shows_them():
     assert len(parse_egresses([A, A, B])) == 2
 
 
-@pytest.mark.parametrize("bad", ["127.0.0.1:8000", "ftp://u:hunter2@h:21", "socks5://u:hunter2@h:1080",
-                                 "http://u:hunter2@h", "http://u:hunter2@h:80/path", "http://u:hunter2@h:99999", ""])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "127.0.0.1:8000",
+        "ftp://u:hunter2@h:21",
+        "socks5://u:hunter2@h:1080",
+        "http://u:hunter2@h",
+        "http://u:hunter2@h:80/path",
+        "http://u:hunter2@h:99999",
+        "",
+    ],
+)
 def test_malformed_urls_fail_without_the_password(bad):
     with pytest.raises(EgressURLError) as e:
         parse_egress(bad)
@@ -87,9 +97,17 @@ def test_blocks_hurt_only_that_domain():
     assert p.bans[f"{IA}|shop2"] == 3
 
 
-@pytest.mark.parametrize("cls,blame,responded", [
-    ("rate_limited", "domain", True), ("not_found", "none", True), ("parse_failed", "none", True),
-    ("transient", "none", True), ("transient", "none", False), ("fatal", "none", False)])
+@pytest.mark.parametrize(
+    "cls,blame,responded",
+    [
+        ("rate_limited", "domain", True),
+        ("not_found", "none", True),
+        ("parse_failed", "none", True),
+        ("transient", "none", True),
+        ("transient", "none", False),
+        ("fatal", "none", False),
+    ],
+)
 def test_classes_that_never_blame_the_egress(cls, blame, responded):
     p = pool([A])
     for _ in range(50):

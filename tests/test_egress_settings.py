@@ -26,15 +26,18 @@ class Broken:
         raise ConnectionError("vendor API down for http://key:t0psecret@api.vendor.example/")
 
 
-@pytest.mark.parametrize("value,problem", [
-    (["http://alice:hunter2@proxy.example"], "no port"),
-    ("http://alice:hunter2@proxy.example:80/x", "no path"),
-    (["socks5://alice:hunter2@proxy.example:1080"], "SOCKS"),
-    ([], "set but empty"),
-    ({"dc": []}, "group 'dc' is empty"),
-    ("no.such.module.Provider", "cannot load the provider"),
-    ("/nonexistent/proxies.txt", "cannot read the egress file"),
-])
+@pytest.mark.parametrize(
+    "value,problem",
+    [
+        (["http://alice:hunter2@proxy.example"], "no port"),
+        ("http://alice:hunter2@proxy.example:80/x", "no path"),
+        (["socks5://alice:hunter2@proxy.example:1080"], "SOCKS"),
+        ([], "set but empty"),
+        ({"dc": []}, "group 'dc' is empty"),
+        ("no.such.module.Provider", "cannot load the provider"),
+        ("/nonexistent/proxies.txt", "cannot read the egress file"),
+    ],
+)
 def test_bad_values_fail_at_startup_naming_the_setting_without_the_password(value, problem):
     with pytest.raises(config.ScaleSettingError) as e:
         Addon().update_settings(Settings({"SCALE_EGRESSES": value}))

@@ -19,15 +19,33 @@ def test_an_egress_evicted_by_one_worker_is_avoided_by_the_other(tmp_path, redis
     specs = [ProxySpec("a"), ProxySpec("b"), ProxySpec("dead", mode="dead")]
     with Testbed(hosts=3, pages=300, seed=8, proxies=specs) as tb:
         dead = f"127.0.0.1:{tb.proxy_ports['dead']}"
-        base = {"SCALE_JOB": redis_prefix, "SCALE_FRONTIER_URL": redis_url, "SCALE_EGRESSES": tb.proxy_urls,
-                "CONCURRENT_REQUESTS": CONCURRENCY, "SCALE_RETRY_POLICY": FAST, "SCALE_EGRESS_QUARANTINE": 600,
-                "SCALE_EGRESS_SYNC": 0.5, "DOWNLOAD_DELAY": 0.02, "SCALE_FRONTIER_BATCH": 16}
+        base = {
+            "SCALE_JOB": redis_prefix,
+            "SCALE_FRONTIER_URL": redis_url,
+            "SCALE_EGRESSES": tb.proxy_urls,
+            "CONCURRENT_REQUESTS": CONCURRENCY,
+            "SCALE_RETRY_POLICY": FAST,
+            "SCALE_EGRESS_QUARANTINE": 600,
+            "SCALE_EGRESS_SYNC": 0.5,
+            "DOWNLOAD_DELAY": 0.02,
+            "SCALE_FRONTIER_BATCH": 16,
+        }
         # w0 evicts after 3 failures; w1 would need 1000 of its own, so whatever it avoids,
         # it avoids because of what w0 shared
         logs = [tmp_path / f"w{i}" / "outcomes.jsonl" for i in range(2)]
-        procs = [start_crawl(tb, {**base, "SCALE_FRONTIER_WORKER": f"w{i}", "SCALE_OUTCOME_LOG": str(logs[i]),
-                                  "SCALE_EGRESS_MIN_FAILURES": 3 if i == 0 else 1000}, tmp_path / f"w{i}")
-                 for i in range(2)]
+        procs = [
+            start_crawl(
+                tb,
+                {
+                    **base,
+                    "SCALE_FRONTIER_WORKER": f"w{i}",
+                    "SCALE_OUTCOME_LOG": str(logs[i]),
+                    "SCALE_EGRESS_MIN_FAILURES": 3 if i == 0 else 1000,
+                },
+                tmp_path / f"w{i}",
+            )
+            for i in range(2)
+        ]
         results = [p.finish(240) for p in procs]
         expected = tb.detail_urls()
     for r in results:

@@ -19,8 +19,7 @@ def _project_exceptions() -> list[type[BaseException]]:
         except ImportError:  # an optional extra that is not installed
             continue
         for _, obj in inspect.getmembers(mod, inspect.isclass):
-            if (issubclass(obj, BaseException) and obj.__module__ == info.name
-                    and not obj.__name__.startswith("_")):
+            if issubclass(obj, BaseException) and obj.__module__ == info.name and not obj.__name__.startswith("_"):
                 found.append(obj)
     return found
 

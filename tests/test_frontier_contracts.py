@@ -33,8 +33,9 @@ def _wait(pred, timeout: float, what: str, proc: CrawlProcess | None = None) -> 
         if pred():
             return
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the crawl exited (rc={proc.returncode}) while waiting for {what}:\n"
-                                 f"{proc.result().tail()}")
+            raise AssertionError(
+                f"the crawl exited (rc={proc.returncode}) while waiting for {what}:\n{proc.result().tail()}"
+            )
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
 
@@ -57,7 +58,8 @@ def job(frontier_url: str, request: pytest.FixtureRequest) -> str:
 
 @pytest.mark.timeout(120)
 def test_start_requests_are_served_in_priority_order_on_every_backend(
-        tmp_path: Path, frontier_url: str, job: str) -> None:
+    tmp_path: Path, frontier_url: str, job: str
+) -> None:
     """Start requests of priorities 0/1/2 with ties, CONCURRENT_REQUESTS=1: after the
     first one (which plain Scrapy too sends before it has read the others), pages are
     served highest priority first, in start order within one priority. The SQLite store
@@ -120,8 +122,7 @@ def _resume_and_check_nothing_refetched(tb: Testbed, tmp_path: Path, url: str, j
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("how", ["pagecount", "timeout", "sigint", "sigterm"])
-def test_a_clean_stop_acks_what_finished_and_the_resume_fetches_none_of_it_again(
-        tmp_path: Path, how: str) -> None:
+def test_a_clean_stop_acks_what_finished_and_the_resume_fetches_none_of_it_again(tmp_path: Path, how: str) -> None:
     """CLOSESPIDER_PAGECOUNT=15 then the same crawl again fetched those 15 pages twice:
     acks that waited for the next sync (the engine still held the request when its
     outcome came) were released at close instead of written. The first run waits for
@@ -157,8 +158,12 @@ def test_a_second_ctrl_c_exits_and_what_was_acked_stays_acked(tmp_path: Path) ->
     settings = {**STOP_SETTINGS, "DOWNLOAD_TIMEOUT": 600}
     with Testbed(hosts=2, pages=60, seed=6, faults=HANG) as tb:
         proc = start_crawl(tb, settings, tmp_path)
-        _wait(lambda: frontier_counts(url, job)["done"] >= 15 and any(r.kind == "hang" for r in tb.log), 60,
-              "15 pages done and the hanging page asked for", proc)
+        _wait(
+            lambda: frontier_counts(url, job)["done"] >= 15 and any(r.kind == "hang" for r in tb.log),
+            60,
+            "15 pages done and the hanging page asked for",
+            proc,
+        )
         proc.send_signal(signal.SIGINT)
         _wait(lambda: "shutting down gracefully" in proc.result().log, 30, "the first Ctrl-C", proc)
         proc.send_signal(signal.SIGINT)
@@ -176,9 +181,12 @@ def test_a_second_ctrl_c_exits_and_what_was_acked_stays_acked(tmp_path: Path) ->
 
             from scrapy_scale.frontier import codec
 
-            done = {(h, p) for h, p in _fetched_ok(tb)
-                    if (rec := store.get(codec.default_fingerprint(Request(f"{tb.scheme}://{h}:{tb.port}{p}"))))
-                    and rec["state"] == "done"}
+            done = {
+                (h, p)
+                for h, p in _fetched_ok(tb)
+                if (rec := store.get(codec.default_fingerprint(Request(f"{tb.scheme}://{h}:{tb.port}{p}"))))
+                and rec["state"] == "done"
+            }
         finally:
             store.close()
         assert len(done) >= 15
@@ -194,16 +202,16 @@ def test_a_second_ctrl_c_exits_and_what_was_acked_stays_acked(tmp_path: Path) ->
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("opaque", [False, True], ids=["items-stored", "kept-in-memory"])
-def test_items_in_cb_kwargs_are_stored_as_data_and_every_request_is_deduplicated(
-        tmp_path: Path, opaque: bool) -> None:
+def test_items_in_cb_kwargs_are_stored_as_data_and_every_request_is_deduplicated(tmp_path: Path, opaque: bool) -> None:
     """A detail page linking back to its listing with a dataclass (and an Item in the
     detail's cb_kwargs) looped until a timeout: such requests were kept in memory only
     and never deduplicated. Now items, dataclasses, datetime, Decimal, set, tuple and bytes
     are stored as data, and a request that still cannot be stored is deduplicated too."""
     settings = {**SPIDERS, "CLOSESPIDER_TIMEOUT": 60}
     with Testbed(hosts=1, pages=6, seed=4) as tb:
-        res = run_crawl(tb, settings, tmp_path, spider="item_kwargs", timeout=100,
-                        extra_args=["-a", "opaque=1"] if opaque else [])
+        res = run_crawl(
+            tb, settings, tmp_path, spider="item_kwargs", timeout=100, extra_args=["-a", "opaque=1"] if opaque else []
+        )
         fetched = Counter(r.path for r in tb.log if r.path != "/robots.txt")
     assert res.returncode == 0, res.tail()
     assert "closespider_timeout" not in res.log, "the crawl looped until its timeout"

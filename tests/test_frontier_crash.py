@@ -51,18 +51,30 @@ def _check(tb: Testbed, run, frontier_url: str, job: str, store_url: str) -> Non
 
 
 def _crash_test(tmp_path: Path, job: str, frontier_url: str, store_url: str, seed: int) -> None:
-    settings = {**CRASH_SETTINGS, "SCALE_JOB": job, "SCALE_FRONTIER_URL": frontier_url,
-                "SCALE_STORE_URL": store_url}
+    settings = {**CRASH_SETTINGS, "SCALE_JOB": job, "SCALE_FRONTIER_URL": frontier_url, "SCALE_STORE_URL": store_url}
     with Testbed(hosts=HOSTS, pages=PAGES, seed=seed) as tb:
-        run = crash_and_resume(tb, settings, tmp_path, frontier_url=frontier_url, job=job, kills=KILLS,
-                               seed=20261130 + seed, total=expected_requests(tb))
+        run = crash_and_resume(
+            tb,
+            settings,
+            tmp_path,
+            frontier_url=frontier_url,
+            job=job,
+            kills=KILLS,
+            seed=20261130 + seed,
+            total=expected_requests(tb),
+        )
         _check(tb, run, frontier_url, job, store_url)
 
 
 @pytest.mark.timeout(300)
 def test_sqlite_frontier_survives_kill9_at_random_moments(tmp_path: Path) -> None:
-    _crash_test(tmp_path, "crash", f"sqlite:///{tmp_path}/state/frontier.db",
-                f"sqlite:///{tmp_path}/state/items.sqlite", seed=11)
+    _crash_test(
+        tmp_path,
+        "crash",
+        f"sqlite:///{tmp_path}/state/frontier.db",
+        f"sqlite:///{tmp_path}/state/items.sqlite",
+        seed=11,
+    )
 
 
 @pytest.mark.timeout(300)
@@ -70,5 +82,4 @@ def test_redis_frontier_mongodb_store_survive_kill9_at_random_moments(
     tmp_path: Path, redis_url: str, redis_prefix: str, mongo_uri: str
 ) -> None:
     # job = redis_prefix: the fixture deletes the job's keys afterwards
-    _crash_test(tmp_path, redis_prefix, redis_url, f"{mongo_uri.rstrip('/')}/crash_{uuid.uuid4().hex[:8]}",
-                seed=12)
+    _crash_test(tmp_path, redis_prefix, redis_url, f"{mongo_uri.rstrip('/')}/crash_{uuid.uuid4().hex[:8]}", seed=12)

@@ -27,8 +27,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     """``tmp_path/state`` on a 3 MB tmpfs of its own."""
     state = tmp_path / "state"
     state.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(state)],
-                           capture_output=True, text=True)
+    mount = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(state)], capture_output=True, text=True
+    )
     if mount.returncode != 0:
         pytest.fail(f"cannot mount a tmpfs (this test needs root, as CI has): {mount.stderr.strip()}")
     try:

@@ -27,23 +27,30 @@ def _poll(pred: Callable[[], Any], timeout: float, what: str, proc: CrawlProcess
         if got:
             return got
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the crawl exited (rc={proc.returncode}) while waiting for {what}:\n"
-                                 f"{proc.result().tail()}")
+            raise AssertionError(
+                f"the crawl exited (rc={proc.returncode}) while waiting for {what}:\n{proc.result().tail()}"
+            )
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])
-def test_status_says_interrupted_when_no_worker_is_alive(tmp_path: Path, backend: str,
-                                                         request: pytest.FixtureRequest) -> None:
+def test_status_says_interrupted_when_no_worker_is_alive(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
     if backend == "redis":
         job, url = request.getfixturevalue("redis_prefix"), request.getfixturevalue("redis_url")
     else:
         job, url = "alive", f"sqlite:///{tmp_path}/state/frontier.db"
     s = {"SCALE_FRONTIER_URL": url}
-    crawl = {"SCALE_JOB": job, "SCALE_FRONTIER_URL": url, "SCALE_FRONTIER_WORKER": "w0",
-             "SCALE_FRONTIER_LEASE": 4.0, "CONCURRENT_REQUESTS": 4}
+    crawl = {
+        "SCALE_JOB": job,
+        "SCALE_FRONTIER_URL": url,
+        "SCALE_FRONTIER_WORKER": "w0",
+        "SCALE_FRONTIER_LEASE": 4.0,
+        "CONCURRENT_REQUESTS": 4,
+    }
 
     def status() -> dict[str, Any]:
         return status_json(job, s)
@@ -55,6 +62,7 @@ def test_status_says_interrupted_when_no_worker_is_alive(tmp_path: Path, backend
             except AssertionError:  # the job is not created yet
                 return None
             return st if st["counts"]["done"] >= done and st["run"]["state"] == "running" else None
+
         return pred
 
     with Testbed(hosts=2, pages=120, seed=9, faults="slow:/item/*,delay=0.2") as tb:
@@ -73,8 +81,11 @@ def test_status_says_interrupted_when_no_worker_is_alive(tmp_path: Path, backend
             if proc.poll() is None:
                 proc.kill()
         killed_at = time.time()
-        st = _poll(lambda: (lambda x: x if x["run"]["state"] == "interrupted" else None)(status()),
-                   60, "status to say interrupted after kill -9")
+        st = _poll(
+            lambda: (lambda x: x if x["run"]["state"] == "interrupted" else None)(status()),
+            60,
+            "status to say interrupted after kill -9",
+        )
         assert st["live_workers"] == [] and st["run"]["ended_at"] is None
         assert st["run"]["no_live_worker_since"] <= killed_at
         text = scale("status", job, settings=s).stdout

@@ -32,13 +32,16 @@ def frontier(tmp_path: Path, settings: dict[str, Any], job: str = "catalog") -> 
 @pytest.fixture(params=["sqlite", "redis"])
 def backend_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
     if request.param == "redis":
-        return {"SCALE_FRONTIER_URL": request.getfixturevalue("redis_url"),
-                "SCALE_JOB": request.getfixturevalue("redis_prefix")}
+        return {
+            "SCALE_FRONTIER_URL": request.getfixturevalue("redis_url"),
+            "SCALE_JOB": request.getfixturevalue("redis_prefix"),
+        }
     return {}
 
 
 def test_crawl_drains_reconciles_and_a_second_crawl_starts_a_new_run(
-        tmp_path: Path, backend_settings: dict[str, Any]) -> None:
+    tmp_path: Path, backend_settings: dict[str, Any]
+) -> None:
     with Testbed(hosts=2, pages=40, seed=3) as tb:
         res = run_crawl(tb, backend_settings, tmp_path)
         assert res.returncode == 0, res.tail()
@@ -65,8 +68,12 @@ def test_crawl_drains_reconciles_and_a_second_crawl_starts_a_new_run(
 
 def test_killed_crawl_resumes_without_refetching_done_pages(tmp_path: Path) -> None:
     # slow detail pages, so the kill lands mid-crawl; one hangs, so the crawl cannot drain first
-    with Testbed(hosts=2, pages=60, seed=5, faults=[Fault("hang", path="/item/1", hosts=(1,)),
-                                                    Fault("slow", path="/item/*", delay=0.05)]) as tb:
+    with Testbed(
+        hosts=2,
+        pages=60,
+        seed=5,
+        faults=[Fault("hang", path="/item/1", hosts=(1,)), Fault("slow", path="/item/*", delay=0.05)],
+    ) as tb:
         settings = {"CONCURRENT_REQUESTS": 4}
         proc = start_crawl(tb, settings, tmp_path)
         deadline = time.monotonic() + 60
@@ -108,7 +115,8 @@ def test_seeds_from_the_redis_feed_key(tmp_path: Path, redis_url: str, redis_pre
         assert key is not None
         host2 = tb.start_urls[1]
         redis.Redis.from_url(redis_url).rpush(
-            key, json.dumps({"url": host2, "callback": "parse"}), "not json", json.dumps("http://x/%"))
+            key, json.dumps({"url": host2, "callback": "parse"}), "not json", json.dumps("http://x/%")
+        )
         res = run_crawl(tb, settings, tmp_path, start_urls=tb.start_urls[:1])
         assert res.returncode == 0, res.tail()
         assert res.item_urls == tb.detail_urls()  # host 2 came in through the feed
@@ -118,12 +126,22 @@ def test_seeds_from_the_redis_feed_key(tmp_path: Path, redis_url: str, redis_pre
 def test_bad_frontier_url_fails_at_startup_with_what_to_do(tmp_path: Path) -> None:
     from tests.services import free_port
 
-    res = run_crawl(None, {"SCALE_FRONTIER_URL": f"redis://127.0.0.1:{free_port()}/0"}, tmp_path,
-                    start_urls=["http://shop1.example.test/"], timeout=60)
+    res = run_crawl(
+        None,
+        {"SCALE_FRONTIER_URL": f"redis://127.0.0.1:{free_port()}/0"},
+        tmp_path,
+        start_urls=["http://shop1.example.test/"],
+        timeout=60,
+    )
     assert res.returncode != 0
     assert "cannot reach Redis" in res.log and "SCALE_FRONTIER_URL" in res.log
-    res = run_crawl(None, {"SCALE_FRONTIER_URL": "mongodb://127.0.0.1/x"}, tmp_path,
-                    start_urls=["http://shop1.example.test/"], timeout=60)
+    res = run_crawl(
+        None,
+        {"SCALE_FRONTIER_URL": "mongodb://127.0.0.1/x"},
+        tmp_path,
+        start_urls=["http://shop1.example.test/"],
+        timeout=60,
+    )
     assert res.returncode != 0
     assert "SCALE_FRONTIER_URL" in res.log and "unknown URL scheme" in res.log
 

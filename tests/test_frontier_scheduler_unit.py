@@ -32,8 +32,7 @@ class S(Spider):
 
 @pytest.fixture
 def sched(tmp_path: Path) -> Scheduler:
-    crawler = get_crawler(S, {"SCALE_FRONTIER_URL": f"sqlite:///{tmp_path / 'f.db'}",
-                              "SCALE_FRONTIER_BATCH": 8})
+    crawler = get_crawler(S, {"SCALE_FRONTIER_URL": f"sqlite:///{tmp_path / 'f.db'}", "SCALE_FRONTIER_BATCH": 8})
     s = Scheduler.from_crawler(crawler)
     crawler.stats.open_spider()
     s.attach(S())
@@ -48,10 +47,18 @@ def lease_one(s: Scheduler) -> Request:
     return r
 
 
-def outcome(r: Request, cls: FailureClass = FailureClass.OK, items: int = 0, final: bool = True,
-            reason: str = "") -> None:
-    o = Outcome(fingerprint=r.meta[meta.FINGERPRINT], url=r.url, domain="a.test", cls=cls, reason=reason,
-                items=items, final=final)
+def outcome(
+    r: Request, cls: FailureClass = FailureClass.OK, items: int = 0, final: bool = True, reason: str = ""
+) -> None:
+    o = Outcome(
+        fingerprint=r.meta[meta.FINGERPRINT],
+        url=r.url,
+        domain="a.test",
+        cls=cls,
+        reason=reason,
+        items=items,
+        final=final,
+    )
     crawler = sched_crawler[0]
     crawler.signals.send_catch_log(scale_signals.outcome, outcome=o, request=r, spider=None)
 
@@ -103,8 +110,13 @@ def test_a_request_whose_item_was_not_stored_is_never_acked_and_is_released_at_c
     resp = HtmlResponse(r.url, body=b"<html></html>", request=r)
     outcome(r, items=2)
     item(sched, r)
-    sched.crawler.signals.send_catch_log(signals.item_error, item={"x": 2}, response=resp, spider=None,
-                                         failure=Failure(StoreBroken("store cannot be written")))
+    sched.crawler.signals.send_catch_log(
+        signals.item_error,
+        item={"x": 2},
+        response=resp,
+        spider=None,
+        failure=Failure(StoreBroken("store cannot be written")),
+    )
     sched.sync_blocking()
     sched._ack_finished_by_engine()  # the engine is done with it: still no ack
     sched.sync_blocking()
@@ -129,8 +141,15 @@ def test_terminal_failure_keeps_class_and_reason(sched: Scheduler) -> None:
 def test_a_retry_updates_its_record_and_is_held_until_eligible(sched: Scheduler) -> None:
     sched.enqueue_request(Request("http://a.test/1"))
     r = lease_one(sched)
-    retry = r.replace(dont_filter=True, meta={**r.meta, meta.ATTEMPT: 2, meta.NOT_BEFORE: time.time() + 60,
-                                              meta.LAST_FAILURE: ["rate_limited", "HTTP 429"]})
+    retry = r.replace(
+        dont_filter=True,
+        meta={
+            **r.meta,
+            meta.ATTEMPT: 2,
+            meta.NOT_BEFORE: time.time() + 60,
+            meta.LAST_FAILURE: ["rate_limited", "HTTP 429"],
+        },
+    )
     sched.enqueue_request(retry)
     sched.sync_blocking()
     rec = sched.store.get(r.meta[meta.FINGERPRINT])
@@ -281,10 +300,14 @@ def test_default_frontier_file_is_under_jobdir_else_the_state_dir(tmp_path: Path
 
     from scrapy_scale.frontier.settings import frontier_url
 
-    assert frontier_url(Settings({"SCALE_STATE_DIR": str(tmp_path / "st")})) == \
-        f"sqlite:///{tmp_path / 'st' / 'frontier.db'}"
-    assert frontier_url(Settings({"SCALE_STATE_DIR": "st", "JOBDIR": str(tmp_path / "job")})) == \
-        f"sqlite:///{tmp_path / 'job' / 'frontier.db'}"
+    assert (
+        frontier_url(Settings({"SCALE_STATE_DIR": str(tmp_path / "st")}))
+        == f"sqlite:///{tmp_path / 'st' / 'frontier.db'}"
+    )
+    assert (
+        frontier_url(Settings({"SCALE_STATE_DIR": "st", "JOBDIR": str(tmp_path / "job")}))
+        == f"sqlite:///{tmp_path / 'job' / 'frontier.db'}"
+    )
     assert frontier_url(Settings({"SCALE_FRONTIER_URL": "redis://h:1/2"})) == "redis://h:1/2"
 
 
@@ -359,7 +382,10 @@ def test_memory_only_requests_take_their_turn_by_priority(sched: Scheduler) -> N
     sched.enqueue_request(Request("http://a.test/mem0", priority=0, meta={"o": object()}))
     sched.sync_blocking()  # their dedup records are written
     assert [r.url for r in iter(sched.next_request, None)] == [
-        "http://a.test/mem", "http://a.test/p1", "http://a.test/mem0"]
+        "http://a.test/mem",
+        "http://a.test/p1",
+        "http://a.test/mem0",
+    ]
 
 
 def test_a_late_ack_after_the_lease_passed_to_another_worker_is_counted_stale(sched: Scheduler) -> None:

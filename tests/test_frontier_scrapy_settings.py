@@ -34,8 +34,9 @@ class S(Spider):
 
 
 def scheduler(tmp_path: Path, **settings: Any) -> Scheduler:
-    crawler = get_crawler(S, {"SCALE_FRONTIER_URL": f"sqlite:///{tmp_path / 'f.db'}", "SCALE_FRONTIER_BATCH": 8,
-                              **settings})
+    crawler = get_crawler(
+        S, {"SCALE_FRONTIER_URL": f"sqlite:///{tmp_path / 'f.db'}", "SCALE_FRONTIER_BATCH": 8, **settings}
+    )
     s = Scheduler.from_crawler(crawler)
     crawler.stats.open_spider()
     s.attach(S())
@@ -62,8 +63,9 @@ def test_a_half_done_job_resumes_by_default_and_with_scheduler_persist_true(tmp_
         s.store.close()
 
 
-@pytest.mark.parametrize("settings", [{"SCHEDULER_PERSIST": False}, {"SCHEDULER_FLUSH_ON_START": True},
-                                      {"SCHEDULER_PERSIST": "False"}])
+@pytest.mark.parametrize(
+    "settings", [{"SCHEDULER_PERSIST": False}, {"SCHEDULER_FLUSH_ON_START": True}, {"SCHEDULER_PERSIST": "False"}]
+)
 def test_scheduler_persist_false_and_flush_on_start_make_each_crawl_a_new_run(tmp_path: Path, settings) -> None:
     first = half_crawl(tmp_path, **settings)
     assert first.stats.get_value("scale/frontier/run") == 1
@@ -110,15 +112,21 @@ def test_base_dupefilter_turns_deduplication_off(tmp_path: Path, dupefilter) -> 
 
 def test_settings_without_a_meaning_here_get_one_warning_each(tmp_path: Path, caplog) -> None:
     with caplog.at_level(logging.WARNING, "scrapy_scale"):
-        s = scheduler(tmp_path, DUPEFILTER_CLASS="scrapy_redis.dupefilter.RFPDupeFilter",
-                      SCHEDULER_PRIORITY_QUEUE="scrapy.pqueues.DownloaderAwarePriorityQueue",
-                      SCHEDULER_DISK_QUEUE="scrapy.squeues.PickleFifoDiskQueue",
-                      SCHEDULER_MEMORY_QUEUE="scrapy.squeues.FifoMemoryQueue")
+        s = scheduler(
+            tmp_path,
+            DUPEFILTER_CLASS="scrapy_redis.dupefilter.RFPDupeFilter",
+            SCHEDULER_PRIORITY_QUEUE="scrapy.pqueues.DownloaderAwarePriorityQueue",
+            SCHEDULER_DISK_QUEUE="scrapy.squeues.PickleFifoDiskQueue",
+            SCHEDULER_MEMORY_QUEUE="scrapy.squeues.FifoMemoryQueue",
+        )
         s.store.close()
     lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    for name, instead in [("DUPEFILTER_CLASS", "BaseDupeFilter"), ("SCHEDULER_PRIORITY_QUEUE", "round-robin"),
-                          ("SCHEDULER_DISK_QUEUE", "SCALE_FRONTIER_URL"),
-                          ("SCHEDULER_MEMORY_QUEUE", "SCALE_FRONTIER_BATCH")]:
+    for name, instead in [
+        ("DUPEFILTER_CLASS", "BaseDupeFilter"),
+        ("SCHEDULER_PRIORITY_QUEUE", "round-robin"),
+        ("SCHEDULER_DISK_QUEUE", "SCALE_FRONTIER_URL"),
+        ("SCHEDULER_MEMORY_QUEUE", "SCALE_FRONTIER_BATCH"),
+    ]:
         mine = [ln for ln in lines if ln.startswith(name + " = ")]
         assert len(mine) == 1 and "is not used" in mine[0] and instead in mine[0], (name, lines)
     assert s.compat.dedup  # a dupefilter the frontier cannot use: deduplication stays on

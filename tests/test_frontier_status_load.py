@@ -65,8 +65,9 @@ def test_status_with_300000_domains_never_stalls_redis(tmp_path: Path) -> None:
         store.begin_run()
         batch = 500
         for start in range(0, DOMAINS, batch):
-            store.enqueue([NewRequest(f"fp{i}", DATA, f"d{i}.example", priority=i % 2)
-                           for i in range(start, start + batch)])
+            store.enqueue(
+                [NewRequest(f"fp{i}", DATA, f"d{i}.example", priority=i % 2) for i in range(start, start + batch)]
+            )
             clock.advance(0.001)  # d0 is the oldest
         clock.advance(10)
         store.heartbeat("w/0", clock.now + 30)

@@ -58,14 +58,40 @@ def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
             if port + 10000 > 65535 or services.port_open(port + 10000):
                 continue  # the cluster bus port must be free too
             work = root / str(port)
-            argv = [exe, "--port", str(port), "--bind", services.LOOPBACK, "--cluster-enabled", "yes",
-                    "--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no"]
-            node = services.Process("redis-cluster", argv, port, work,
-                                    lambda port=port: services.redis_ping(f"redis://127.0.0.1:{port}/0"))
+            argv = [
+                exe,
+                "--port",
+                str(port),
+                "--bind",
+                services.LOOPBACK,
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ]
+            node = services.Process(
+                "redis-cluster", argv, port, work, lambda port=port: services.redis_ping(f"redis://127.0.0.1:{port}/0")
+            )
             node.start()
             nodes.append(node)
-        subprocess.run([cli, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in nodes],
-                        "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            [
+                cli,
+                "--cluster",
+                "create",
+                *[f"127.0.0.1:{n.port}" for n in nodes],
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         import redis
 
         def ok() -> bool:
@@ -131,7 +157,10 @@ def fp(url: str) -> str:
 def test_enqueue_dedups_by_fingerprint(store: FrontierStore) -> None:
     a = req("http://a.test/1")
     assert store.enqueue([a, req("http://a.test/2"), a]) == [
-        EnqueueResult.ADDED, EnqueueResult.ADDED, EnqueueResult.DUPLICATE]
+        EnqueueResult.ADDED,
+        EnqueueResult.ADDED,
+        EnqueueResult.DUPLICATE,
+    ]
     assert store.enqueue([a]) == [EnqueueResult.DUPLICATE]
     assert store.counts()["pending"] == 2
 
@@ -159,7 +188,8 @@ def test_lease_ack_fail_transitions(store: FrontierStore, clock: FakeClock) -> N
 
 
 def test_a_request_held_in_memory_is_deduplicated_leased_to_its_worker_and_acked(
-        store: FrontierStore, clock: FakeClock) -> None:
+    store: FrontierStore, clock: FakeClock
+) -> None:
     """A request whose values cannot be stored is kept in its worker's memory; its record
     (no request data) dedups it both ways and is leased to that worker from the start."""
     marker = codec.memory_marker("Thing")
@@ -203,8 +233,15 @@ def test_retry_updates_the_record_and_waits_until_eligible(store: FrontierStore,
     a = req("http://a.test/1")
     store.enqueue([a])
     (x,) = store.lease(W, 1, LEASE)
-    retry = NewRequest(a.fingerprint, a.data, a.domain, not_before=clock.now + 30, attempts=1,
-                       last_failure=("rate_limited", "429"), update=True)
+    retry = NewRequest(
+        a.fingerprint,
+        a.data,
+        a.domain,
+        not_before=clock.now + 30,
+        attempts=1,
+        last_failure=("rate_limited", "429"),
+        update=True,
+    )
     assert store.enqueue([retry]) == [EnqueueResult.UPDATED]
     assert store.counts() == {"pending": 0, "delayed": 1, "leased": 0, "done": 0, "failed": 0}
     rec = store.get(a.fingerprint)
@@ -243,11 +280,11 @@ def test_priority_first(store: FrontierStore) -> None:
 def test_one_lease_batch_never_interleaves_priority_levels(store: FrontierStore) -> None:
     """Priorities 1,1,0,0 of one domain come back 1,1,0,0 (SQLite gave 1,0,1,0): a batch
     is priority levels in turn, highest first, round-robin across domains only within one."""
-    store.enqueue([req("http://a.test/1a", 1), req("http://a.test/1b", 1), req("http://a.test/0a", 0),
-                   req("http://a.test/0b", 0)])
+    store.enqueue(
+        [req("http://a.test/1a", 1), req("http://a.test/1b", 1), req("http://a.test/0a", 0), req("http://a.test/0b", 0)]
+    )
     got = [(x.priority, codec.decode(x.data).url) for x in store.lease(W, 4, LEASE)]
-    assert got == [(1, "http://a.test/1a"), (1, "http://a.test/1b"), (0, "http://a.test/0a"),
-                   (0, "http://a.test/0b")]
+    assert got == [(1, "http://a.test/1a"), (1, "http://a.test/1b"), (0, "http://a.test/0a"), (0, "http://a.test/0b")]
     # several domains and ties: non-increasing priority over the whole batch
     batch = [req(f"http://{d}.test/{p}/{i}", p) for i in range(3) for d in "abc" for p in (0, 1, 2)]
     store.enqueue(batch)
@@ -260,8 +297,11 @@ def test_fairness_one_big_domain_cannot_starve_others(store: FrontierStore) -> N
     store.enqueue([req("http://small1.test/1"), req("http://small2.test/1"), req("http://small2.test/2")])
     first = [x.domain for x in store.lease(W, 6, LEASE)]
     # all three domains are served in the first batch, round-robin
-    assert first[:3] == sorted(first[:3], key=["big.test", "small1.test", "small2.test"].index) or set(
-        first[:3]) == {"big.test", "small1.test", "small2.test"}
+    assert first[:3] == sorted(first[:3], key=["big.test", "small1.test", "small2.test"].index) or set(first[:3]) == {
+        "big.test",
+        "small1.test",
+        "small2.test",
+    }
     assert first.count("small1.test") == 1 and first.count("small2.test") == 2
     # leasing one at a time alternates domains too
     store.enqueue([req(f"http://other.test/{i}") for i in range(5)])
@@ -393,9 +433,14 @@ def test_status_requeue_reset(store: FrontierStore, clock: FakeClock) -> None:
     store.enqueue([req(f"http://a.test/{i}") for i in range(6)])
     clock.advance(4)
     got = store.lease(W, 4, LEASE)
-    store.fail(W, [(got[0].fingerprint, got[0].token, "blocked", "403"),
-                   (got[1].fingerprint, got[1].token, "blocked", "block page"),
-                   (got[2].fingerprint, got[2].token, "fatal", "400")])
+    store.fail(
+        W,
+        [
+            (got[0].fingerprint, got[0].token, "blocked", "403"),
+            (got[1].fingerprint, got[1].token, "blocked", "block page"),
+            (got[2].fingerprint, got[2].token, "fatal", "400"),
+        ],
+    )
     clock.advance(6)
     st = store.status()
     assert st.counts == {"pending": 2, "delayed": 0, "leased": 1, "done": 0, "failed": 3}
@@ -419,8 +464,13 @@ def test_resolve_makes_failed_records_done_and_leaves_the_others(store: Frontier
     """scrapy scale replay: failed pages whose output was recovered from snapshots become done."""
     store.enqueue([req(f"http://a.test/{i}") for i in range(4)])
     got = store.lease(W, 3, LEASE)
-    store.fail(W, [(got[0].fingerprint, got[0].token, "parse_failed", "missing fields: price"),
-                   (got[1].fingerprint, got[1].token, "parse_failed", "no items")])
+    store.fail(
+        W,
+        [
+            (got[0].fingerprint, got[0].token, "parse_failed", "missing fields: price"),
+            (got[1].fingerprint, got[1].token, "parse_failed", "no items"),
+        ],
+    )
     assert store.finish_run() is None  # a lease and a pending record are left: the run goes on
     n = store.resolve([got[0].fingerprint, got[2].fingerprint, fp("http://a.test/3"), "unknown"])
     assert n == 1, "only the failed record changes (a leased or pending one is left alone)"
@@ -487,8 +537,15 @@ def test_sqlite_url_reading() -> None:
 
 
 def test_codec_round_trip_and_refusals() -> None:
-    r = Request("http://a.test/x", method="POST", body=b"\x00\xffhi", headers={"X": "y"},
-                meta={"scale_attempt": 2, "k": [1, {"a": b"b"}]}, cb_kwargs={"n": 1}, priority=3)
+    r = Request(
+        "http://a.test/x",
+        method="POST",
+        body=b"\x00\xffhi",
+        headers={"X": "y"},
+        meta={"scale_attempt": 2, "k": [1, {"a": b"b"}]},
+        cb_kwargs={"n": 1},
+        priority=3,
+    )
     back = codec.decode(codec.encode(r))
     assert (back.url, back.method, back.body, back.priority) == (r.url, "POST", b"\x00\xffhi", 3)
     assert back.headers[b"X"] == b"y" and back.meta == r.meta and back.cb_kwargs == {"n": 1}
@@ -524,8 +581,16 @@ def test_codec_request_dict_is_scrapy_to_dict() -> None:
     other = _CallbackSpider()
     requests = [
         Request("http://a.test/1"),
-        Request("http://a.test/2", callback=spider.parse_item, errback=spider.on_error, meta={"depth": 1},
-                headers={"Referer": "http://a.test/"}, cb_kwargs={"n": 1}, priority=2, flags=["f"]),
+        Request(
+            "http://a.test/2",
+            callback=spider.parse_item,
+            errback=spider.on_error,
+            meta={"depth": 1},
+            headers={"Referer": "http://a.test/"},
+            cb_kwargs={"n": 1},
+            priority=2,
+            flags=["f"],
+        ),
         Request("http://a.test/3", callback=spider.alias),
         Request("http://a.test/4", callback=other.parse_item),  # the same function of another instance
         FormRequest("http://a.test/6", formdata={"a": "b"}, callback=spider.parse),
@@ -567,23 +632,42 @@ V2_RECORD = (
 def test_codec_format_1_is_stable() -> None:
     """Records stored in format 1 read back exactly as before (a user dict that looks like
     a format 2 tag stays a dict there); new records are written in format 2."""
-    r = Request("http://a.test/x?q=1", method="POST", body=b"\x00\xff", headers={"Referer": "http://a.test/"},
-                meta={"depth": 2, "k": [1, (2, 3), {"a": b"b"}], "m": {"$b": "not bytes"}, "t": {(1, 2): "x"}},
-                cb_kwargs={"n": None, "f": 1.5}, priority=-3, dont_filter=True, flags=["f"])
+    r = Request(
+        "http://a.test/x?q=1",
+        method="POST",
+        body=b"\x00\xff",
+        headers={"Referer": "http://a.test/"},
+        meta={"depth": 2, "k": [1, (2, 3), {"a": b"b"}], "m": {"$b": "not bytes"}, "t": {(1, 2): "x"}},
+        cb_kwargs={"n": None, "f": 1.5},
+        priority=-3,
+        dont_filter=True,
+        flags=["f"],
+    )
     assert codec.encode(r) == V2_RECORD
     assert codec.decode(V2_RECORD).meta == r.meta
     assert codec.decode('{"v":1,"r":{"url":"http://a.test/","meta":{"x":{"$t":[1]},"y":{"$dec":"1"}}}}').meta == {
-        "x": {"$t": [1]}, "y": {"$dec": "1"}}
+        "x": {"$t": [1]},
+        "y": {"$dec": "1"},
+    }
     back = codec.decode(V1_RECORD)
     assert back.meta == {"depth": 2, "k": [1, [2, 3], {"a": b"b"}], "m": {"$b": "not bytes"}, "t": {(1, 2): "x"}}
     assert (back.url, back.method, back.body, back.priority, back.dont_filter, back.flags) == (
-        r.url, "POST", b"\x00\xff", -3, True, ["f"])
+        r.url,
+        "POST",
+        b"\x00\xff",
+        -3,
+        True,
+        ["f"],
+    )
     assert back.headers.getlist("Referer") == [b"http://a.test/"] and back.cb_kwargs == {"n": None, "f": 1.5}
     assert codec.decode(V1_RECORD.encode()).meta == back.meta  # a store that hands back bytes
-    for bad, why in (('{"v":1,"r":{"url":"http://a.test/","body":{"$b":1}}}', "bytes marker"),
-                     ('{"v":1,"r":{"url":"http://a.test/","headers":{"$d":[[1]]}}}', "cannot rebuild"),
-                     ('{"v":1,"r":{"url":"http://a.test/","body":{"$b":"A"}}}', "cannot rebuild"),
-                     ('{"$b":"AA=="}', "no 'r' field"), ("null", "no 'r' field")):
+    for bad, why in (
+        ('{"v":1,"r":{"url":"http://a.test/","body":{"$b":1}}}', "bytes marker"),
+        ('{"v":1,"r":{"url":"http://a.test/","headers":{"$d":[[1]]}}}', "cannot rebuild"),
+        ('{"v":1,"r":{"url":"http://a.test/","body":{"$b":"A"}}}', "cannot rebuild"),
+        ('{"$b":"AA=="}', "no 'r' field"),
+        ("null", "no 'r' field"),
+    ):
         with pytest.raises(codec.CodecError, match=why):
             codec.decode(bad)
 
@@ -752,11 +836,26 @@ def test_codec_format_2_round_trips_items_and_the_usual_values() -> None:
     round-trip as data: before, such a request could not be stored at all."""
     spider = CodecSpider()
     when = datetime.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=datetime.timezone(datetime.timedelta(hours=2)))
-    values = {"when": when, "day": when.date(), "t": when.timetz(), "dt": datetime.timedelta(days=1, seconds=2),
-              "price": decimal.Decimal("10.10"), "tags": {"a", "b"}, "frozen": frozenset({1}), "pair": (1, (2, b"x")),
-              "raw": b"\x00\xff", "looks_tagged": {"$t": [1], "$item": 2}}
-    r = Request("http://a.test/p", cb_kwargs={"item": CodecItem(name="n", price=decimal.Decimal("1.5")),
-                                              "listing": CodecListing("http://a.test/", 3)}, meta=values)
+    values = {
+        "when": when,
+        "day": when.date(),
+        "t": when.timetz(),
+        "dt": datetime.timedelta(days=1, seconds=2),
+        "price": decimal.Decimal("10.10"),
+        "tags": {"a", "b"},
+        "frozen": frozenset({1}),
+        "pair": (1, (2, b"x")),
+        "raw": b"\x00\xff",
+        "looks_tagged": {"$t": [1], "$item": 2},
+    }
+    r = Request(
+        "http://a.test/p",
+        cb_kwargs={
+            "item": CodecItem(name="n", price=decimal.Decimal("1.5")),
+            "listing": CodecListing("http://a.test/", 3),
+        },
+        meta=values,
+    )
     data = codec.encode(r, spider)
     assert "pickle" not in data and data.startswith('{"v":2,')
     back = codec.decode(data, spider)
@@ -780,9 +879,12 @@ def test_codec_re_creates_only_allowed_item_classes_and_never_imports_a_record_p
     ok = '{"v":2,"r":{"url":"http://a.test/","cb_kwargs":{"i":{"$item":["%s",{"name":"n"}]}}}}'
     assert isinstance(codec.decode(ok % "tests.test_frontier_store.CodecItem", spider).cb_kwargs["i"], CodecItem)
     assert "antigravity" not in sys.modules
-    for path, why in (("antigravity.Thing", "does not allow"), ("os.path.join", "does not allow"),
-                      ("tests.test_frontier_store.CodecSpider", "not a scrapy.Item/dataclass/attrs"),
-                      ("tests.test_frontier_store.codec", "not a scrapy.Item/dataclass/attrs")):
+    for path, why in (
+        ("antigravity.Thing", "does not allow"),
+        ("os.path.join", "does not allow"),
+        ("tests.test_frontier_store.CodecSpider", "not a scrapy.Item/dataclass/attrs"),
+        ("tests.test_frontier_store.codec", "not a scrapy.Item/dataclass/attrs"),
+    ):
         with pytest.raises(codec.CodecError, match=why):
             codec.decode(ok % path, spider)
     assert "antigravity" not in sys.modules

@@ -29,7 +29,10 @@ def test_failures_back_off_log_once_per_period_and_give_up_past_the_deadline() -
             break
         assert not t.may_sync(now)
         now = t.retry_at
-    assert lines[0] == (0.0, "frontier sync failed (will retry with backoff): OperationalError: database or disk is full")
+    assert lines[0] == (
+        0.0,
+        "frontier sync failed (will retry with backoff): OperationalError: database or disk is full",
+    )
     # before: one ERROR line per 0.25 s tick (~400 over 100 s); now at most one per 30 s
     assert len(lines) <= 2 + 100 / 30, lines
     assert t.failures < 40  # backoff: delays double up to 5 s

@@ -51,8 +51,11 @@ def outcomes_sequence() -> list[Outcome]:
     for i in range(5):
         o.append(Outcome(f"f{i}", f"http://a.test/{i}", "a.test", C.OK))
     o.append(Outcome("r1", "http://b.test/1", "b.test", C.TRANSIENT, attempt=1, final=False, retry_at=1.0))
-    o.append(Outcome("r1", "http://b.test/1", "b.test", C.TRANSIENT, attempt=2, final=True, gave_up=True,
-                     gave_up_why="budget"))
+    o.append(
+        Outcome(
+            "r1", "http://b.test/1", "b.test", C.TRANSIENT, attempt=2, final=True, gave_up=True, gave_up_why="budget"
+        )
+    )
     o.append(Outcome("r2", "http://b.test/2", "b.test", C.RATE_LIMITED, attempt=1, final=False, retry_at=1.0))
     o.append(Outcome("r2", "http://b.test/2", "b.test", C.OK, attempt=2))
     o.append(Outcome("r3", "http://c.test/3", "c.test", C.BLOCKED, attempt=1, final=False, egress="p1:1"))
@@ -74,11 +77,14 @@ def test_the_subscriber_counts_exactly_what_the_stats_count() -> None:
     smp = samples(_text(m))
     for cls in C:
         assert by_label(smp, "scrapy_scale_requests_total", "class").get(cls.value, 0) == st.get(
-            f"scale/outcome/{cls.value}", 0)
+            f"scale/outcome/{cls.value}", 0
+        )
         assert by_label(smp, "scrapy_scale_retries_total", "class").get(cls.value, 0) == st.get(
-            f"scale/retry/{cls.value}", 0)
+            f"scale/retry/{cls.value}", 0
+        )
         assert by_label(smp, "scrapy_scale_gave_up_total", "class").get(cls.value, 0) == st.get(
-            f"scale/gave_up/{cls.value}", 0)
+            f"scale/gave_up/{cls.value}", 0
+        )
     buckets = by_label(smp, "scrapy_scale_request_attempts_bucket", "le")
     assert buckets["1"] == st["scale/retry_depth/1"] == 6
     assert buckets["2"] - buckets["1"] == st["scale/retry_depth/2"] == 3
@@ -91,8 +97,9 @@ def test_every_sample_carries_job_spider_worker_and_names_follow_the_conventions
     m = CrawlMetrics("catalog", "catalog", "host/0")
     for o in outcomes_sequence():
         m.on_outcome(o)
-    m.set_frontier({"counts": {"pending": 3, "done": 9}, "oldest_pending_age": None, "average_wait": 0.5,
-                    "dead_letters": 0})
+    m.set_frontier(
+        {"counts": {"pending": 3, "done": 9}, "oldest_pending_age": None, "average_wait": 0.5, "dead_letters": 0}
+    )
     for fam in text_string_to_metric_families(_text(m)):
         assert fam.name.startswith("scrapy_scale_")
         for s in fam.samples:
@@ -101,7 +108,12 @@ def test_every_sample_carries_job_spider_worker_and_names_follow_the_conventions
                 assert s.name.endswith("_total")
     smp = samples(_text(m))
     assert by_label(smp, "scrapy_scale_queue_requests", "state") == {
-        "pending": 3, "delayed": 0, "leased": 0, "done": 9, "failed": 0}
+        "pending": 3,
+        "delayed": 0,
+        "leased": 0,
+        "done": 9,
+        "failed": 0,
+    }
     assert smp[("scrapy_scale_queue_oldest_pending_age_seconds", ())] == 0  # nothing pending: 0, not absent
 
 
@@ -162,8 +174,10 @@ def test_a_named_domain_keeps_its_series_and_counters_never_decrease() -> None:
     assert top.label("a") == "a" and top.label("b") == OTHER
 
 
-@pytest.mark.parametrize("value,parsed", [(0, (0, 0)), ("0", (0, 0)), (9410, (9410, 9410)),
-                                          ("9410-9430", (9410, 9430)), (" 9410 - 9411 ", (9410, 9411))])
+@pytest.mark.parametrize(
+    "value,parsed",
+    [(0, (0, 0)), ("0", (0, 0)), (9410, (9410, 9410)), ("9410-9430", (9410, 9430)), (" 9410 - 9411 ", (9410, 9411))],
+)
 def test_metrics_port_accepts_a_port_a_range_or_zero(value, parsed) -> None:  # type: ignore[no-untyped-def]
     assert S.PORT.get({"SCALE_METRICS_PORT": value}) == parsed
 
@@ -245,10 +259,10 @@ def test_rates_and_eta_from_recent_samples() -> None:
 def test_progress_line_says_done_pending_failed_rates_and_eta() -> None:
     counts = {"done": 1234, "failed": 5, "pending": 7878, "delayed": 12, "leased": 64}
     line = progress_line(counts, 310 / 60, 280 / 60, 1500)
-    assert line == ("1,234 done, 5 failed, 7,890 pending (12 delayed, 64 leased); "
-                    "310 pages/min, 280 items/min; ETA 25 min")
-    assert progress_line(None, None, None, None, done=3, failed=1) == (
-        "3 done, 1 failed; - pages/min, - items/min")
+    assert line == (
+        "1,234 done, 5 failed, 7,890 pending (12 delayed, 64 leased); 310 pages/min, 280 items/min; ETA 25 min"
+    )
+    assert progress_line(None, None, None, None, done=3, failed=1) == ("3 done, 1 failed; - pages/min, - items/min")
 
 
 def test_a_faulty_crawl_s_final_textfile_matches_its_stats(tmp_path: Path) -> None:
@@ -272,7 +286,8 @@ def test_a_faulty_crawl_s_final_textfile_matches_its_stats(tmp_path: Path) -> No
         got = by_label(smp, "scrapy_scale_requests_total", "class").get(cls.value, 0)
         assert got == st.get(f"scale/outcome/{cls.value}", 0), cls
         assert by_label(smp, "scrapy_scale_retries_total", "class").get(cls.value, 0) == st.get(
-            f"scale/retry/{cls.value}", 0), cls
+            f"scale/retry/{cls.value}", 0
+        ), cls
         if got:
             seen_classes.add(cls.value)
     assert {"ok", "not_found", "transient", "parse_failed", "blocked", "fatal"} <= seen_classes
@@ -295,8 +310,11 @@ def test_the_egress_pool_and_its_failures_are_exported(tmp_path: Path) -> None:
 
     prom = tmp_path / "final.prom"
     with Testbed(hosts=2, pages=20, proxies=[ProxySpec("p1"), ProxySpec("p2", mode="dead")]) as tb:
-        res = run_crawl(tb, {"SCALE_METRICS_TEXTFILE": str(prom), "SCALE_METRICS_INTERVAL": 0.5,
-                             "SCALE_EGRESSES": tb.proxy_urls}, tmp_path)
+        res = run_crawl(
+            tb,
+            {"SCALE_METRICS_TEXTFILE": str(prom), "SCALE_METRICS_INTERVAL": 0.5, "SCALE_EGRESSES": tb.proxy_urls},
+            tmp_path,
+        )
     assert res.returncode == 0, res.tail()
     smp = samples(prom.read_text())
     pool = by_label(smp, "scrapy_scale_egress_pool_size", "state")
@@ -304,8 +322,11 @@ def test_the_egress_pool_and_its_failures_are_exported(tmp_path: Path) -> None:
     # every crawl attempt went through an egress
     assert smp[("scrapy_scale_egress_attempts_total", ())] == st_attempts(res.stats) > 0
     failures = by_label(smp, "scrapy_scale_egress_failures_total", "class")
-    assert failures.get("egress_failed", 0) == res.stats.get("scale/retry/egress_failed", 0) + res.stats.get(
-        "scale/outcome/egress_failed", 0) > 0
+    assert (
+        failures.get("egress_failed", 0)
+        == res.stats.get("scale/retry/egress_failed", 0) + res.stats.get("scale/outcome/egress_failed", 0)
+        > 0
+    )
 
 
 def st_attempts(stats: dict) -> int:

@@ -51,8 +51,10 @@ def test_a_broken_rule_fails_its_promtool_test(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "tests").mkdir()
     (tmp_path / "docs" / "prometheus-alerts.yml").write_text(
-        RULES.read_text().replace("job:scrapy_scale_success_ratio:rate10m < 0.8",
-                                  "job:scrapy_scale_success_ratio:rate10m < 0.3"))
+        RULES.read_text().replace(
+            "job:scrapy_scale_success_ratio:rate10m < 0.8", "job:scrapy_scale_success_ratio:rate10m < 0.3"
+        )
+    )
     (tmp_path / "tests" / "alerts_test.yml").write_text(RULE_TESTS.read_text())
     res = promtool("test", "rules", "alerts_test.yml", cwd=tmp_path / "tests")
     assert res.returncode != 0 and "ScrapySuccessRateLow" in res.stdout + res.stderr
@@ -63,8 +65,16 @@ def test_the_dashboard_queries_are_valid_promql_over_exported_metrics(tmp_path: 
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
     assert len(exprs) >= 10
     # promtool parses each expression as a recording rule (with the $job variable filled in)
-    rules = {"groups": [{"name": "dashboard", "rules": [
-        {"record": f"dashboard:expr{i}", "expr": e.replace("$job", ".*")} for i, e in enumerate(exprs)]}]}
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [
+                    {"record": f"dashboard:expr{i}", "expr": e.replace("$job", ".*")} for i, e in enumerate(exprs)
+                ],
+            }
+        ]
+    }
     path = tmp_path / "dashboard-rules.yml"
     path.write_text(json.dumps(rules))  # JSON is YAML
     res = promtool("check", "rules", str(path))
@@ -79,8 +89,9 @@ def test_the_dashboard_queries_are_valid_promql_over_exported_metrics(tmp_path: 
     exported = set(re.findall(r"^(scrapy_scale_\w+)", generate_latest(m.registry()).decode(), flags=re.M))
     used = set(re.findall(r"scrapy_scale_\w+", " ".join(exprs)))
     assert used <= exported, used - exported
-    exprs_text = "\n".join(line for line in RULES.read_text().splitlines()
-                           if not line.lstrip().startswith(("#", "- name:")))
+    exprs_text = "\n".join(
+        line for line in RULES.read_text().splitlines() if not line.lstrip().startswith(("#", "- name:"))
+    )
     # job:scrapy_scale_backlog:max and friends are the file's own recording rules
     used_in_rules = set(re.findall(r"(?<![:\w])scrapy_scale_\w+(?!:)", exprs_text))
     assert used_in_rules <= exported, used_in_rules - exported
@@ -92,8 +103,12 @@ def live_contexts(tmp_path: Path, spider: str, samples: int) -> list[float]:
     sd = tmp_path / f"sd-{spider}"
     settings = {
         "SPIDER_MODULES": ["tests.metrics_spiders"],
-        "SCALE_METRICS_PORT": 0, "SCALE_METRICS_FILE_SD": str(sd), "SCALE_METRICS_INTERVAL": 0.5,
-        "SCALE_JOB": spider, "CONCURRENT_REQUESTS": 2, "DOWNLOAD_DELAY": 0.05,
+        "SCALE_METRICS_PORT": 0,
+        "SCALE_METRICS_FILE_SD": str(sd),
+        "SCALE_METRICS_INTERVAL": 0.5,
+        "SCALE_JOB": spider,
+        "CONCURRENT_REQUESTS": 2,
+        "DOWNLOAD_DELAY": 0.05,
     }
     seen: list[float] = []
     with Testbed(hosts=1, pages=400) as tb:
@@ -104,7 +119,7 @@ def live_contexts(tmp_path: Path, spider: str, samples: int) -> list[float]:
 
             def next_read() -> bool:
                 text = http_get(f"http://{addr}/metrics")
-                req = sum(float(v) for v in re.findall(r'^scrapy_scale_requests_total\{[^}]*\} (\S+)', text, re.M))
+                req = sum(float(v) for v in re.findall(r"^scrapy_scale_requests_total\{[^}]*\} (\S+)", text, re.M))
                 ctx = re.search(r"^scrapy_scale_browser_contexts\{[^}]*\} (\S+)", text, re.M)
                 if ctx is None or req == last["requests"]:
                     return False
@@ -130,29 +145,43 @@ def test_a_spider_that_never_closes_its_pages_fires_the_context_leak_alert(tmp_p
     test = {
         "rule_files": [str(RULES)],
         "evaluation_interval": "1m",
-        "tests": [{
-            "interval": "1m",
-            "input_series": [
-                {"series": 'scrapy_scale_browser_contexts{job="leaky_pages",spider="leaky_pages",worker="w"}',
-                 "values": " ".join(f"{v:g}" for v in leaky)},
-                {"series": 'scrapy_scale_browser_contexts{job="tidy_pages",spider="tidy_pages",worker="w"}',
-                 "values": " ".join(f"{v:g}" for v in tidy)},
-            ],
-            "alert_rule_test": [{
-                "eval_time": f"{n - 1}m",
-                "alertname": "ScrapyBrowserContextLeak",
-                "exp_alerts": [{
-                    "exp_labels": {"job": "leaky_pages", "spider": "leaky_pages", "worker": "w",
-                                   "severity": "warning"},
-                    "exp_annotations": {
-                        "summary": "leaky_pages on w: browser contexts are leaking",
-                        "description": "Live browser contexts grew by more than 5 in 15 minutes without one "
-                                       "closing: pages or contexts are opened and never closed (the process "
-                                       "will run out of memory).",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {
+                        "series": 'scrapy_scale_browser_contexts{job="leaky_pages",spider="leaky_pages",worker="w"}',
+                        "values": " ".join(f"{v:g}" for v in leaky),
                     },
-                }],
-            }],
-        }],
+                    {
+                        "series": 'scrapy_scale_browser_contexts{job="tidy_pages",spider="tidy_pages",worker="w"}',
+                        "values": " ".join(f"{v:g}" for v in tidy),
+                    },
+                ],
+                "alert_rule_test": [
+                    {
+                        "eval_time": f"{n - 1}m",
+                        "alertname": "ScrapyBrowserContextLeak",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "job": "leaky_pages",
+                                    "spider": "leaky_pages",
+                                    "worker": "w",
+                                    "severity": "warning",
+                                },
+                                "exp_annotations": {
+                                    "summary": "leaky_pages on w: browser contexts are leaking",
+                                    "description": "Live browser contexts grew by more than 5 in 15 minutes without one "
+                                    "closing: pages or contexts are opened and never closed (the process "
+                                    "will run out of memory).",
+                                },
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
     }
     path = tmp_path / "leak_test.yml"
     path.write_text(json.dumps(test, indent=1))

@@ -44,8 +44,11 @@ def test_prometheus_scrapes_a_faulty_crawl_and_its_numbers_match_the_stats(tmp_p
         proc = start_crawl(tb, metrics_settings(sd, SCALE_JOB="promjob"), tmp_path)
         try:
             job = '{job="promjob"}'
-            wait_for(lambda: prom.value(f"scrapy_scale_start_time_seconds{job}"), 90,
-                     "Prometheus finds the crawl through file_sd and scrapes it")
+            wait_for(
+                lambda: prom.value(f"scrapy_scale_start_time_seconds{job}"),
+                90,
+                "Prometheus finds the crawl through file_sd and scrapes it",
+            )
 
             def drained() -> bool:
                 q = prom.by(f"scrapy_scale_queue_requests{job}", "state")
@@ -53,6 +56,7 @@ def test_prometheus_scrapes_a_faulty_crawl_and_its_numbers_match_the_stats(tmp_p
                 left = q.get("pending", 1) + q.get("delayed", 1) + q.get("leased", 1)
                 finished = q.get("done", 0) + q.get("failed", 0)
                 return bool(q) and left == 0 and finished > 0 and total == finished
+
             wait_for(drained, 180, "the crawl drained, as Prometheus sees it")
             # the last scrape after the drain holds the final numbers
             items = wait_for(lambda: prom.value(f"scrapy_scale_items_stored_total{job}"), 30, "items stored")
@@ -93,16 +97,21 @@ def test_two_crawls_on_one_host_with_a_port_range_are_both_scraped(tmp_path: Pat
         a = start_crawl(tb, dict(settings, SCALE_JOB="twin-a"), tmp_path)
         b = start_crawl(tb, dict(settings, SCALE_JOB="twin-b"), tmp_path)
         try:
+
             def both() -> dict[str, str]:
                 res = prom.query("scrapy_scale_start_time_seconds")
                 found = {r["metric"]["job"]: r["metric"]["instance"] for r in res}
                 return found if {"twin-a", "twin-b"} <= set(found) else {}
+
             found = wait_for(both, 120, "both crawls scraped")
             ports = {int(found[j].rsplit(":", 1)[1]) for j in ("twin-a", "twin-b")}
             assert len(ports) == 2 and all(9410 <= p <= 9430 for p in ports), found
             for job in ("twin-a", "twin-b"):
-                wait_for(lambda j=job: prom.value(f'scrapy_scale_requests_total{{job="{j}",class="ok"}}'), 120,
-                         f"{job}'s requests")
+                wait_for(
+                    lambda j=job: prom.value(f'scrapy_scale_requests_total{{job="{j}",class="ok"}}'),
+                    120,
+                    f"{job}'s requests",
+                )
             up = {t["labels"]["instance"]: t["health"] for t in prom.targets()}
             assert sorted(up) == sorted(found.values()) and set(up.values()) == {"up"}, up
         finally:
@@ -115,9 +124,14 @@ def test_two_crawls_on_one_host_with_a_port_range_are_both_scraped(tmp_path: Pat
 def test_a_crawl_of_2000_hosts_makes_a_bounded_number_of_series(tmp_path: Path) -> None:
     sd = tmp_path / "sd"
     prom_file = tmp_path / "final.prom"
-    settings = metrics_settings(sd, SCALE_METRICS_TEXTFILE=str(prom_file), SCALE_METRICS_TOP_DOMAINS=10,
-                                SCALE_FRONTIER_WAIT_FOR_SEEDS=False, ROBOTSTXT_OBEY=False,
-                                CONCURRENT_REQUESTS=64)
+    settings = metrics_settings(
+        sd,
+        SCALE_METRICS_TEXTFILE=str(prom_file),
+        SCALE_METRICS_TOP_DOMAINS=10,
+        SCALE_FRONTIER_WAIT_FOR_SEEDS=False,
+        ROBOTSTXT_OBEY=False,
+        CONCURRENT_REQUESTS=64,
+    )
     with Testbed(hosts=2000, pages=1, keep_log=False) as tb:
         proc = start_crawl(tb, settings, tmp_path)
         res = proc.finish(600)
@@ -150,6 +164,7 @@ def test_promtool_check_metrics_passes_on_a_scrape_taken_mid_crawl(tmp_path: Pat
             def mid_crawl() -> str:
                 text = http_get(f"http://{addr}/metrics")
                 return text if "scrapy_scale_queue_requests" in text and 'class="ok"' in text else ""
+
             text = wait_for(mid_crawl, 90, "a scrape with requests and queue numbers")
         finally:
             res = stop(proc)
@@ -161,17 +176,24 @@ def test_promtool_check_metrics_passes_on_a_scrape_taken_mid_crawl(tmp_path: Pat
 
 def test_pushgateway_groups_carry_the_job_id_and_are_deleted_at_close(tmp_path: Path) -> None:
     with Testbed(hosts=2, pages=20) as tb, Pushgateway(tmp_path / "pgw") as pgw:
-        settings = {"SCALE_METRICS_PUSHGATEWAY": pgw.url, "SCALE_METRICS_INTERVAL": 0.5,
-                    "SCALE_FRONTIER_WAIT_FOR_SEEDS": True, "SCALE_JOB": "pushed"}
+        settings = {
+            "SCALE_METRICS_PUSHGATEWAY": pgw.url,
+            "SCALE_METRICS_INTERVAL": 0.5,
+            "SCALE_FRONTIER_WAIT_FOR_SEEDS": True,
+            "SCALE_JOB": "pushed",
+        }
         proc = start_crawl(tb, settings, tmp_path, extra_args=["-a", "_job=6487ec79947edab326d6db28"])
         try:
+
             def group() -> dict[str, str] | None:
                 return next((g for g in pgw.groups() if g.get("job") == "pushed"), None)
+
             g = wait_for(group, 90, "a pushed group")
             assert g["scrapyd_job"] == "6487ec79947edab326d6db28"
             assert g["spider"] == "catalog" and g["worker"]
-            text = wait_for(lambda: (t := http_get(pgw.url + "/metrics")) and 'class="ok"' in t and t, 90,
-                            "pushed request counts")
+            text = wait_for(
+                lambda: (t := http_get(pgw.url + "/metrics")) and 'class="ok"' in t and t, 90, "pushed request counts"
+            )
             assert pushed(text, "scrapy_scale_requests_total", job="pushed", **{"class": "ok"})
         finally:
             res = stop(proc)
@@ -189,5 +211,9 @@ def test_pushgateway_groups_carry_the_job_id_and_are_deleted_at_close(tmp_path: 
 
 def pushed(text: str, name: str, **labels: str) -> list[tuple[dict[str, str], float]]:
     """Samples of ``name`` whose labels include ``labels``, from a Pushgateway's /metrics."""
-    return [(s.labels, s.value) for fam in text_string_to_metric_families(text) for s in fam.samples
-            if s.name == name and labels.items() <= s.labels.items()]
+    return [
+        (s.labels, s.value)
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == name and labels.items() <= s.labels.items()
+    ]

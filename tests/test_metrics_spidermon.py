@@ -11,6 +11,7 @@ from tests.crawling import run_crawl
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "monitor.md"
 
+
 def example(tmp_path: Path) -> dict[str, object]:
     """The doc's monitor module, importable as ``scale_monitors``; its settings."""
     text = DOC.read_text().split("### Spidermon", 1)[1]
@@ -23,7 +24,8 @@ def example(tmp_path: Path) -> dict[str, object]:
     values: dict[str, object] = {}
     exec(settings, {}, values)  # noqa: S102 - the doc's own three settings
     values["SPIDERMON_SPIDER_CLOSE_MONITORS"] = tuple(
-        p.replace("myproject.monitors", "scale_monitors") for p in values["SPIDERMON_SPIDER_CLOSE_MONITORS"])
+        p.replace("myproject.monitors", "scale_monitors") for p in values["SPIDERMON_SPIDER_CLOSE_MONITORS"]
+    )
     return values
 
 

@@ -18,12 +18,24 @@ from tests.test_commands import scale, status_json
 
 
 def doc(worker: str, until: float, **kw: object) -> dict[str, object]:
-    d: dict[str, object] = {"worker": worker, "until": until, "requests": {"ok": 10, "blocked": 2},
-                            "retries": {"blocked": 4}, "items_stored": 9, "items_dead_lettered": 1,
-                            "pages_per_min": 60.0, "items_per_min": 30.0, "finished_per_min": 60.0,
-                            "domains": {"a.test": {"attempts": 10, "blocked": 5, "rate_limited": 0},
-                                        "b.test": {"attempts": 10, "blocked": 1, "rate_limited": 3}},
-                            "egress_pool": {"healthy": 3}, "browser_contexts": 2, "download_slots": 2}
+    d: dict[str, object] = {
+        "worker": worker,
+        "until": until,
+        "requests": {"ok": 10, "blocked": 2},
+        "retries": {"blocked": 4},
+        "items_stored": 9,
+        "items_dead_lettered": 1,
+        "pages_per_min": 60.0,
+        "items_per_min": 30.0,
+        "finished_per_min": 60.0,
+        "domains": {
+            "a.test": {"attempts": 10, "blocked": 5, "rate_limited": 0},
+            "b.test": {"attempts": 10, "blocked": 1, "rate_limited": 3},
+        },
+        "egress_pool": {"healthy": 3},
+        "browser_contexts": 2,
+        "download_slots": 2,
+    }
     d.update(kw)
     return d
 
@@ -63,16 +75,17 @@ def test_file_sink_round_trip(tmp_path: Path) -> None:
     assert sink.read() == []
 
 
-def _watch_a_running_crawl(tmp_path: Path, settings: dict[str, object], cmd_settings: dict[str, str],
-                           job: str) -> None:
+def _watch_a_running_crawl(tmp_path: Path, settings: dict[str, object], cmd_settings: dict[str, str], job: str) -> None:
     with Testbed(hosts=2, pages=40, faults="403@2:/item/*,p=0.5,sticky=True") as tb:
         crawl = dict(settings, SCALE_JOB=job, SCALE_WATCH_INTERVAL=0.5, SCALE_FRONTIER_WAIT_FOR_SEEDS=True)
         proc = start_crawl(tb, crawl, tmp_path)
         sink = snapshots.sink_for(dict(settings, SCALE_STATE_DIR=str(tmp_path / "state")), job)
         try:
+
             def published() -> bool:
                 docs = sink.read()
                 return bool(docs) and docs[0]["requests"].get("ok", 0) > 20 and bool(docs[0]["domains"])
+
             wait_for(published, 120, "the worker's snapshot with requests and domains")
             st = status_json(job, cmd_settings)
             assert st["progress"]["workers"] == [sink.read()[0]["worker"]]
@@ -81,8 +94,14 @@ def _watch_a_running_crawl(tmp_path: Path, settings: dict[str, object], cmd_sett
             assert text.returncode == 0, text.stderr
             assert "progress: " in text.stdout and " pages/min, " in text.stdout, text.stdout
             assert "workers publishing: 1" in text.stdout
-            wait_for(lambda: "top domains by block rate: shop2.example.test" in scale(
-                "status", job, settings=cmd_settings).stdout, 120, "shop2's blocks in status")
+            wait_for(
+                lambda: (
+                    "top domains by block rate: shop2.example.test"
+                    in scale("status", job, settings=cmd_settings).stdout
+                ),
+                120,
+                "shop2's blocks in status",
+            )
             live = scale("watch", job, "--count", "2", "--interval", "0.2", settings=cmd_settings)
             assert live.returncode == 0, live.stderr
             out = live.stdout
@@ -100,7 +119,5 @@ def test_watch_and_status_read_a_running_crawl_on_sqlite(tmp_path: Path) -> None
     _watch_a_running_crawl(tmp_path, {}, {"SCALE_STATE_DIR": str(tmp_path / "state")}, "watched")
 
 
-def test_watch_and_status_read_a_running_crawl_on_redis(tmp_path: Path, redis_url: str,
-                                                        redis_prefix: str) -> None:
-    _watch_a_running_crawl(tmp_path, {"SCALE_FRONTIER_URL": redis_url}, {"SCALE_FRONTIER_URL": redis_url},
-                           redis_prefix)
+def test_watch_and_status_read_a_running_crawl_on_redis(tmp_path: Path, redis_url: str, redis_prefix: str) -> None:
+    _watch_a_running_crawl(tmp_path, {"SCALE_FRONTIER_URL": redis_url}, {"SCALE_FRONTIER_URL": redis_url}, redis_prefix)

@@ -77,8 +77,9 @@ def test_a_plain_subscriber_sees_every_attempt_and_one_final_per_request(tmp_pat
     pages = {(h, p) for (h, p) in served if p != "/robots.txt"} | {(h, "/item/9") for h in tb.hosts}
     assert set(finals) == pages
     h1, h2 = tb.hosts[0], tb.hosts[1]
-    summary = {k: (o["cls"], o["attempt"], o["gave_up"]) for k, o in finals.items()
-               if o["cls"] != "ok" or o["attempt"] > 1}
+    summary = {
+        k: (o["cls"], o["attempt"], o["gave_up"]) for k, o in finals.items() if o["cls"] != "ok" or o["attempt"] > 1
+    }
     assert summary == {
         (h1, "/item/3"): ("transient", 3, True),
         (h1, "/item/4"): ("ok", 3, False),
@@ -99,14 +100,19 @@ def test_a_plain_subscriber_sees_every_attempt_and_one_final_per_request(tmp_pat
     st = res.stats
     final_list = [o for o in crawl if o["final"]]
     by = Counter(o["cls"] for o in final_list)
-    assert {k[len("scale/outcome/"):]: v for k, v in st.items() if k.startswith("scale/outcome/")} == dict(by)
+    assert {k[len("scale/outcome/") :]: v for k, v in st.items() if k.startswith("scale/outcome/")} == dict(by)
     retries = Counter(o["cls"] for o in crawl if not o["final"])
-    assert {k[len("scale/retry/"):]: v for k, v in st.items()
-            if k.startswith("scale/retry/") and k[len("scale/retry/"):] in by | retries} == dict(retries)
+    assert {
+        k[len("scale/retry/") :]: v
+        for k, v in st.items()
+        if k.startswith("scale/retry/") and k[len("scale/retry/") :] in by | retries
+    } == dict(retries)
     gave_up = Counter(o["cls"] for o in final_list if o["gave_up"])
-    assert {k[len("scale/gave_up/"):]: v for k, v in st.items() if k.startswith("scale/gave_up/")} == dict(gave_up)
+    assert {k[len("scale/gave_up/") :]: v for k, v in st.items() if k.startswith("scale/gave_up/")} == dict(gave_up)
     depth = Counter(str(o["attempt"]) for o in final_list)
-    assert {k[len("scale/retry_depth/"):]: v for k, v in st.items() if k.startswith("scale/retry_depth/")} == dict(depth)
+    assert {k[len("scale/retry_depth/") :]: v for k, v in st.items() if k.startswith("scale/retry_depth/")} == dict(
+        depth
+    )
     assert st["scale/internal/ok"] == len(internal)
     # Scrapy's own RetryMiddleware keys, for existing dashboards and monitors
     assert st["retry/count"] == sum(retries.values())

@@ -38,14 +38,26 @@ def resp(status=200, body=PRODUCT, headers=None, url=URL, proxy=None):
 @pytest.mark.parametrize(
     "status,cls",
     [
-        (200, C.OK), (204, C.OK), (301, C.OK), (304, C.OK),
-        (404, C.NOT_FOUND), (410, C.NOT_FOUND),
-        (500, C.TRANSIENT), (502, C.TRANSIENT), (504, C.TRANSIENT), (408, C.TRANSIENT), (522, C.TRANSIENT),
+        (200, C.OK),
+        (204, C.OK),
+        (301, C.OK),
+        (304, C.OK),
+        (404, C.NOT_FOUND),
+        (410, C.NOT_FOUND),
+        (500, C.TRANSIENT),
+        (502, C.TRANSIENT),
+        (504, C.TRANSIENT),
+        (408, C.TRANSIENT),
+        (522, C.TRANSIENT),
         (503, C.TRANSIENT),
         (429, C.RATE_LIMITED),
-        (401, C.BLOCKED), (403, C.BLOCKED),
+        (401, C.BLOCKED),
+        (403, C.BLOCKED),
         (407, C.EGRESS_FAILED),
-        (400, C.FATAL), (405, C.FATAL), (501, C.FATAL), (599, C.TRANSIENT),
+        (400, C.FATAL),
+        (405, C.FATAL),
+        (501, C.FATAL),
+        (599, C.TRANSIENT),
     ],
 )
 def test_default_status_table(status, cls):
@@ -138,7 +150,9 @@ def test_exception_rule_by_dotted_path_and_proxy_condition():
         [{"exception": "scrapy.exceptions.DownloadTimeoutError", "proxy": True, "class": "egress_failed"}]
     )
     c = Classifier(rules)
-    assert c.classify_exception(DownloadTimeoutError(), Request(URL, meta={"proxy": "http://p:1"})).cls is C.EGRESS_FAILED
+    assert (
+        c.classify_exception(DownloadTimeoutError(), Request(URL, meta={"proxy": "http://p:1"})).cls is C.EGRESS_FAILED
+    )
     assert c.classify_exception(DownloadTimeoutError(), Request(URL)).cls is C.TRANSIENT
 
 
@@ -189,7 +203,9 @@ def test_bad_rules_fail_at_startup_naming_the_setting(rules, problem):
 
 
 def test_rules_as_json_string_from_the_command_line():
-    rules = config.get(Settings({"SCALE_FAILURE_RULES": '[{"status": "500-504", "class": "fatal"}]'}), "SCALE_FAILURE_RULES")
+    rules = config.get(
+        Settings({"SCALE_FAILURE_RULES": '[{"status": "500-504", "class": "fatal"}]'}), "SCALE_FAILURE_RULES"
+    )
     assert rules[0].statuses == frozenset(range(500, 505))
 
 

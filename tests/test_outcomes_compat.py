@@ -37,7 +37,9 @@ def make(settings=None):
 
 def respond(mw, request, status, headers=None):
     mw.process_request(request)
-    return mw.process_response(request, HtmlResponse(request.url, status=status, headers=headers or {}, request=request))
+    return mw.process_response(
+        request, HtmlResponse(request.url, status=status, headers=headers or {}, request=request)
+    )
 
 
 def test_retry_request_carries_the_contract_meta_keys():
@@ -54,7 +56,13 @@ def test_retry_request_carries_the_contract_meta_keys():
     assert m[meta.FINGERPRINT] == req.meta[meta.FINGERPRINT]
     assert new.dont_filter and new.priority == 4  # RETRY_PRIORITY_ADJUST = -1
     (o,) = outcomes
-    assert (o.cls, o.final, o.attempt, o.egress, o.avoid_egress) == (C.BLOCKED, False, 1, "10.1.2.3:3128", ("10.1.2.3:3128",))
+    assert (o.cls, o.final, o.attempt, o.egress, o.avoid_egress) == (
+        C.BLOCKED,
+        False,
+        1,
+        "10.1.2.3:3128",
+        ("10.1.2.3:3128",),
+    )
     assert o.retry_at == m[meta.NOT_BEFORE]
     assert stats.get_value("scale/retry/blocked") == 1
 
@@ -110,8 +118,12 @@ def test_retry_exceptions_set_by_the_project_are_transient():
     assert mw.process_exception(Request(URL), IgnoreRequest("robots.txt")) is None
     assert outcomes[-1].cls is C.FATAL
     # the project's own rules still come first
-    mw, outcomes, _ = make({"RETRY_EXCEPTIONS": [ZeroDivisionError], "SCALE_FAILURE_RULES": [
-        {"class": "fatal", "exception": "builtins.ZeroDivisionError", "reason": "a bug"}]})
+    mw, outcomes, _ = make(
+        {
+            "RETRY_EXCEPTIONS": [ZeroDivisionError],
+            "SCALE_FAILURE_RULES": [{"class": "fatal", "exception": "builtins.ZeroDivisionError", "reason": "a bug"}],
+        }
+    )
     with pytest.raises(GaveUpError):  # an expected fatal: no retry, no traceback
         mw.process_exception(Request(URL), ZeroDivisionError())
     assert (outcomes[-1].cls, outcomes[-1].reason) == (C.FATAL, "a bug")
@@ -159,7 +171,10 @@ def test_download_exception_given_up_raises_quietly_without_errback():
     assert isinstance(e.value, IgnoreRequest) and isinstance(e.value.original, DownloadTimeoutError)
     final = outcomes[-1]
     assert (final.cls, final.final, final.attempt, final.exception) == (
-        C.TRANSIENT, True, 2, "scrapy.exceptions.DownloadTimeoutError",
+        C.TRANSIENT,
+        True,
+        2,
+        "scrapy.exceptions.DownloadTimeoutError",
     )
     assert final.latency is not None
     assert stats.get_value("scale/gave_up/transient") == 1

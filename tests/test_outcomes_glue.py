@@ -25,7 +25,9 @@ def test_probe_spider_hooks_and_not_before(tmp_path, scheduler):
     }
     if scheduler == "eager":
         settings["SCHEDULER"] = "tests.test_outcomes_spiders.EagerScheduler"
-    with Testbed(hosts=1, pages=12, seed=1, faults="500@1:/item/2;500@1:/item/3;reset@1:/item/5;503@1:/item/11,first=1") as tb:
+    with Testbed(
+        hosts=1, pages=12, seed=1, faults="500@1:/item/2;500@1:/item/3;reset@1:/item/5;503@1:/item/11,first=1"
+    ) as tb:
         res, outcomes = crawl(tb, tmp_path, settings, spider="outcomes_probe")
         served = Counter(r.path for r in tb.log)
         times = {r.path: r.time for r in tb.log}

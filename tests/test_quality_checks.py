@@ -14,11 +14,17 @@ from scrapy_scale.storage.settings import META_FIELDS
 
 def figures(run: str, missing_price: int = 0, items: int = 100, parse_failed: int = 0) -> RunFigures:
     return RunFigures(
-        job="j", run_id=run, completed=Counter(parse_item=items, parse=5), empty=Counter(parse=5),
-        stored=Counter(parse_item=items - missing_price), classes=Counter(ok=items + 5 - parse_failed,
-                                                                          parse_failed=parse_failed),
-        validated=items, quarantined=missing_price, checked=Counter(price=items, sku=items),
-        missing=Counter(price=missing_price))
+        job="j",
+        run_id=run,
+        completed=Counter(parse_item=items, parse=5),
+        empty=Counter(parse=5),
+        stored=Counter(parse_item=items - missing_price),
+        classes=Counter(ok=items + 5 - parse_failed, parse_failed=parse_failed),
+        validated=items,
+        quarantined=missing_price,
+        checked=Counter(price=items, sku=items),
+        missing=Counter(price=missing_price),
+    )
 
 
 def by_name(checks):
@@ -45,8 +51,10 @@ def test_a_rise_against_the_baseline_fails_and_a_declared_ratio_is_used() -> Non
 
 
 def test_store_duplicates_and_the_scan() -> None:
-    docs = [{"_id": str(i), "_job": "j", "_run_id": "1", "sku": f"s{i % 8}", "title": "t", "price": i % 9}
-            for i in range(10)] + [{"_id": "x", "_job": "other", "sku": "s1"}]
+    docs = [
+        {"_id": str(i), "_job": "j", "_run_id": "1", "sku": f"s{i % 8}", "title": "t", "price": i % 9}
+        for i in range(10)
+    ] + [{"_id": "x", "_job": "other", "sku": "s1"}]
     res = scan_rows(docs, "j", "1", META_FIELDS, ["sku"], ["title", "price"])
     assert (res.scan.rows, res.scan.duplicates_by_key, res.scan.duplicates_by_content) == (10, 2, 1)
     assert len(res.run_rows) == 10

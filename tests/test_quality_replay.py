@@ -54,8 +54,11 @@ def test_replay_after_a_layout_change_stores_the_missing_items_without_a_request
     pkg = tmp_path / "spiders_pkg"
     pkg.mkdir()
     (pkg / "quality_fixed.py").write_text(textwrap.dedent(FIXED_SPIDER))
-    settings = {**ADDON, "SCALE_CRITICAL_FIELDS": ["sku", "price"],
-                "SPIDER_MODULES": ["example_project.spiders", "quality_fixed"]}
+    settings = {
+        **ADDON,
+        "SCALE_CRITICAL_FIELDS": ["sku", "price"],
+        "SPIDER_MODULES": ["example_project.spiders", "quality_fixed"],
+    }
     with Testbed(hosts=1, pages=30, seed=6, faults="layout:/item/*,after=20,variant=renamed") as tb:
         res = run_crawl(tb, settings, tmp_path, env={"PYTHONPATH": str(pkg)})
         assert res.returncode == 0, res.tail()
@@ -69,12 +72,32 @@ def test_replay_after_a_layout_change_stores_the_missing_items_without_a_request
             assert ops.status()["failed_by_class"] == {"parse_failed": len(changed)}
 
         served = len(tb.log)
-        env = dict(os.environ, SCRAPY_SETTINGS_MODULE="crawl_settings_1",
-                   PYTHONPATH=os.pathsep.join([str(res.run_dir), str(ROOT), str(pkg)]))
+        env = dict(
+            os.environ,
+            SCRAPY_SETTINGS_MODULE="crawl_settings_1",
+            PYTHONPATH=os.pathsep.join([str(res.run_dir), str(ROOT), str(pkg)]),
+        )
         out = subprocess.run(
-            [sys.executable, "-m", "scrapy", "scale", "replay", "catalog", "--class", "parse_failed",
-             "--spider", "catalog_fixed", "-a", "start_urls=" + ",".join(tb.start_urls)],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+            [
+                sys.executable,
+                "-m",
+                "scrapy",
+                "scale",
+                "replay",
+                "catalog",
+                "--class",
+                "parse_failed",
+                "--spider",
+                "catalog_fixed",
+                "-a",
+                "start_urls=" + ",".join(tb.start_urls),
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert out.returncode == 0, out.stdout + out.stderr
         assert len(tb.log) == served, f"the replay sent {len(tb.log) - served} request(s) to the testbed"
     (tmp_path / "replay.log").write_text(out.stderr)
@@ -94,13 +117,16 @@ def test_snapshots_are_bounded_oldest_dropped_first(tmp_path: Path) -> None:
     d = SnapshotDir(str(tmp_path / "snaps"), max_count=3, max_bytes=10**6)
     dropped = 0
     for i in range(5):
-        dropped += d.write({"url": f"http://a.test/{i}", "fingerprint": f"fp{i}", "cls": "parse_failed",
-                            "body": "x" * 100})
+        dropped += d.write(
+            {"url": f"http://a.test/{i}", "fingerprint": f"fp{i}", "cls": "parse_failed", "body": "x" * 100}
+        )
     assert dropped == 2
     assert [d.read(n)["url"] for n in d.files()] == [f"http://a.test/{i}" for i in (2, 3, 4)]
     d.write({"url": "http://a.test/3", "fingerprint": "fp3", "cls": "parse_failed", "body": "y"})
     assert len(d.files()) == 3 and d.read(d.files()[-1])["body"] == "y", "one snapshot per fingerprint"
     small = SnapshotDir(str(tmp_path / "small"), max_count=100, max_bytes=400)
-    n = sum(small.write({"url": f"u{i}", "fingerprint": f"f{i}", "cls": "sample", "body": os.urandom(60).hex()})
-            for i in range(10))
+    n = sum(
+        small.write({"url": f"u{i}", "fingerprint": f"f{i}", "cls": "sample", "body": os.urandom(60).hex()})
+        for i in range(10)
+    )
     assert n > 0 and sum(os.path.getsize(os.path.join(small.folder, f)) for f in small.files()) <= 400

@@ -80,8 +80,12 @@ def test_layout_change_is_flagged_against_the_previous_clean_run(tmp_path: Path)
 
 
 def test_an_unfinished_run_is_reported_but_judged_only_when_it_finishes(tmp_path: Path) -> None:
-    settings = {**ADDON, "SCALE_QUALITY_EXPECT": {"parse_item": 2}, "SCALE_QUALITY_EXIT_CODE": 4,
-                "CONCURRENT_REQUESTS": 2}
+    settings = {
+        **ADDON,
+        "SCALE_QUALITY_EXPECT": {"parse_item": 2},
+        "SCALE_QUALITY_EXIT_CODE": 4,
+        "CONCURRENT_REQUESTS": 2,
+    }
     with Testbed(hosts=1, pages=40, seed=8) as tb:
         cut = run_crawl(tb, {**settings, "CLOSESPIDER_PAGECOUNT": 8}, tmp_path)
         assert cut.returncode == 0, cut.tail()  # a failing check, but the run goes on next time
@@ -118,14 +122,19 @@ class DupesSpider(CatalogSpider):
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "mongodb"])
-def test_forced_duplicates_are_counted_exactly_in_run_and_in_store(tmp_path: Path, backend: str,
-                                                                   request: pytest.FixtureRequest) -> None:
+def test_forced_duplicates_are_counted_exactly_in_run_and_in_store(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
     pkg = tmp_path / "spiders_pkg"
     pkg.mkdir()
     (pkg / "quality_dupes.py").write_text(textwrap.dedent(DUPES_SPIDER))
-    settings = {**ADDON, "SPIDER_MODULES": ["example_project.spiders", "quality_dupes"],
-                "SCALE_ITEM_KEY": "sku", "SCALE_QUALITY_CONTENT_FIELDS": ["title", "price"],
-                "SCALE_QUALITY_DUPLICATE_KEY": ["url"]}
+    settings = {
+        **ADDON,
+        "SPIDER_MODULES": ["example_project.spiders", "quality_dupes"],
+        "SCALE_ITEM_KEY": "sku",
+        "SCALE_QUALITY_CONTENT_FIELDS": ["title", "price"],
+        "SCALE_QUALITY_DUPLICATE_KEY": ["url"],
+    }
     if backend == "mongodb":
         mongo_uri = request.getfixturevalue("mongo_uri")
         settings["SCALE_STORE_URL"] = f"{mongo_uri.rstrip('/')}/d{uuid.uuid4().hex[:10]}"
@@ -169,7 +178,12 @@ def scale_command(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str
     env = dict(os.environ, PYTHONPATH=str(root))
     return subprocess.run(
         [os.environ.get("PYTHON", "python"), "-m", "scrapy", "scale", *args, "-s", f"SCALE_STATE_DIR={tmp_path}/state"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 # ---- headless Chromium -------------------------------------------------------------------
@@ -180,8 +194,8 @@ def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     pos, idat, width = 8, b"", 0
     while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             width, height, depth, color = struct.unpack(">IIBB", body[:10])
             assert depth == 8 and color in (2, 6), (depth, color)
@@ -193,7 +207,7 @@ def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
     stride = width * bpp
     rows, prev = [], bytearray(stride)
     for y in range(height):
-        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
         for i in range(stride):
             a = line[i - bpp] if i >= bpp else 0
             b, c = prev[i], (prev[i - bpp] if i >= bpp else 0)
@@ -218,14 +232,27 @@ def screenshot_is_not_blank(page: Path, tmp_path: Path) -> None:
         pytest.fail("Chromium is needed for this test: apt-get install -y chromium (.ci/run does)")
     png = tmp_path / "report.png"
     subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run",
-         f"--user-data-dir={tmp_path / 'chromium-profile'}", f"--screenshot={png}", "--window-size=1200,900",
-         page.resolve().as_uri()],
-        check=True, capture_output=True, timeout=120)
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'chromium-profile'}",
+            f"--screenshot={png}",
+            "--window-size=1200,900",
+            page.resolve().as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     width, height, rows = png_pixels(png.read_bytes())
     assert (width, height) == (1200, 900)
-    pixels = [r[i:i + 3] for r in rows for i in range(0, len(r), 3)]
+    pixels = [r[i : i + 3] for r in rows for i in range(0, len(r), 3)]
     colors = set(pixels)
     non_white = sum(1 for p in pixels if p != b"\xff\xff\xff")
     assert len(colors) > 50, f"a blank page: {len(colors)} colours"

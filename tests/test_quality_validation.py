@@ -32,8 +32,9 @@ def test_empty_values_count_as_missing(empty) -> None:
 
 
 def test_schema_errors_are_reasons_and_nothing_configured_means_nothing_to_do() -> None:
-    v = Validator({}, {"*": {"type": "object", "required": ["sku"],
-                             "properties": {"price": {"type": "number", "minimum": 0}}}})
+    v = Validator(
+        {}, {"*": {"type": "object", "required": ["sku"], "properties": {"price": {"type": "number", "minimum": 0}}}}
+    )
     assert v
     verdict = v.check({"price": "12"})
     assert not verdict.ok
@@ -66,7 +67,8 @@ def test_bad_schema_fails_at_startup_with_the_setting_name(tmp_path: Path) -> No
     f = tmp_path / "s.json"
     f.write_text('{"type": "object", "required": ["sku"]}')
     assert config.get({"SCALE_QUALITY_SCHEMAS": {"*": str(f)}}, "SCALE_QUALITY_SCHEMAS") == {
-        "*": {"type": "object", "required": ["sku"]}}
+        "*": {"type": "object", "required": ["sku"]}
+    }
 
 
 # ---- real crawls ---------------------------------------------------------------------------
@@ -120,8 +122,11 @@ def test_schema_failures_are_quarantined_and_their_requests_failed(tmp_path: Pat
         prices = sorted(tb.expected_item(u)["price"] for u in tb.detail_urls())
         cap = prices[len(prices) // 2]
         bad = {u for u in tb.detail_urls() if tb.expected_item(u)["price"] > cap}
-        schema = {"type": "object", "required": ["sku", "price"],
-                  "properties": {"price": {"type": "number", "maximum": cap}}}
+        schema = {
+            "type": "object",
+            "required": ["sku", "price"],
+            "properties": {"price": {"type": "number", "maximum": cap}},
+        }
         res = run_crawl(tb, {**ADDON, "SCALE_QUALITY_SCHEMAS": {"*": schema}}, tmp_path)
         url = f"sqlite:///{tmp_path}/state/items.sqlite"
         _check_quarantine(tb, url, res, bad)

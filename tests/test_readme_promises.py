@@ -124,8 +124,13 @@ def test_the_quick_start_install_line_is_what_ci_runs():
 
 def _crawl_fails_at_once(*args: str, tmp_path: Path) -> str:
     t0 = time.monotonic()
-    proc = subprocess.run([SCRAPY, "crawl", "catalog", "-s", f"SCALE_STATE_DIR={tmp_path / 'state'}", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [SCRAPY, "crawl", "catalog", "-s", f"SCALE_STATE_DIR={tmp_path / 'state'}", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     took = time.monotonic() - t0
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-2000:]
@@ -191,8 +196,11 @@ def _table(db: Path, table: str) -> list[dict[str, object]]:
 def test_store_collection_dead_letter_and_field_names_are_the_settings(tmp_path: Path):
     """SCALE_STORE_COLLECTION, SCALE_STORE_DEAD_LETTER, SCALE_STORE_FIELDS and
     SCALE_ITEM_KEY as the settings table describes them, in real crawls."""
-    names = {"SCALE_STORE_COLLECTION": "products", "SCALE_STORE_DEAD_LETTER": "rejects",
-             "SCALE_STORE_FIELDS": {"first_seen": "seen_at", "run_id": "run"}}
+    names = {
+        "SCALE_STORE_COLLECTION": "products",
+        "SCALE_STORE_DEAD_LETTER": "rejects",
+        "SCALE_STORE_FIELDS": {"first_seen": "seen_at", "run_id": "run"},
+    }
     with Testbed(hosts=1, pages=5, seed=1) as tb:
         first = run_crawl(tb, names, tmp_path, timeout=90)
         assert first.returncode == 0, first.tail()

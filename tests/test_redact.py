@@ -26,16 +26,24 @@ FORMS = [
     ("redis://:s3#cret@h:6379/0", "redis://***@h:6379/0"),
     ("redis://u:s3?cr@et@h:6379/0", "redis://***@h:6379/0"),
     ("redis://u%40x:s3%3Acret@h/0", "redis://***@h/0"),
-    ("mongodb+srv://app:s3cret@cluster0.ab.mongodb.net/shop?retryWrites=true&w=majority",
-     "mongodb+srv://***@cluster0.ab.mongodb.net/shop?retryWrites=true&w=majority"),
-    ("mongodb+srv://cluster0.ab.mongodb.net/?authMechanism=MONGODB-AWS"
-     "&authMechanismProperties=AWS_SESSION_TOKEN:s3cret",
-     "mongodb+srv://cluster0.ab.mongodb.net/?authMechanism=MONGODB-AWS"
-     "&authMechanismProperties=AWS_SESSION_TOKEN:***"),
-    ("mongodb://u:s3cret@h1:27017,h2:27017/db?replicaSet=rs&tlsCertificateKeyFilePassword=s3cret",
-     "mongodb://***@h1:27017,h2:27017/db?replicaSet=rs&tlsCertificateKeyFilePassword=***"),
-    ("mongodb://h/db?authSource=admin&authMechanismProperties=SERVICE_NAME:mongodb",
-     "mongodb://h/db?authSource=admin&authMechanismProperties=SERVICE_NAME:mongodb"),
+    (
+        "mongodb+srv://app:s3cret@cluster0.ab.mongodb.net/shop?retryWrites=true&w=majority",
+        "mongodb+srv://***@cluster0.ab.mongodb.net/shop?retryWrites=true&w=majority",
+    ),
+    (
+        "mongodb+srv://cluster0.ab.mongodb.net/?authMechanism=MONGODB-AWS"
+        "&authMechanismProperties=AWS_SESSION_TOKEN:s3cret",
+        "mongodb+srv://cluster0.ab.mongodb.net/?authMechanism=MONGODB-AWS"
+        "&authMechanismProperties=AWS_SESSION_TOKEN:***",
+    ),
+    (
+        "mongodb://u:s3cret@h1:27017,h2:27017/db?replicaSet=rs&tlsCertificateKeyFilePassword=s3cret",
+        "mongodb://***@h1:27017,h2:27017/db?replicaSet=rs&tlsCertificateKeyFilePassword=***",
+    ),
+    (
+        "mongodb://h/db?authSource=admin&authMechanismProperties=SERVICE_NAME:mongodb",
+        "mongodb://h/db?authSource=admin&authMechanismProperties=SERVICE_NAME:mongodb",
+    ),
     ("http://u:s3cret@[::1]:80/x?a=1#frag", "http://***@[::1]:80/x?a=1#frag"),
     ("https://api.example/v1?api_key=s3cret&q=a%20b", "https://api.example/v1?api_key=***&q=a%20b"),
     # nothing to hide: kept byte for byte
@@ -98,8 +106,9 @@ def test_the_outcome_log_redacts_request_urls(tmp_path: Path) -> None:
     log = tmp_path / "outcomes.jsonl"
     with Testbed(hosts=1, pages=4, seed=3) as tb:
         start = tb.start_urls[0].replace("http://", "http://alice:s3cretpw@")
-        res = run_crawl(tb, {"SCALE_OUTCOME_LOG": str(log), "ROBOTSTXT_OBEY": False}, tmp_path,
-                        start_urls=[start], timeout=90)
+        res = run_crawl(
+            tb, {"SCALE_OUTCOME_LOG": str(log), "ROBOTSTXT_OBEY": False}, tmp_path, start_urls=[start], timeout=90
+        )
     assert res.returncode == 0, res.tail()
     text = log.read_text()
     outcomes = [json.loads(line) for line in text.splitlines()]

@@ -133,7 +133,13 @@ def test_fault_plan_served_exactly_what_the_policy_allows(tmp_path, mode):
     assert finals[(H1, "/item/1")]["items"] == 1 and finals[(H1, "/")]["items"] == 0
     # one non-final outcome per attempt that was retried, carrying its retry time
     retried = Counter(path_of(o["url"]) for o in outcomes if not o["final"])
-    assert retried == {(H1, "/item/3"): 2, (H1, "/item/4"): 2, (H2, "/item/6"): 2, (H2, "/item/2"): 1, (H2, "/item/8"): 2}
+    assert retried == {
+        (H1, "/item/3"): 2,
+        (H1, "/item/4"): 2,
+        (H2, "/item/6"): 2,
+        (H2, "/item/2"): 1,
+        (H2, "/item/8"): 2,
+    }
     assert all(o["retry_at"] for o in outcomes if not o["final"])
 
     st = res.stats

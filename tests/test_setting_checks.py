@@ -83,8 +83,11 @@ def test_a_request_that_copied_response_meta_starts_its_own_chain_on_the_frontie
     from tests.crawling import run_crawl
 
     log = tmp_path / "outcomes.jsonl"
-    settings = {"SPIDER_MODULES": ["tests.chain_spiders"], "SCALE_OUTCOME_LOG": str(log),
-                "SCALE_RETRY_POLICY": {"transient": {"base": 0.1, "cap": 0.2}}}
+    settings = {
+        "SPIDER_MODULES": ["tests.chain_spiders"],
+        "SCALE_OUTCOME_LOG": str(log),
+        "SCALE_RETRY_POLICY": {"transient": {"base": 0.1, "cap": 0.2}},
+    }
     with Testbed(hosts=1, pages=5, seed=1, faults="500@1:/item/1,first=1") as tb:
         res = run_crawl(tb, settings, tmp_path, spider="copy_meta", timeout=60)
     assert res.returncode == 0, res.tail()

@@ -134,8 +134,11 @@ def test_a_record_naming_another_class_is_refused_without_importing_it(capsys: p
 
 def test_scrapy_and_project_request_classes_round_trip() -> None:
     spider = Shop()
-    for r in (FormRequest("http://shop.example/f", formdata={"a": "1"}), JsonRequest("http://shop.example/j", data={}),
-              ShopRequest("http://shop.example/s", callback=spider.parse_item)):
+    for r in (
+        FormRequest("http://shop.example/f", formdata={"a": "1"}),
+        JsonRequest("http://shop.example/j", data={}),
+        ShopRequest("http://shop.example/s", callback=spider.parse_item),
+    ):
         back = codec.decode(codec.encode(r, spider), spider)
         assert type(back) is type(r) and back.url == r.url
     # a class of another module of the project: only when SCALE_FRONTIER_REQUEST_CLASSES lists it
@@ -148,8 +151,10 @@ def test_scrapy_and_project_request_classes_round_trip() -> None:
     assert f"{__name__}.NotARequest" not in listed.classes
 
 
-@pytest.mark.parametrize("url", ["file:///etc/hostname", "FILE:///etc/passwd", "data:text/plain,hi",
-                                 "s3://bucket/key", "ftp://ftp.example/x"])
+@pytest.mark.parametrize(
+    "url",
+    ["file:///etc/hostname", "FILE:///etc/passwd", "data:text/plain,hi", "s3://bucket/key", "ftp://ftp.example/x"],
+)
 def test_records_and_seeds_are_http_and_https_only(url: str) -> None:
     spider = Shop()
     with pytest.raises(codec.CodecError, match="scheme .* is not allowed"):
@@ -215,10 +220,14 @@ def test_a_crawl_dead_letters_hostile_records_and_refuses_hostile_seeds(
         try:
             store.begin_run()
             store.enqueue([NewRequest(fp, data, host, priority=10) for fp, data in hostile.items()])
-            store.r.rpush(store.feed_key, '"file:///etc/hostname"',
-                          json.dumps({"url": base + "/item/4", "callback": "_stop_testbed"}))
-            res = run_crawl(tb, {"SCALE_FRONTIER_URL": redis_url, "SCALE_JOB": job, "LOG_LEVEL": "INFO"},
-                            tmp_path, timeout=120)
+            store.r.rpush(
+                store.feed_key,
+                '"file:///etc/hostname"',
+                json.dumps({"url": base + "/item/4", "callback": "_stop_testbed"}),
+            )
+            res = run_crawl(
+                tb, {"SCALE_FRONTIER_URL": redis_url, "SCALE_JOB": job, "LOG_LEVEL": "INFO"}, tmp_path, timeout=120
+            )
             dead = {d.fingerprint: d.reason for d in store.dead_letters()}
             counts = store.counts()
         finally:

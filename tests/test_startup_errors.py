@@ -40,24 +40,31 @@ def _first_error(log: str) -> str:
     "setting,first_error",
     [
         # a frontier setting
-        ("SCALE_FRONTIER_BATCH=abc",
-         "Cannot start: bad setting SCALE_FRONTIER_BATCH = 'abc': expected an integer"),
+        ("SCALE_FRONTIER_BATCH=abc", "Cannot start: bad setting SCALE_FRONTIER_BATCH = 'abc': expected an integer"),
         # a store setting, with a password in it
-        ("SCALE_STORE_URL=mysql://crawler:hunter2@db.internal/items",
-         "Cannot start: bad setting SCALE_STORE_URL = 'mysql://***@db.internal/items': unknown URL scheme 'mysql';"
-         " supported: sqlite://, mongodb://, mongodb+srv://"),
+        (
+            "SCALE_STORE_URL=mysql://crawler:hunter2@db.internal/items",
+            "Cannot start: bad setting SCALE_STORE_URL = 'mysql://***@db.internal/items': unknown URL scheme 'mysql';"
+            " supported: sqlite://, mongodb://, mongodb+srv://",
+        ),
         # an outcomes setting
-        ('SCALE_RETRY_POLICY={"transient": {"retries": -1}}',
-         "Cannot start: bad setting SCALE_RETRY_POLICY = '{\"transient\": {\"retries\": -1}}': "
-         "transient.retries: expected an integer >= 0"),
+        (
+            'SCALE_RETRY_POLICY={"transient": {"retries": -1}}',
+            'Cannot start: bad setting SCALE_RETRY_POLICY = \'{"transient": {"retries": -1}}\': '
+            "transient.retries: expected an integer >= 0",
+        ),
         # an unknown SCALE_ name (a typo), with a password in its value
-        ("SCALE_FRONTEIR_URL=redis://:hunter2@127.0.0.1:6379/0",
-         "Cannot start: bad setting SCALE_FRONTEIR_URL = 'redis://***@127.0.0.1:6379/0': unknown setting;"
-         " did you mean SCALE_FRONTIER_URL?"),
+        (
+            "SCALE_FRONTEIR_URL=redis://:hunter2@127.0.0.1:6379/0",
+            "Cannot start: bad setting SCALE_FRONTEIR_URL = 'redis://***@127.0.0.1:6379/0': unknown setting;"
+            " did you mean SCALE_FRONTIER_URL?",
+        ),
         # found when a component starts (not by the add-on's check of values)
-        ("SCALE_BLOCK_DETECTORS=no_such_module.Detector",
-         "Cannot start: bad setting SCALE_BLOCK_DETECTORS: cannot import 'no_such_module.Detector':"
-         " No module named 'no_such_module'"),
+        (
+            "SCALE_BLOCK_DETECTORS=no_such_module.Detector",
+            "Cannot start: bad setting SCALE_BLOCK_DETECTORS: cannot import 'no_such_module.Detector':"
+            " No module named 'no_such_module'",
+        ),
     ],
 )
 def test_a_bad_setting_is_one_clear_error_line(tmp_path: Path, setting: str, first_error: str) -> None:
@@ -77,7 +84,8 @@ def test_a_store_file_that_cannot_be_opened_is_one_clear_error_line(tmp_path: Pa
     res = _crawl(tmp_path, f"SCALE_STORE_URL=sqlite:///{tmp_path}/a_file/items.sqlite")
     assert res.returncode != 0, res.tail()
     assert _first_error(res.log).startswith(
-        "Cannot start: bad setting SCALE_STORE_URL: cannot open the SQLite file: "), res.tail()
+        "Cannot start: bad setting SCALE_STORE_URL: cannot open the SQLite file: "
+    ), res.tail()
     assert "Traceback" not in res.log, res.tail()
     assert "Spider opened" not in res.log
 
@@ -87,7 +95,7 @@ def test_at_debug_level_the_traceback_follows_the_error_line(tmp_path: Path) -> 
     assert res.returncode != 0, res.tail()
     assert _first_error(res.log) == "Cannot start: bad setting SCALE_FRONTIER_BATCH = 'abc': expected an integer"
     first = ERROR_LINE.search(res.log)
-    assert first and "Traceback" in res.log[first.end():], res.tail()
+    assert first and "Traceback" in res.log[first.end() :], res.tail()
 
 
 def test_list_settings_from_the_command_line_work(tmp_path: Path) -> None:

@@ -20,10 +20,13 @@ SECRET = "pw-s3cr3t-9x"
 
 @pytest.fixture(scope="module")
 def auth_mongo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    p = services.private_mongo_with_users(tmp_path_factory.mktemp("mongo-auth"), {
-        "writer": (SECRET, [{"role": "readWrite", "db": "crawl"}]),
-        "reader": (SECRET, [{"role": "read", "db": "crawl"}]),
-    })
+    p = services.private_mongo_with_users(
+        tmp_path_factory.mktemp("mongo-auth"),
+        {
+            "writer": (SECRET, [{"role": "readWrite", "db": "crawl"}]),
+            "reader": (SECRET, [{"role": "read", "db": "crawl"}]),
+        },
+    )
     yield p.port
     p.kill()
 
@@ -56,8 +59,12 @@ def test_the_right_credentials_store_every_item(tmp_path: Path, auth_mongo: int)
     import pymongo
 
     with Testbed(hosts=1, pages=5, seed=2) as tb:
-        res = run_crawl(tb, {"SCALE_STORE_URL": url(auth_mongo, "writer", SECRET),
-                             "SCALE_STORE_COLLECTION": "ok_items"}, tmp_path, timeout=90)
+        res = run_crawl(
+            tb,
+            {"SCALE_STORE_URL": url(auth_mongo, "writer", SECRET), "SCALE_STORE_COLLECTION": "ok_items"},
+            tmp_path,
+            timeout=90,
+        )
         expected = len(tb.detail_urls())
     assert res.returncode == 0, res.tail()
     c: pymongo.MongoClient = pymongo.MongoClient(url(auth_mongo, "writer", SECRET))

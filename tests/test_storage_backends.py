@@ -71,10 +71,18 @@ def test_first_seen_stays_last_seen_moves_and_old_fields_are_kept(store: Store):
 
 
 def test_configured_bookkeeping_field_names(store_url: str):
-    s = open_store(store_url, "renamed", fields={
-        "first_seen": "created", "last_seen": "seen", "run_id": "run", "job": "job",
-        "source_url": "url0", "item_type": "type",
-    })
+    s = open_store(
+        store_url,
+        "renamed",
+        fields={
+            "first_seen": "created",
+            "last_seen": "seen",
+            "run_id": "run",
+            "job": "job",
+            "source_url": "url0",
+            "item_type": "type",
+        },
+    )
     try:
         s.write([Row("a", {"x": 1})], now=5.0)
         doc = s.get("a")
@@ -87,10 +95,19 @@ def test_encoded_documents_round_trip_exactly(store: Store):
     import datetime as dt
     from decimal import Decimal
 
-    doc = encode_item({
-        "when": dt.datetime(2026, 1, 1, 12, 0), "price": Decimal("1.10"), "raw": b"\x01", "tags": {"z", "y"},
-        "big": 2**64, "nan": float("nan"), "nested": {"a.b": [1, None, {"c": True}]}, "text": "naïve ☃",
-    }, set())
+    doc = encode_item(
+        {
+            "when": dt.datetime(2026, 1, 1, 12, 0),
+            "price": Decimal("1.10"),
+            "raw": b"\x01",
+            "tags": {"z", "y"},
+            "big": 2**64,
+            "nan": float("nan"),
+            "nested": {"a.b": [1, None, {"c": True}]},
+            "text": "naïve ☃",
+        },
+        set(),
+    )
     store.write([Row("k", doc)], now=1.0)
     got = store.get("k")
     assert got is not None
@@ -107,8 +124,10 @@ def test_dead_letter_records_can_be_deleted_by_id(store: Store):
 
 def test_dead_letter_records_are_upserted_by_id(store: Store):
     store.dead_letter([DeadRow("d1", {"key": None, "reason": "invalid key: x"})], now=10.0)
-    store.dead_letter([DeadRow("d1", {"key": None, "reason": "invalid key: x"}),
-                       DeadRow("d2", {"key": "k", "reason": "too large"})], now=11.0)
+    store.dead_letter(
+        [DeadRow("d1", {"key": None, "reason": "invalid key: x"}), DeadRow("d2", {"key": "k", "reason": "too large"})],
+        now=11.0,
+    )
     dl = store.dead_letters()
     assert [(d["_id"], d["reason"]) for d in dl] == [("d1", "invalid key: x"), ("d2", "too large")]
     assert store.count() == 0, "dead letters are not items"
@@ -133,6 +152,7 @@ class Collector:
                 self.times[name] = time.monotonic()
                 if len(self.results) >= self.expect:
                     self.event.set()
+
         return done
 
     def wait(self, n: int, timeout: float) -> bool:
@@ -144,8 +164,13 @@ class Collector:
 
 
 def submit(w: BatchWriter, c: Collector, key: str, doc: dict) -> None:
-    w.submit(Submission(done=c.done_for(key), row=Row(key, doc),
-                        on_refused=lambda reason: DeadRow("dl-" + key, {"key": key, "reason": reason})))
+    w.submit(
+        Submission(
+            done=c.done_for(key),
+            row=Row(key, doc),
+            on_refused=lambda reason: DeadRow("dl-" + key, {"key": key, "reason": reason}),
+        )
+    )
 
 
 def test_batch_is_written_when_its_oldest_item_reaches_max_latency(store: Store):
@@ -195,8 +220,11 @@ def test_dead_submissions_are_recorded_before_done(store: Store):
     c = Collector()
     w = BatchWriter(store, batch_size=10, max_latency=0)
     w.start()
-    w.submit(Submission(done=c.done_for("bad"), dead=DeadRow("x", {"key": None, "reason": "invalid key"}),
-                        reason="invalid key"))
+    w.submit(
+        Submission(
+            done=c.done_for("bad"), dead=DeadRow("x", {"key": None, "reason": "invalid key"}), reason="invalid key"
+        )
+    )
     assert c.wait(1, 5)
     assert c.results["bad"] == DeadLettered(None, "invalid key")
     assert [d["reason"] for d in store.dead_letters()] == ["invalid key"]
@@ -229,8 +257,14 @@ def test_mongodb_killed_and_restarted_nothing_lost(mongo_server):
     s.timeout_ms = 1000  # type: ignore[attr-defined]
     c = Collector()
     outages: list[int] = []
-    w = BatchWriter(s, batch_size=20, max_latency=0.05, retry_max_delay=0.5,
-                    on_unavailable=lambda e, n, d: outages.append(n), report=c.reports.append)
+    w = BatchWriter(
+        s,
+        batch_size=20,
+        max_latency=0.05,
+        retry_max_delay=0.5,
+        on_unavailable=lambda e, n, d: outages.append(n),
+        report=c.reports.append,
+    )
     w.start()
     for i in range(50):
         submit(w, c, f"a{i:03d}", {"i": i})
@@ -257,8 +291,10 @@ def test_urls_paths_and_redaction():
     assert sqlite_path("sqlite:///abs/items.sqlite") == "/abs/items.sqlite"
     assert sqlite_path("sqlite:////abs/items.sqlite") == "/abs/items.sqlite"
     assert sqlite_path("sqlite://rel/items.sqlite") == "rel/items.sqlite"
-    assert redact("mongodb://user:s3cret@db.example:27017/x?authSource=admin") == \
-        "mongodb://***@db.example:27017/x?authSource=admin"
+    assert (
+        redact("mongodb://user:s3cret@db.example:27017/x?authSource=admin")
+        == "mongodb://***@db.example:27017/x?authSource=admin"
+    )
     assert redact("mongodb://127.0.0.1:27017/x") == "mongodb://127.0.0.1:27017/x"
     with pytest.raises(ValueError, match="unknown store URL scheme"):
         open_store("mysql://h/db")

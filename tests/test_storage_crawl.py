@@ -164,7 +164,11 @@ def test_bad_items_never_crash_the_crawl(tmp_path: Path, drop: bool) -> None:
     assert st["scale/store/dead_lettered"] == 4
     assert st["scale/store/duplicates_in_run"] == 1
     assert {k.rsplit("/", 1)[1]: v for k, v in st.items() if "dead_letter_reason/" in k} == {
-        "not_an_item": 1, "invalid_key": 1, "unencodable": 1, "too_large": 1}
+        "not_an_item": 1,
+        "invalid_key": 1,
+        "unencodable": 1,
+        "too_large": 1,
+    }
     assert st["scale/store/inserted"] == 2
     assert st["scale/store/written"] == (2 if drop else 3)
     assert st["item_scraped_count"] == (2 if drop else 3)
@@ -188,8 +192,12 @@ def test_unencodable_items_are_dead_lettered_and_fail_their_request(tmp_path: Pa
     # before: a cycle or 5,000 levels of nesting raised RecursionError out of the pipeline:
     # neither stored nor dead-lettered, and the request was acked (acked_without_outcome)
     env = write_spiders(tmp_path)
-    settings = {"SPIDER_MODULES": ["storage_test_spiders"], "FEEDS": None, "LOG_LEVEL": "INFO",
-                "SCALE_FRONTIER_SCHEMES": ["http", "https", "data"]}  # the pages are data: URLs
+    settings = {
+        "SPIDER_MODULES": ["storage_test_spiders"],
+        "FEEDS": None,
+        "LOG_LEVEL": "INFO",
+        "SCALE_FRONTIER_SCHEMES": ["http", "https", "data"],
+    }  # the pages are data: URLs
     res = run_crawl(None, settings, tmp_path, spider="unencodable", timeout=90, env=env)
     # a run with dead letters says so in its last lines, and exits non-zero (the setting's default)
     assert res.returncode == 3, res.tail()
@@ -215,23 +223,36 @@ def test_unencodable_items_are_dead_lettered_and_fail_their_request(tmp_path: Pa
     assert status.counts["done"] == 1 and status.counts["failed"] == 2, status
     assert status.failed_by_class == {"parse_failed": 2}, status
     # the exit status is a setting: 0 keeps plain Scrapy's exit 0
-    again = run_crawl(None, {**settings, "SCALE_EXIT_CODE_DEAD_LETTERS": 0}, tmp_path, spider="unencodable",
-                      timeout=90, env=env)
+    again = run_crawl(
+        None, {**settings, "SCALE_EXIT_CODE_DEAD_LETTERS": 0}, tmp_path, spider="unencodable", timeout=90, env=env
+    )
     assert again.returncode == 0 and again.stats["scale/store/dead_lettered"] == 2, again.tail()
     assert "exit status" not in again.log[-1500:]
 
 
 def test_bad_store_url_fails_at_startup(tmp_path: Path) -> None:
-    res = run_crawl(None, {**ONLY_STORE, "SCALE_STORE_URL": "mysql://127.0.0.1/db"}, tmp_path,
-                    spider="catalog", timeout=60, start_urls=["data:,x"])
+    res = run_crawl(
+        None,
+        {**ONLY_STORE, "SCALE_STORE_URL": "mysql://127.0.0.1/db"},
+        tmp_path,
+        spider="catalog",
+        timeout=60,
+        start_urls=["data:,x"],
+    )
     assert res.returncode != 0
     assert "bad setting SCALE_STORE_URL = 'mysql://127.0.0.1/db': unknown URL scheme 'mysql'" in res.log
 
 
 def test_unusable_sqlite_path_fails_at_startup(tmp_path: Path) -> None:
     (tmp_path / "a_file").write_text("")
-    res = run_crawl(None, {**ONLY_STORE, "SCALE_STORE_URL": f"sqlite:///{tmp_path}/a_file/items.sqlite"},
-                    tmp_path, spider="catalog", timeout=60, start_urls=["data:,x"])
+    res = run_crawl(
+        None,
+        {**ONLY_STORE, "SCALE_STORE_URL": f"sqlite:///{tmp_path}/a_file/items.sqlite"},
+        tmp_path,
+        spider="catalog",
+        timeout=60,
+        start_urls=["data:,x"],
+    )
     assert res.returncode != 0
     assert "SCALE_STORE_URL: cannot open the SQLite file" in res.log
 
@@ -243,11 +264,19 @@ def test_items_reported_scraped_are_in_sqlite_after_kill_9(tmp_path: Path) -> No
     log = tmp_path / "scraped.txt"
     # one page hangs, so the crawl cannot end by itself before the kill, however fast
     with Testbed(hosts=2, pages=300, seed=5, faults=HOLD) as tb:
-        proc = start_crawl(tb, {
-            **ONLY_STORE, "SPIDER_MODULES": ["example_project.spiders", "storage_test_spiders"],
-            "EXTENSIONS": {"storage_test_spiders.ScrapedLog": 0}, "SCRAPED_LOG": str(log),
-            "SCALE_STORE_MAX_LATENCY": 0.05, "SCALE_STORE_BATCH_SIZE": 7,
-        }, tmp_path, env=env)
+        proc = start_crawl(
+            tb,
+            {
+                **ONLY_STORE,
+                "SPIDER_MODULES": ["example_project.spiders", "storage_test_spiders"],
+                "EXTENSIONS": {"storage_test_spiders.ScrapedLog": 0},
+                "SCRAPED_LOG": str(log),
+                "SCALE_STORE_MAX_LATENCY": 0.05,
+                "SCALE_STORE_BATCH_SIZE": 7,
+            },
+            tmp_path,
+            env=env,
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
             if log.exists() and len(log.read_text().split()) >= 60:
@@ -284,10 +313,17 @@ def test_mongodb_killed_and_restarted_mid_crawl_nothing_lost(tmp_path: Path, mon
     # 4 s outage shows up as failed attempts that the writer retries, not one long wait
     url = f"mongodb://127.0.0.1:{mongo_server.port}/crawl?serverSelectionTimeoutMS=800"
     with Testbed(hosts=2, pages=150, seed=7) as tb:
-        proc = start_crawl(tb, {
-            **ONLY_STORE, "SCALE_STORE_URL": url, "SCALE_STORE_MAX_PENDING": 40,
-            "SCALE_STORE_RETRY_MAX_DELAY": 1.0, "SCALE_STORE_MAX_LATENCY": 0.05,
-        }, tmp_path)
+        proc = start_crawl(
+            tb,
+            {
+                **ONLY_STORE,
+                "SCALE_STORE_URL": url,
+                "SCALE_STORE_MAX_PENDING": 40,
+                "SCALE_STORE_RETRY_MAX_DELAY": 1.0,
+                "SCALE_STORE_MAX_LATENCY": 0.05,
+            },
+            tmp_path,
+        )
         kill_store_once_stored(proc, url, mongo_server, rows=30, down=4)
         mongo_server.start()
         res = proc.finish(120)
@@ -332,8 +368,10 @@ def test_kill_9_and_resume_with_the_sqlite_frontier(tmp_path: Path) -> None:
     _crash_and_resume(tmp_path, {}, f"sqlite:///{tmp_path}/state/items.sqlite")
 
 
-def test_kill_9_and_resume_with_redis_frontier_and_mongodb(tmp_path: Path, redis_url: str, redis_prefix: str,
-                                                          mongo_uri: str) -> None:
+def test_kill_9_and_resume_with_redis_frontier_and_mongodb(
+    tmp_path: Path, redis_url: str, redis_prefix: str, mongo_uri: str
+) -> None:
     store_url = f"{mongo_uri.rstrip('/')}/{redis_prefix.replace('-', '_')}"
-    _crash_and_resume(tmp_path, {"SCALE_FRONTIER_URL": redis_url, "SCALE_JOB": redis_prefix,
-                                 "SCALE_STORE_URL": store_url}, store_url)
+    _crash_and_resume(
+        tmp_path, {"SCALE_FRONTIER_URL": redis_url, "SCALE_JOB": redis_prefix, "SCALE_STORE_URL": store_url}, store_url
+    )

@@ -55,8 +55,10 @@ def test_page_pseudo_field():
         rules.key("Review", {"n": 1}, None, 0)
 
 
-@pytest.mark.parametrize("item,msg", [({}, "missing"), ({"sku": None}, "empty"), ({"sku": ""}, "empty"),
-                                       ({"sku": object()}, "expected a string")])
+@pytest.mark.parametrize(
+    "item,msg",
+    [({}, "missing"), ({"sku": None}, "empty"), ({"sku": ""}, "empty"), ({"sku": object()}, "expected a string")],
+)
 def test_invalid_declared_keys(item, msg):
     with pytest.raises(keys.InvalidKey, match=msg):
         keys.KeyRules({"*": ["sku"]}).key("dict", item, "http://x.test/", 0)
@@ -89,16 +91,36 @@ class Color(Enum):
 def test_encoding_rules():
     when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     u = uuid.UUID(int=7)
-    doc = encode_value({
-        "when": when, "day": dt.date(2026, 1, 2), "dur": dt.timedelta(minutes=1),
-        "price": Decimal("19.990"), "raw": b"\x00\xff", "tags": {"b", "a", "c"}, "t": (1, 2),
-        "nan": float("nan"), "inf": float("-inf"), "big": 2**70, "color": Color.RED, "id": u,
-        "nested": {"k": {3}, 1: "int key"},
-    })
+    doc = encode_value(
+        {
+            "when": when,
+            "day": dt.date(2026, 1, 2),
+            "dur": dt.timedelta(minutes=1),
+            "price": Decimal("19.990"),
+            "raw": b"\x00\xff",
+            "tags": {"b", "a", "c"},
+            "t": (1, 2),
+            "nan": float("nan"),
+            "inf": float("-inf"),
+            "big": 2**70,
+            "color": Color.RED,
+            "id": u,
+            "nested": {"k": {3}, 1: "int key"},
+        }
+    )
     assert doc == {
-        "when": "2026-01-02T03:04:05+00:00", "day": "2026-01-02", "dur": 60.0, "price": "19.990",
-        "raw": base64.b64encode(b"\x00\xff").decode(), "tags": ["a", "b", "c"], "t": [1, 2],
-        "nan": "NaN", "inf": "-Infinity", "big": str(2**70), "color": "red", "id": str(u),
+        "when": "2026-01-02T03:04:05+00:00",
+        "day": "2026-01-02",
+        "dur": 60.0,
+        "price": "19.990",
+        "raw": base64.b64encode(b"\x00\xff").decode(),
+        "tags": ["a", "b", "c"],
+        "t": [1, 2],
+        "nan": "NaN",
+        "inf": "-Infinity",
+        "big": str(2**70),
+        "color": "red",
+        "id": str(u),
         "nested": {"k": [3], "1": "int key"},
     }
 
@@ -114,14 +136,17 @@ def test_nested_items_are_encoded_through_itemadapter():
     assert encode_value(Outer(inner=Inner(1))) == {"inner": {"x": 1}}
 
 
-@pytest.mark.parametrize("fields,msg", [
-    ({"a": object()}, "no rule to store a builtins.object"),
-    ({"a": {"$where": 1}}, r"\$ prefix"),
-    ({"a.b": 1}, "top level"),
-    ({"_id": 1}, "top level"),
-    ({"_job": 1}, "bookkeeping"),
-    ({"a": {(1, 2): 1}}, "not a string"),
-])
+@pytest.mark.parametrize(
+    "fields,msg",
+    [
+        ({"a": object()}, "no rule to store a builtins.object"),
+        ({"a": {"$where": 1}}, r"\$ prefix"),
+        ({"a.b": 1}, "top level"),
+        ({"_id": 1}, "top level"),
+        ({"_job": 1}, "bookkeeping"),
+        ({"a": {(1, 2): 1}}, "not a string"),
+    ],
+)
 def test_unencodable_values_are_refused_with_a_reason(fields, msg):
     with pytest.raises(Unencodable, match=msg):
         encode_item(fields, {"_job"})

@@ -38,8 +38,7 @@ class Collect:
         self.results: dict[str, Result] = {}
         self.fatal: list[tuple[str, int]] = []
         self.ended = threading.Event()
-        self.writer = BatchWriter(store, batch_size=50, max_latency=0.05, retry_max_delay=0.2,
-                                  on_fatal=self._fatal)
+        self.writer = BatchWriter(store, batch_size=50, max_latency=0.05, retry_max_delay=0.2, on_fatal=self._fatal)
 
     def _fatal(self, message: str, subs: list[Submission]) -> None:
         self.fatal.append((message, len(subs)))
@@ -48,8 +47,14 @@ class Collect:
     def submit(self, key: str, doc: dict) -> None:
         def done(r: Result) -> None:
             self.results[key] = r
-        self.writer.submit(Submission(done=done, row=Row(key, doc),
-                                      on_refused=lambda reason: DeadRow("dl-" + key, {"key": key, "reason": reason})))
+
+        self.writer.submit(
+            Submission(
+                done=done,
+                row=Row(key, doc),
+                on_refused=lambda reason: DeadRow("dl-" + key, {"key": key, "reason": reason}),
+            )
+        )
 
     def run(self, docs: dict[str, dict]) -> None:
         self.writer.start()
@@ -129,7 +134,7 @@ def test_sqlite_schema_error_stops_the_writer_instead_of_looping(tmp_path: Path)
     col = Collect(store)
     col.run(batch_with_one_poisoned())
     assert col.ended.is_set() and not col.results
-    (msg, n), = col.fatal
+    ((msg, n),) = col.fatal
     assert n == 5 and "no such table: main.gone" in msg and str(path) in msg
     with pytest.raises(StoreBroken):
         col.submit("later", {"n": 1})
@@ -145,7 +150,7 @@ def test_dead_letter_refused_for_good_stops_the_writer(tmp_path: Path) -> None:
     store.open()
     col = Collect(store)
     col.run(batch_with_one_poisoned())
-    (msg, n), = col.fatal
+    ((msg, n),) = col.fatal
     assert "dead letter 'items_dead_letter' refused 1 record(s)" in msg and n == 5
     store.close()
 
@@ -169,8 +174,14 @@ def test_crawl_into_a_sqlite_table_of_another_schema_fails_at_startup(tmp_path: 
     db = tmp_path / "state" / "items.sqlite"
     with sqlite3.connect(db) as c:
         c.execute("CREATE TABLE items (id TEXT PRIMARY KEY, body TEXT)")
-    res = run_crawl(None, {**ONLY_STORE, "SCALE_STORE_URL": f"sqlite:///{db}"}, tmp_path,
-                    spider="catalog", timeout=60, start_urls=["data:,x"])
+    res = run_crawl(
+        None,
+        {**ONLY_STORE, "SCALE_STORE_URL": f"sqlite:///{db}"},
+        tmp_path,
+        spider="catalog",
+        timeout=60,
+        start_urls=["data:,x"],
+    )
     assert res.returncode != 0
     assert "SCALE_STORE_URL: cannot open the SQLite file" in res.log and "no such column" in res.log
 
@@ -180,10 +191,16 @@ def test_ctrl_c_during_a_mongodb_outage_ends_the_crawl(tmp_path: Path, mongo_ser
     counted) instead of holding the shutdown until the store returns."""
     url = f"mongodb://127.0.0.1:{mongo_server.port}/crawl?serverSelectionTimeoutMS=500"
     with Testbed(hosts=2, pages=150, seed=7) as tb:
-        proc = start_crawl(tb, {
-            **ONLY_STORE, "SCALE_STORE_URL": url, "SCALE_STORE_RETRY_MAX_DELAY": 1.0,
-            "SCALE_STORE_MAX_LATENCY": 0.05,
-        }, tmp_path)
+        proc = start_crawl(
+            tb,
+            {
+                **ONLY_STORE,
+                "SCALE_STORE_URL": url,
+                "SCALE_STORE_RETRY_MAX_DELAY": 1.0,
+                "SCALE_STORE_MAX_LATENCY": 0.05,
+            },
+            tmp_path,
+        )
         kill_store_once_stored(proc, url, mongo_server, rows=20, down=2)
         os.kill(proc.pid, signal.SIGINT)
         res = proc.finish(30)

@@ -16,7 +16,7 @@ HEAD = "scrapy-scale summary: job "
 def summary_of(log: str) -> str:
     """The summary block: from its head line to the end of the log."""
     assert HEAD in log, f"no run summary in the log; tail:\n{log[-3000:]}"
-    return log[log.rindex(HEAD):]
+    return log[log.rindex(HEAD) :]
 
 
 def row(summary: str, label: str) -> str:
@@ -65,8 +65,7 @@ def test_summary_with_the_add_on_tells_what_happened(tmp_path: Path) -> None:
 
 def test_summary_of_a_plain_scrapy_crawl_leaves_out_what_is_not_there(tmp_path: Path) -> None:
     # no add-on: only the summary extension, next to Scrapy's own retry middleware
-    settings = {"ADDONS": {}, "EXTENSIONS": {"scrapy_scale.monitor.summary.RunSummary": 0},
-                "RETRY_TIMES": 1}
+    settings = {"ADDONS": {}, "EXTENSIONS": {"scrapy_scale.monitor.summary.RunSummary": 0}, "RETRY_TIMES": 1}
     with Testbed(hosts=1, pages=10, seed=2, faults="500:/item/3,first=99") as tb:
         res = run_crawl(tb, settings, tmp_path, timeout=90)
     assert res.returncode == 0, res.tail()
@@ -79,8 +78,13 @@ def test_summary_of_a_plain_scrapy_crawl_leaves_out_what_is_not_there(tmp_path: 
 def test_stopped_run_with_work_left_says_how_to_resume() -> None:
     lines = render(
         {"downloader/response_count": 10, "item_scraped_count": 4, "log_count/ERROR": 2},
-        RunFacts(job="j", reason="shutdown", duration=75, store_url="sqlite:///x",
-                 frontier={"done": 4, "failed": 0, "pending": 6, "delayed": 0, "leased": 2}),
+        RunFacts(
+            job="j",
+            reason="shutdown",
+            duration=75,
+            store_url="sqlite:///x",
+            frontier={"done": 4, "failed": 0, "pending": 6, "delayed": 0, "leased": 2},
+        ),
     )
     text = "\n".join(lines)
     assert lines[0] == "scrapy-scale summary: job 'j' stopped early (shutdown) in 1 min 15 s"
@@ -90,7 +94,10 @@ def test_stopped_run_with_work_left_says_how_to_resume() -> None:
 
 
 def test_store_urls_lose_their_credentials() -> None:
-    assert redact_url("mongodb://app:s3cret@db1:27017/shop?authSource=admin") == "mongodb://***@db1:27017/shop?authSource=admin"
+    assert (
+        redact_url("mongodb://app:s3cret@db1:27017/shop?authSource=admin")
+        == "mongodb://***@db1:27017/shop?authSource=admin"
+    )
     assert redact_url("redis://:pw@127.0.0.1:6379/0") == "redis://***@127.0.0.1:6379/0"
     assert redact_url("mongodb://db/x?password=hunter2&w=1") == "mongodb://db/x?password=***&w=1"
     assert redact_url("sqlite:////abs/items.sqlite") == "sqlite:////abs/items.sqlite"
@@ -99,17 +106,30 @@ def test_store_urls_lose_their_credentials() -> None:
 
 def test_summary_shows_frontier_dead_letters_and_the_exit_status() -> None:
     # before: 8 records dead-lettered and the summary said "530 done, 0 failed, 0 pending"
-    facts = RunFacts(job="j", reason="finished", duration=10.0, frontier={"done": 530, "failed": 0, "pending": 0},
-                     frontier_dead=8, exit_status=(3, "the run has 8 dead letters (SCALE_EXIT_CODE_DEAD_LETTERS)"))
+    facts = RunFacts(
+        job="j",
+        reason="finished",
+        duration=10.0,
+        frontier={"done": 530, "failed": 0, "pending": 0},
+        frontier_dead=8,
+        exit_status=(3, "the run has 8 dead letters (SCALE_EXIT_CODE_DEAD_LETTERS)"),
+    )
     lines = render({"scale/store/dead_lettered": 2}, facts)
-    assert "  dead letters  8 frontier records could not be read and were not crawled; 2 items could not be " \
-           "stored" in lines
+    assert (
+        "  dead letters  8 frontier records could not be read and were not crawled; 2 items could not be "
+        "stored" in lines
+    )
     assert lines[-1] == "  exit status   3: the run has 8 dead letters (SCALE_EXIT_CODE_DEAD_LETTERS)"
 
 
 def test_summary_counts_the_requests_kept_in_memory_by_type() -> None:
-    lines = render({"scale/frontier/unserializable": 7, "scale/frontier/unserializable/Opaque": 5,
-                    "scale/frontier/unserializable/refused": 2},
-                   RunFacts(job="j", reason="finished", duration=3, frontier={"done": 7}))
+    lines = render(
+        {
+            "scale/frontier/unserializable": 7,
+            "scale/frontier/unserializable/Opaque": 5,
+            "scale/frontier/unserializable/refused": 2,
+        },
+        RunFacts(job="j", reason="finished", duration=3, frontier={"done": 7}),
+    )
     (line,) = [x for x in lines if "not stored" in x]
     assert "7 requests kept in memory only" in line and "Opaque 5, refused 2" in line, line

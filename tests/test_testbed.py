@@ -15,8 +15,14 @@ from scrapy_scale.testbed import Fault, ProxySpec, Testbed, parse_faults
 from scrapy_scale.testbed.faults import KINDS
 
 
-def get(tb: Testbed, host: int | str, path: str, timeout: float = 5,
-        conn: http.client.HTTPConnection | None = None, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+def get(
+    tb: Testbed,
+    host: int | str,
+    path: str,
+    timeout: float = 5,
+    conn: http.client.HTTPConnection | None = None,
+    method: str = "GET",
+) -> tuple[int, dict[str, str], bytes]:
     """One request to a testbed host by its address (the Host header names the host)."""
     name = tb.hosts[host - 1] if isinstance(host, int) else host
     c = conn or http.client.HTTPConnection(tb.addresses[name], tb.port, timeout=timeout)
@@ -76,8 +82,11 @@ def test_catalog_listing_detail_and_robots(plain: Testbed) -> None:
 
 
 def test_content_is_deterministic_per_seed() -> None:
-    with Testbed(hosts=1, pages=5, seed=1) as a, Testbed(hosts=1, pages=5, seed=1) as b, \
-            Testbed(hosts=1, pages=5, seed=2) as c:
+    with (
+        Testbed(hosts=1, pages=5, seed=1) as a,
+        Testbed(hosts=1, pages=5, seed=1) as b,
+        Testbed(hosts=1, pages=5, seed=2) as c,
+    ):
         bodies = [get(tb, 1, "/item/3")[2] for tb in (a, b, c)]
     assert bodies[0] == bodies[1] != bodies[2]
 
@@ -104,7 +113,12 @@ def test_request_log_is_exact(plain: Testbed) -> None:
     assert len(log) == len(sent) == 9
     for rec, (host, path, status) in zip(log, sent, strict=True):
         assert (rec.host, rec.path, rec.status, rec.egress, rec.client) == (
-            plain.hosts[host - 1], path, status, None, "127.0.0.1")
+            plain.hosts[host - 1],
+            path,
+            status,
+            None,
+            "127.0.0.1",
+        )
         assert before <= rec.time <= time.time()
     assert [r.kind for r in log] == ["ok", "ok", "ok", "not_found", "robots", "ok", "ok", "ok", "ok"]
     assert [r.attempt for r in log][:3] == [1, 1, 2]
@@ -136,8 +150,12 @@ def test_status_faults_fire_as_planned(kind: str, status: int) -> None:
 
 
 def test_429_retry_after_seconds_and_date() -> None:
-    faults = [Fault("429", path="/item/1", retry_after=7), Fault("429", path="/item/2", retry_after="date:30"),
-              Fault("503", path="/item/3", retry_after=4), Fault("503", path="/item/4")]
+    faults = [
+        Fault("429", path="/item/1", retry_after=7),
+        Fault("429", path="/item/2", retry_after="date:30"),
+        Fault("503", path="/item/3", retry_after=4),
+        Fault("503", path="/item/4"),
+    ]
     with Testbed(hosts=1, pages=10, faults=faults) as tb:
         s, h, _ = get(tb, 1, "/item/1")
         assert (s, h["retry-after"]) == (429, "7")
@@ -171,7 +189,10 @@ def test_slow_response() -> None:
         t0 = time.monotonic()
         s, _, body = get(tb, 1, "/item/1")
         assert time.monotonic() - t0 >= 0.58
-        assert s == 200 and parse_detail(body)["sku"] == tb.expected_item(f"http://shop1.example.test:{tb.port}/item/1")["sku"]
+        assert (
+            s == 200
+            and parse_detail(body)["sku"] == tb.expected_item(f"http://shop1.example.test:{tb.port}/item/1")["sku"]
+        )
         t0 = time.monotonic()
         get(tb, 1, "/item/2")
         assert time.monotonic() - t0 < 0.5
@@ -312,6 +333,7 @@ def test_catalog_spider_parses_what_the_testbed_serves() -> None:
     spider = CatalogSpider(start_urls="http://x/")
     faults = "block:/item/2;layout:/item/3,variant=renamed;layout:/item/4,variant=missing"
     with Testbed(hosts=1, pages=25, faults=faults) as tb:
+
         def response(path: str) -> HtmlResponse:
             url = f"http://shop1.example.test:{tb.port}{path}"
             return HtmlResponse(url, body=get(tb, 1, path)[2], request=Request(url))

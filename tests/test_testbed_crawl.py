@@ -38,8 +38,9 @@ def test_every_reset_reaches_the_crawler_on_reused_connections(tmp_path: Path) -
     connection is reset before any byte of an answer. The testbed's reset sends the start
     of an answer first, so each reset it plays is a failed attempt the crawler counts."""
     with Testbed(hosts=1, pages=12, seed=2, faults="reset:/item/*,first=1") as tb:
-        res = run_crawl(tb, {"CONCURRENT_REQUESTS": 1, "SCALE_RETRY_POLICY": {"transient": {"base": 0.05}}},
-                        tmp_path, timeout=90)
+        res = run_crawl(
+            tb, {"CONCURRENT_REQUESTS": 1, "SCALE_RETRY_POLICY": {"transient": {"base": 0.05}}}, tmp_path, timeout=90
+        )
         assert res.returncode == 0, res.tail()
         assert res.item_urls == tb.detail_urls()
         resets = tb.count(kind="reset")
@@ -54,11 +55,16 @@ def test_every_reset_reaches_the_crawler_through_a_proxy(tmp_path: Path) -> None
     """The same through a forward proxy (one pooled keep-alive connection to it): the
     flaky proxy's own resets and the target's resets it passes on are all failed
     attempts the crawler counts."""
-    with Testbed(hosts=1, pages=12, seed=2, faults="reset:/item/1*,first=1",
-                 proxies=[ProxySpec("p1", mode="flaky", p=0.3)]) as tb:
-        res = run_crawl(tb, {"CONCURRENT_REQUESTS": 1,
-                             "SCALE_RETRY_POLICY": {"transient": {"retries": 10, "base": 0.05}}},
-                        tmp_path, timeout=90, env={"http_proxy": tb.proxy_urls[0], "no_proxy": ""})
+    with Testbed(
+        hosts=1, pages=12, seed=2, faults="reset:/item/1*,first=1", proxies=[ProxySpec("p1", mode="flaky", p=0.3)]
+    ) as tb:
+        res = run_crawl(
+            tb,
+            {"CONCURRENT_REQUESTS": 1, "SCALE_RETRY_POLICY": {"transient": {"retries": 10, "base": 0.05}}},
+            tmp_path,
+            timeout=90,
+            env={"http_proxy": tb.proxy_urls[0], "no_proxy": ""},
+        )
         assert res.returncode == 0, res.tail()
         assert res.item_urls == tb.detail_urls()
         target_resets = tb.count(kind="reset")
@@ -90,10 +96,31 @@ def test_demo_crawl_starts_its_own_testbed(tmp_path: Path) -> None:
 def test_cli_prints_urls_and_settings_until_interrupted(tmp_path: Path) -> None:
     state = tmp_path / "state.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scrapy_scale.testbed", "--hosts", "2", "--pages", "30", "--seed", "5",
-         "--faults", "429:/item/3,retry_after=2", "--proxy", "p1:healthy", "--state-file", str(state),
-         "--summary-file", str(tmp_path / "summary.json"), "--log-file", str(tmp_path / "log.jsonl")],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "scrapy_scale.testbed",
+            "--hosts",
+            "2",
+            "--pages",
+            "30",
+            "--seed",
+            "5",
+            "--faults",
+            "429:/item/3,retry_after=2",
+            "--proxy",
+            "p1:healthy",
+            "--state-file",
+            str(state),
+            "--summary-file",
+            str(tmp_path / "summary.json"),
+            "--log-file",
+            str(tmp_path / "log.jsonl"),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 20
@@ -118,7 +145,10 @@ def test_cli_prints_urls_and_settings_until_interrupted(tmp_path: Path) -> None:
     assert "served 2 requests" in out
     assert not os.path.exists(state)  # removed on exit
     assert json.loads((tmp_path / "summary.json").read_text()) == {
-        "requests": 2, "kinds": {"429": 1, "ok": 1}, "statuses": {"429": 1, "200": 1}}
+        "requests": 2,
+        "kinds": {"429": 1, "ok": 1},
+        "statuses": {"429": 1, "200": 1},
+    }
     recs = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert [(r["path"], r["status"], r["egress"]) for r in recs] == [("/item/3", 429, None), ("/item/4", 200, None)]
 

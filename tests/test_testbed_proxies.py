@@ -11,8 +11,14 @@ import pytest
 from scrapy_scale.testbed import Fault, ProxySpec, Testbed, parse_proxy
 
 
-def via(tb: Testbed, proxy_id: str, url: str, auth: str | None = None, timeout: float = 5,
-        conn: http.client.HTTPConnection | None = None) -> tuple[int, dict[str, str], bytes]:
+def via(
+    tb: Testbed,
+    proxy_id: str,
+    url: str,
+    auth: str | None = None,
+    timeout: float = 5,
+    conn: http.client.HTTPConnection | None = None,
+) -> tuple[int, dict[str, str], bytes]:
     c = conn or http.client.HTTPConnection("127.0.0.1", tb.proxy_ports[proxy_id], timeout=timeout)
     headers = {"Proxy-Authorization": "Basic " + base64.b64encode(auth.encode()).decode()} if auth else {}
     try:
@@ -25,8 +31,11 @@ def via(tb: Testbed, proxy_id: str, url: str, auth: str | None = None, timeout: 
 
 
 PROXIES = [
-    ProxySpec("ok1"), ProxySpec("ok2", banned_by=(2,)), ProxySpec("dead", mode="dead"),
-    ProxySpec("slow", mode="slow", delay=0.4), ProxySpec("flaky", mode="flaky", p=0.5),
+    ProxySpec("ok1"),
+    ProxySpec("ok2", banned_by=(2,)),
+    ProxySpec("dead", mode="dead"),
+    ProxySpec("slow", mode="slow", delay=0.4),
+    ProxySpec("flaky", mode="flaky", p=0.5),
     ProxySpec("auth", mode="auth", user="alice", password="s3cret"),
 ]
 
@@ -49,8 +58,10 @@ def test_healthy_proxies_are_told_apart_by_the_target(tb: Testbed) -> None:
     assert via(tb, "ok2", url(tb, 1, "/item/1"))[0] == 200
     log = tb.log
     assert [(r.host, r.path, r.egress) for r in log] == [
-        ("shop1.example.test", "/item/1", "ok1"), ("shop1.example.test", "/item/2", "ok1"),
-        ("shop2.example.test", "/item/3", "ok1"), ("shop1.example.test", "/item/1", "ok2"),
+        ("shop1.example.test", "/item/1", "ok1"),
+        ("shop1.example.test", "/item/2", "ok1"),
+        ("shop2.example.test", "/item/3", "ok1"),
+        ("shop1.example.test", "/item/1", "ok2"),
     ]
     assert log[0].client == "127.254.0.1" and log[3].client == "127.254.0.2"
     assert log[0].conn == log[1].conn  # proxy keeps its upstream connection alive
@@ -123,8 +134,9 @@ def test_proxy_never_leaves_loopback(tb: Testbed) -> None:
 
 
 def test_403_fault_for_chosen_egress() -> None:
-    with Testbed(hosts=1, pages=10, proxies=[ProxySpec("a"), ProxySpec("b")],
-                 faults=[Fault("403", egresses=("b", "direct"))]) as t:
+    with Testbed(
+        hosts=1, pages=10, proxies=[ProxySpec("a"), ProxySpec("b")], faults=[Fault("403", egresses=("b", "direct"))]
+    ) as t:
         assert via(t, "a", url(t, 1, "/item/1"))[0] == 200
         assert via(t, "b", url(t, 1, "/item/1"))[0] == 403
         assert [(r.egress, r.kind) for r in t.log] == [("a", "ok"), ("b", "403")]

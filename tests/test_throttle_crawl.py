@@ -72,8 +72,9 @@ def test_retry_after_pauses_one_host_while_the_others_keep_their_pace(tmp_path: 
         if other[-1].time >= hit.time + 9:  # still crawling then
             assert len(during) >= 0.6 * 4 * 8, len(during)
     # the held retry went out within 0.5 s of its time
-    retry = next(o for o in outcomes(log_path) if not o["final"] and o["url"].endswith("/item/5")
-                 and "shop1" in o["url"])
+    retry = next(
+        o for o in outcomes(log_path) if not o["final"] and o["url"].endswith("/item/5") and "shop1" in o["url"]
+    )
     sent = next(r.time for r in shop1 if r.path == "/item/5" and r.attempt == 2)
     assert retry["retry_at"] - 0.05 <= sent <= retry["retry_at"] + 0.5, (sent, retry["retry_at"])
     assert res.stats["scale/throttle/paused_seconds"] >= 10
@@ -96,8 +97,11 @@ def test_fifty_hosts_with_their_own_limits_each_paced_alone(tmp_path: Path) -> N
     limits = {n: 2.0 + n % 4 for n in range(2, 51)}
     limits[1] = 0.5  # one slow host
     with Testbed(hosts=50, pages=20, per_page=20, rate_limit=limits, seed=5, keep_log=True) as tb:
-        settings = {"SCALE_THROTTLE_STATS_TOP": 50, "CONCURRENT_REQUESTS": 32,
-                    "SCALE_DOMAIN_PROFILES": {"default": {"start_delay": 0.5}}}
+        settings = {
+            "SCALE_THROTTLE_STATS_TOP": 50,
+            "CONCURRENT_REQUESTS": 32,
+            "SCALE_DOMAIN_PROFILES": {"default": {"start_delay": 0.5}},
+        }
         res = run_crawl(tb, settings, tmp_path, timeout=400)
         assert res.returncode == 0, res.tail()
         last = {h: served(tb, h)[-1].time for h in tb.hosts}
@@ -116,8 +120,7 @@ def test_fifty_hosts_with_their_own_limits_each_paced_alone(tmp_path: Path) -> N
 def test_a_restarted_worker_starts_at_the_learned_delay(tmp_path: Path) -> None:
     profiles = {"default": {"start_delay": 0.0}}
     with Testbed(hosts=1, pages=120, per_page=20, rate_limit=2.0, seed=6) as tb:
-        first = run_crawl(tb, {"SCALE_DOMAIN_PROFILES": profiles, "CLOSESPIDER_ITEMCOUNT": 40}, tmp_path,
-                          timeout=240)
+        first = run_crawl(tb, {"SCALE_DOMAIN_PROFILES": profiles, "CLOSESPIDER_ITEMCOUNT": 40}, tmp_path, timeout=240)
         assert first.returncode == 0, first.tail()
         learned = first.stats[f"scale/throttle/site/{tb.hosts[0]}/delay"]
         assert learned >= 0.4  # it learned the 2 req/s limit (from a start delay of 0)

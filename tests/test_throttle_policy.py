@@ -14,13 +14,15 @@ from scrapy_scale.throttle.profiles import ProfileError, Profiles, parse_pattern
 
 
 def test_patterns_resolve_by_specificity() -> None:
-    p = Profiles.parse({
-        "default": {"max_rate": 10.0},
-        "example.com": {"max_rate": 1.0},
-        "*.example.com": {"max_rate": 2.0},
-        "*.api.example.com": {"max_rate": 3.0},
-        "www.example.com": {"max_rate": 4.0},
-    })
+    p = Profiles.parse(
+        {
+            "default": {"max_rate": 10.0},
+            "example.com": {"max_rate": 1.0},
+            "*.example.com": {"max_rate": 2.0},
+            "*.api.example.com": {"max_rate": 3.0},
+            "www.example.com": {"max_rate": 4.0},
+        }
+    )
     assert p.match("www.example.com").profile.max_rate == 4.0  # exact host
     assert p.match("v1.api.example.com").profile.max_rate == 3.0  # longest wildcard
     assert p.match("shop.example.com").profile.max_rate == 2.0  # wildcard over the site
@@ -56,22 +58,25 @@ def test_fields_missing_from_a_profile_come_from_default() -> None:
     assert "min_delay" in m.explicit  # set by default: a Crawl-delay does not override it
 
 
-@pytest.mark.parametrize(("raw", "words"), [
-    ({"a.com": {"max_rate": -1}}, "max_rate must be > 0"),
-    ({"a.com": {"max_rate": 0}}, "max_rate must be > 0"),
-    ({"a.com": {"min_delay": 5, "max_delay": 1}}, "min_delay 5 is above max_delay 1"),
-    ({"a.com": {"speed": 1}}, "unknown field 'speed'"),
-    ({"http://a.com/": {}}, "is not a host"),
-    ({"a.*.com": {}}, "is not a host"),
-    ({"a.com:8080": {}}, "is not a host"),
-    ({"a.com": {"concurrency": 0}}, "concurrency must be an integer >= 1"),
-    ({"a.com": {"retry_after": "yes"}}, "retry_after must be true or false"),
-    ({"a.com": {"slowdown": 0.5}}, "slowdown must be >= 1"),
-    ({"a.com": {"recovery": 2}}, "recovery must be <= 1"),
-    ({"a.com": {"min_delay": "x"}}, "min_delay must be a number"),
-    ({"a.com": 5}, "a profile is a dict"),
-    ({"A.com": {}, "a.com": {}}, "given twice"),
-])
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        ({"a.com": {"max_rate": -1}}, "max_rate must be > 0"),
+        ({"a.com": {"max_rate": 0}}, "max_rate must be > 0"),
+        ({"a.com": {"min_delay": 5, "max_delay": 1}}, "min_delay 5 is above max_delay 1"),
+        ({"a.com": {"speed": 1}}, "unknown field 'speed'"),
+        ({"http://a.com/": {}}, "is not a host"),
+        ({"a.*.com": {}}, "is not a host"),
+        ({"a.com:8080": {}}, "is not a host"),
+        ({"a.com": {"concurrency": 0}}, "concurrency must be an integer >= 1"),
+        ({"a.com": {"retry_after": "yes"}}, "retry_after must be true or false"),
+        ({"a.com": {"slowdown": 0.5}}, "slowdown must be >= 1"),
+        ({"a.com": {"recovery": 2}}, "recovery must be <= 1"),
+        ({"a.com": {"min_delay": "x"}}, "min_delay must be a number"),
+        ({"a.com": 5}, "a profile is a dict"),
+        ({"A.com": {}, "a.com": {}}, "given twice"),
+    ],
+)
 def test_bad_profiles_are_refused_with_what_is_wrong(raw: dict, words: str) -> None:
     with pytest.raises(ProfileError, match=words.replace("*", r"\*").replace("(", r"\(")):
         Profiles.parse(raw)
@@ -190,8 +195,7 @@ def test_concurrency_holds_until_a_request_ends() -> None:
 
 
 def test_retry_after_pauses_the_whole_site_and_is_capped() -> None:
-    pc, clk = pacing({"default": {"start_delay": 0.0}, "free.com": {"retry_after": False}},
-                     retry_after_cap=60.0)
+    pc, clk = pacing({"default": {"start_delay": 0.0}, "free.com": {"retry_after": False}}, retry_after_cap=60.0)
     assert pc.on_rate_limited("a.com", latency=0.01, retry_after=10.0) == 10.0
     assert pc.hold_until("a.com") == pytest.approx(clk.now + 10.0)
     assert pc.hold_until("b.com") == 0.0  # other sites go on
@@ -258,5 +262,9 @@ def test_a_bad_profile_setting_fails_naming_the_setting() -> None:
     config._load_declarations()
     with pytest.raises(ScaleSettingError, match="SCALE_DOMAIN_PROFILES.*max_rate must be > 0"):
         config.get({"SCALE_DOMAIN_PROFILES": '{"a.com": {"max_rate": -5}}'}, "SCALE_DOMAIN_PROFILES")
-    assert config.get({"SCALE_DOMAIN_PROFILES": {"a.com": {"max_rate": 5}}},
-                      "SCALE_DOMAIN_PROFILES").match("a.com").profile.max_rate == 5.0
+    assert (
+        config.get({"SCALE_DOMAIN_PROFILES": {"a.com": {"max_rate": 5}}}, "SCALE_DOMAIN_PROFILES")
+        .match("a.com")
+        .profile.max_rate
+        == 5.0
+    )

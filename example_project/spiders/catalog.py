@@ -47,15 +47,20 @@ def _start_demo_testbed(options: dict[str, Any]) -> Testbed:
 class CatalogSpider(scrapy.Spider):
     name = "catalog"
 
-    def __init__(self, start_urls: str | list[str] | None = None, hosts: str | int = 3,
-                 pages: str | int = 60, seed: str | int = 1, faults: str = DEFAULT_FAULTS,
-                 **kwargs: Any):
+    def __init__(
+        self,
+        start_urls: str | list[str] | None = None,
+        hosts: str | int = 3,
+        pages: str | int = 60,
+        seed: str | int = 1,
+        faults: str = DEFAULT_FAULTS,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         if isinstance(start_urls, str):
             start_urls = [u.strip() for u in start_urls.split(",") if u.strip()]
         self.start_urls = list(start_urls or [])
-        self.testbed_options = {"hosts": int(hosts), "pages": int(pages), "seed": int(seed),
-                                "faults": faults}
+        self.testbed_options = {"hosts": int(hosts), "pages": int(pages), "seed": int(seed), "faults": faults}
         self.testbed: Testbed | None = None
 
     @classmethod
@@ -69,7 +74,9 @@ class CatalogSpider(scrapy.Spider):
             crawler.signals.connect(spider._stop_testbed, signal=signals.spider_closed)
             spider.logger.info(
                 "No target given: started a testbed of %d hosts x %d pages (faults: %s)",
-                len(spider.testbed.hosts), spider.testbed.pages, spider.testbed_options["faults"] or "none",
+                len(spider.testbed.hosts),
+                spider.testbed.pages,
+                spider.testbed_options["faults"] or "none",
             )
         return spider
 
@@ -108,7 +115,8 @@ class CatalogSpider(scrapy.Spider):
             return
         kinds = Counter(r.kind for r in tb.log)
         self.logger.info(
-            "Testbed served %d requests (%s)", sum(kinds.values()),
+            "Testbed served %d requests (%s)",
+            sum(kinds.values()),
             ", ".join(f"{k}: {n}" for k, n in kinds.most_common()),
         )
         tb.stop()

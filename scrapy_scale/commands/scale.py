@@ -50,8 +50,10 @@ class Command(ScrapyCommand):
         return "{status,seed,reset,requeue,egress,watch,report,replay,review} JOB [URL ...] [options]"
 
     def short_desc(self) -> str:
-        return ("Inspect and steer a scrapy-scale job's frontier (status, seed, reset, requeue, egress, watch) "
-                "and its data quality (report, replay, review)")
+        return (
+            "Inspect and steer a scrapy-scale job's frontier (status, seed, reset, requeue, egress, watch) "
+            "and its data quality (report, replay, review)"
+        )
 
     def long_desc(self) -> str:
         return (
@@ -70,23 +72,35 @@ class Command(ScrapyCommand):
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
-        parser.add_argument("--class", dest="failure_class", metavar="CLASS",
-                            help="requeue: the failure class to put back (e.g. blocked)")
-        parser.add_argument("--json", dest="as_json", action="store_true",
-                            help="status: print JSON instead of text")
-        parser.add_argument("--priority", type=int, default=0,
-                            help="seed: priority of the seeded requests (default 0)")
-        parser.add_argument("--run", dest="run_id", metavar="RUN",
-                            help="report/review: the run (default: the job's last run)")
+        parser.add_argument(
+            "--class",
+            dest="failure_class",
+            metavar="CLASS",
+            help="requeue: the failure class to put back (e.g. blocked)",
+        )
+        parser.add_argument("--json", dest="as_json", action="store_true", help="status: print JSON instead of text")
+        parser.add_argument("--priority", type=int, default=0, help="seed: priority of the seeded requests (default 0)")
+        parser.add_argument(
+            "--run", dest="run_id", metavar="RUN", help="report/review: the run (default: the job's last run)"
+        )
         parser.add_argument("--spider", metavar="NAME", help="replay: the spider (default: the snapshots')")
-        parser.add_argument("-a", dest="spargs", action="append", default=[], metavar="NAME=VALUE",
-                            help="replay: spider argument (may be repeated)")
-        parser.add_argument("--verdicts", metavar="FILE",
-                            help="review: read a reviewer's verdicts (the CSV written by review, filled in)")
-        parser.add_argument("--interval", type=float, default=2.0,
-                            help="watch: seconds between refreshes (default 2)")
-        parser.add_argument("--count", type=int, default=None,
-                            help="watch: stop after N refreshes (default: until Ctrl-C)")
+        parser.add_argument(
+            "-a",
+            dest="spargs",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="replay: spider argument (may be repeated)",
+        )
+        parser.add_argument(
+            "--verdicts",
+            metavar="FILE",
+            help="review: read a reviewer's verdicts (the CSV written by review, filled in)",
+        )
+        parser.add_argument("--interval", type=float, default=2.0, help="watch: seconds between refreshes (default 2)")
+        parser.add_argument(
+            "--count", type=int, default=None, help="watch: stop after N refreshes (default: until Ctrl-C)"
+        )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         from scrapy_scale.frontier import cli_ops
@@ -134,12 +148,10 @@ class Command(ScrapyCommand):
                     _watch(self.settings, job, ops, opts.interval, opts.count)
                 elif sub == "seed":
                     added = ops.seed(extra, priority=opts.priority)
-                    print(f"{job}: {added} of {len(extra)} URL(s) enqueued"
-                          f" ({len(extra) - added} already known)")
+                    print(f"{job}: {added} of {len(extra)} URL(s) enqueued ({len(extra) - added} already known)")
                 elif sub == "reset":
                     n = ops.reset()
-                    print(f"{job}: reset ({n} request record(s) removed); "
-                          "the next `scrapy crawl` starts the job over")
+                    print(f"{job}: reset ({n} request record(s) removed); the next `scrapy crawl` starts the job over")
                 else:
                     n = ops.requeue(opts.failure_class)
                     print(f"{job}: {n} request(s) of class {opts.failure_class} put back to pending")
@@ -168,9 +180,11 @@ class Command(ScrapyCommand):
             self.exitcode = 1
             return
         if rows is None:
-            print(f"scrapy scale egress: error: no egress state for job {job!r} (no crawl with "
-                  "SCALE_EGRESSES has run there; give -s SCALE_FRONTIER_URL=... / -s SCALE_STATE_DIR=...)",
-                  file=sys.stderr)
+            print(
+                f"scrapy scale egress: error: no egress state for job {job!r} (no crawl with "
+                "SCALE_EGRESSES has run there; give -s SCALE_FRONTIER_URL=... / -s SCALE_STATE_DIR=...)",
+                file=sys.stderr,
+            )
             self.exitcode = 1
             return
         print(json.dumps(rows, indent=2, sort_keys=True) if opts.as_json else format_rows(rows))
@@ -180,8 +194,10 @@ class Command(ScrapyCommand):
 
         sub, rest = args[0], args[1:]
         if len(rest) != 1:
-            raise UsageError(f"{sub}: expected JOB" if not rest else f"{sub}: unexpected arguments "
-                             f"{' '.join(rest[1:])}", print_help=False)
+            raise UsageError(
+                f"{sub}: expected JOB" if not rest else f"{sub}: unexpected arguments {' '.join(rest[1:])}",
+                print_help=False,
+            )
         job = rest[0]
         assert self.settings is not None
         try:
@@ -200,6 +216,7 @@ class Command(ScrapyCommand):
             print(f"scrapy scale {sub}: error: {e}", file=sys.stderr)
             self.exitcode = 1
 
+
 def _progress(settings: object, job: str, st: dict[str, object]) -> dict[str, object] | None:
     """The workers' published numbers (scrapy_scale.monitor.watch), or None if unreadable."""
     try:
@@ -214,18 +231,28 @@ def _progress(settings: object, job: str, st: dict[str, object]) -> dict[str, ob
         print(f"scrapy scale status: the workers' numbers are unavailable: {e}", file=sys.stderr)
         return None
     m = v["merged"]
-    return {"lines": watch.text_lines(v), "eta_seconds": v["eta"], "finished_per_second": v["finished_rate"],
-            "workers": m["workers"], "pages_per_min": m["pages_per_min"], "items_per_min": m["items_per_min"],
-            "requests": dict(m["requests"]), "retries": dict(m["retries"]), "items_stored": m["items_stored"],
-            "domains": {d: dict(c) for d, c in m["domains"].items()}, "egress_pool": dict(m["egress_pool"])}
+    return {
+        "lines": watch.text_lines(v),
+        "eta_seconds": v["eta"],
+        "finished_per_second": v["finished_rate"],
+        "workers": m["workers"],
+        "pages_per_min": m["pages_per_min"],
+        "items_per_min": m["items_per_min"],
+        "requests": dict(m["requests"]),
+        "retries": dict(m["retries"]),
+        "items_stored": m["items_stored"],
+        "domains": {d: dict(c) for d, c in m["domains"].items()},
+        "egress_pool": dict(m["egress_pool"]),
+    }
 
 
 def _watch(settings: object, job: str, ops: object, interval: float, count: int | None) -> None:
     try:
         import rich  # noqa: F401
     except ImportError:
-        raise UsageError("watch needs rich: pip install 'scrapy-scale[all]' (or pip install rich)",
-                         print_help=False) from None
+        raise UsageError(
+            "watch needs rich: pip install 'scrapy-scale[all]' (or pip install rich)", print_help=False
+        ) from None
     from scrapy_scale.monitor import snapshots, watch
 
     sink = snapshots.sink_for(settings, job)

@@ -77,7 +77,9 @@ class BrowserContexts:
     def _context_for(self, e: Egress) -> _Ctx:
         now = self.clock()
         c = self.current.get(e.id)
-        if c is not None and (self.max_pages and c.pages >= self.max_pages or self.max_age and now - c.created >= self.max_age):
+        if c is not None and (
+            self.max_pages and c.pages >= self.max_pages or self.max_age and now - c.created >= self.max_age
+        ):
             self._retire(c)
             c = None
         if c is None:
@@ -112,8 +114,10 @@ class BrowserContexts:
             self.release(m.pop(CONTEXT, None))
             self.current.pop(e.id, None)
             self.all.pop(c.name, None)
-            raise EgressContextError(f"browser context for egress {e.id} could not start: "
-                                     f"{redact_text(type(exc).__name__ + ': ' + str(exc))[:300]}") from None
+            raise EgressContextError(
+                f"browser context for egress {e.id} could not start: "
+                f"{redact_text(type(exc).__name__ + ': ' + str(exc))[:300]}"
+            ) from None
 
     def release(self, name: Any) -> None:
         c = self.all.get(name) if isinstance(name, str) else None
@@ -125,7 +129,7 @@ class BrowserContexts:
 
     def _retire(self, c: _Ctx) -> None:
         c.retired = True
-        egress = c.name[len(PREFIX):].rpartition(":")[0]
+        egress = c.name[len(PREFIX) :].rpartition(":")[0]
         if self.current.get(egress) is c:
             del self.current[egress]
         if c.inflight == 0:

@@ -144,14 +144,27 @@ class Health:
     # ---- shared state ----------------------------------------------------------
 
     def to_record(self) -> dict[str, Any]:
-        return {"g": round(self.good, 3), "b": round(self.bad, 3), "at": self.at, "u": self.until,
-                "l": self.level, "c": self.changed, "r": self.restored}
+        return {
+            "g": round(self.good, 3),
+            "b": round(self.bad, 3),
+            "at": self.at,
+            "u": self.until,
+            "l": self.level,
+            "c": self.changed,
+            "r": self.restored,
+        }
 
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> Health:
-        return cls(good=float(rec.get("g", 0)), bad=float(rec.get("b", 0)), at=float(rec.get("at", 0)),
-                   until=float(rec.get("u", 0)), level=int(rec.get("l", 0)),
-                   changed=float(rec.get("c", 0)), restored=float(rec.get("r", 0)))
+        return cls(
+            good=float(rec.get("g", 0)),
+            bad=float(rec.get("b", 0)),
+            at=float(rec.get("at", 0)),
+            until=float(rec.get("u", 0)),
+            level=int(rec.get("l", 0)),
+            changed=float(rec.get("c", 0)),
+            restored=float(rec.get("r", 0)),
+        )
 
     def adopt(self, other: Health) -> None:
         """Take another worker's newer state change (its quarantine or its restore)."""

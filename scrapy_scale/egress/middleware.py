@@ -66,13 +66,20 @@ class EgressMiddleware:
         st = crawler.settings
         self.stats = crawler.stats
         policy = HealthPolicy(
-            min_failures=S.MIN_FAILURES.get(st), threshold=S.THRESHOLD.get(st),
-            half_life=S.HALF_LIFE.get(st), base=S.QUARANTINE.get(st),
-            max_quarantine=S.QUARANTINE_MAX.get(st), probes=S.PROBES.get(st),
-            probe_timeout=max(30.0, S.QUARANTINE.get(st)))
+            min_failures=S.MIN_FAILURES.get(st),
+            threshold=S.THRESHOLD.get(st),
+            half_life=S.HALF_LIFE.get(st),
+            base=S.QUARANTINE.get(st),
+            max_quarantine=S.QUARANTINE_MAX.get(st),
+            probes=S.PROBES.get(st),
+            probe_timeout=max(30.0, S.QUARANTINE.get(st)),
+        )
         options = PoolOptions(
-            sticky_uses=S.STICKY_USES.get(st), sticky_age=S.STICKY_AGE.get(st),
-            route_rate=S.ROUTE_RATE.get(st), group_retire=S.GROUP_RETIRE.get(st))
+            sticky_uses=S.STICKY_USES.get(st),
+            sticky_age=S.STICKY_AGE.get(st),
+            route_rate=S.ROUTE_RATE.get(st),
+            group_retire=S.GROUP_RETIRE.get(st),
+        )
         self.pool = EgressPool(source.egresses, policy, options, time.time, Randomness())
         self.exhausted = S.EXHAUSTED.get(st)
         self.sync_every = S.SYNC.get(st)
@@ -159,12 +166,18 @@ class EgressMiddleware:
         again.meta[meta.NOT_BEFORE] = min(until, time.time() + RECHECK)
         self.stats.inc_value(K.egress_wait(reason))
         if domain not in self._waiting:
-            what = {"quarantined": "every egress is quarantined for it",
-                    "route_cap": "every route to it is at its rate cap (SCALE_EGRESS_ROUTE_RATE)",
-                    "probing": "its only egresses are being re-probed",
-                    "empty": "the egress pool is empty"}.get(reason, reason)
-            logger.warning("egress: %s waits until %s: %s; other domains go on", domain,
-                           time.strftime("%H:%M:%S", time.localtime(until)), what)
+            what = {
+                "quarantined": "every egress is quarantined for it",
+                "route_cap": "every route to it is at its rate cap (SCALE_EGRESS_ROUTE_RATE)",
+                "probing": "its only egresses are being re-probed",
+                "empty": "the egress pool is empty",
+            }.get(reason, reason)
+            logger.warning(
+                "egress: %s waits until %s: %s; other domains go on",
+                domain,
+                time.strftime("%H:%M:%S", time.localtime(until)),
+                what,
+            )
         self._waiting[domain] = until
         if reason == "quarantined" and self.exhausted == "close" and self.crawler.engine is not None:
             from scrapy.utils.defer import deferred_from_coro
@@ -203,8 +216,9 @@ class EgressMiddleware:
             self.browser.close_page(request)
         if outcome.fallback or outcome.egress is None:
             return
-        events = self.pool.observe(outcome.egress, outcome.domain, outcome.cls.value, outcome.blame.value,
-                                   outcome.status is not None)
+        events = self.pool.observe(
+            outcome.egress, outcome.domain, outcome.cls.value, outcome.blame.value, outcome.status is not None
+        )
         for ev in events:
             self._report(ev)
 
@@ -221,20 +235,32 @@ class EgressMiddleware:
             logger.info("egress %s restored%s (its re-probe succeeded)", ev.egress, where)
             self.stats.inc_value(K.EGRESS_RESTORED)
         elif ev.kind == "group_retired":
-            logger.warning("egress group %s retired: %s together; all its members are quarantined (each "
-                           "re-probed on its own) until %s at most", ev.egress, ev.detail, until)
+            logger.warning(
+                "egress group %s retired: %s together; all its members are quarantined (each "
+                "re-probed on its own) until %s at most",
+                ev.egress,
+                ev.detail,
+                until,
+            )
             self.stats.inc_value(K.EGRESS_GROUPS_RETIRED)
         elif ev.kind == "adopted":
-            logger.info("egress %s %s%s by another worker (shared state)%s", ev.egress, ev.detail, where,
-                        f" until {until}" if ev.detail == "quarantined" else "")
+            logger.info(
+                "egress %s %s%s by another worker (shared state)%s",
+                ev.egress,
+                ev.detail,
+                where,
+                f" until {until}" if ev.detail == "quarantined" else "",
+            )
 
     # ---- lifecycle, shared state, sources ----------------------------------------
 
     async def spider_opened(self, spider: Any) -> None:
         if not self.ctx.outcomes_on:
-            logger.error("egress: the outcome middleware is not enabled: the pool gets no health evidence "
-                         "and cannot hold requests of a domain without egress (enable "
-                         "scrapy_scale.outcomes.OutcomeDownloaderMiddleware, or use the add-on)")
+            logger.error(
+                "egress: the outcome middleware is not enabled: the pool gets no health evidence "
+                "and cannot hold requests of a domain without egress (enable "
+                "scrapy_scale.outcomes.OutcomeDownloaderMiddleware, or use the add-on)"
+            )
         job = self.ctx.job or settings_core.JOB.get(self.crawler.settings) or spider.name
         self.store = open_state(self.crawler.settings, job)
         self._opened(await maybe_deferred_to_future(threads.deferToThread(self._open_state)))
@@ -274,8 +300,9 @@ class EgressMiddleware:
 
         def failed(f: Any) -> None:
             self.pool.dirty.update(dirty)  # written at the next sync
-            logger.warning("egress: cannot sync the pool's state with %s: %s", self.store and self.store.where,
-                           f.getErrorMessage())
+            logger.warning(
+                "egress: cannot sync the pool's state with %s: %s", self.store and self.store.where, f.getErrorMessage()
+            )
 
         def finally_(_: Any) -> None:
             self._syncing = False
@@ -360,5 +387,12 @@ class EgressMiddleware:
     def snapshot(self, top: int = 10) -> list[dict[str, Any]]:
         p = self.pool
         health = {k: h.to_record() for k, h in p.health.items()}
-        return describe({"health": health, "counts": {self.worker: p.counters()},
-                         "pool": {e: {"group": g} for e, g in p.members.items()}}, time.time(), top)
+        return describe(
+            {
+                "health": health,
+                "counts": {self.worker: p.counters()},
+                "pool": {e: {"group": g} for e, g in p.members.items()},
+            },
+            time.time(),
+            top,
+        )

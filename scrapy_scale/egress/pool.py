@@ -81,9 +81,14 @@ def split_key(key: str) -> tuple[str, str]:
 
 
 class EgressPool:
-    def __init__(self, egresses: Iterable[Egress], policy: HealthPolicy | None = None,
-                 options: PoolOptions | None = None, clock: Clock | None = None,
-                 rng: Randomness | None = None):
+    def __init__(
+        self,
+        egresses: Iterable[Egress],
+        policy: HealthPolicy | None = None,
+        options: PoolOptions | None = None,
+        clock: Clock | None = None,
+        rng: Randomness | None = None,
+    ):
         from scrapy_scale.clock import wall
 
         self.policy = policy or HealthPolicy()
@@ -171,8 +176,14 @@ class EgressPool:
     def _sticky_or_weighted(self, domain: str, pick: list[str], avoid: set[str], now: float) -> str:
         o = self.options
         s = self._sticky.get(domain)
-        if (o.sticky_uses and s is not None and s.egress in pick and s.egress not in avoid
-                and s.uses < o.sticky_uses and now - s.since < o.sticky_age):
+        if (
+            o.sticky_uses
+            and s is not None
+            and s.egress in pick
+            and s.egress not in avoid
+            and s.uses < o.sticky_uses
+            and now - s.since < o.sticky_age
+        ):
             s.uses += 1
             return s.egress
         chosen = self._weighted(domain, pick, now)
@@ -301,14 +312,19 @@ class EgressPool:
                 continue
             egress, domain = split_key(k)
             if other.changed and egress in self.egresses:
-                events.append(Event("adopted", egress, domain, other.until,
-                                    "quarantined" if other.until else "restored"))
+                events.append(
+                    Event("adopted", egress, domain, other.until, "quarantined" if other.until else "restored")
+                )
         return events
 
     def counters(self) -> dict[str, Any]:
         """This worker's cumulative counts (for the shared store and status)."""
-        return {"requests": dict(self.requests), "failures": {e: dict(c) for e, c in self.failures.items()},
-                "bans": dict(self.bans), "routes": self.routes.pressure(50)}
+        return {
+            "requests": dict(self.requests),
+            "failures": {e: dict(c) for e, c in self.failures.items()},
+            "bans": dict(self.bans),
+            "routes": self.routes.pressure(50),
+        }
 
     def load_counters(self, data: dict[str, Any]) -> None:
         self.requests.update(data.get("requests", {}))
@@ -322,4 +338,3 @@ class EgressPool:
     @property
     def members(self) -> dict[str, str | None]:
         return {e.id: e.group for e in self.egresses.values()}
-

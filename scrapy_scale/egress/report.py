@@ -52,17 +52,34 @@ def describe(state: dict[str, Any], now: float | None = None, top: int = 10) -> 
         for k, r in health.items():
             eg, _, dom = k.partition("|")
             if eg == e and dom and (bans[k] or _state(r, now) != HEALTHY):
-                domains.append({"domain": dom, "blocks": bans[k], "state": _state(r, now),
-                                "until": float(r.get("u", 0) or 0) or None})
+                domains.append(
+                    {
+                        "domain": dom,
+                        "blocks": bans[k],
+                        "state": _state(r, now),
+                        "until": float(r.get("u", 0) or 0) or None,
+                    }
+                )
         domains.sort(key=lambda d: (-d["blocks"], d["domain"]))
-        rows.append({
-            "egress": e, "group": (pool.get(e) or {}).get("group"), "in_pool": e in pool if pool else True,
-            "state": _state(rec, now), "score": _score(rec), "requests": requests[e],
-            "failures": dict(failures.get(e, {})), "until": float(rec.get("u", 0) or 0) or None,
-            "level": int(rec.get("l", 0) or 0), "banned_for": domains[:top],
-            "routes_at_cap": [{"domain": d, "capped": n, "sent": sent[e][d]}
-                              for d, n in routes.get(e, Counter()).most_common(top) if n],
-        })
+        rows.append(
+            {
+                "egress": e,
+                "group": (pool.get(e) or {}).get("group"),
+                "in_pool": e in pool if pool else True,
+                "state": _state(rec, now),
+                "score": _score(rec),
+                "requests": requests[e],
+                "failures": dict(failures.get(e, {})),
+                "until": float(rec.get("u", 0) or 0) or None,
+                "level": int(rec.get("l", 0) or 0),
+                "banned_for": domains[:top],
+                "routes_at_cap": [
+                    {"domain": d, "capped": n, "sent": sent[e][d]}
+                    for d, n in routes.get(e, Counter()).most_common(top)
+                    if n
+                ],
+            }
+        )
     return rows
 
 
@@ -74,13 +91,23 @@ def format_rows(rows: list[dict[str, Any]], now: float | None = None) -> str:
     out = ["egresses: " + ", ".join(f"{n} {s}" for s, n in sorted(sizes.items()))]
     for r in rows:
         fails = ", ".join(f"{c} {n}" for c, n in sorted(r["failures"].items())) or "no failures"
-        until = f", until {time.strftime('%H:%M:%S', time.localtime(r['until']))}" if r["until"] and r["state"] != HEALTHY else ""
+        until = (
+            f", until {time.strftime('%H:%M:%S', time.localtime(r['until']))}"
+            if r["until"] and r["state"] != HEALTHY
+            else ""
+        )
         group = f" [{r['group']}]" if r["group"] else ""
         gone = " (no longer in the pool)" if not r["in_pool"] else ""
-        out.append(f"  {r['egress']}{group}{gone}: {r['state']}{until}, score {r['score']:.2f}, "
-                   f"{r['requests']} request(s), {fails}")
+        out.append(
+            f"  {r['egress']}{group}{gone}: {r['state']}{until}, score {r['score']:.2f}, "
+            f"{r['requests']} request(s), {fails}"
+        )
         for d in r["banned_for"]:
-            left = f" until {time.strftime('%H:%M:%S', time.localtime(d['until']))}" if d["until"] and d["state"] != HEALTHY else ""
+            left = (
+                f" until {time.strftime('%H:%M:%S', time.localtime(d['until']))}"
+                if d["until"] and d["state"] != HEALTHY
+                else ""
+            )
             out.append(f"      {d['domain']}: {d['state']}{left}, {d['blocks']} block(s)")
         for rt in r["routes_at_cap"]:
             out.append(f"      route to {rt['domain']}: {rt['sent']} sent, at its cap {rt['capped']} time(s)")

@@ -44,7 +44,5 @@ class RouteLimiter:
 
     def pressure(self, top: int = 10) -> list[dict[str, object]]:
         """The busiest routes: requests sent, times found at the cap."""
-        keys = sorted(set(self.sent) | set(self.capped),
-                      key=lambda k: (-self.capped[k], -self.sent[k], k))[:top]
-        return [{"egress": e, "domain": d, "sent": self.sent[(e, d)], "capped": self.capped[(e, d)]}
-                for e, d in keys]
+        keys = sorted(set(self.sent) | set(self.capped), key=lambda k: (-self.capped[k], -self.sent[k], k))[:top]
+        return [{"egress": e, "domain": d, "sent": self.sent[(e, d)], "capped": self.capped[(e, d)]} for e, d in keys]

@@ -87,85 +87,117 @@ EGRESSES = declare(
     COMPONENT,
 )
 MIN_FAILURES = declare(
-    "SCALE_EGRESS_MIN_FAILURES", 3.0, as_float(1.0),
+    "SCALE_EGRESS_MIN_FAILURES",
+    3.0,
+    as_float(1.0),
     "Decayed failures an egress (or an egress for one domain) must have before it can be quarantined.",
     COMPONENT,
 )
 THRESHOLD = declare(
-    "SCALE_EGRESS_THRESHOLD", 0.5, as_float(0.0, 1.0),
+    "SCALE_EGRESS_THRESHOLD",
+    0.5,
+    as_float(0.0, 1.0),
     "Score (decayed (good+1)/(good+bad+1)) below which such an egress is quarantined.",
     COMPONENT,
 )
 HALF_LIFE = declare(
-    "SCALE_EGRESS_HALF_LIFE", 60.0, as_float(0.1),
+    "SCALE_EGRESS_HALF_LIFE",
+    60.0,
+    as_float(0.1),
     "Half-life in seconds of the evidence behind a score.",
     COMPONENT,
 )
 QUARANTINE = declare(
-    "SCALE_EGRESS_QUARANTINE", 30.0, as_float(0.01),
+    "SCALE_EGRESS_QUARANTINE",
+    30.0,
+    as_float(0.01),
     "First quarantine in seconds (jittered: half of it to all of it); each failed re-probe doubles it.",
     COMPONENT,
 )
 QUARANTINE_MAX = declare(
-    "SCALE_EGRESS_QUARANTINE_MAX", 3600.0, as_float(0.01),
+    "SCALE_EGRESS_QUARANTINE_MAX",
+    3600.0,
+    as_float(0.01),
     "Longest quarantine in seconds.",
     COMPONENT,
 )
 PROBES = declare(
-    "SCALE_EGRESS_PROBES", 1, as_int(1, 1000),
+    "SCALE_EGRESS_PROBES",
+    1,
+    as_int(1, 1000),
     "Requests in flight at a time through an egress whose quarantine ended (the half-open probe).",
     COMPONENT,
 )
 STICKY_USES = declare(
-    "SCALE_EGRESS_STICKY_USES", 0, as_int(0),
+    "SCALE_EGRESS_STICKY_USES",
+    0,
+    as_int(0),
     "Keep one egress per domain for this many requests (0 = no stickiness).",
     COMPONENT,
 )
 STICKY_AGE = declare(
-    "SCALE_EGRESS_STICKY_AGE", 60.0, as_float(0.0),
+    "SCALE_EGRESS_STICKY_AGE",
+    60.0,
+    as_float(0.0),
     "Longest time in seconds a domain sticks to one egress.",
     COMPONENT,
 )
 ROUTE_RATE = declare(
-    "SCALE_EGRESS_ROUTE_RATE", 0.0, as_float(0.0),
+    "SCALE_EGRESS_ROUTE_RATE",
+    0.0,
+    as_float(0.0),
     "Maximum requests/s per (egress, domain) over all workers (0 = no cap); when every route to a domain "
     "is at its cap, that domain's requests wait.",
     COMPONENT,
 )
 GROUP_RETIRE = declare(
-    "SCALE_EGRESS_GROUP_RETIRE", 0.5, as_float(0.0, 1.0),
+    "SCALE_EGRESS_GROUP_RETIRE",
+    0.5,
+    as_float(0.0, 1.0),
     "Fraction of a group's members quarantined at once that retires the whole group.",
     COMPONENT,
 )
 EXHAUSTED = declare(
-    "SCALE_EGRESS_EXHAUSTED", "wait", as_choice("wait", "close"),
+    "SCALE_EGRESS_EXHAUSTED",
+    "wait",
+    as_choice("wait", "close"),
     "When every egress is quarantined for a domain: `wait` (that domain waits, others go on) or `close` "
     "(close the spider, reason `egress_exhausted`).",
     COMPONENT,
 )
 SYNC = declare(
-    "SCALE_EGRESS_SYNC", 1.0, as_float(0.05),
+    "SCALE_EGRESS_SYNC",
+    1.0,
+    as_float(0.05),
     "Seconds between writes of the pool's health to its shared state (Redis or SQLite) and reads of "
     "other workers' changes.",
     COMPONENT,
 )
 REFRESH = declare(
-    "SCALE_EGRESS_REFRESH", 60.0, as_float(0.1),
+    "SCALE_EGRESS_REFRESH",
+    60.0,
+    as_float(0.1),
     "Seconds between checks of an egress file for changes, or calls of a provider's fetch().",
     COMPONENT,
 )
 STATS_TOP = declare(
-    "SCALE_EGRESS_STATS_TOP", 20, as_int(1, 10_000),
+    "SCALE_EGRESS_STATS_TOP",
+    20,
+    as_int(1, 10_000),
     "Egresses with their own stats keys (the busiest); the rest are summed under `other`.",
     COMPONENT,
 )
 CONTEXT_PAGES = declare(
-    "SCALE_EGRESS_CONTEXT_PAGES", 100, as_int(0),
+    "SCALE_EGRESS_CONTEXT_PAGES",
+    100,
+    as_int(0),
     "Browser requests (scrapy-playwright) per egress context before it is replaced by a new one (0 = no limit).",
     COMPONENT,
 )
 CONTEXT_AGE = declare(
-    "SCALE_EGRESS_CONTEXT_AGE", 600.0, as_float(0.0),
+    "SCALE_EGRESS_CONTEXT_AGE",
+    600.0,
+    as_float(0.0),
     "Longest life in seconds of an egress's browser context before it is replaced (0 = no limit).",
     COMPONENT,
 )

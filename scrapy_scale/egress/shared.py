@@ -40,8 +40,9 @@ class StateStore:
     def load(self) -> dict[str, dict[str, Any]]:
         raise NotImplementedError
 
-    def sync(self, worker: str, dirty: dict[str, dict[str, Any]], counts: dict[str, Any],
-             now: float) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
+    def sync(
+        self, worker: str, dirty: dict[str, dict[str, Any]], counts: dict[str, Any], now: float
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
         """Write this worker's changes; (every health record, last sync per worker)."""
         raise NotImplementedError
 
@@ -97,7 +98,9 @@ class RedisState(StateStore):
         self.where = redact_url(url)
         self.r = client or redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=10)
         p = f"scale:{{{job}}}:egress"
-        self.k_health, self.k_counts, self.k_live, self.k_pool = (f"{p}:{s}" for s in ("health", "counts", "live", "pool"))
+        self.k_health, self.k_counts, self.k_live, self.k_pool = (
+            f"{p}:{s}" for s in ("health", "counts", "live", "pool")
+        )
         self._put_health = self.r.register_script(_PUT_HEALTH)
 
     def load(self) -> dict[str, dict[str, Any]]:
@@ -123,8 +126,12 @@ class RedisState(StateStore):
         pipe.execute()
 
     def read_all(self):
-        return {"health": _loads(self.r.hgetall(self.k_health)), "counts": _loads(self.r.hgetall(self.k_counts)),
-                "live": _loads(self.r.hgetall(self.k_live)), "pool": _loads(self.r.hgetall(self.k_pool))}
+        return {
+            "health": _loads(self.r.hgetall(self.k_health)),
+            "counts": _loads(self.r.hgetall(self.k_counts)),
+            "live": _loads(self.r.hgetall(self.k_live)),
+            "pool": _loads(self.r.hgetall(self.k_pool)),
+        }
 
     def close(self) -> None:
         self.r.close()
@@ -145,8 +152,10 @@ class SqliteState(StateStore):
         return _loads(dict(rows))
 
     def _put(self, table: str, items: dict[str, Any]) -> None:
-        self.db.executemany(f"INSERT OR REPLACE INTO egress_{table} (job, k, v) VALUES (?, ?, ?)",
-                            [(self.job, k, json.dumps(v)) for k, v in items.items()])
+        self.db.executemany(
+            f"INSERT OR REPLACE INTO egress_{table} (job, k, v) VALUES (?, ?, ?)",
+            [(self.job, k, json.dumps(v)) for k, v in items.items()],
+        )
 
     def load(self):
         return self._all("health")
@@ -211,7 +220,7 @@ def state_path(settings: Any) -> str:
             return os.path.join(os.path.dirname(path) or ".", "egress.db")
     from scrapy_scale.settings_core import state_file_url
 
-    return state_file_url(settings, "egress.db")[len("sqlite:///"):]
+    return state_file_url(settings, "egress.db")[len("sqlite:///") :]
 
 
 def live_workers(live: dict[str, float], now: float, sync: float) -> int:

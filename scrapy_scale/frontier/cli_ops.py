@@ -74,7 +74,9 @@ class JobOps:
         return {
             "job": st.job,
             "frontier": self.where,
-            "run": None if run is None else {
+            "run": None
+            if run is None
+            else {
                 "id": run.run_id,
                 "started_at": run.started_at,
                 "ended_at": run.ended_at,
@@ -83,8 +85,10 @@ class JobOps:
                 "no_live_worker_since": st.last_seen() if run.ended_at is None and not live else None,
             },
             "live_workers": live,
-            "workers": {w: {"last_beat": at, "alive_until": until, "live": until >= now}
-                        for w, (at, until) in sorted(st.workers.items())},
+            "workers": {
+                w: {"last_beat": at, "alive_until": until, "live": until >= now}
+                for w, (at, until) in sorted(st.workers.items())
+            },
             "counts": {k: int(st.counts.get(k, 0)) for k in COUNT_KEYS},
             "total": sum(int(st.counts.get(k, 0)) for k in COUNT_KEYS),
             "failed_by_class": dict(sorted(st.failed_by_class.items())),
@@ -119,8 +123,7 @@ class JobOps:
             known = ", ".join(FAILED_CLASSES)
             here = ", ".join(f"{k} ({v})" for k, v in sorted(present.items())) or "none"
             hint = " (done classes are never failed)" if cls in {c.value for c in DONE_CLASSES} else ""
-            raise OpError(f"unknown failure class {cls!r}{hint}; classes: {known}; "
-                          f"this job's failures: {here}")
+            raise OpError(f"unknown failure class {cls!r}{hint}; classes: {known}; this job's failures: {here}")
         return self.store.requeue(cls)
 
 
@@ -183,7 +186,7 @@ def known_jobs(store: FrontierStore) -> list[str]:
         if RedisStore is not None and isinstance(store, RedisStore):
             names = set()
             for key in store.r.scan_iter(match="scale:{*}:runs", count=1000):
-                names.add(key[len("scale:{"):-len("}:runs")])
+                names.add(key[len("scale:{") : -len("}:runs")])
             return sorted(names)
     except Exception:  # noqa: BLE001 - only a hint in an error message
         return []

@@ -65,13 +65,15 @@ class NotStorable(CodecError):
 T = TypeVar("T")
 
 #: Scrapy's own request classes: a record may always name them
-SCRAPY_REQUEST_CLASSES = frozenset({
-    "scrapy.Request",
-    "scrapy.http.request.Request",
-    "scrapy.http.request.form.FormRequest",
-    "scrapy.http.request.json_request.JsonRequest",
-    "scrapy.http.request.rpc.XmlRpcRequest",
-})
+SCRAPY_REQUEST_CLASSES = frozenset(
+    {
+        "scrapy.Request",
+        "scrapy.http.request.Request",
+        "scrapy.http.request.form.FormRequest",
+        "scrapy.http.request.json_request.JsonRequest",
+        "scrapy.http.request.rpc.XmlRpcRequest",
+    }
+)
 DEFAULT_SCHEMES = ("http", "https")
 #: private methods of Scrapy's own generic spiders that Scrapy itself uses as callbacks
 #: (CrawlSpider rules, SitemapSpider); any other private method is never a callback
@@ -106,9 +108,14 @@ class RecordRules:
         return cls(frozenset(names), frozenset(s.lower() for s in schemes), packages)
 
 
-def allowed_class(path: Any, base: type[T], allowed: Collection[str],
-                  setting: str = "SCALE_FRONTIER_REQUEST_CLASSES",
-                  accept: Callable[[type], bool] | None = None, kind: str | None = None) -> type[T]:
+def allowed_class(
+    path: Any,
+    base: type[T],
+    allowed: Collection[str],
+    setting: str = "SCALE_FRONTIER_REQUEST_CLASSES",
+    accept: Callable[[type], bool] | None = None,
+    kind: str | None = None,
+) -> type[T]:
     """The class a record names at ``path`` -- THE check for every class a record may
     name: ``path``, or the module it is in, must be listed in ``allowed`` (checked on the
     string, so nothing is imported otherwise); then it is loaded and must be ``base`` or
@@ -117,8 +124,10 @@ def allowed_class(path: Any, base: type[T], allowed: Collection[str],
     if not isinstance(path, str) or not _DOTTED.fullmatch(path):
         raise CodecError(f"the record names a class {path!r} that is not a dotted path")
     if path not in allowed and path.rpartition(".")[0] not in allowed:
-        raise CodecError(f"the record names class {path!r}, which the project does not allow "
-                         f"(not imported; list it or its module in {setting})")
+        raise CodecError(
+            f"the record names class {path!r}, which the project does not allow "
+            f"(not imported; list it or its module in {setting})"
+        )
     try:
         obj = load_object(path)
     except (ImportError, AttributeError, NameError, ValueError) as e:
@@ -165,8 +174,10 @@ def check_url(url: Any, rules: RecordRules) -> None:
     scheme = urlsplit(url).scheme.lower()
     if scheme not in rules.schemes:
         allowed = ", ".join(sorted(rules.schemes))
-        raise CodecError(f"URL scheme {scheme or 'none'!r} is not allowed ({url[:200]!r}); allowed: {allowed}"
-                         " (SCALE_FRONTIER_SCHEMES)")
+        raise CodecError(
+            f"URL scheme {scheme or 'none'!r} is not allowed ({url[:200]!r}); allowed: {allowed}"
+            " (SCALE_FRONTIER_SCHEMES)"
+        )
 
 
 def _check_names(d: dict[str, Any], spider: Spider | None, rules: RecordRules) -> None:
@@ -307,8 +318,10 @@ def decode(data: str, spider: Spider | None = None, rules: RecordRules | None = 
     except Exception as e:  # noqa: BLE001 - a marker that is not what it says ({"$b": 1}, bad base64...)
         raise CodecError(f"cannot rebuild the request: {type(e).__name__}: {e}") from None
     if isinstance(doc, dict) and "m" in doc and doc.get("v") == 2:
-        raise CodecError(f"a request kept in memory only (it held a {doc['m']}, which cannot be stored), "
-                         "lost when its worker stopped before finishing it")
+        raise CodecError(
+            f"a request kept in memory only (it held a {doc['m']}, which cannot be stored), "
+            "lost when its worker stopped before finishing it"
+        )
     if not isinstance(doc, dict) or "r" not in doc:
         raise CodecError("not a stored request (no 'r' field)")
     if doc.get("v") not in READS:
@@ -358,8 +371,7 @@ def new_request(
     )
 
 
-def request_from_feed(message: str | bytes, spider: Spider | None = None,
-                      rules: RecordRules | None = None) -> Request:
+def request_from_feed(message: str | bytes, spider: Spider | None = None, rules: RecordRules | None = None) -> Request:
     """A request from a feeder's JSON message: a URL string (``"https://..."``) or an
     object with ``url`` and optionally ``callback`` (a public spider method's name),
     ``method``, ``headers``, ``body``, ``meta``, ``cb_kwargs``, ``priority``,
@@ -372,8 +384,21 @@ def request_from_feed(message: str | bytes, spider: Spider | None = None,
         doc = {"url": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("url"), str):
         raise CodecError("feed message must be a URL string or an object with a 'url'")
-    allowed = {"url", "callback", "errback", "method", "headers", "body", "meta", "cb_kwargs",
-               "priority", "dont_filter", "cookies", "flags", "encoding"}
+    allowed = {
+        "url",
+        "callback",
+        "errback",
+        "method",
+        "headers",
+        "body",
+        "meta",
+        "cb_kwargs",
+        "priority",
+        "dont_filter",
+        "cookies",
+        "flags",
+        "encoding",
+    }
     unknown = set(doc) - allowed
     if unknown:
         raise CodecError(f"feed message has unknown fields: {', '.join(sorted(unknown))}")

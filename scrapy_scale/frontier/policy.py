@@ -68,16 +68,21 @@ class SyncTrouble:
         self.retry_at = now + min(self.cap, self.base * 2 ** min(self.failures - 1, 30))
         failing = now - self.since
         if self.deadline and failing > self.deadline:
-            return (f"frontier writes failing for {failing:.0f} s ({self.failures} attempts), past the "
-                    f"deadline of {self.deadline:g} s: {error}", True)
+            return (
+                f"frontier writes failing for {failing:.0f} s ({self.failures} attempts), past the "
+                f"deadline of {self.deadline:g} s: {error}",
+                True,
+            )
         if self.failures == 1:
             line = f"frontier sync failed (will retry with backoff): {error}"
         elif now - self._logged_at < self.log_every:
             return None, False
         else:
             limit = f" (gives up after {self.deadline:g} s)" if self.deadline else ""
-            line = (f"frontier sync still failing: {self._unlogged} failures in the last "
-                    f"{now - self._logged_at:.0f} s, failing for {failing:.0f} s{limit}: {error}")
+            line = (
+                f"frontier sync still failing: {self._unlogged} failures in the last "
+                f"{now - self._logged_at:.0f} s, failing for {failing:.0f} s{limit}: {error}"
+            )
         self._logged_at = now
         self._unlogged = 0
         return line, False

@@ -134,10 +134,21 @@ class RedisStore(FrontierStore):
                 "start Redis there, or fix SCALE_FRONTIER_URL"
             ) from None
         self._r = r
-        for name, src in (("enqueue", _ENQUEUE), ("lease", _LEASE), ("renew", _RENEW), ("finish", _FINISH),
-                          ("release", _RELEASE), ("dead", _DEAD), ("requeue", _REQUEUE), ("resolve", _RESOLVE),
-                          ("status", redis_status.SUMMARY), ("heads", redis_status.HEADS), ("run", _RUN),
-                          ("claim", _CLAIM), ("counts", _COUNTS)):
+        for name, src in (
+            ("enqueue", _ENQUEUE),
+            ("lease", _LEASE),
+            ("renew", _RENEW),
+            ("finish", _FINISH),
+            ("release", _RELEASE),
+            ("dead", _DEAD),
+            ("requeue", _REQUEUE),
+            ("resolve", _RESOLVE),
+            ("status", redis_status.SUMMARY),
+            ("heads", redis_status.HEADS),
+            ("run", _RUN),
+            ("claim", _CLAIM),
+            ("counts", _COUNTS),
+        ):
             self._scripts[name] = r.register_script(src)
 
     def close(self) -> None:
@@ -166,8 +177,7 @@ class RedisStore(FrontierStore):
                 if self.retry_for is not None and time.monotonic() - start > self.retry_for:
                     raise FrontierError(f"Redis at {redact_url(self.url)} unreachable: {e}") from None
                 if not warned:
-                    logger.warning("Redis frontier at %s unreachable (%s); waiting for it",
-                                   redact_url(self.url), e)
+                    logger.warning("Redis frontier at %s unreachable (%s); waiting for it", redact_url(self.url), e)
                     warned = True
                 self.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -254,11 +264,22 @@ class RedisStore(FrontierStore):
         out: list[EnqueueResult] = []
         for i in range(0, len(requests), 500):
             args: list[Any] = [self.clock()]
-            for r in requests[i:i + 500]:
+            for r in requests[i : i + 500]:
                 fc, fr = r.last_failure if r.last_failure else ("", "")
                 flag = "u" if r.update else ("r" if r.reopen else "")
-                args += [r.fingerprint, r.data, r.domain, str(int(r.priority)), float(r.not_before or 0),
-                         int(r.attempts), fc, fr, flag, r.held_by, float(r.held_seconds)]
+                args += [
+                    r.fingerprint,
+                    r.data,
+                    r.domain,
+                    str(int(r.priority)),
+                    float(r.not_before or 0),
+                    int(r.attempts),
+                    fc,
+                    fr,
+                    flag,
+                    r.held_by,
+                    float(r.held_seconds),
+                ]
             out += [EnqueueResult(x) for x in self._call("enqueue", *args)]
         return out
 
@@ -270,8 +291,19 @@ class RedisStore(FrontierStore):
         for fp, d, dom, p, a, enq, el, t, fc, fr, bad in rows:
             if not bad:
                 try:
-                    out.append(Leased(fp, d, dom, int(p), _field("a", a, int), _field("enq", enq, float),
-                                      _field("el", el, float), _field("t", t, int), (fc, fr) if fc else None))
+                    out.append(
+                        Leased(
+                            fp,
+                            d,
+                            dom,
+                            int(p),
+                            _field("a", a, int),
+                            _field("enq", enq, float),
+                            _field("el", el, float),
+                            _field("t", t, int),
+                            (fc, fr) if fc else None,
+                        )
+                    )
                     continue
                 except ValueError as e:
                     bad = f"unreadable record: {e}"
@@ -362,14 +394,16 @@ class RedisStore(FrontierStore):
                 "the job's state (restarted without persistence, flushed, or failed over to a replica "
                 "that had not caught up), or the job was reset or finished and started again meanwhile. Requests that were only in "
                 "Redis are lost, so this worker stops instead of declaring the run finished. Run Redis "
-                "with `appendonly yes`, then start the job again")
+                "with `appendonly yes`, then start the job again"
+            )
         if total < self._high:
             raise FrontierFatal(
                 f"{where}: job {self.job!r} run {run} has {total} records (with dead letters), fewer than the "
                 f"{self._high} seen before: the server lost writes (restarted from an older snapshot, or "
                 "failed over to a replica that had not caught up). Requests that were only in Redis are "
                 "lost, so this worker stops instead of declaring the run finished. Run Redis with "
-                "`appendonly yes`, then start the job again")
+                "`appendonly yes`, then start the job again"
+            )
         self._high = total
 
     def durability_warning(self) -> str | None:
@@ -382,9 +416,11 @@ class RedisStore(FrontierStore):
             logger.debug("Redis persistence unknown (CONFIG GET refused: %s)", e)
             return None
         if cfg.get("appendonly") == "no" and not (cfg.get("save") or "").strip():
-            return (f"Redis at {redact_url(self.url)} has no persistence (appendonly no, no RDB snapshots): "
-                    "a restart of it loses the job's frontier. Run it with `appendonly yes` for a crawl "
-                    "that survives a Redis restart")
+            return (
+                f"Redis at {redact_url(self.url)} has no persistence (appendonly no, no RDB snapshots): "
+                "a restart of it loses the job's frontier. Run it with `appendonly yes` for a crawl "
+                "that survives a Redis restart"
+            )
         return None
 
     def next_eligible_at(self) -> float | None:
@@ -458,6 +494,10 @@ def _field(name: str, value: str, kind: Callable[[str], T]) -> T:
 def _run_from_json(raw: str) -> RunInfo:
     d = json.loads(raw)
     counts = d.get("counts") or {}
-    return RunInfo(int(d["run_id"]), float(d["started_at"]),
-                   None if d.get("ended_at") in (False, None) else float(d["ended_at"]),
-                   False, dict(counts) if isinstance(counts, dict) else {})
+    return RunInfo(
+        int(d["run_id"]),
+        float(d["started_at"]),
+        None if d.get("ended_at") in (False, None) else float(d["ended_at"]),
+        False,
+        dict(counts) if isinstance(counts, dict) else {},
+    )

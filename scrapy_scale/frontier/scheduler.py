@@ -141,9 +141,18 @@ class Scheduler(BaseScheduler):
     #: retries with meta scale_not_before are held by the store (contract 2)
     supports_not_before = True
 
-    def __init__(self, crawler: Crawler, store: FrontierStore, *, batch: int, lease_seconds: float,
-                 wait_for_seeds: bool, worker: str | None, signal_mode: bool | None,
-                 error_deadline: float = 600.0):
+    def __init__(
+        self,
+        crawler: Crawler,
+        store: FrontierStore,
+        *,
+        batch: int,
+        lease_seconds: float,
+        wait_for_seeds: bool,
+        worker: str | None,
+        signal_mode: bool | None,
+        error_deadline: float = 600.0,
+    ):
         self.crawler = crawler
         self.stats = crawler.stats
         self.store = store
@@ -233,9 +242,16 @@ class Scheduler(BaseScheduler):
         ctx = ScaleContext.of(crawler)
         ctx.scheduler_holds_retries = True  # and keys requests by their real fingerprint
         ctx.frontier_on = True
-        sched = cls(crawler, store, batch=batch, lease_seconds=lease_seconds, wait_for_seeds=wait,
-                    worker=worker, signal_mode=None,
-                    error_deadline=config.get(s, "SCALE_FRONTIER_ERROR_DEADLINE"))
+        sched = cls(
+            crawler,
+            store,
+            batch=batch,
+            lease_seconds=lease_seconds,
+            wait_for_seeds=wait,
+            worker=worker,
+            signal_mode=None,
+            error_deadline=config.get(s, "SCALE_FRONTIER_ERROR_DEADLINE"),
+        )
         sched.compat = frontier_compat.read(s)
         for line in sched.compat.warnings:
             logger.warning(line)
@@ -265,8 +281,11 @@ class Scheduler(BaseScheduler):
             self._loop.stop()
         self._ack_finished_by_engine(closing=True)
         ops = self.outbox.take().ops
-        logger.warning("frontier: the reactor stops before the spider closed; writing %d settled op(s), "
-                       "leases are taken back by the next run", len(ops))
+        logger.warning(
+            "frontier: the reactor stops before the spider closed; writing %d settled op(s), "
+            "leases are taken back by the next run",
+            len(ops),
+        )
 
         def work() -> None:
             with self._store_lock:
@@ -308,8 +327,13 @@ class Scheduler(BaseScheduler):
         self.stats.set_value("scale/frontier/worker", self.worker)
         logger.info(
             "frontier %s job %r run %d (%s) worker %s: %s; took back %d lease(s)",
-            type(self.store).__name__, self.store.job, run.run_id, "resumed" if run.resumed else "new",
-            self.worker, self.remote, reclaimed,
+            type(self.store).__name__,
+            self.store.job,
+            run.run_id,
+            "resumed" if run.resumed else "new",
+            self.worker,
+            self.remote,
+            reclaimed,
         )
         sig = self.crawler.signals
         sig.connect(self._on_outcome, signal=scale_signals.outcome)
@@ -357,8 +381,13 @@ class Scheduler(BaseScheduler):
             # job-wide (this run), every worker's: the run summary and the exit status read it
             self.stats.set_value("scale/frontier/dead_letters", res.dead_letters)
             self._inc("released", released)
-            logger.info("frontier closed (%s): %s; released %d lease(s)%s", reason, res.counts, released,
-                        "; run finished" if res.finished_run or self._finished else "")
+            logger.info(
+                "frontier closed (%s): %s; released %d lease(s)%s",
+                reason,
+                res.counts,
+                released,
+                "; run finished" if res.finished_run or self._finished else "",
+            )
         except Exception:  # noqa: BLE001 - closing must not raise; leases expire anyway
             logger.exception("frontier: final write failed; unacked leases will expire and be retried")
         finally:
@@ -374,8 +403,9 @@ class Scheduler(BaseScheduler):
                 _reactor().removeSystemEventTrigger(self._shutdown_trigger)
                 self._shutdown_trigger = None
 
-    def _final_writes(self, ops: list[tuple[str, Any]], held: list[str], finish: bool,
-                      res: SyncResult) -> tuple[SyncResult, int]:
+    def _final_writes(
+        self, ops: list[tuple[str, Any]], held: list[str], finish: bool, res: SyncResult
+    ) -> tuple[SyncResult, int]:
         self._write_ops(ops, res)
         released = self.store.release(self.worker, held) if held else 0
         self.store.heartbeat(self.worker, self.store.clock())  # this worker has stopped
@@ -397,8 +427,7 @@ class Scheduler(BaseScheduler):
         """Requests waiting to be handed to the engine: buffered, in the outbox (or the
         sync writing it), pending or delayed in the store. Not those in flight."""
         writing = self._sync_ops.enqueues if self._sync_ops is not None else 0
-        return (len(self.buffer) + self.outbox.enqueues + writing
-                + self.remote["pending"] + self.remote["delayed"])
+        return len(self.buffer) + self.outbox.enqueues + writing + self.remote["pending"] + self.remote["delayed"]
 
     def has_work_for_this_worker(self) -> bool:
         """Is anything waiting that this worker could hand to the engine, now or after
@@ -412,8 +441,11 @@ class Scheduler(BaseScheduler):
 
     def _buffered_fps(self) -> list[str]:
         """Fingerprints of the leases the buffer holds (requests kept in memory included)."""
-        return [x.fingerprint if isinstance(x, Leased) else x.meta.get(meta.FINGERPRINT, "")
-                for x in self.buffer if isinstance(x, Leased) or x.meta.get(meta.FINGERPRINT) in self._held_tokens]
+        return [
+            x.fingerprint if isinstance(x, Leased) else x.meta.get(meta.FINGERPRINT, "")
+            for x in self.buffer
+            if isinstance(x, Leased) or x.meta.get(meta.FINGERPRINT) in self._held_tokens
+        ]
 
     def enqueue_request(self, request: Request) -> bool:
         fp, update = self._fingerprint(request)
@@ -428,9 +460,15 @@ class Scheduler(BaseScheduler):
             return True
         is_start = bool(request.meta.get("is_start_request"))
         nr = NewRequest(
-            fingerprint=fp, data=data, domain=domain_of(request.url), priority=request.priority,
-            not_before=not_before, attempts=max(0, attempt - 1), last_failure=last_failure,
-            update=update, reopen=(request.dont_filter or not self.compat.dedup) and not is_start and not update,
+            fingerprint=fp,
+            data=data,
+            domain=domain_of(request.url),
+            priority=request.priority,
+            not_before=not_before,
+            attempts=max(0, attempt - 1),
+            last_failure=last_failure,
+            update=update,
+            reopen=(request.dont_filter or not self.compat.dedup) and not is_start and not update,
         )
         if update:
             self.inflight.pop(fp, None)  # its lease is void; the record will be leased anew
@@ -460,14 +498,22 @@ class Scheduler(BaseScheduler):
                 "finished (they are dead-lettered). Put plain data in meta/cb_kwargs (str, numbers, lists, "
                 "dicts, bytes, tuples, sets, dates, Decimal, or an Item/dataclass/attrs instance of the "
                 "project). Counted by type in scale/frontier/unserializable/*",
-                redact_text(str(request)), redact_text(str(e)))
+                redact_text(str(request)),
+                redact_text(str(e)),
+            )
         if update:  # a retry/redirect of a request this worker holds: its lease goes on
             prior = self.inflight.pop(fp, None)
             if prior is not None:
                 self._held_tokens[fp] = prior.token
         elif not request.dont_filter:  # dont_filter bypasses dedup (as Scrapy's): no record
-            nr = NewRequest(fingerprint=fp, data=codec.memory_marker(kind), domain=domain_of(request.url),
-                            priority=request.priority, held_by=self.worker, held_seconds=self.lease_seconds)
+            nr = NewRequest(
+                fingerprint=fp,
+                data=codec.memory_marker(kind),
+                domain=domain_of(request.url),
+                priority=request.priority,
+                held_by=self.worker,
+                held_seconds=self.lease_seconds,
+            )
             self._held_waiting[id(nr)] = request
             self.outbox.append(("enq", nr))
             return
@@ -561,9 +607,21 @@ class Scheduler(BaseScheduler):
         pick = pacing.take_due(self.buffer, self._pacer, time.time())
         self._held = pick.held
         for lz, turn in pick.defer:
-            self.outbox.append(("enq", NewRequest(
-                fingerprint=lz.fingerprint, data=lz.data, domain=lz.domain, priority=lz.priority,
-                not_before=turn, attempts=lz.attempts, last_failure=lz.last_failure, update=True)))
+            self.outbox.append(
+                (
+                    "enq",
+                    NewRequest(
+                        fingerprint=lz.fingerprint,
+                        data=lz.data,
+                        domain=lz.domain,
+                        priority=lz.priority,
+                        not_before=turn,
+                        attempts=lz.attempts,
+                        last_failure=lz.last_failure,
+                        update=True,
+                    ),
+                )
+            )
             self._inc("deferred")
             self._sync_at(turn)
         return pick.due
@@ -627,8 +685,9 @@ class Scheduler(BaseScheduler):
 
     # ---- acks ------------------------------------------------------------------------------------
 
-    def _on_outcome(self, outcome: Outcome, request: Request | None = None, spider: Spider | None = None,
-                    **kw: Any) -> None:
+    def _on_outcome(
+        self, outcome: Outcome, request: Request | None = None, spider: Spider | None = None, **kw: Any
+    ) -> None:
         if not outcome.final:
             return
         entry = self.inflight.get(outcome.fingerprint)
@@ -638,8 +697,11 @@ class Scheduler(BaseScheduler):
             entry.items_expected = outcome.items
             self._maybe_ack(outcome.fingerprint, entry)
         else:
-            self._settle(outcome.fingerprint, entry,
-                         ("fail", (outcome.fingerprint, entry.token, str(outcome.cls), outcome.reason)))
+            self._settle(
+                outcome.fingerprint,
+                entry,
+                ("fail", (outcome.fingerprint, entry.token, str(outcome.cls), outcome.reason)),
+            )
 
     def _on_item(self, item: Any = None, response: Any = None, spider: Any = None, **kw: Any) -> None:
         req = getattr(response, "request", None)
@@ -729,8 +791,11 @@ class Scheduler(BaseScheduler):
             send_fallback(self.crawler, entry.request, entry.responded, items=entry.items_seen)
             if fp in self.inflight and self.inflight[fp] is entry:  # no receiver settled it
                 del self.inflight[fp]
-                self.outbox.append(("ack", (fp, entry.token)) if entry.responded
-                                   else ("fail", (fp, entry.token, "fatal", "no response")))
+                self.outbox.append(
+                    ("ack", (fp, entry.token))
+                    if entry.responded
+                    else ("fail", (fp, entry.token, "fatal", "no response"))
+                )
 
     # ---- idle / drain ------------------------------------------------------------------------------
 
@@ -774,8 +839,9 @@ class Scheduler(BaseScheduler):
         btop = self.buffer.top_priority()
         # enqueues that outrank the whole buffer: lease them now even with a full buffer
         wall = time.time()
-        higher = sum(1 for kind, nr in ops if kind == "enq" and nr.not_before <= wall
-                     and (btop is None or nr.priority > btop))
+        higher = sum(
+            1 for kind, nr in ops if kind == "enq" and nr.not_before <= wall and (btop is None or nr.priority > btop)
+        )
         if holds_back(self._pending_top, btop):
             higher = self.batch
         want = lease_wanted(self._ready(), self.batch, higher)
@@ -827,8 +893,9 @@ class Scheduler(BaseScheduler):
                     res.dead += 1
             i = j
 
-    def _sync_work(self, ops: list[tuple[str, Any]], want: int, renew: list[str] | None, reclaim: bool,
-                   finish: bool, feed: int) -> SyncResult:
+    def _sync_work(
+        self, ops: list[tuple[str, Any]], want: int, renew: list[str] | None, reclaim: bool, finish: bool, feed: int
+    ) -> SyncResult:
         """Runs in the store thread: one round of writes, lease upkeep, and the next batch."""
         res = SyncResult()
         t0 = time.monotonic()
@@ -867,7 +934,9 @@ class Scheduler(BaseScheduler):
                 fp = self._thread_fingerprinter().fingerprint(r).hex()
                 batch.append(codec.new_request(r, fingerprint=fp, spider=self.spider, rules=self.rules))
             except codec.CodecError as e:
-                logger.warning("frontier: feed message refused: %s (%.200r)", redact_text(str(e)), redact_text(str(msg)))
+                logger.warning(
+                    "frontier: feed message refused: %s (%.200r)", redact_text(str(e)), redact_text(str(msg))
+                )
                 res.feed_bad += 1
         if batch:
             self.store.reopen_run()

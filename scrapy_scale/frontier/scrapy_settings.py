@@ -120,8 +120,7 @@ def start_over(store: FrontierStore, why: str, worker: str, claim: Callable[[], 
     if claim is not None and not worker.endswith("/0"):
         others.append("another live process on this host")
     if others:
-        logger.info("%s: job %r is being crawled (%s): this worker joins its run", why, store.job,
-                    ", ".join(others))
+        logger.info("%s: job %r is being crawled (%s): this worker joins its run", why, store.job, ", ".join(others))
         return worker
     records = sum(store.counts().values())
     store.reset()

@@ -41,6 +41,8 @@ WAIT_FOR_SEEDS = declare(
     "Keep workers open when the job is drained, waiting for new seeds (instead of closing).",
     COMPONENT,
 )
+
+
 def as_scheme(v: Any) -> str:
     scheme = as_str(v).strip().lower()
     if not re.fullmatch(r"[a-z][a-z0-9+.-]*", scheme):

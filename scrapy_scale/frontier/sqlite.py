@@ -35,8 +35,7 @@ LAYOUT = 1
 # internal state codes (delayed is "pending, not yet eligible")
 READY, DELAYED, LEASED, DONE, FAILED = 0, 1, 2, 3, 4
 _STATE_NAMES = {READY: "pending", DELAYED: "delayed", LEASED: "leased", DONE: "done", FAILED: "failed"}
-_PUBLIC = {READY: State.PENDING, DELAYED: State.PENDING, LEASED: State.LEASED, DONE: State.DONE,
-           FAILED: State.FAILED}
+_PUBLIC = {READY: State.PENDING, DELAYED: State.PENDING, LEASED: State.LEASED, DONE: State.DONE, FAILED: State.FAILED}
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS scale_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -216,8 +215,11 @@ class SqliteStore(FrontierStore):
         if counted != real:
             named = {_STATE_NAMES.get(k, k): v for k, v in counted.items()}
             found = {_STATE_NAMES.get(k, k): v for k, v in real.items()}
-            raise FrontierError(self.corrupt_message(
-                f"inconsistent: the counters say {named}, the records are {found} (job {self.job!r})"))
+            raise FrontierError(
+                self.corrupt_message(
+                    f"inconsistent: the counters say {named}, the records are {found} (job {self.job!r})"
+                )
+            )
 
     def corrupt_message(self, problem: str) -> str:
         return (
@@ -281,9 +283,7 @@ class SqliteStore(FrontierStore):
         (last,) = db.execute("SELECT COALESCE(MAX(run_id), 0) FROM runs WHERE job=?", (self.job,)).fetchone()
         now = self.clock()
         db.execute("INSERT INTO runs (job, run_id, started_at) VALUES (?, ?, ?)", (self.job, last + 1, now))
-        db.execute(
-            "UPDATE jobs SET current_run=?, wait_sum=0, wait_n=0 WHERE job=?", (last + 1, self.job)
-        )
+        db.execute("UPDATE jobs SET current_run=?, wait_sum=0, wait_n=0 WHERE job=?", (last + 1, self.job))
         db.execute("DELETE FROM beats WHERE job=?", (self.job,))
         return RunInfo(last + 1, now)
 
@@ -320,16 +320,19 @@ class SqliteStore(FrontierStore):
             if info is None:
                 self._new_run(db)
             elif info.ended_at is not None:
-                db.execute("UPDATE runs SET ended_at=NULL, counts='{}' WHERE job=? AND run_id=?",
-                           (self.job, info.run_id))
+                db.execute(
+                    "UPDATE runs SET ended_at=NULL, counts='{}' WHERE job=? AND run_id=?", (self.job, info.run_id)
+                )
 
     # ---- workers ---------------------------------------------------------------------
 
     def claim_worker(self, prefix: str, pid: int, is_alive: Callable[[int], bool]) -> str:
         with self._tx() as db:
-            rows = dict(db.execute(
-                "SELECT worker, pid FROM workers WHERE job=? AND worker LIKE ?", (self.job, prefix + "/%")
-            ).fetchall())
+            rows = dict(
+                db.execute(
+                    "SELECT worker, pid FROM workers WHERE job=? AND worker LIKE ?", (self.job, prefix + "/%")
+                ).fetchall()
+            )
             slot = 0
             while True:
                 wid = f"{prefix}/{slot}"
@@ -354,9 +357,7 @@ class SqliteStore(FrontierStore):
     # ---- hot path ----------------------------------------------------------------------
 
     def _next_seq(self, db: sqlite3.Connection, k: int = 1) -> int:
-        (seq,) = db.execute(
-            "UPDATE jobs SET seq = seq + ? WHERE job=? RETURNING seq", (k, self.job)
-        ).fetchone()
+        (seq,) = db.execute("UPDATE jobs SET seq = seq + ? WHERE job=? RETURNING seq", (k, self.job)).fetchone()
         return int(seq) - k + 1
 
     def enqueue(self, requests: Sequence[NewRequest]) -> list[EnqueueResult]:
@@ -381,8 +382,22 @@ class SqliteStore(FrontierStore):
                 "INSERT INTO requests (job, fp, state, data, domain, priority, attempts, eligible_at, "
                 "enqueued_at, fail_cls, fail_reason, seq, owner, lease_expires) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (self.job, r.fingerprint, LEASED if r.held_by else state, r.data, r.domain, r.priority,
-                 r.attempts, eligible, now, fcls, freason, seq, owner, expires),
+                (
+                    self.job,
+                    r.fingerprint,
+                    LEASED if r.held_by else state,
+                    r.data,
+                    r.domain,
+                    r.priority,
+                    r.attempts,
+                    eligible,
+                    now,
+                    fcls,
+                    freason,
+                    seq,
+                    owner,
+                    expires,
+                ),
             )
             return EnqueueResult.ADDED
         rid, old_state = row
@@ -409,8 +424,7 @@ class SqliteStore(FrontierStore):
         with self._tx() as db:
             self._promote(db, now)
             queues = db.execute(
-                "SELECT priority, domain, n FROM queues WHERE job=? AND n>0 ORDER BY priority DESC, served "
-                "LIMIT ?",
+                "SELECT priority, domain, n FROM queues WHERE job=? AND n>0 ORDER BY priority DESC, served LIMIT ?",
                 (self.job, n),
             ).fetchall()
             groups: list[list[Leased]] = []
@@ -422,8 +436,11 @@ class SqliteStore(FrontierStore):
                 level = [q for q in queues[i:] if q[0] == prio]
                 i += len(level)
                 shares = fair_shares([q[2] for q in level], left)
-                took = [self._take(db, worker, p, domain, k, now, seconds)
-                        for (p, domain, _), k in zip(level, shares, strict=True) if k]
+                took = [
+                    self._take(db, worker, p, domain, k, now, seconds)
+                    for (p, domain, _), k in zip(level, shares, strict=True)
+                    if k
+                ]
                 left -= sum(len(g) for g in took)
                 groups += took
                 # round-robin across domains within one priority level; levels never mix
@@ -436,16 +453,18 @@ class SqliteStore(FrontierStore):
                 )
                 ok = [x for x in leased if x.error is None]
                 wait = sum(max(0.0, now - x.eligible_at) for x in ok)
-                db.execute("UPDATE jobs SET wait_sum=wait_sum+?, wait_n=wait_n+? WHERE job=?",
-                           (wait, len(ok), self.job))
+                db.execute(
+                    "UPDATE jobs SET wait_sum=wait_sum+?, wait_n=wait_n+? WHERE job=?", (wait, len(ok), self.job)
+                )
         return leased
 
     def _next_seq_served(self, db: sqlite3.Connection, k: int) -> int:
         (s,) = db.execute("UPDATE jobs SET served = served + ? WHERE job=? RETURNING served", (k, self.job)).fetchone()
         return int(s) - k + 1
 
-    def _take(self, db: sqlite3.Connection, worker: str, prio: int, domain: str, k: int, now: float,
-              seconds: float) -> list[Leased]:
+    def _take(
+        self, db: sqlite3.Connection, worker: str, prio: int, domain: str, k: int, now: float, seconds: float
+    ) -> list[Leased]:
         rows = db.execute(
             "SELECT id, fp, data, attempts, enqueued_at, eligible_at, token, fail_cls, fail_reason "
             "FROM requests WHERE job=? AND state=0 AND priority=? AND domain=? ORDER BY seq LIMIT ?",
@@ -463,8 +482,9 @@ class SqliteStore(FrontierStore):
                 self.dead_letter(r[1], reason)
                 out.append(Leased(r[1], "", domain, prio, 0, 0.0, 0.0, 0, error=reason))
                 continue
-            out.append(Leased(r[1], r[2], domain, prio, r[3], r[4], r[5], r[6] + 1,
-                              (r[7], r[8] or "") if r[7] else None))
+            out.append(
+                Leased(r[1], r[2], domain, prio, r[3], r[4], r[5], r[6] + 1, (r[7], r[8] or "") if r[7] else None)
+            )
         return out
 
     def renew(self, worker: str, seconds: float, fingerprints: Sequence[str] | None = None) -> int:
@@ -538,8 +558,7 @@ class SqliteStore(FrontierStore):
             ).rowcount
             if worker is not None:
                 n += db.execute(
-                    "UPDATE requests SET state=0, owner=NULL, lease_expires=NULL "
-                    "WHERE job=? AND state=2 AND owner=?",
+                    "UPDATE requests SET state=0, owner=NULL, lease_expires=NULL WHERE job=? AND state=2 AND owner=?",
                     (self.job, worker),
                 ).rowcount
             return n
@@ -572,25 +591,25 @@ class SqliteStore(FrontierStore):
         return out
 
     def next_eligible_at(self) -> float | None:
-        (t,) = self.db.execute(
-            "SELECT MIN(eligible_at) FROM requests WHERE job=? AND state=1", (self.job,)
-        ).fetchone()
+        (t,) = self.db.execute("SELECT MIN(eligible_at) FROM requests WHERE job=? AND state=1", (self.job,)).fetchone()
         return t
 
     def status(self) -> Status:
         db = self.db
         now = self.clock()
-        by_cls = dict(db.execute(
-            "SELECT fail_cls, COUNT(*) FROM requests WHERE job=? AND state=4 GROUP BY fail_cls", (self.job,)
-        ).fetchall())
-        (oldest,) = db.execute(
-            "SELECT MIN(eligible_at) FROM requests WHERE job=? AND state=0", (self.job,)
-        ).fetchone()
+        by_cls = dict(
+            db.execute(
+                "SELECT fail_cls, COUNT(*) FROM requests WHERE job=? AND state=4 GROUP BY fail_cls", (self.job,)
+            ).fetchall()
+        )
+        (oldest,) = db.execute("SELECT MIN(eligible_at) FROM requests WHERE job=? AND state=0", (self.job,)).fetchone()
         wait_sum, wait_n = db.execute("SELECT wait_sum, wait_n FROM jobs WHERE job=?", (self.job,)).fetchone()
-        leases = dict(db.execute(
-            "SELECT owner, COUNT(*) FROM requests WHERE job=? AND state=2 AND lease_expires>=? GROUP BY owner",
-            (self.job, now),
-        ).fetchall())
+        leases = dict(
+            db.execute(
+                "SELECT owner, COUNT(*) FROM requests WHERE job=? AND state=2 AND lease_expires>=? GROUP BY owner",
+                (self.job, now),
+            ).fetchall()
+        )
         (dead,) = db.execute("SELECT COUNT(*) FROM dead WHERE job=?", (self.job,)).fetchone()
         beats = db.execute("SELECT worker, at, until FROM beats WHERE job=?", (self.job,)).fetchall()
         return Status(
@@ -639,9 +658,14 @@ class SqliteStore(FrontierStore):
         if not fingerprints:
             return 0
         with self._tx() as db:
-            return sum(db.execute(
-                "UPDATE requests SET state=3, owner=NULL, lease_expires=NULL, fail_cls=NULL, fail_reason=NULL "
-                "WHERE job=? AND fp=? AND state=4", (self.job, fp)).rowcount for fp in fingerprints)
+            return sum(
+                db.execute(
+                    "UPDATE requests SET state=3, owner=NULL, lease_expires=NULL, fail_cls=NULL, fail_reason=NULL "
+                    "WHERE job=? AND fp=? AND state=4",
+                    (self.job, fp),
+                ).rowcount
+                for fp in fingerprints
+            )
 
     def requeue(self, cls: str | None = None) -> int:
         now = self.clock()
@@ -662,8 +686,13 @@ class SqliteStore(FrontierStore):
 
 
 #: (column, index in a _take row, accepted types) of the fields a lease reads
-_LEASE_FIELDS = (("data", 2, (str,)), ("attempts", 3, (int,)), ("enqueued_at", 4, (int, float)),
-                 ("eligible_at", 5, (int, float)), ("token", 6, (int,)))
+_LEASE_FIELDS = (
+    ("data", 2, (str,)),
+    ("attempts", 3, (int,)),
+    ("enqueued_at", 4, (int, float)),
+    ("eligible_at", 5, (int, float)),
+    ("token", 6, (int,)),
+)
 
 
 def _unreadable(row: tuple[Any, ...]) -> str | None:

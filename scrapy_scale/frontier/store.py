@@ -418,8 +418,9 @@ class FrontierStore(abc.ABC):
         left as they are (a replay never takes a lease from a worker). Returns how many."""
         raise NotImplementedError(f"{type(self).__name__} cannot resolve failed records")
 
-    def seed(self, requests: Iterable[Request | str], priority: int = 0,
-             rules: RecordRules | None = None) -> list[EnqueueResult]:
+    def seed(
+        self, requests: Iterable[Request | str], priority: int = 0, rules: RecordRules | None = None
+    ) -> list[EnqueueResult]:
         """Enqueue seeds from outside a crawl (``scrapy scale seed JOB URL...``):
         URLs or Requests, fingerprinted with Scrapy's default fingerprinter,
         deduplicated like any request. An ended run is reopened so workers pick

@@ -66,8 +66,9 @@ def item_fields(v: Any) -> dict[str, Any] | None:
 def is_item_class(cls: type) -> bool:
     from scrapy import Item
 
-    return (isinstance(cls, type) and (issubclass(cls, Item) or dataclasses.is_dataclass(cls)
-                                       or hasattr(cls, "__attrs_attrs__")))
+    return isinstance(cls, type) and (
+        issubclass(cls, Item) or dataclasses.is_dataclass(cls) or hasattr(cls, "__attrs_attrs__")
+    )
 
 
 def class_path(cls: type) -> str:
@@ -116,8 +117,10 @@ class Encoder:
         if fields is not None:
             cls = type(v)
             if "." in cls.__qualname__ or "<" in cls.__qualname__:
-                raise Unstorable(cls.__name__, f"cannot store a {cls.__name__}: a class nested in a "
-                                 "function or class cannot be looked up again")
+                raise Unstorable(
+                    cls.__name__,
+                    f"cannot store a {cls.__name__}: a class nested in a function or class cannot be looked up again",
+                )
             path = class_path(cls)
             try:
                 self.check_item_class(path)

@@ -144,8 +144,9 @@ class Pusher:
         self.timeout = timeout
 
     def push(self) -> None:
-        push_to_gateway(self.gateway, job=self.job, registry=self.registry, grouping_key=self.grouping,
-                        timeout=self.timeout)
+        push_to_gateway(
+            self.gateway, job=self.job, registry=self.registry, grouping_key=self.grouping, timeout=self.timeout
+        )
 
     def delete(self) -> None:
         delete_from_gateway(self.gateway, job=self.job, grouping_key=self.grouping, timeout=self.timeout)

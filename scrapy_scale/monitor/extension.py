@@ -67,8 +67,7 @@ class MetricsExtension:
                 self.server.start()
             except MetricsPortError as e:
                 raise ScaleSettingError("SCALE_METRICS_PORT", str(e).split(": ", 1)[-1]) from None
-            folder = S.FILE_SD.get(s) or os.path.join(
-                settings_core.STATE_DIR.get(s), "prometheus")
+            folder = S.FILE_SD.get(s) or os.path.join(settings_core.STATE_DIR.get(s), "prometheus")
             self.file_sd = FileSD(folder, job)
 
     @classmethod
@@ -80,8 +79,9 @@ class MetricsExtension:
         try:
             import prometheus_client  # noqa: F401
         except ImportError:
-            raise ScaleSettingError("SCALE_METRICS_PORT", "metrics need prometheus-client: "
-                                    "pip install 'scrapy-scale[prometheus]'") from None
+            raise ScaleSettingError(
+                "SCALE_METRICS_PORT", "metrics need prometheus-client: pip install 'scrapy-scale[prometheus]'"
+            ) from None
         ext = cls(crawler)
         sig = crawler.signals
         sig.connect(ext.spider_opened, signal=signals.spider_opened)
@@ -103,11 +103,15 @@ class MetricsExtension:
             logger.info("metrics at http://%s/metrics (file_sd %s)", self.server.address, self.file_sd.path)
         if self.gateway:
             scrapyd_job = str(getattr(spider, "_job", "") or "")
-            self.pusher = self._pusher_cls(self.registry, self.gateway, {
-                "job": job, "spider": spider.name, "worker": worker, "scrapyd_job": scrapyd_job})
+            self.pusher = self._pusher_cls(
+                self.registry,
+                self.gateway,
+                {"job": job, "spider": spider.name, "worker": worker, "scrapyd_job": scrapyd_job},
+            )
         self._loop = task.LoopingCall(self.tick)
         self._loop.start(self.interval, now=True).addErrback(
-            lambda f: logger.error("metrics: periodic read failed: %s", f.getErrorMessage()))
+            lambda f: logger.error("metrics: periodic read failed: %s", f.getErrorMessage())
+        )
 
     def tick(self) -> None:
         """Every interval, on the reactor: nothing here waits (the frontier read and the
@@ -142,8 +146,7 @@ class MetricsExtension:
                 if final and self.push_delete:
                     self._guard("delete", self.pusher.delete)
 
-        await maybe_deferred_to_future(
-            threads.deferToThreadPool(reactor, reactor.getThreadPool(), work))  # type: ignore[attr-defined]
+        await maybe_deferred_to_future(threads.deferToThreadPool(reactor, reactor.getThreadPool(), work))  # type: ignore[attr-defined]
 
     def _write_textfile(self) -> None:
         from scrapy_scale.monitor.export import write_textfile

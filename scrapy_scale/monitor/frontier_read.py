@@ -122,6 +122,5 @@ class FrontierPoller:
         if pool is not None:
             from twisted.internet import reactor
 
-            await maybe_deferred_to_future(
-                threads.deferToThreadPool(reactor, pool, self._close_store))  # type: ignore[arg-type]
+            await maybe_deferred_to_future(threads.deferToThreadPool(reactor, pool, self._close_store))  # type: ignore[arg-type]
             pool.stop()

@@ -88,8 +88,14 @@ def _per_min(rate: float | None) -> str:
     return "-" if rate is None else f"{rate * 60:,.0f}"
 
 
-def progress_line(counts: Mapping[str, int] | None, pages_rate: float | None, items_rate: float | None,
-                  eta: float | None, done: int = 0, failed: int = 0) -> str:
+def progress_line(
+    counts: Mapping[str, int] | None,
+    pages_rate: float | None,
+    items_rate: float | None,
+    eta: float | None,
+    done: int = 0,
+    failed: int = 0,
+) -> str:
     """One line: the job's counts (or this process's ``done``/``failed`` when ``counts`` is
     None: no frontier), rates per minute and the ETA."""
     if counts is not None:
@@ -149,7 +155,8 @@ class ProgressLog:
         self.sample(time.monotonic(), None)
         self._loop = task.LoopingCall(self.tick)
         self._loop.start(self.interval, now=False).addErrback(
-            lambda f: logger.error("progress line failed: %s", f.getErrorMessage()))
+            lambda f: logger.error("progress line failed: %s", f.getErrorMessage())
+        )
 
     def spider_closed(self, spider: Any, reason: str) -> None:
         if self._loop is not None and self._loop.running:

@@ -35,8 +35,9 @@ def crawl_metrics(crawler: Any) -> CrawlMetrics:
     if m is None:
         spider = getattr(crawler.spidercls, "name", None) or "-"
         job = settings_core.JOB.get(crawler.settings) or spider
-        m = ctx.extra["crawl_metrics"] = CrawlMetrics(job, spider, default_worker(),
-                                                      S.TOP_DOMAINS.get(crawler.settings))
+        m = ctx.extra["crawl_metrics"] = CrawlMetrics(
+            job, spider, default_worker(), S.TOP_DOMAINS.get(crawler.settings)
+        )
         sig = crawler.signals
         sig.connect(m.on_outcome, signal=scale_signals.outcome)
         sig.connect(m.on_item_stored, signal=signals.item_scraped)
@@ -71,8 +72,9 @@ def refresh(crawler: Any, m: CrawlMetrics) -> None:
     with m.lock:
         if isinstance(slots, dict):
             m.download_slots = len(slots)
-            m.domain_delay = {k: float(getattr(v, "delay", 0.0)) for k, v in list(slots.items())
-                              if k in m.domains.named}
+            m.domain_delay = {
+                k: float(getattr(v, "delay", 0.0)) for k, v in list(slots.items()) if k in m.domains.named
+            }
         pool = ctx.extra.get("egress_pool")
         sizes = getattr(pool, "pool_sizes", None)
         if callable(sizes):

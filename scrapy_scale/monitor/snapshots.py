@@ -127,10 +127,20 @@ def valid(docs: Iterable[dict[str, Any]], now: float) -> list[dict[str, Any]]:
 
 def merge(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """The sum of the workers' documents: counts, rates, domains, pools."""
-    out: dict[str, Any] = {"workers": [], "requests": Counter(), "retries": Counter(), "items_stored": 0,
-                           "items_dead_lettered": 0, "pages_per_min": 0.0, "items_per_min": 0.0,
-                           "finished_per_min": 0.0, "domains": {}, "egress_pool": Counter(),
-                           "browser_contexts": 0, "download_slots": 0}
+    out: dict[str, Any] = {
+        "workers": [],
+        "requests": Counter(),
+        "retries": Counter(),
+        "items_stored": 0,
+        "items_dead_lettered": 0,
+        "pages_per_min": 0.0,
+        "items_per_min": 0.0,
+        "finished_per_min": 0.0,
+        "domains": {},
+        "egress_pool": Counter(),
+        "browser_contexts": 0,
+        "download_slots": 0,
+    }
     rates_known = False
     for d in docs:
         out["workers"].append(d.get("worker", "?"))
@@ -186,7 +196,8 @@ class SnapshotPublisher:
             return
         self._loop = task.LoopingCall(self.tick)
         self._loop.start(self.interval, now=True).addErrback(
-            lambda f: logger.error("watch snapshot failed: %s", f.getErrorMessage()))
+            lambda f: logger.error("watch snapshot failed: %s", f.getErrorMessage())
+        )
 
     def document(self, now: float) -> dict[str, Any]:
         reading.refresh(self.crawler, self.metrics)
@@ -196,19 +207,33 @@ class SnapshotPublisher:
         self.items.add(now, s["items_stored"])
         done = sum(v for k, v in s["requests"].items() if k in DONE_VALUES)
         pages, items = self.pages.rate(), self.items.rate()
-        domains = {d: {"attempts": n, "blocked": s["domain_blocked"].get(d, 0),
-                       "rate_limited": s["domain_rate_limited"].get(d, 0)}
-                   for d, n in s["domain_attempts"].items()}
+        domains = {
+            d: {
+                "attempts": n,
+                "blocked": s["domain_blocked"].get(d, 0),
+                "rate_limited": s["domain_rate_limited"].get(d, 0),
+            }
+            for d, n in s["domain_attempts"].items()
+        }
         return {
-            "worker": self.metrics.base["worker"], "job": self.metrics.base["job"],
-            "host": socket.gethostname(), "pid": os.getpid(), "at": time.time(),
-            "until": time.time() + 3 * self.interval, "started": s["started"],
-            "requests": s["requests"], "retries": s["retries"], "done": done,
-            "items_stored": s["items_stored"], "items_dead_lettered": s["items_dead_lettered"],
+            "worker": self.metrics.base["worker"],
+            "job": self.metrics.base["job"],
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "at": time.time(),
+            "until": time.time() + 3 * self.interval,
+            "started": s["started"],
+            "requests": s["requests"],
+            "retries": s["retries"],
+            "done": done,
+            "items_stored": s["items_stored"],
+            "items_dead_lettered": s["items_dead_lettered"],
             "pages_per_min": None if pages is None else pages * 60,
             "items_per_min": None if items is None else items * 60,
             "finished_per_min": None if pages is None else pages * 60,
-            "domains": domains, "egress_pool": s["egress_pool"], "browser_contexts": s["browser_contexts"],
+            "domains": domains,
+            "egress_pool": s["egress_pool"],
+            "browser_contexts": s["browser_contexts"],
             "download_slots": s["download_slots"],
         }
 

@@ -69,7 +69,7 @@ def by_class(stats: Mapping[str, Any], prefix: str) -> dict[str, int]:
 
 def by_type(stats: Mapping[str, Any], prefix: str) -> dict[str, int]:
     """``prefix + NAME`` counters by NAME, largest first."""
-    found = {k[len(prefix):]: _num(stats, k) for k in stats if k.startswith(prefix)}
+    found = {k[len(prefix) :]: _num(stats, k) for k in stats if k.startswith(prefix)}
     return dict(sorted(((k, v) for k, v in found.items() if v), key=lambda kv: -kv[1]))
 
 
@@ -176,18 +176,21 @@ def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
         text += f"; gave up on {sum(gave_up.values()):,} requests" + (f" ({_counts(gave_up)})" if gave_up else "")
         lines.append(row("retries", text))
     elif "retry/count" in stats or "retry/max_reached" in stats:  # Scrapy's own RetryMiddleware
-        lines.append(row(
-            "retries",
-            f"{_num(stats, 'retry/count'):,} retries; gave up on {_num(stats, 'retry/max_reached'):,} requests",
-        ))
+        lines.append(
+            row(
+                "retries",
+                f"{_num(stats, 'retry/count'):,} retries; gave up on {_num(stats, 'retry/max_reached'):,} requests",
+            )
+        )
 
     seen = [c for c in MEANING if outcomes.get(c) or retries.get(c) or gave_up.get(c)]
     for i, c in enumerate(seen):
         lines.append(row("" if i else "classes", f"{c + ':':<14}{MEANING[c]}"))
 
     if facts.frontier is not None:
-        shown = {s: int(facts.frontier.get(s, 0)) for s in FRONTIER_STATES
-                 if s in _ALWAYS_SHOWN or facts.frontier.get(s)}
+        shown = {
+            s: int(facts.frontier.get(s, 0)) for s in FRONTIER_STATES if s in _ALWAYS_SHOWN or facts.frontier.get(s)
+        }
         text = ", ".join(f"{v:,} {s}" for s, v in shown.items())
         if facts.frontier_failed:
             text += f" (failed: {_counts(facts.frontier_failed)})"
@@ -196,8 +199,13 @@ def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
             lines.append(row("", "the same `scrapy crawl` again resumes the unfinished requests"))
     in_memory = by_type(stats, "scale/frontier/unserializable/")
     if in_memory:
-        lines.append(row("not stored", f"{sum(in_memory.values()):,} requests kept in memory only, "
-                                       f"not resumable (values of type {_counts(in_memory)})"))
+        lines.append(
+            row(
+                "not stored",
+                f"{sum(in_memory.values()):,} requests kept in memory only, "
+                f"not resumable (values of type {_counts(in_memory)})",
+            )
+        )
 
     items_dead = _num(stats, "scale/store/dead_lettered")
     if facts.frontier_dead or items_dead:
@@ -244,13 +252,16 @@ def read_frontier(crawler: Crawler, job: str) -> FrontierCounts | None:
 
         with cli_ops.open_job(crawler.settings, job, must_exist=True) as ops:
             st = ops.status()
-        return ({str(k): int(v) for k, v in st["counts"].items()},
-                {str(k): int(v) for k, v in st["failed_by_class"].items() if v}, int(st["dead_letters"]))
+        return (
+            {str(k): int(v) for k, v in st["counts"].items()},
+            {str(k): int(v) for k, v in st["failed_by_class"].items() if v},
+            int(st["dead_letters"]),
+        )
     except Exception:  # noqa: BLE001 - the summary must never break a crawl's end
         logger.debug("run summary: frontier status unavailable", exc_info=True)
     stats = crawler.stats.get_stats() if crawler.stats else {}
     prefix = "scale/frontier/state/"
-    states = {k[len(prefix):]: _num(stats, k) for k in stats if isinstance(k, str) and k.startswith(prefix)}
+    states = {k[len(prefix) :]: _num(stats, k) for k in stats if isinstance(k, str) and k.startswith(prefix)}
     dead = _num(stats, "scale/frontier/dead_letters") or _num(stats, "scale/frontier/dead_lettered")
     return (states, {}, dead) if states else None
 
@@ -269,8 +280,9 @@ def status_command(crawler: Crawler, job: str) -> str:
 class RunSummary:
     """Extension: logs :func:`render`'s lines at INFO once the engine has stopped."""
 
-    def __init__(self, crawler: Crawler,
-                 frontier_reader: Callable[[Crawler, str], FrontierCounts | None] = read_frontier):
+    def __init__(
+        self, crawler: Crawler, frontier_reader: Callable[[Crawler, str], FrontierCounts | None] = read_frontier
+    ):
         self.crawler = crawler
         self.frontier_reader = frontier_reader
         self.started: float | None = None
@@ -327,7 +339,10 @@ class RunSummary:
         if ScaleContext.of(self.crawler).outcomes_on:
             t = self.tally
             facts.outcomes, facts.retries, facts.gave_up = (
-                t.ordered(t.outcomes), t.ordered(t.retries), t.ordered(t.gave_up))
+                t.ordered(t.outcomes),
+                t.ordered(t.retries),
+                t.ordered(t.gave_up),
+            )
         dead = dead_letters(stats, facts)
         code = settings_core.EXIT_CODE_DEAD_LETTERS.get(self.crawler.settings)
         if dead and code:

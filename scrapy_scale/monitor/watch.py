@@ -33,8 +33,9 @@ from scrapy_scale.monitor.snapshots import Sink, merge, valid
 TOP = 5
 
 
-def view(status: Mapping[str, Any], docs: list[dict[str, Any]], rate: RateWindow | None = None,
-         now: float | None = None) -> dict[str, Any]:
+def view(
+    status: Mapping[str, Any], docs: list[dict[str, Any]], rate: RateWindow | None = None, now: float | None = None
+) -> dict[str, Any]:
     """One refresh: the frontier's status, the workers' merged snapshots, rates and ETA."""
     now = time.time() if now is None else now
     merged = merge(valid(docs, now))
@@ -100,19 +101,25 @@ def renderable(v: Mapping[str, Any]) -> Any:
 
     st, m, c = v["status"], v["merged"], v["counts"]
     run = st.get("run") or {}
-    head = Text.assemble(("scrapy-scale ", "bold"), (f"job {v['job']}", "bold cyan"),
-                         f"  run {run.get('id', '-')}: {run.get('state', 'none yet')}",
-                         f"  frontier {st.get('frontier', '')}")
+    head = Text.assemble(
+        ("scrapy-scale ", "bold"),
+        (f"job {v['job']}", "bold cyan"),
+        f"  run {run.get('id', '-')}: {run.get('state', 'none yet')}",
+        f"  frontier {st.get('frontier', '')}",
+    )
     queue = Table(title="frontier (job-wide)", show_edge=False)
     for col in ("pending", "delayed", "leased", "done", "failed", "dead letters"):
         queue.add_column(col, justify="right")
-    queue.add_row(*(f"{int(c.get(k, 0)):,}" for k in ("pending", "delayed", "leased", "done", "failed")),
-                  f"{int(st.get('dead_letters') or 0):,}")
+    queue.add_row(
+        *(f"{int(c.get(k, 0)):,}" for k in ("pending", "delayed", "leased", "done", "failed")),
+        f"{int(st.get('dead_letters') or 0):,}",
+    )
     rate = v["finished_rate"]
     pace = Text(
         f"finished/min {_num(None if rate is None else rate * 60)}   pages/min {_num(m['pages_per_min'])}   "
         f"items/min {_num(m['items_per_min'])}   ETA {format_eta(v['eta'])}   "
-        f"oldest pending {_secs(st.get('oldest_pending_age'))}   average wait {_secs(st.get('average_wait'))}")
+        f"oldest pending {_secs(st.get('oldest_pending_age'))}   average wait {_secs(st.get('average_wait'))}"
+    )
     parts: list[Any] = [head, queue, pace]
     if st.get("failed_by_class"):
         parts.append(Text("failed by class: " + ", ".join(f"{k} {n:,}" for k, n in st["failed_by_class"].items())))

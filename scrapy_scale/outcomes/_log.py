@@ -16,9 +16,7 @@ class FirstFew:
         self.level = level
         self.seen: Counter[str] = Counter()
 
-    def __call__(
-        self, kind: str, msg: str, *args: Any, level: int | None = None, **kw: Any
-    ) -> None:
+    def __call__(self, kind: str, msg: str, *args: Any, level: int | None = None, **kw: Any) -> None:
         self.seen[kind] += 1
         count = self.seen[kind]
         if count <= self.n:

@@ -277,8 +277,11 @@ class Classifier:
 
     def _listed(self, exc: BaseException) -> bool:
         # IgnoreRequest (robots.txt, offsite...) is a decision, not a failure: never retried
-        return (bool(self.retry_exceptions) and isinstance(exc, self.retry_exceptions)
-                and not isinstance(exc, IgnoreRequest))
+        return (
+            bool(self.retry_exceptions)
+            and isinstance(exc, self.retry_exceptions)
+            and not isinstance(exc, IgnoreRequest)
+        )
 
     def classify_parse(
         self,

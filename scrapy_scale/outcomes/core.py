@@ -63,9 +63,7 @@ def _detectors(crawler: Crawler) -> list[BlockPageDetector]:
         except (ImportError, ValueError, AttributeError, NameError) as e:
             raise config.ScaleSettingError(oset.BLOCK_DETECTORS.name, f"cannot import {path!r}: {e}") from None
         if not hasattr(dcls, "detect"):
-            raise config.ScaleSettingError(
-                oset.BLOCK_DETECTORS.name, f"{path} has no detect(response, request) method"
-            )
+            raise config.ScaleSettingError(oset.BLOCK_DETECTORS.name, f"{path} has no detect(response, request) method")
         out.append(build_from_crawler(dcls, crawler) if hasattr(dcls, "from_crawler") else dcls())
     return out
 
@@ -114,20 +112,25 @@ class OutcomeCore:
         retry_exceptions = None
         if project_set(s, "RETRY_EXCEPTIONS"):
             retry_exceptions = _exception_classes(s.getlist("RETRY_EXCEPTIONS"))
-        self.classifier = Classifier(oset.FAILURE_RULES.get(s), _detectors(crawler), retry_codes,
-                                     retry_exceptions, clock=clock)
+        self.classifier = Classifier(
+            oset.FAILURE_RULES.get(s), _detectors(crawler), retry_codes, retry_exceptions, clock=clock
+        )
         retry_times = s.getint("RETRY_TIMES") if project_set(s, "RETRY_TIMES") else None
         policies = build_policies(oset.RETRY_POLICY.get(s), retry_times, _give_up_level(s))
         self.warn_first = FirstFew(logger)
-        self.policy = RetryPolicy(policies, retry_after_max=oset.RETRY_AFTER_MAX.get(s),
-                                  clock=clock, rng=rng or Randomness(), warn=self._warn_counted)
+        self.policy = RetryPolicy(
+            policies,
+            retry_after_max=oset.RETRY_AFTER_MAX.get(s),
+            clock=clock,
+            rng=rng or Randomness(),
+            warn=self._warn_counted,
+        )
         self.decider = RetryDecider(self.policy, enabled=s.getbool("RETRY_ENABLED"))
         self.priority_adjust = s.getint("RETRY_PRIORITY_ADJUST")
         self.emitter = OutcomeEmitter(crawler)
         # DelayedRetries before the stats: at close, abandoned retries are counted before the report
         self.delayed = DelayedRetries(crawler, self.emitter, clock)
-        self.parsing = ParseTracker(crawler, self.classifier, self.emitter,
-                                    oset.CRITICAL_FIELDS.get(s), clock)
+        self.parsing = ParseTracker(crawler, self.classifier, self.emitter, oset.CRITICAL_FIELDS.get(s), clock)
         OutcomeStats.install(crawler)
         if self.decider.enabled and _scrapy_retry_enabled(s):
             logger.warning(

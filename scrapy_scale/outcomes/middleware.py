@@ -117,8 +117,9 @@ class OutcomeDownloaderMiddleware:
         core = self.core
         o = core.emitter.build(request, verdict, final=False, retry_at=decision.not_before, **fields)
         avoid = core.decider.avoid_egresses(request, o)
-        new = retry_request(request, o, not_before=decision.not_before, avoid=avoid,
-                            priority_adjust=core.priority_adjust)
+        new = retry_request(
+            request, o, not_before=decision.not_before, avoid=avoid, priority_adjust=core.priority_adjust
+        )
         core.delayed.retry_made()
         scrapy_retry_logger.debug(
             "Retrying %(request)s (failed %(retry_times)d times): %(reason)s",
@@ -140,8 +141,7 @@ class OutcomeDownloaderMiddleware:
         decision = core.decider.decide(request, verdict)
         if not decision.retry:
             gave_up = decision.why if decision.gave_up else None
-            core.emitter.send(core.emitter.build(request, verdict, internal=True, gave_up=gave_up, **fields),
-                              request)
+            core.emitter.send(core.emitter.build(request, verdict, internal=True, gave_up=gave_up, **fields), request)
             return None
         o = core.emitter.build(request, verdict, internal=True, final=False, retry_at=self.clock(), **fields)
         new = request.copy()
@@ -156,15 +156,19 @@ class OutcomeDownloaderMiddleware:
             # the spider middleware sends it once the callback output is consumed, with the item count
             core.parsing.await_callback(request, pending)
         else:
-            o = core.emitter.build(request, pending.verdict, status=pending.status, latency=pending.latency,
-                                   gave_up=pending.gave_up)
+            o = core.emitter.build(
+                request, pending.verdict, status=pending.status, latency=pending.latency, gave_up=pending.gave_up
+            )
             core.emitter.send(o, request)
 
     def _log_give_up(self, o: Outcome, decision: Decision, request: Request) -> None:
         logger.log(
             self.core.decider.give_up_level(o, decision, request),
             "Gave up on %s after %d attempt(s): %s (%s)%s",
-            o.url, o.attempt, o.cls.value, o.reason or "-",
+            o.url,
+            o.attempt,
+            o.cls.value,
+            o.reason or "-",
             "" if decision.why == "budget" else f" [{decision.why}]",
             extra={"spider": self.core.crawler.spider},
         )
@@ -189,8 +193,9 @@ class OutcomeDownloaderMiddleware:
         if gave_up is not None:
             self._log_give_up(o, decision, request)
         else:
-            logger.warning("Failed %s: %s (%s)", o.url, o.cls.value, o.reason or "-",
-                           extra={"spider": core.crawler.spider})
+            logger.warning(
+                "Failed %s: %s (%s)", o.url, o.cls.value, o.reason or "-", extra={"spider": core.crawler.spider}
+            )
         if request.errback is None:
             raise GaveUpError(exception, o)
         return None

@@ -32,9 +32,7 @@ class FailureClass(StrEnum):
         try:
             return cls(value)
         except ValueError:
-            raise ValueError(
-                f"unknown failure class {value!r}; known: {', '.join(c.value for c in cls)}"
-            ) from None
+            raise ValueError(f"unknown failure class {value!r}; known: {', '.join(c.value for c in cls)}") from None
 
 
 class Blame(StrEnum):
@@ -71,27 +69,57 @@ B = Blame
 CLASSES: dict[FailureClass, ClassInfo] = {
     i.cls: i
     for i in (
-        ClassInfo(C.OK, "2xx/3xx with usable content", "done", B.NONE,
-                  "the page was fetched and parsed", done=True),
-        ClassInfo(C.NOT_FOUND, "404, 410", "done, counted, never retried", B.NONE,
-                  "404/410: the page is gone; nothing to retry", done=True),
-        ClassInfo(C.TRANSIENT, "connection reset/refused, timeouts, 500/502/504",
-                  "retried soon, jittered exponential backoff, small budget", B.NONE,
-                  "a passing error (5xx, reset, timeout): retried with backoff"),
-        ClassInfo(C.RATE_LIMITED, "429, 503 with `Retry-After`",
-                  "retried no sooner than `Retry-After` (plus jitter); the domain slows down", B.DOMAIN,
-                  "the site said slow down (429, 503): retried after Retry-After"),
-        ClassInfo(C.BLOCKED, "401/403, a detected block page", "retried through another egress",
-                  B.EGRESS_DOMAIN, "403 or a block page: retried through another egress"),
-        ClassInfo(C.EGRESS_FAILED, "proxy refused or timed out, 407",
-                  "retried at once through another egress", B.EGRESS,
-                  "the proxy failed: retried at once through another egress"),
-        ClassInfo(C.PARSE_FAILED,
-                  "callback raised, no items where items were expected, `SCALE_CRITICAL_FIELDS` missing",
-                  "never retried; counted; first few logged with the URL", B.NONE,
-                  "the callback failed or found no data: not retried"),
-        ClassInfo(C.FATAL, "anything else (400, bad URL, robots.txt disallowed)",
-                  "never retried; recorded", B.NONE, "cannot succeed (400, bad URL): not retried"),
+        ClassInfo(C.OK, "2xx/3xx with usable content", "done", B.NONE, "the page was fetched and parsed", done=True),
+        ClassInfo(
+            C.NOT_FOUND,
+            "404, 410",
+            "done, counted, never retried",
+            B.NONE,
+            "404/410: the page is gone; nothing to retry",
+            done=True,
+        ),
+        ClassInfo(
+            C.TRANSIENT,
+            "connection reset/refused, timeouts, 500/502/504",
+            "retried soon, jittered exponential backoff, small budget",
+            B.NONE,
+            "a passing error (5xx, reset, timeout): retried with backoff",
+        ),
+        ClassInfo(
+            C.RATE_LIMITED,
+            "429, 503 with `Retry-After`",
+            "retried no sooner than `Retry-After` (plus jitter); the domain slows down",
+            B.DOMAIN,
+            "the site said slow down (429, 503): retried after Retry-After",
+        ),
+        ClassInfo(
+            C.BLOCKED,
+            "401/403, a detected block page",
+            "retried through another egress",
+            B.EGRESS_DOMAIN,
+            "403 or a block page: retried through another egress",
+        ),
+        ClassInfo(
+            C.EGRESS_FAILED,
+            "proxy refused or timed out, 407",
+            "retried at once through another egress",
+            B.EGRESS,
+            "the proxy failed: retried at once through another egress",
+        ),
+        ClassInfo(
+            C.PARSE_FAILED,
+            "callback raised, no items where items were expected, `SCALE_CRITICAL_FIELDS` missing",
+            "never retried; counted; first few logged with the URL",
+            B.NONE,
+            "the callback failed or found no data: not retried",
+        ),
+        ClassInfo(
+            C.FATAL,
+            "anything else (400, bad URL, robots.txt disallowed)",
+            "never retried; recorded",
+            B.NONE,
+            "cannot succeed (400, bad URL): not retried",
+        ),
     )
 }
 

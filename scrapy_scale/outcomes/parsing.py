@@ -56,8 +56,7 @@ class ParseState:
 
 
 class ParseTracker:
-    def __init__(self, crawler: Crawler, classifier: Classifier, emitter: OutcomeEmitter,
-                 critical: Any, clock: Clock):
+    def __init__(self, crawler: Crawler, classifier: Classifier, emitter: OutcomeEmitter, critical: Any, clock: Clock):
         self.crawler = crawler
         self.classifier = classifier
         self.emitter = emitter
@@ -107,7 +106,10 @@ class ParseTracker:
         p = st.pending
         request = response.request or Request(response.url)
         verdict, kind = self.classifier.classify_parse(
-            p.verdict, error=error, missing=st.missing, items=st.items,
+            p.verdict,
+            error=error,
+            missing=st.missing,
+            items=st.items,
             expects_items=self._expects_items(request) if st.items == 0 else False,
             retried_by_callback=st.retried,
         )
@@ -115,12 +117,14 @@ class ParseTracker:
             self._inc(K.PARSE_FAILED + kind)
             self.log(kind, "parse_failed (%s) %s", verdict.reason, request.url, extra={"spider": self.crawler.spider})
         if st.retried:
-            o = self.emitter.build(request, verdict, status=p.status, latency=p.latency, items=st.items,
-                                   final=False, retry_at=self.clock()).but(callback_retry=True)
+            o = self.emitter.build(
+                request, verdict, status=p.status, latency=p.latency, items=st.items, final=False, retry_at=self.clock()
+            ).but(callback_retry=True)
         else:
             gave_up = p.gave_up if verdict.cls is p.verdict.cls else None
-            o = self.emitter.build(request, verdict, status=p.status, latency=p.latency, items=st.items,
-                                   gave_up=gave_up)
+            o = self.emitter.build(
+                request, verdict, status=p.status, latency=p.latency, items=st.items, gave_up=gave_up
+            )
         self.emitter.send(o, request)
 
     def _expects_items(self, request: Request) -> bool:

@@ -92,12 +92,7 @@ def parse_policy_overrides(value: Any) -> dict[FailureClass, dict[str, Any]]:
                     raise ValueError(f"{cls.value}: this class is never retried")
                 clean[key] = v
             elif key in ("base", "cap"):
-                if (
-                    isinstance(v, bool)
-                    or not isinstance(v, int | float)
-                    or not math.isfinite(v)
-                    or v < 0
-                ):
+                if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
                     raise ValueError(f"{cls.value}.{key}: expected a number of seconds >= 0")
                 clean[key] = float(v)
             elif key == "new_egress":

@@ -82,10 +82,7 @@ class Rule:
             return False
         if not self.matches_request(host, via_proxy):
             return False
-        if (
-            self.retry_after is not None
-            and (b"Retry-After" in response.headers) != self.retry_after
-        ):
+        if self.retry_after is not None and (b"Retry-After" in response.headers) != self.retry_after:
             return False
         if self.has_predicate:
             return self._predicate(response)
@@ -108,9 +105,7 @@ class Rule:
 
     def matches_exception(self, exc: BaseException, host: str, via_proxy: bool) -> bool:
         return (
-            self.exceptions is not None
-            and isinstance(exc, self.exceptions)
-            and self.matches_request(host, via_proxy)
+            self.exceptions is not None and isinstance(exc, self.exceptions) and self.matches_request(host, via_proxy)
         )
 
 
@@ -206,9 +201,7 @@ def _css_to_xpath(sel: str) -> str:
 def reject_unknown_keys(where: str, given: Iterable[str], known: Iterable[str]) -> None:
     unknown = set(given) - set(known)
     if unknown:
-        raise ValueError(
-            f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}"
-        )
+        raise ValueError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
 
 
 def parse_rule(raw: Any, index: int = 0) -> Rule:
@@ -224,9 +217,7 @@ def parse_rule(raw: Any, index: int = 0) -> Rule:
         if not ({"status", "exception", "css", "xpath", "regex"} & set(raw)):
             raise ValueError("needs at least one of status, exception, css, xpath, regex")
         if "exception" in raw and _RESPONSE_KEYS & set(raw):
-            raise ValueError(
-                "an exception rule cannot also have " + ", ".join(sorted(_RESPONSE_KEYS & set(raw)))
-            )
+            raise ValueError("an exception rule cannot also have " + ", ".join(sorted(_RESPONSE_KEYS & set(raw))))
         reason = raw.get("reason")
         if reason is not None and not isinstance(reason, str):
             raise ValueError("'reason' must be a string")

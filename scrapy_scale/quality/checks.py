@@ -61,8 +61,7 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def evaluate(cur: RunFigures, baseline: list[RunFigures], t: Thresholds,
-             scan: StoreScan | None = None) -> list[Check]:
+def evaluate(cur: RunFigures, baseline: list[RunFigures], t: Thresholds, scan: StoreScan | None = None) -> list[Check]:
     """Every check of ``cur``; ``baseline``: the earlier runs to compare with (clean ones)."""
     out: list[Check] = []
     out += _ratios(cur, baseline, t)
@@ -91,30 +90,58 @@ def _ratios(cur: RunFigures, base: list[RunFigures], t: Thresholds) -> list[Chec
             ratios = [b.stored.get(cb, 0) / b.completed[cb] for b in base if b.completed.get(cb)]
             want, how = _mean(ratios), "earlier runs"
         if want is None:
-            out.append(Check(name, None, round(ratio, 4), None, "no earlier run",
-                             f"{cb}: {stored} items stored for {n} completed requests ({ratio:.2f} per request)"))
+            out.append(
+                Check(
+                    name,
+                    None,
+                    round(ratio, 4),
+                    None,
+                    "no earlier run",
+                    f"{cb}: {stored} items stored for {n} completed requests ({ratio:.2f} per request)",
+                )
+            )
             continue
         ok = abs(ratio - want) <= want * t.ratio_tolerance if want else stored == 0
-        out.append(Check(name, ok, round(ratio, 4), round(want, 4), how,
-                         f"{cb}: {stored} items stored for {n} completed requests ({ratio:.2f} per request, "
-                         f"{how} {want:.2f})"))
+        out.append(
+            Check(
+                name,
+                ok,
+                round(ratio, 4),
+                round(want, 4),
+                how,
+                f"{cb}: {stored} items stored for {n} completed requests ({ratio:.2f} per request, {how} {want:.2f})",
+            )
+        )
     return out
 
 
-def _rise_check(name: str, what: str, value: float, earlier: list[float], t: Thresholds,
-                detail: str) -> Check:
+def _rise_check(name: str, what: str, value: float, earlier: list[float], t: Thresholds, detail: str) -> Check:
     base = _mean(earlier)
     if base is None:
         return Check(name, None, round(value, 4), None, "no earlier run", f"{what}: {_pct(value)} ({detail})")
     ok = value - base <= t.max_rise
     verb = "rose" if value > base else "is"
-    return Check(name, ok, round(value, 4), round(base, 4), "earlier runs",
-                 f"{what}: {_pct(value)} ({detail}); {verb} against {_pct(base)} in earlier runs"
-                 + ("" if ok else f", more than the allowed {_pct(t.max_rise)} rise"))
+    return Check(
+        name,
+        ok,
+        round(value, 4),
+        round(base, 4),
+        "earlier runs",
+        f"{what}: {_pct(value)} ({detail}); {verb} against {_pct(base)} in earlier runs"
+        + ("" if ok else f", more than the allowed {_pct(t.max_rise)} rise"),
+    )
 
 
-def _shares(prefix: str, what: str, num: Counter[str], den: Counter[str], base: list[RunFigures],
-            attr: tuple[str, str], unit: str, t: Thresholds) -> list[Check]:
+def _shares(
+    prefix: str,
+    what: str,
+    num: Counter[str],
+    den: Counter[str],
+    base: list[RunFigures],
+    attr: tuple[str, str],
+    unit: str,
+    t: Thresholds,
+) -> list[Check]:
     """One rise check per key of ``den``: the share ``num[k] / den[k]`` against the baseline's."""
     out = []
     for k, n in sorted(den.items()):
@@ -131,8 +158,9 @@ def _empty(cur: RunFigures, base: list[RunFigures], t: Thresholds) -> list[Check
 
 
 def _missing(cur: RunFigures, base: list[RunFigures], t: Thresholds) -> list[Check]:
-    return _shares("missing_rate", "field {} missing", cur.missing, cur.checked, base, ("missing", "checked"),
-                   " items", t)
+    return _shares(
+        "missing_rate", "field {} missing", cur.missing, cur.checked, base, ("missing", "checked"), " items", t
+    )
 
 
 def _invalid(cur: RunFigures, t: Thresholds) -> list[Check]:
@@ -141,9 +169,17 @@ def _invalid(cur: RunFigures, t: Thresholds) -> list[Check]:
     rate = cur.quarantined / cur.validated
     ok = rate <= t.max_invalid_rate
     reasons = ", ".join(f"{k} {v}" for k, v in cur.invalid.most_common(5))
-    return [Check("quarantined", ok, round(rate, 4), t.max_invalid_rate, "threshold",
-                  f"{cur.quarantined} of {cur.validated} items quarantined ({_pct(rate)})"
-                  + (f": {reasons}" if reasons else ""))]
+    return [
+        Check(
+            "quarantined",
+            ok,
+            round(rate, 4),
+            t.max_invalid_rate,
+            "threshold",
+            f"{cur.quarantined} of {cur.validated} items quarantined ({_pct(rate)})"
+            + (f": {reasons}" if reasons else ""),
+        )
+    ]
 
 
 def _duplicates(cur: RunFigures, t: Thresholds, scan: StoreScan | None) -> list[Check]:
@@ -152,20 +188,40 @@ def _duplicates(cur: RunFigures, t: Thresholds, scan: StoreScan | None) -> list[
 
     def dup(name: str, n: int, of: int, what: str) -> None:
         rate = n / of if of else 0.0
-        out.append(Check(name, rate <= t.max_duplicate_rate, n, t.max_duplicate_rate, "threshold (share)",
-                         f"{n} {what} of {of} ({_pct(rate)})"))
+        out.append(
+            Check(
+                name,
+                rate <= t.max_duplicate_rate,
+                n,
+                t.max_duplicate_rate,
+                "threshold (share)",
+                f"{n} {what} of {of} ({_pct(rate)})",
+            )
+        )
 
     dup("duplicates_in_run:key", cur.duplicates_by_key, items, "items with a key already written in this run")
     if cur.content_fields:
-        dup("duplicates_in_run:content", cur.duplicates_by_content, items,
-            f"items with the {'+'.join(cur.content_fields)} of an earlier item of this run")
+        dup(
+            "duplicates_in_run:content",
+            cur.duplicates_by_content,
+            items,
+            f"items with the {'+'.join(cur.content_fields)} of an earlier item of this run",
+        )
     if scan is not None:
         if scan.duplicates_by_key is not None:
-            dup("duplicates_in_store:key", scan.duplicates_by_key, scan.rows,
-                "rows sharing the duplicate key with another row")
+            dup(
+                "duplicates_in_store:key",
+                scan.duplicates_by_key,
+                scan.rows,
+                "rows sharing the duplicate key with another row",
+            )
         if scan.duplicates_by_content is not None:
-            dup("duplicates_in_store:content", scan.duplicates_by_content, scan.rows,
-                "rows sharing content with another row")
+            dup(
+                "duplicates_in_store:content",
+                scan.duplicates_by_content,
+                scan.rows,
+                "rows sharing content with another row",
+            )
     return out
 
 
@@ -177,8 +233,16 @@ def _classes(cur: RunFigures, base: list[RunFigures], t: Thresholds) -> list[Che
             continue
         value = shares.get(cls, 0.0)
         earlier = [b.class_shares().get(cls, 0.0) for b in base if b.final]
-        out.append(_rise_check(f"class_share:{cls}", f"{cls} outcomes", value, earlier, t,
-                               f"{cur.classes.get(cls, 0)} of {cur.final} requests"))
+        out.append(
+            _rise_check(
+                f"class_share:{cls}",
+                f"{cls} outcomes",
+                value,
+                earlier,
+                t,
+                f"{cur.classes.get(cls, 0)} of {cur.final} requests",
+            )
+        )
     return out
 
 

@@ -19,8 +19,9 @@ class QualityError(ScaleError, RuntimeError):
 
 def _run(runs: list[RunRecord], job: str, run: str | None, where: str) -> RunRecord:
     if not runs:
-        raise QualityError(f"no quality history of job {job!r} in {where} (no crawl of it has ended there "
-                           "with the quality report on)")
+        raise QualityError(
+            f"no quality history of job {job!r} in {where} (no crawl of it has ended there with the quality report on)"
+        )
     if run is None:
         return runs[-1]
     for r in runs:
@@ -42,9 +43,17 @@ def report(settings: Any, job: str, run: str | None = None) -> dict[str, Any]:
         rec = _run(runs, job, run, redact_url(store_url(settings)))
         scan = reporting.scan_store(settings, job, rec.run_id)
         index = SnapshotDir.for_job(settings, job).index()
-        rep = reporting.build(job, rec.run_id, runs, reporting.thresholds(settings), scan,
-                              quality_settings.SAMPLE_SIZE.get(settings),
-                              storage_settings.FIELDS.get(settings), snapshots=index, keep=h.keep)
+        rep = reporting.build(
+            job,
+            rec.run_id,
+            runs,
+            reporting.thresholds(settings),
+            scan,
+            quality_settings.SAMPLE_SIZE.get(settings),
+            storage_settings.FIELDS.get(settings),
+            snapshots=index,
+            keep=h.keep,
+        )
         h.put_report(job, rec.run_id, rep["ok"], rep["failed"])
     finally:
         h.close()
@@ -61,8 +70,13 @@ def format_report(rep: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def replay(settings: Any, job: str, cls: str = "parse_failed", spider: str | None = None,
-           spider_args: dict[str, str] | None = None) -> dict[str, Any]:
+def replay(
+    settings: Any,
+    job: str,
+    cls: str = "parse_failed",
+    spider: str | None = None,
+    spider_args: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Run the spider's callbacks over the job's snapshots of class ``cls`` (no network),
     store their items through the pipelines, mark the requests that came out done in the
     frontier and drop their snapshots. Blocking: starts (and stops) a Twisted reactor, so it
@@ -109,19 +123,31 @@ def replay(settings: Any, job: str, cls: str = "parse_failed", spider: str | Non
     fps = [loaded[n]["fingerprint"] for n in done]
     marked = 0
     if fps:
-        store = open_store(frontier_settings.frontier_url(settings), job,
-                           state_dir=settings_core.STATE_DIR.get(settings))
+        store = open_store(
+            frontier_settings.frontier_url(settings), job, state_dir=settings_core.STATE_DIR.get(settings)
+        )
         try:
             marked = store.resolve(fps)
         finally:
             store.close()
         for n in done:
             _drop(snaps, n)
-    failing = {n: (state.item_failures.get(n) or ":".join(state.outcomes.get(n, ("fatal", "not replayed"))))
-               for n in names if n not in done}
-    return {"job": job, "class": cls, "spider": spider, "snapshots": len(names), "done": len(done),
-            "marked_done": marked, "items_stored": sum(state.stored.values()),
-            "ignored_requests": state.ignored_requests, "still_failing": failing}
+    failing = {
+        n: (state.item_failures.get(n) or ":".join(state.outcomes.get(n, ("fatal", "not replayed"))))
+        for n in names
+        if n not in done
+    }
+    return {
+        "job": job,
+        "class": cls,
+        "spider": spider,
+        "snapshots": len(names),
+        "done": len(done),
+        "marked_done": marked,
+        "items_stored": sum(state.stored.values()),
+        "ignored_requests": state.ignored_requests,
+        "still_failing": failing,
+    }
 
 
 def _drop(snaps: Any, name: str) -> None:
@@ -134,9 +160,11 @@ def _drop(snaps: Any, name: str) -> None:
 
 
 def format_replay(r: dict[str, Any]) -> str:
-    lines = [f"{r['job']}: replayed {r['snapshots']} snapshot(s) of class {r['class']} with spider {r['spider']} "
-             f"(no network request): {r['done']} came out ok, {r['items_stored']} item(s) stored, "
-             f"{r['marked_done']} request(s) marked done in the frontier"]
+    lines = [
+        f"{r['job']}: replayed {r['snapshots']} snapshot(s) of class {r['class']} with spider {r['spider']} "
+        f"(no network request): {r['done']} came out ok, {r['items_stored']} item(s) stored, "
+        f"{r['marked_done']} request(s) marked done in the frontier"
+    ]
     if r["ignored_requests"]:
         lines.append(f"  {r['ignored_requests']} link(s) the callbacks followed were not fetched")
     for name, why in list(r["still_failing"].items())[:20]:
@@ -170,8 +198,13 @@ def review(settings: Any, job: str, run: str | None = None, verdicts: str | None
         h.close()
     scan = reporting.scan_store(settings, job, rec.run_id)
     fields = storage_settings.FIELDS.get(settings)
-    rows = reporting.sample(scan.run_rows, quality_settings.SAMPLE_SIZE.get(settings),
-                            f"{job}:{rec.run_id}", fields, SnapshotDir.for_job(settings, job).index())
+    rows = reporting.sample(
+        scan.run_rows,
+        quality_settings.SAMPLE_SIZE.get(settings),
+        f"{job}:{rec.run_id}",
+        fields,
+        SnapshotDir.for_job(settings, job).index(),
+    )
     folder = reporting.quality_dir(settings, job)
     os.makedirs(folder, exist_ok=True)
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in rec.run_id)
@@ -180,16 +213,26 @@ def review(settings: Any, job: str, run: str | None = None, verdicts: str | None
         w = csv.DictWriter(f, CSV_COLUMNS)
         w.writeheader()
         for r in rows:
-            w.writerow({"run_id": rec.run_id, "key": r["key"], "source_url": r["source_url"],
-                        "item_type": r["item_type"], "snapshot": r["snapshot"] or "",
-                        "fields": json.dumps(r["fields"], ensure_ascii=False, sort_keys=True, default=str),
-                        "verdict": "", "note": ""})
+            w.writerow(
+                {
+                    "run_id": rec.run_id,
+                    "key": r["key"],
+                    "source_url": r["source_url"],
+                    "item_type": r["item_type"],
+                    "snapshot": r["snapshot"] or "",
+                    "fields": json.dumps(r["fields"], ensure_ascii=False, sort_keys=True, default=str),
+                    "verdict": "",
+                    "note": "",
+                }
+            )
     html_path = os.path.join(folder, f"review-{safe}.html")
     with open(html_path, "w", encoding="utf-8") as f:
         f.write(review_page(job, rec.run_id, rows))
-    return (f"{job}: {len(rows)} row(s) of run {rec.run_id} to review: {csv_path} (fill in the verdict column "
-            f"with ok or bad, and a note if you like; then: scrapy scale review {job} --verdicts FILE) "
-            f"and {html_path}")
+    return (
+        f"{job}: {len(rows)} row(s) of run {rec.run_id} to review: {csv_path} (fill in the verdict column "
+        f"with ok or bad, and a note if you like; then: scrapy scale review {job} --verdicts FILE) "
+        f"and {html_path}"
+    )
 
 
 def parse_verdicts(lines: Any) -> tuple[str, dict[str, Any]]:
@@ -212,8 +255,14 @@ def parse_verdicts(lines: Any) -> tuple[str, dict[str, Any]]:
         v = VERDICTS[raw]
         out["judged"] += 1
         out[v] += 1
-        out["rows"].append({"key": row["key"], "source_url": row.get("source_url"), "verdict": v,
-                            "note": (row.get("note") or "").strip()[:500]})
+        out["rows"].append(
+            {
+                "key": row["key"],
+                "source_url": row.get("source_url"),
+                "verdict": v,
+                "note": (row.get("note") or "").strip()[:500],
+            }
+        )
     if not run:
         raise QualityError("the file names no run (run_id column)")
     return run, out
@@ -233,5 +282,7 @@ def read_verdicts(settings: Any, job: str, path: str) -> str:
         h.put_verdicts(job, run, verdicts)
     finally:
         h.close()
-    return (f"{job}: verdicts on run {run} recorded: {verdicts['judged']} judged, {verdicts['ok']} ok, "
-            f"{verdicts['bad']} bad; the next report shows them")
+    return (
+        f"{job}: verdicts on run {run} recorded: {verdicts['judged']} judged, {verdicts['ok']} ok, "
+        f"{verdicts['bad']} bad; the next report shows them"
+    )

@@ -52,8 +52,7 @@ class History:
         self.store.close()
 
     def _put(self, job: str, run_id: str, kind: str, part: str, data: Any, started: float) -> None:
-        doc = {"job": job, "run_id": str(run_id), "kind": kind, "part": part, "data": data,
-               "started": started}
+        doc = {"job": job, "run_id": str(run_id), "kind": kind, "part": part, "data": data, "started": started}
         self.store.dead_letter([DeadRow(SEP.join((job, str(run_id), kind, part)), doc)], time.time())
 
     def put_figures(self, fig: RunFigures, part: str, started: float) -> None:

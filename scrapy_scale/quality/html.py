@@ -47,32 +47,47 @@ def missing_chart(history: list[dict[str, Any]], width: int = 760, height: int =
     def y(rate: float) -> float:
         return top + h - h * rate / top_rate
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'role="img" aria-label="missing rate per field over the last runs">']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'role="img" aria-label="missing rate per field over the last runs">'
+    ]
     for k in range(6):
         rate = top_rate * k / 5
-        parts.append(f'<line x1="{left}" x2="{left + w}" y1="{y(rate):.1f}" y2="{y(rate):.1f}" stroke="#ddd"/>'
-                     f'<text x="{left - 6}" y="{y(rate) + 4:.1f}" font-size="11" text-anchor="end">'
-                     f'{100 * rate:.0f}%</text>')
+        parts.append(
+            f'<line x1="{left}" x2="{left + w}" y1="{y(rate):.1f}" y2="{y(rate):.1f}" stroke="#ddd"/>'
+            f'<text x="{left - 6}" y="{y(rate) + 4:.1f}" font-size="11" text-anchor="end">'
+            f"{100 * rate:.0f}%</text>"
+        )
     for i, run in enumerate(history):
         label = _e(run["run_id"])[:14]
         color = "#222" if run.get("clean", True) else "#c62828"
-        parts.append(f'<text x="{x(i):.1f}" y="{top + h + 16}" font-size="11" text-anchor="middle" '
-                     f'fill="{color}">{label}</text>')
+        parts.append(
+            f'<text x="{x(i):.1f}" y="{top + h + 16}" font-size="11" text-anchor="middle" fill="{color}">{label}</text>'
+        )
     for j, f in enumerate(fields):
         c = COLORS[j % len(COLORS)]
-        pts = [(x(i), y(run.get("missing_rates", {}).get(f, 0.0))) for i, run in enumerate(history)
-               if f in run.get("missing_rates", {})]
+        pts = [
+            (x(i), y(run.get("missing_rates", {}).get(f, 0.0)))
+            for i, run in enumerate(history)
+            if f in run.get("missing_rates", {})
+        ]
         if len(pts) > 1:
-            parts.append(f'<polyline fill="none" stroke="{c}" stroke-width="2.5" points="'
-                         + " ".join(f"{a:.1f},{b:.1f}" for a, b in pts) + '"/>')
+            parts.append(
+                f'<polyline fill="none" stroke="{c}" stroke-width="2.5" points="'
+                + " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)
+                + '"/>'
+            )
         for a, b in pts:
             parts.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="4" fill="{c}"/>')
         ly = top + 14 + 18 * j
-        parts.append(f'<rect x="{left + w + 14}" y="{ly - 9}" width="12" height="12" fill="{c}"/>'
-                     f'<text x="{left + w + 32}" y="{ly + 1}" font-size="12">{_e(f)}</text>')
-    parts.append(f'<text x="{left + w / 2:.1f}" y="{height - 4}" font-size="11" text-anchor="middle" '
-                 'fill="#666">run (red: a run that failed its checks)</text></svg>')
+        parts.append(
+            f'<rect x="{left + w + 14}" y="{ly - 9}" width="12" height="12" fill="{c}"/>'
+            f'<text x="{left + w + 32}" y="{ly + 1}" font-size="12">{_e(f)}</text>'
+        )
+    parts.append(
+        f'<text x="{left + w / 2:.1f}" y="{height - 4}" font-size="11" text-anchor="middle" '
+        'fill="#666">run (red: a run that failed its checks)</text></svg>'
+    )
     return "".join(parts)
 
 
@@ -89,8 +104,10 @@ def _checks(report: dict[str, Any]) -> str:
             return _e(v)
 
         shown, cws = fmt(c["value"]), fmt(c["compared_with"])
-        rows.append(f"<tr{cls}><td>{_e(c['name'])}</td><td>{res}</td><td class='num'>{shown}</td>"
-                    f"<td>{cws} <span class='small'>{_e(c['how'])}</span></td><td>{_e(c['message'])}</td></tr>")
+        rows.append(
+            f"<tr{cls}><td>{_e(c['name'])}</td><td>{res}</td><td class='num'>{shown}</td>"
+            f"<td>{cws} <span class='small'>{_e(c['how'])}</span></td><td>{_e(c['message'])}</td></tr>"
+        )
     return "<table>" + "".join(rows) + "</table>"
 
 
@@ -100,9 +117,14 @@ def _classes(report: dict[str, Any]) -> str:
     if not classes:
         return "<p class='small'>No outcomes were recorded.</p>"
     head = "<tr><th>class</th>" + "".join(f"<th>run {_e(h['run_id'])[:14]}</th>" for h in hist) + "</tr>"
-    body = "".join("<tr><td>" + _e(c) + "</td>" + "".join(
-        f"<td class='num'>{_pct(h.get('class_shares', {}).get(c, 0.0))}</td>" for h in hist) + "</tr>"
-        for c in classes)
+    body = "".join(
+        "<tr><td>"
+        + _e(c)
+        + "</td>"
+        + "".join(f"<td class='num'>{_pct(h.get('class_shares', {}).get(c, 0.0))}</td>" for h in hist)
+        + "</tr>"
+        for c in classes
+    )
     return "<table>" + head + body + "</table>"
 
 
@@ -115,9 +137,11 @@ def _sample(report: dict[str, Any]) -> str:
         url = r.get("source_url")
         link = f"<a href='{_e(url)}'>{_e(url)}</a>" if url else "-"
         snap = f"<a href='{_e(r['snapshot'])}'>raw</a>" if r.get("snapshot") else "-"
-        out.append(f"<tr><td>{i}</td><td>{_e(r['key'])[:16]}</td><td>{link}</td>"
-                   f"<td><code>{_e(json.dumps(r.get('fields'), default=str, ensure_ascii=False)[:400])}</code></td>"
-                   f"<td>{snap}</td></tr>")
+        out.append(
+            f"<tr><td>{i}</td><td>{_e(r['key'])[:16]}</td><td>{link}</td>"
+            f"<td><code>{_e(json.dumps(r.get('fields'), default=str, ensure_ascii=False)[:400])}</code></td>"
+            f"<td>{snap}</td></tr>"
+        )
     return "<table>" + "".join(out) + "</table>"
 
 
@@ -128,9 +152,11 @@ def _reviews(report: dict[str, Any]) -> str:
     out = ["<tr><th>run</th><th>rows judged</th><th>ok</th><th>bad</th><th>notes</th></tr>"]
     for r in revs:
         notes = "; ".join(f"{x.get('key', '')[:10]}: {x.get('note')}" for x in r.get("rows", []) if x.get("note"))
-        out.append(f"<tr><td>{_e(r.get('run_id'))}</td><td class='num'>{_e(r.get('judged'))}</td>"
-                   f"<td class='num'>{_e(r.get('ok'))}</td><td class='num'>{_e(r.get('bad'))}</td>"
-                   f"<td>{_e(notes[:500])}</td></tr>")
+        out.append(
+            f"<tr><td>{_e(r.get('run_id'))}</td><td class='num'>{_e(r.get('judged'))}</td>"
+            f"<td class='num'>{_e(r.get('ok'))}</td><td class='num'>{_e(r.get('bad'))}</td>"
+            f"<td>{_e(notes[:500])}</td></tr>"
+        )
     return "<table>" + "".join(out) + "</table>"
 
 
@@ -142,21 +168,21 @@ def render(report: dict[str, Any]) -> str:
     items = sum(fig.get("stored", {}).values())
     store = report.get("store") or {}
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>Quality report: {_e(report['job'])} run {_e(report['run_id'])}</title>
+<html lang="en"><head><meta charset="utf-8"><title>Quality report: {_e(report["job"])} run {_e(report["run_id"])}</title>
 <style>{CSS}</style></head><body>
-<h1>Quality report: job {_e(report['job'])}, run {_e(report['run_id'])}</h1>
+<h1>Quality report: job {_e(report["job"])}, run {_e(report["run_id"])}</h1>
 <p>{verdict} &nbsp; <span class="small">generated {when}; compared with run(s)
-{_e(', '.join(report.get('baseline_runs') or []) or 'none (first run)')}</span></p>
-<p>{_e(report['summary'])}</p>
-<p class="small">{items} items stored, {fig.get('validated', 0)} validated, {fig.get('quarantined', 0)} quarantined;
-{sum(fig.get('classes', {}).values())} requests; store rows of the job: {_e(store.get('rows', '-'))}</p>
+{_e(", ".join(report.get("baseline_runs") or []) or "none (first run)")}</span></p>
+<p>{_e(report["summary"])}</p>
+<p class="small">{items} items stored, {fig.get("validated", 0)} validated, {fig.get("quarantined", 0)} quarantined;
+{sum(fig.get("classes", {}).values())} requests; store rows of the job: {_e(store.get("rows", "-"))}</p>
 <h2>Missing rate of each critical field, last runs</h2>
-{missing_chart(report['history'])}
+{missing_chart(report["history"])}
 <h2>Checks</h2>
 {_checks(report)}
 <h2>Failure classes (share of requests)</h2>
 {_classes(report)}
-<h2>Sample for review ({len(report.get('sample') or [])} rows)</h2>
+<h2>Sample for review ({len(report.get("sample") or [])} rows)</h2>
 {_sample(report)}
 <h2>Reviews</h2>
 {_reviews(report)}

@@ -51,8 +51,7 @@ LOG_FIRST = 5
 
 
 def quarantine_name(settings: Any) -> str:
-    return quality_settings.QUARANTINE.get(settings) or (
-        storage_settings.COLLECTION.get(settings) + "_quarantine")
+    return quality_settings.QUARANTINE.get(settings) or (storage_settings.COLLECTION.get(settings) + "_quarantine")
 
 
 def store_url(settings: Any) -> str:
@@ -103,8 +102,9 @@ class ValidationPipeline:
         S.check_all(crawler.settings)
         p = cls(crawler)
         if p.quarantine in (p.collection, storage_settings.DEAD_LETTER.get(crawler.settings)):
-            raise config.ScaleSettingError("SCALE_QUALITY_QUARANTINE",
-                                           "must differ from the items and dead-letter collections")
+            raise config.ScaleSettingError(
+                "SCALE_QUALITY_QUARANTINE", "must differ from the items and dead-letter collections"
+            )
         return p
 
     def open_spider(self, spider: Spider | None = None) -> None:
@@ -117,17 +117,24 @@ class ValidationPipeline:
         self.run_id = resolve_run_id(self.crawler)
         store = open_store(self.url, self.collection, self.quarantine)
         self.writer = BatchWriter(
-            store, batch_size=100, max_latency=0.2,
+            store,
+            batch_size=100,
+            max_latency=0.2,
             retry_max_delay=storage_settings.RETRY_MAX_DELAY.get(self.crawler.settings),
             on_batch=lambda r, results: reactor.callFromThread(self._on_batch, results),  # type: ignore[attr-defined]
             on_fatal=lambda m, subs: reactor.callFromThread(self._on_failed, subs, StoreBroken(m)),  # type: ignore[attr-defined]
             on_abandoned=lambda subs: reactor.callFromThread(  # type: ignore[attr-defined]
-                self._on_failed, subs, StoreUnavailable("shutdown while the store is unavailable")),
+                self._on_failed, subs, StoreUnavailable("shutdown while the store is unavailable")
+            ),
         )
         self.writer.start()
-        logger.info("validating items (critical fields %s%s); quarantine: %s collection %s",
-                    dict(self.validator.critical) or "none",
-                    ", JSON Schemas" if self.validator._schemas else "", redact_url(self.url), self.quarantine)
+        logger.info(
+            "validating items (critical fields %s%s); quarantine: %s collection %s",
+            dict(self.validator.critical) or "none",
+            ", JSON Schemas" if self.validator._schemas else "",
+            redact_url(self.url),
+            self.quarantine,
+        )
 
     async def close_spider(self, spider: Spider | None = None) -> None:
         f = self.figures
@@ -185,9 +192,15 @@ class ValidationPipeline:
         url = src.url if src else None
         type_name = type(item).__name__
         text = _item_text(item)
-        body = {"reason": _clean(reason), "callback": _clean(src.callback if src else None),
-                "source_url": _clean(url), "item_type": _clean(type_name), "run_id": self.run_id,
-                "job": self.job, "item": text}
+        body = {
+            "reason": _clean(reason),
+            "callback": _clean(src.callback if src else None),
+            "source_url": _clean(url),
+            "item_type": _clean(type_name),
+            "run_id": self.run_id,
+            "job": self.job,
+            "item": text,
+        }
         ident = hashlib.sha1(json.dumps([self.job, url, src.index if src else None, type_name]).encode()).hexdigest()
         sub = Submission(dead=DeadRow(ident, body), reason=reason)
         d: Deferred[Any] = Deferred()

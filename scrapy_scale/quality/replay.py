@@ -53,8 +53,9 @@ class ReplayState:
     ignored_requests: int = 0
 
     def done(self) -> list[str]:
-        return [n for n, (cls, _) in self.outcomes.items() if cls in ("ok", "not_found")
-                and n not in self.item_failures]
+        return [
+            n for n, (cls, _) in self.outcomes.items() if cls in ("ok", "not_found") and n not in self.item_failures
+        ]
 
 
 def state_of(crawler: Crawler) -> ReplayState:
@@ -148,8 +149,9 @@ class ReplayTracker:
         if name:
             self.state.stored[name] = self.state.stored.get(name, 0) + 1
 
-    def on_failed_item(self, item: Any = None, response: Any = None, exception: Any = None,
-                       failure: Any = None, **kw: Any) -> None:
+    def on_failed_item(
+        self, item: Any = None, response: Any = None, exception: Any = None, failure: Any = None, **kw: Any
+    ) -> None:
         name = self._name(getattr(response, "request", None))
         if name:
             err = exception if exception is not None else getattr(failure, "value", None)

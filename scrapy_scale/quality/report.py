@@ -166,9 +166,17 @@ class QualityReport:
             h.put_figures(fig, self.part, self.started)
             runs = h.runs(fig.job)
             scan = reporting.scan_store(s, fig.job, fig.run_id) if store_on else None
-            report = reporting.build(fig.job, fig.run_id, runs, self.thresholds, scan,
-                                     quality_settings.SAMPLE_SIZE.get(s), storage_settings.FIELDS.get(s),
-                                     snapshots=index, keep=h.keep)
+            report = reporting.build(
+                fig.job,
+                fig.run_id,
+                runs,
+                self.thresholds,
+                scan,
+                quality_settings.SAMPLE_SIZE.get(s),
+                storage_settings.FIELDS.get(s),
+                snapshots=index,
+                keep=h.keep,
+            )
             report["finished"], report["close_reason"] = reason == "finished", reason
             if report["finished"]:
                 h.put_report(fig.job, fig.run_id, report["ok"], report["failed"])
@@ -191,13 +199,26 @@ class QualityReport:
             return
         lines = [f"  FAILED {c['name']}: {c['message']}" for c in report["checks"] if c["ok"] is False]
         if not report.get("finished", True):
-            logger.warning("quality report of job %r run %s, which has not finished (closed: %s): %d check(s) "
-                           "failing so far (the run is judged when it finishes)\n%s\n  report: %s",
-                           report["job"], report["run_id"], report["close_reason"], len(lines), "\n".join(lines),
-                           html_path)
+            logger.warning(
+                "quality report of job %r run %s, which has not finished (closed: %s): %d check(s) "
+                "failing so far (the run is judged when it finishes)\n%s\n  report: %s",
+                report["job"],
+                report["run_id"],
+                report["close_reason"],
+                len(lines),
+                "\n".join(lines),
+                html_path,
+            )
             return
-        logger.error("quality report of job %r run %s: %d check(s) failed\n%s\n  report: %s (JSON: %s)",
-                     report["job"], report["run_id"], len(lines), "\n".join(lines), html_path, json_path)
+        logger.error(
+            "quality report of job %r run %s: %d check(s) failed\n%s\n  report: %s (JSON: %s)",
+            report["job"],
+            report["run_id"],
+            len(lines),
+            "\n".join(lines),
+            html_path,
+            json_path,
+        )
         if self.exit_code:
             exitcode.request(self.exit_code, f"quality checks failed: {', '.join(report['failed'])}")
         if self.finish_reason:

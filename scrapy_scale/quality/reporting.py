@@ -34,15 +34,18 @@ def quality_dir(settings: Any, job: str) -> str:
 
 
 def history_name(settings: Any) -> str:
-    return quality_settings.HISTORY.get(settings) or (
-        storage_settings.COLLECTION.get(settings) + "_quality_runs")
+    return quality_settings.HISTORY.get(settings) or (storage_settings.COLLECTION.get(settings) + "_quality_runs")
 
 
 def open_history(settings: Any) -> History:
     from scrapy_scale.quality.pipeline import store_url
 
-    h = History(store_url(settings), storage_settings.COLLECTION.get(settings), history_name(settings),
-                quality_settings.HISTORY_RUNS.get(settings))
+    h = History(
+        store_url(settings),
+        storage_settings.COLLECTION.get(settings),
+        history_name(settings),
+        quality_settings.HISTORY_RUNS.get(settings),
+    )
     h.open()
     return h
 
@@ -68,8 +71,14 @@ def _dups(values: Iterable[Any]) -> int:
     return sum(n - 1 for n in Counter(v for v in values if v is not None).values() if n > 1)
 
 
-def scan_rows(docs: Iterable[Mapping[str, Any]], job: str, run_id: str, fields: Mapping[str, str],
-              dup_key: list[str], content_fields: list[str]) -> ScanResult:
+def scan_rows(
+    docs: Iterable[Mapping[str, Any]],
+    job: str,
+    run_id: str,
+    fields: Mapping[str, str],
+    dup_key: list[str],
+    content_fields: list[str],
+) -> ScanResult:
     """One pass over the store's documents: the job's rows, their duplicates, the run's rows."""
     rows = 0
     keys: list[Any] = []
@@ -86,26 +95,38 @@ def scan_rows(docs: Iterable[Mapping[str, Any]], job: str, run_id: str, fields: 
             hashes.append(content_hash(d, content_fields))
         if str(d.get(fields["run_id"])) == str(run_id):
             run_rows.append(dict(d))
-    return ScanResult(StoreScan(rows, _dups(keys) if dup_key else None,
-                                _dups(hashes) if content_fields else None), run_rows)
+    return ScanResult(
+        StoreScan(rows, _dups(keys) if dup_key else None, _dups(hashes) if content_fields else None), run_rows
+    )
 
 
 def scan_store(settings: Any, job: str, run_id: str) -> ScanResult:
     from scrapy_scale.quality.pipeline import store_url
 
     s = config.get
-    store = open_store(store_url(settings), s(settings, "SCALE_STORE_COLLECTION"),
-                       s(settings, "SCALE_STORE_DEAD_LETTER"), s(settings, "SCALE_STORE_FIELDS"))
+    store = open_store(
+        store_url(settings),
+        s(settings, "SCALE_STORE_COLLECTION"),
+        s(settings, "SCALE_STORE_DEAD_LETTER"),
+        s(settings, "SCALE_STORE_FIELDS"),
+    )
     store.open()
     try:
-        return scan_rows(store.documents(), job, run_id, s(settings, "SCALE_STORE_FIELDS"),
-                         s(settings, "SCALE_QUALITY_DUPLICATE_KEY"), s(settings, "SCALE_QUALITY_CONTENT_FIELDS"))
+        return scan_rows(
+            store.documents(),
+            job,
+            run_id,
+            s(settings, "SCALE_STORE_FIELDS"),
+            s(settings, "SCALE_QUALITY_DUPLICATE_KEY"),
+            s(settings, "SCALE_QUALITY_CONTENT_FIELDS"),
+        )
     finally:
         store.close()
 
 
-def sample(rows: list[dict[str, Any]], n: int, seed: str, fields: Mapping[str, str],
-           snapshots: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+def sample(
+    rows: list[dict[str, Any]], n: int, seed: str, fields: Mapping[str, str], snapshots: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
     """``n`` rows drawn with ``random.Random(seed)``: the same run gives the same sample."""
     rows = sorted(rows, key=lambda d: str(d.get("_id")))
     picked = random.Random(seed).sample(rows, min(n, len(rows)))
@@ -113,19 +134,30 @@ def sample(rows: list[dict[str, Any]], n: int, seed: str, fields: Mapping[str, s
     out = []
     for d in picked:
         url = d.get(fields["source_url"])
-        out.append({
-            "key": str(d.get("_id")),
-            "source_url": url,
-            "item_type": d.get(fields["item_type"]),
-            "fields": {k: v for k, v in d.items() if k not in meta},
-            "snapshot": (snapshots or {}).get(url) if url else None,
-        })
+        out.append(
+            {
+                "key": str(d.get("_id")),
+                "source_url": url,
+                "item_type": d.get(fields["item_type"]),
+                "fields": {k: v for k, v in d.items() if k not in meta},
+                "snapshot": (snapshots or {}).get(url) if url else None,
+            }
+        )
     return out
 
 
-def build(job: str, run_id: str, runs: list[RunRecord], t: Thresholds, scan: ScanResult | None,
-          sample_size: int, fields: Mapping[str, str], current: RunFigures | None = None,
-          snapshots: Mapping[str, str] | None = None, keep: int = 10) -> dict[str, Any]:
+def build(
+    job: str,
+    run_id: str,
+    runs: list[RunRecord],
+    t: Thresholds,
+    scan: ScanResult | None,
+    sample_size: int,
+    fields: Mapping[str, str],
+    current: RunFigures | None = None,
+    snapshots: Mapping[str, str] | None = None,
+    keep: int = 10,
+) -> dict[str, Any]:
     """The report of ``run_id`` (its figures: ``current``, else the history's)."""
     rec = next((r for r in runs if r.run_id == str(run_id)), None)
     fig = current if current is not None else (rec.figures if rec is not None else RunFigures(job, str(run_id)))
@@ -138,9 +170,17 @@ def build(job: str, run_id: str, runs: list[RunRecord], t: Thresholds, scan: Sca
     series = []
     for r in shown:
         f = fig if r.run_id == str(run_id) else r.figures
-        series.append({"run_id": r.run_id, "started": r.started, "clean": r.clean if r.run_id != str(run_id)
-                       else not bad, "missing_rates": f.missing_rates(), "class_shares": f.class_shares(),
-                       "items": sum(f.stored.values()), "requests": f.final})
+        series.append(
+            {
+                "run_id": r.run_id,
+                "started": r.started,
+                "clean": r.clean if r.run_id != str(run_id) else not bad,
+                "missing_rates": f.missing_rates(),
+                "class_shares": f.class_shares(),
+                "items": sum(f.stored.values()),
+                "requests": f.final,
+            }
+        )
     reviews = [dict(r.verdicts, run_id=r.run_id) for r in runs if r.verdicts]
     return {
         "job": job,
@@ -153,9 +193,14 @@ def build(job: str, run_id: str, runs: list[RunRecord], t: Thresholds, scan: Sca
         "figures": fig.to_json(),
         "baseline_runs": [b.run_id for b in base],
         "history": series,
-        "store": None if scan is None else {
-            "rows": scan.scan.rows, "duplicates_by_key": scan.scan.duplicates_by_key,
-            "duplicates_by_content": scan.scan.duplicates_by_content, "run_rows": len(scan.run_rows)},
+        "store": None
+        if scan is None
+        else {
+            "rows": scan.scan.rows,
+            "duplicates_by_key": scan.scan.duplicates_by_key,
+            "duplicates_by_content": scan.scan.duplicates_by_content,
+            "run_rows": len(scan.run_rows),
+        },
         "sample": sample(scan.run_rows, sample_size, f"{job}:{run_id}", fields, snapshots) if scan else [],
         "reviews": reviews,
     }
@@ -166,8 +211,9 @@ def summary_line(job: str, run_id: str, checks: list[Any]) -> str:
     if not bad:
         n = sum(1 for c in checks if c.ok)
         return f"quality report of job {job!r} run {run_id}: every check passed ({n} checks)"
-    return (f"quality report of job {job!r} run {run_id}: {len(bad)} check(s) FAILED: "
-            + "; ".join(c.message for c in bad))
+    return f"quality report of job {job!r} run {run_id}: {len(bad)} check(s) FAILED: " + "; ".join(
+        c.message for c in bad
+    )
 
 
 def write(report: dict[str, Any], folder: str) -> tuple[str, str]:

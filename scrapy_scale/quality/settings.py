@@ -65,82 +65,157 @@ def as_rate(v: Any) -> float:
 
 
 SCHEMAS = declare(
-    "SCALE_QUALITY_SCHEMAS", {}, as_schemas,
+    "SCALE_QUALITY_SCHEMAS",
+    {},
+    as_schemas,
     "JSON Schema per item type name (`*` = any type): a dict, or the path of a `.json` file; an item "
-    "that fails its schema is quarantined. Needs `jsonschema` (the `all` extra).", COMPONENT)
+    "that fails its schema is quarantined. Needs `jsonschema` (the `all` extra).",
+    COMPONENT,
+)
 QUARANTINE = declare(
-    "SCALE_QUALITY_QUARANTINE", None, as_str,
+    "SCALE_QUALITY_QUARANTINE",
+    None,
+    as_str,
     "Collection (SQLite table) of the quarantined items, in the item store; default "
-    "`<SCALE_STORE_COLLECTION>_quarantine`.", COMPONENT)
+    "`<SCALE_STORE_COLLECTION>_quarantine`.",
+    COMPONENT,
+)
 CONTENT_FIELDS = declare(
-    "SCALE_QUALITY_CONTENT_FIELDS", [], as_list(as_str),
-    "Fields hashed to find duplicate content (in the run and in the store), e.g. `title,price`. "
-    "Off when empty.", COMPONENT)
+    "SCALE_QUALITY_CONTENT_FIELDS",
+    [],
+    as_list(as_str),
+    "Fields hashed to find duplicate content (in the run and in the store), e.g. `title,price`. Off when empty.",
+    COMPONENT,
+)
 HISTORY = declare(
-    "SCALE_QUALITY_HISTORY", None, as_str,
+    "SCALE_QUALITY_HISTORY",
+    None,
+    as_str,
     "Collection (SQLite table) of the per-run quality figures, in the item store; default "
-    "`<SCALE_STORE_COLLECTION>_quality_runs`.", COMPONENT)
+    "`<SCALE_STORE_COLLECTION>_quality_runs`.",
+    COMPONENT,
+)
 HISTORY_RUNS = declare(
-    "SCALE_QUALITY_HISTORY_RUNS", 10, as_int(2, 1000),
-    "Runs of a job kept in the history (the report compares a run with the earlier ones).", COMPONENT)
+    "SCALE_QUALITY_HISTORY_RUNS",
+    10,
+    as_int(2, 1000),
+    "Runs of a job kept in the history (the report compares a run with the earlier ones).",
+    COMPONENT,
+)
 DIR = declare(
-    "SCALE_QUALITY_DIR", None, as_str,
+    "SCALE_QUALITY_DIR",
+    None,
+    as_str,
     "Folder of the reports and raw snapshots; default `quality/<job>` under `JOBDIR` or `SCALE_STATE_DIR`.",
-    COMPONENT)
+    COMPONENT,
+)
 REPORT = declare(
-    "SCALE_QUALITY_REPORT", True, as_bool,
-    "Write the consistency report (JSON and HTML) when a crawl ends.", COMPONENT)
+    "SCALE_QUALITY_REPORT", True, as_bool, "Write the consistency report (JSON and HTML) when a crawl ends.", COMPONENT
+)
 EXPECT = declare(
-    "SCALE_QUALITY_EXPECT", {}, as_expectations,
+    "SCALE_QUALITY_EXPECT",
+    {},
+    as_expectations,
     'Items expected per completed request of a callback, e.g. `{"parse_item": 1}`; undeclared callbacks '
-    "are compared with the ratio of earlier runs.", COMPONENT)
+    "are compared with the ratio of earlier runs.",
+    COMPONENT,
+)
 RATIO_TOLERANCE = declare(
-    "SCALE_QUALITY_RATIO_TOLERANCE", 0.05, as_rate,
+    "SCALE_QUALITY_RATIO_TOLERANCE",
+    0.05,
+    as_rate,
     "Relative shortfall of stored items per completed request (against the expectation or earlier runs) "
-    "that fails the check.", COMPONENT)
+    "that fails the check.",
+    COMPONENT,
+)
 MAX_RISE = declare(
-    "SCALE_QUALITY_MAX_RISE", 0.05, as_rate,
+    "SCALE_QUALITY_MAX_RISE",
+    0.05,
+    as_rate,
     "Rise of a field's missing rate, of a callback's empty-parse share or of a failure class's share, "
-    "against earlier runs, that fails the check (absolute, 0.05 = 5 points).", COMPONENT)
+    "against earlier runs, that fails the check (absolute, 0.05 = 5 points).",
+    COMPONENT,
+)
 MAX_INVALID = declare(
-    "SCALE_QUALITY_MAX_INVALID_RATE", 0.05, as_rate,
-    "Share of items quarantined by validation above which the run fails its check.", COMPONENT)
+    "SCALE_QUALITY_MAX_INVALID_RATE",
+    0.05,
+    as_rate,
+    "Share of items quarantined by validation above which the run fails its check.",
+    COMPONENT,
+)
 MAX_DUPLICATES = declare(
-    "SCALE_QUALITY_MAX_DUPLICATE_RATE", 0.01, as_rate,
+    "SCALE_QUALITY_MAX_DUPLICATE_RATE",
+    0.01,
+    as_rate,
     "Share of duplicate items (in the run, or rows in the store) above which the run fails its check.",
-    COMPONENT)
+    COMPONENT,
+)
 DUPLICATE_KEY = declare(
-    "SCALE_QUALITY_DUPLICATE_KEY", [], as_list(as_str),
+    "SCALE_QUALITY_DUPLICATE_KEY",
+    [],
+    as_list(as_str),
     "Fields that identify a product in the store (e.g. `sku`): rows of the job sharing them are counted "
-    "as duplicates at the end of the run. Off when empty.", COMPONENT)
+    "as duplicates at the end of the run. Off when empty.",
+    COMPONENT,
+)
 SAMPLE_SIZE = declare(
-    "SCALE_QUALITY_SAMPLE_SIZE", 20, as_int(0, 100_000),
-    "Stored rows of the run drawn (seeded, reproducible) for a person to review.", COMPONENT)
+    "SCALE_QUALITY_SAMPLE_SIZE",
+    20,
+    as_int(0, 100_000),
+    "Stored rows of the run drawn (seeded, reproducible) for a person to review.",
+    COMPONENT,
+)
 EXIT_CODE = declare(
-    "SCALE_QUALITY_EXIT_CODE", 0, as_int(0, 255),
+    "SCALE_QUALITY_EXIT_CODE",
+    0,
+    as_int(0, 255),
     "Exit status of a crawl whose quality report fails a check; `0` = leave the exit status alone.",
-    COMPONENT)
+    COMPONENT,
+)
 FINISH_REASON = declare(
-    "SCALE_QUALITY_FINISH_REASON", None, as_str,
+    "SCALE_QUALITY_FINISH_REASON",
+    None,
+    as_str,
     "Finish reason (the `finish_reason` stat) of a crawl whose report fails a check, e.g. `quality_failed`.",
-    COMPONENT)
+    COMPONENT,
+)
 BATCH_SECONDS = declare(
-    "SCALE_QUALITY_BATCH_SECONDS", 60.0, as_float(0),
+    "SCALE_QUALITY_BATCH_SECONDS",
+    60.0,
+    as_float(0),
     "Seconds between the checks run on the figures so far during a crawl (stats and a log line "
-    "when one fails); `0` = only at the end.", COMPONENT)
+    "when one fails); `0` = only at the end.",
+    COMPONENT,
+)
 SNAPSHOT_CLASSES = declare(
-    "SCALE_QUALITY_SNAPSHOT_CLASSES", ["parse_failed"], as_classes,
+    "SCALE_QUALITY_SNAPSHOT_CLASSES",
+    ["parse_failed"],
+    as_classes,
     "Final outcome classes whose responses are kept as raw snapshots (compressed) for `scrapy scale "
-    "replay`; `[]` = none.", COMPONENT)
+    "replay`; `[]` = none.",
+    COMPONENT,
+)
 SNAPSHOT_SAMPLE = declare(
-    "SCALE_QUALITY_SNAPSHOT_SAMPLE", 0.0, as_rate,
-    "Share of all other responses kept as snapshots too (seeded by the URL).", COMPONENT)
+    "SCALE_QUALITY_SNAPSHOT_SAMPLE",
+    0.0,
+    as_rate,
+    "Share of all other responses kept as snapshots too (seeded by the URL).",
+    COMPONENT,
+)
 SNAPSHOT_MAX_COUNT = declare(
-    "SCALE_QUALITY_SNAPSHOT_MAX_COUNT", 1000, as_int(0),
-    "Most snapshots kept per job; the oldest are dropped first (counted).", COMPONENT)
+    "SCALE_QUALITY_SNAPSHOT_MAX_COUNT",
+    1000,
+    as_int(0),
+    "Most snapshots kept per job; the oldest are dropped first (counted).",
+    COMPONENT,
+)
 SNAPSHOT_MAX_BYTES = declare(
-    "SCALE_QUALITY_SNAPSHOT_MAX_BYTES", 100 * 2**20, as_int(0),
-    "Most bytes (compressed) of snapshots kept per job; the oldest are dropped first (counted).", COMPONENT)
+    "SCALE_QUALITY_SNAPSHOT_MAX_BYTES",
+    100 * 2**20,
+    as_int(0),
+    "Most bytes (compressed) of snapshots kept per job; the oldest are dropped first (counted).",
+    COMPONENT,
+)
 
 
 def check_all(settings: Any) -> None:

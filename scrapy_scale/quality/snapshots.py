@@ -54,9 +54,11 @@ class SnapshotDir:
 
     @classmethod
     def for_job(cls, settings: Any, job: str) -> SnapshotDir:
-        return cls(os.path.join(reporting.quality_dir(settings, job), "snapshots"),
-                   quality_settings.SNAPSHOT_MAX_COUNT.get(settings),
-                   quality_settings.SNAPSHOT_MAX_BYTES.get(settings))
+        return cls(
+            os.path.join(reporting.quality_dir(settings, job), "snapshots"),
+            quality_settings.SNAPSHOT_MAX_COUNT.get(settings),
+            quality_settings.SNAPSHOT_MAX_BYTES.get(settings),
+        )
 
     def files(self) -> list[str]:
         """Snapshot file names, oldest first."""
@@ -133,8 +135,16 @@ def _unlink(path: str) -> None:
         pass
 
 
-def snapshot_of(response: Response, request: Request, spider: Spider | None, fingerprint: str, cls: str,
-                reason: str, job: str, run_id: str) -> dict[str, Any]:
+def snapshot_of(
+    response: Response,
+    request: Request,
+    spider: Spider | None,
+    fingerprint: str,
+    cls: str,
+    reason: str,
+    job: str,
+    run_id: str,
+) -> dict[str, Any]:
     """The JSON-able snapshot of one response and the request that got it."""
     try:
         rd = request.to_dict(spider=spider)
@@ -155,9 +165,17 @@ def snapshot_of(response: Response, request: Request, spider: Spider | None, fin
     rd = {k: v for k, v in rd.items() if _jsonable(v)}
     headers = {k.decode("latin-1"): [v.decode("latin-1") for v in vs] for k, vs in response.headers.items()}
     return {
-        "url": response.url, "status": response.status, "headers": headers,
-        "body": base64.b64encode(response.body).decode(), "request": rd, "fingerprint": fingerprint,
-        "cls": cls, "reason": reason, "spider": getattr(spider, "name", None), "job": job, "run_id": run_id,
+        "url": response.url,
+        "status": response.status,
+        "headers": headers,
+        "body": base64.b64encode(response.body).decode(),
+        "request": rd,
+        "fingerprint": fingerprint,
+        "cls": cls,
+        "reason": reason,
+        "spider": getattr(spider, "name", None),
+        "job": job,
+        "run_id": run_id,
         "at": time.time(),
     }
 
@@ -230,11 +248,9 @@ class Snapshots:
             return
         cls = str(outcome.cls)
         if cls in self.classes or (outcome.done and self._sampled(outcome.url)):
-            self._keep(response, request, outcome.fingerprint, cls if cls in self.classes else "sample",
-                       outcome.reason)
+            self._keep(response, request, outcome.fingerprint, cls if cls in self.classes else "sample", outcome.reason)
 
-    def on_dropped(self, item: Any = None, response: Response | None = None, exception: Any = None,
-                   **kw: Any) -> None:
+    def on_dropped(self, item: Any = None, response: Response | None = None, exception: Any = None, **kw: Any) -> None:
         """An item of an ``ok`` page went to quarantine or the dead letter: its request is
         failed as ``parse_failed``; keep its response as such."""
         if "parse_failed" not in self.classes or response is None or not isinstance(exception, ItemDeadLettered):

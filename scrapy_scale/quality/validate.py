@@ -86,7 +86,7 @@ def reason_kind(reason: str) -> str:
     """The stat suffix of a reason: ``missing critical field price`` -> ``missing/price``,
     ``schema: $.price: ...`` -> ``schema``."""
     if reason.startswith("missing critical field "):
-        return "missing/" + reason[len("missing critical field "):][:60]
+        return "missing/" + reason[len("missing critical field ") :][:60]
     return reason.split(":", 1)[0].strip().replace(" ", "_")[:40] or "other"
 
 

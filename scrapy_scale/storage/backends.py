@@ -49,8 +49,7 @@ def sqlite_error(path: str, e: sqlite3.Error) -> Exception:
     column, not a database, malformed, readonly) StoreBroken; IntegrityError, InterfaceError,
     DataError and ProgrammingError are about the rows written and stay as they are (the writer
     isolates the row and dead-letters it)."""
-    if isinstance(e, (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.DataError,
-                      sqlite3.ProgrammingError)):
+    if isinstance(e, (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.DataError, sqlite3.ProgrammingError)):
         return e
     msg = str(e)
     if isinstance(e, sqlite3.OperationalError) and any(t in msg.lower() for t in SQLITE_TRANSIENT):
@@ -267,9 +266,7 @@ class SQLiteStore(Store):
 
     def dead_letters(self) -> list[dict[str, Any]]:
         with self._lock:
-            rows = self.conn.execute(
-                f'SELECT id, doc, at FROM "{self.dead_collection}" ORDER BY at, id'
-            ).fetchall()
+            rows = self.conn.execute(f'SELECT id, doc, at FROM "{self.dead_collection}" ORDER BY at, id').fetchall()
         out = []
         for id_, doc, at in rows:
             d = json.loads(doc)
@@ -298,8 +295,14 @@ class MongoStore(Store):
 
     DEFAULT_DB = "scrapy_scale"
 
-    def __init__(self, url: str, collection: str, dead_letter: str, fields: Mapping[str, str] | None = None,
-                 timeout_ms: int = 5000):
+    def __init__(
+        self,
+        url: str,
+        collection: str,
+        dead_letter: str,
+        fields: Mapping[str, str] | None = None,
+        timeout_ms: int = 5000,
+    ):
         super().__init__(collection, dead_letter, fields)
         self.url = url
         self.timeout_ms = timeout_ms
@@ -343,8 +346,11 @@ class MongoStore(Store):
             if isinstance(e, errors.ConnectionFailure | errors.WTimeoutError):
                 raise StoreUnavailable(f"MongoDB: {type(e).__name__}: {str(e)[:300]}") from e
             code = getattr(e, "code", None)
-            if (e.has_error_label("RetryableWriteError") or e.has_error_label("TransientTransactionError")
-                    or (isinstance(e, errors.OperationFailure) and code != 11000 and code in RETRYABLE_WRITE_CODES)):
+            if (
+                e.has_error_label("RetryableWriteError")
+                or e.has_error_label("TransientTransactionError")
+                or (isinstance(e, errors.OperationFailure) and code != 11000 and code in RETRYABLE_WRITE_CODES)
+            ):
                 raise StoreUnavailable(f"MongoDB: {type(e).__name__}: {str(e)[:300]}") from e
             raise
 
@@ -414,9 +420,7 @@ class MongoStore(Store):
             return
         if self._client is None:
             self.open()
-        ops = [
-            UpdateOne({"_id": r.id}, {"$set": r.doc, "$setOnInsert": {"at": now}}, upsert=True) for r in rows
-        ]
+        ops = [UpdateOne({"_id": r.id}, {"$set": r.doc, "$setOnInsert": {"at": now}}, upsert=True) for r in rows]
         try:
             self._call(self._dead.bulk_write, ops, ordered=False)
         except errors.BulkWriteError as e:
@@ -463,8 +467,11 @@ class MongoStore(Store):
 
 
 #: MongoDB's codes for refused credentials and missing rights
-AUTH_CODES = {18: "refused the credentials (AuthenticationFailed)", 13: "refused the rights (Unauthorized)",
-              11: "refused the user (UserNotFound)"}
+AUTH_CODES = {
+    18: "refused the credentials (AuthenticationFailed)",
+    13: "refused the rights (Unauthorized)",
+    11: "refused the user (UserNotFound)",
+}
 
 
 def access_denied(e: Exception) -> str | None:
@@ -485,8 +492,9 @@ def access_denied(e: Exception) -> str | None:
 RETRYABLE_WRITE_CODES = frozenset({11000, 6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436})
 
 
-def open_store(url: str, collection: str = "items", dead_letter: str | None = None,
-               fields: Mapping[str, str] | None = None) -> Store:
+def open_store(
+    url: str, collection: str = "items", dead_letter: str | None = None, fields: Mapping[str, str] | None = None
+) -> Store:
     """A store for ``url`` (not connected yet: call ``open()`` on the thread that will use it)."""
     scheme = urlsplit(url).scheme
     dl = dead_letter or f"{collection}_dead_letter"

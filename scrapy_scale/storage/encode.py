@@ -82,7 +82,8 @@ def encode_value(v: Any, path: str = "", _parents: tuple[int, ...] = ()) -> Any:
     if isinstance(v, uuid.UUID | PurePath):
         return str(v)
     container = isinstance(v, set | frozenset | list | tuple | Mapping) or (
-        not isinstance(v, type) and ItemAdapter.is_item(v))
+        not isinstance(v, type) and ItemAdapter.is_item(v)
+    )
     if container:
         if id(v) in _parents:
             raise Unencodable(f"field {_short(path)}: holds a cycle (a reference to itself)")

@@ -89,7 +89,5 @@ class KeyRules:
         if fields:
             return declared_key(type_name, fields, item, page_url)
         if not page_url:
-            raise InvalidKey(
-                f"no key: {type_name} came from no response; declare its key fields in SCALE_ITEM_KEY"
-            )
+            raise InvalidKey(f"no key: {type_name} came from no response; declare its key fields in SCALE_ITEM_KEY")
         return page_key(page_url, index)

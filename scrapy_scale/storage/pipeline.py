@@ -241,8 +241,10 @@ class StorePipeline:
                 self.store.check_access()
             except StoreBroken as e:
                 raise config.ScaleSettingError(
-                    "SCALE_STORE_URL", str(e).removeprefix("SCALE_STORE_URL: ") + "; fix the user/password "
-                    "(and authSource) in the URL, or the user's roles (readWrite on the database)") from None
+                    "SCALE_STORE_URL",
+                    str(e).removeprefix("SCALE_STORE_URL: ") + "; fix the user/password "
+                    "(and authSource) in the URL, or the user's roles (readWrite on the database)",
+                ) from None
 
     @startup.reports_setting_errors
     def open_spider(self, spider: Spider | None = None) -> None:
@@ -255,7 +257,10 @@ class StorePipeline:
             self._open_store()
         assert self.store is not None
         self.writer = BatchWriter(
-            self.store, self.batch_size, self.max_latency, self.retry_max_delay,
+            self.store,
+            self.batch_size,
+            self.max_latency,
+            self.retry_max_delay,
             on_batch=lambda r, results: reactor.callFromThread(self._on_batch, r, results),  # type: ignore[attr-defined]
             on_unavailable=lambda e, n, d: reactor.callFromThread(self._on_unavailable, e, n, d),  # type: ignore[attr-defined]
             on_fatal=lambda m, subs: reactor.callFromThread(self._on_fatal, m, subs),  # type: ignore[attr-defined]
@@ -330,8 +335,13 @@ class StorePipeline:
 
         def dead(reason: str, key: str | None = None, doc: Any = None) -> DeadRow:
             body = {
-                "key": key, "reason": _clean(reason), "callback": _clean(cb), "source_url": _clean(url),
-                "item_type": _clean(type_name), "run_id": self.run_id, "job": self.job,
+                "key": key,
+                "reason": _clean(reason),
+                "callback": _clean(cb),
+                "source_url": _clean(url),
+                "item_type": _clean(type_name),
+                "run_id": self.run_id,
+                "job": self.job,
                 "item": _item_text(item if doc is None else doc),
             }
             ident = hashlib.sha1(
@@ -451,15 +461,21 @@ class StorePipeline:
         engine = self.crawler.engine
         if engine is not None and not engine.running and self.writer is not None:
             # Ctrl-C / crawler.stop(): do not hold the shutdown hostage to the outage
-            logger.warning("shutting down while the store is unavailable (%s): giving up on %d items",
-                           error, self._pending)
+            logger.warning(
+                "shutting down while the store is unavailable (%s): giving up on %d items", error, self._pending
+            )
             self.writer.abandon()
             return
         if not self._outage_logged:
             self._outage_logged = time.monotonic()
         if attempt == 1 or attempt % 10 == 0:
-            logger.warning("store unavailable (attempt %d, next in %.1fs; %d items waiting): %s",
-                           attempt, delay, self._pending, error)
+            logger.warning(
+                "store unavailable (attempt %d, next in %.1fs; %d items waiting): %s",
+                attempt,
+                delay,
+                self._pending,
+                error,
+            )
 
 
 class DeadLetteredDrop(DropItem, ItemDeadLettered):

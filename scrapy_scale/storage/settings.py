@@ -156,6 +156,6 @@ FIELDS = declare(
     "SCALE_STORE_FIELDS",
     {},
     as_meta_fields,
-    "Names of the bookkeeping fields, e.g. `{\"first_seen\": \"seen_at\"}`; defaults `_first_seen`, `_last_seen`, `_run_id`, `_job`, `_source_url`, `_item_type`.",
+    'Names of the bookkeeping fields, e.g. `{"first_seen": "seen_at"}`; defaults `_first_seen`, `_last_seen`, `_run_id`, `_job`, `_source_url`, `_item_type`.',
     "storage",
 )

@@ -195,8 +195,9 @@ class BatchWriter:
                 except Exception as e:  # noqa: BLE001 - never lose the batch: log, wait, again
                     failures += 1
                     self.error = e
-                    logger.exception("store writer: a batch of %d failed (attempt %d); trying again",
-                                     len(batch), failures)
+                    logger.exception(
+                        "store writer: a batch of %d failed (attempt %d); trying again", len(batch), failures
+                    )
                     if self._stop_retrying.wait(self.backoff.delay(failures)):
                         self._give_back(batch)
                         return
@@ -218,8 +219,9 @@ class BatchWriter:
             rest = batch + list(self._queue)
             self._queue.clear()
         self.error = e
-        logger.error("store writer: the store cannot be written, stopping (%d items not stored): %s",
-                     len(rest), message)
+        logger.error(
+            "store writer: the store cannot be written, stopping (%d items not stored): %s", len(rest), message
+        )
         if self.on_fatal is not None:
             self.on_fatal(message, rest)
 
@@ -299,15 +301,22 @@ class BatchWriter:
             except (_Abandoned, StoreBroken):
                 raise
             except Exception as e:  # noqa: BLE001 - refused for good: items would be lost silently
-                raise StoreBroken(f"the dead letter {self.store.dead_collection!r} refused "
-                                  f"{len(dead)} record(s): {type(e).__name__}: {str(e)[:300]}") from e
+                raise StoreBroken(
+                    f"the dead letter {self.store.dead_collection!r} refused "
+                    f"{len(dead)} record(s): {type(e).__name__}: {str(e)[:300]}"
+                ) from e
             retries += n
         t1 = self.clock()
         n_ins = sum(1 for _, res_ in results if isinstance(res_, Stored) and res_.inserted)
         n_stored = sum(1 for _, res_ in results if isinstance(res_, Stored))
         report = BatchReport(
-            items=len(batch), inserted=n_ins, updated=n_stored - n_ins, dead=len(dead), retries=retries,
-            write_seconds=t1 - t0, max_item_latency=t1 - min(s.t for s in batch),
+            items=len(batch),
+            inserted=n_ins,
+            updated=n_stored - n_ins,
+            dead=len(dead),
+            retries=retries,
+            write_seconds=t1 - t0,
+            max_item_latency=t1 - min(s.t for s in batch),
         )
         if self.on_batch is not None:
             # one hand-over per batch (one reactor wake-up, not one per item)
@@ -333,8 +342,9 @@ class BatchWriter:
         except Exception as e:  # noqa: BLE001
             if len(rows) == 1:
                 return WriteResult(failed={rows[0].key: f"store refused the item: {type(e).__name__}: {e}"[:1000]})
-            logger.warning("store refused a batch of %d (%s: %s); writing its rows one by one",
-                           len(rows), type(e).__name__, e)
+            logger.warning(
+                "store refused a batch of %d (%s: %s); writing its rows one by one", len(rows), type(e).__name__, e
+            )
         out = WriteResult()
         for r in rows:
             res = self._write_isolating([r])

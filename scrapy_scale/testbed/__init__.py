@@ -40,6 +40,15 @@ from scrapy_scale.testbed.resolver import TestbedResolver, install_resolver
 from scrapy_scale.testbed.server import Testbed
 
 __all__ = [
-    "KINDS", "PROXY_MODES", "Fault", "ProxyEvent", "ProxySpec", "Served", "Testbed",
-    "TestbedResolver", "install_resolver", "parse_faults", "parse_proxy",
+    "KINDS",
+    "PROXY_MODES",
+    "Fault",
+    "ProxyEvent",
+    "ProxySpec",
+    "Served",
+    "Testbed",
+    "TestbedResolver",
+    "install_resolver",
+    "parse_faults",
+    "parse_proxy",
 ]

@@ -23,18 +23,30 @@ from scrapy_scale.testbed.server import Testbed
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m scrapy_scale.testbed", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m scrapy_scale.testbed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--hosts", type=int, default=3, help="number of target hosts (default 3)")
     p.add_argument("--pages", type=int, default=100, help="detail pages PER HOST (default 100)")
     p.add_argument("--per-page", type=int, default=20, help="detail links per listing page (default 20)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--faults", action="append", default=[], metavar="SPEC",
-                   help="fault rules, e.g. '429:/item/*,p=0.1,retry_after=2;reset,p=0.01' (repeatable)")
-    p.add_argument("--proxy", action="append", default=[], metavar="SPEC",
-                   help="a proxy egress, e.g. 'p1', 'p2:flaky,p=0.3', 'p3:auth', 'p4:healthy,banned_by=1+2'")
-    p.add_argument("--rate-limit", type=float, default=None, metavar="R",
-                   help="answer 429 beyond R requests/s per (host, client)")
+    p.add_argument(
+        "--faults",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="fault rules, e.g. '429:/item/*,p=0.1,retry_after=2;reset,p=0.01' (repeatable)",
+    )
+    p.add_argument(
+        "--proxy",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a proxy egress, e.g. 'p1', 'p2:flaky,p=0.3', 'p3:auth', 'p4:healthy,banned_by=1+2'",
+    )
+    p.add_argument(
+        "--rate-limit", type=float, default=None, metavar="R", help="answer 429 beyond R requests/s per (host, client)"
+    )
     p.add_argument("--robots-disallow", action="append", default=[], metavar="PATH")
     p.add_argument("--port", type=int, default=0, help="port of every host (default: a free one)")
     p.add_argument("--state-file", type=Path, help="write URLs and settings here as JSON (removed on exit)")
@@ -47,9 +59,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def state(tb: Testbed) -> dict[str, Any]:
     return {
-        "pid": os.getpid(), "port": tb.port, "hosts": tb.hosts, "addresses": tb.addresses,
-        "start_urls": tb.start_urls, "proxy_urls": tb.proxy_urls, "settings": tb.scrapy_settings(),
-        "pages_per_host": tb.pages, "per_page": tb.catalog.per_page, "seed": tb.seed, "tls": tb.tls,
+        "pid": os.getpid(),
+        "port": tb.port,
+        "hosts": tb.hosts,
+        "addresses": tb.addresses,
+        "start_urls": tb.start_urls,
+        "proxy_urls": tb.proxy_urls,
+        "settings": tb.scrapy_settings(),
+        "pages_per_host": tb.pages,
+        "per_page": tb.catalog.per_page,
+        "seed": tb.seed,
+        "tls": tb.tls,
     }
 
 
@@ -70,9 +90,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         faults = parse_faults(";".join(args.faults))
         proxies = [parse_proxy(s) for s in args.proxy]
-        tb = Testbed(hosts=args.hosts, pages=args.pages, seed=args.seed, faults=faults, proxies=proxies,
-                     rate_limit=args.rate_limit, per_page=args.per_page, port=args.port,
-                     robots_disallow=args.robots_disallow, keep_log=not args.no_log, tls=args.tls)
+        tb = Testbed(
+            hosts=args.hosts,
+            pages=args.pages,
+            seed=args.seed,
+            faults=faults,
+            proxies=proxies,
+            rate_limit=args.rate_limit,
+            per_page=args.per_page,
+            port=args.port,
+            robots_disallow=args.robots_disallow,
+            keep_log=not args.no_log,
+            tls=args.tls,
+        )
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -85,7 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"testbed: {len(tb.hosts)} hosts x {tb.pages} pages, seed {tb.seed}, port {tb.port}")
     print("start URLs:\n  " + "\n  ".join(shown))
     if tb.proxy_urls:
-        print("proxies:\n  " + "\n  ".join(f"{p.id} ({p.mode}): {u}" for p, u in zip(tb.proxy_specs, tb.proxy_urls, strict=True)))
+        print(
+            "proxies:\n  "
+            + "\n  ".join(f"{p.id} ({p.mode}): {u}" for p, u in zip(tb.proxy_specs, tb.proxy_urls, strict=True))
+        )
     print("scrapy settings:\n  " + json.dumps(info["settings"]))
     if len(tb.hosts) <= 5:
         cmd = ["scrapy", "crawl", "catalog", "-a", "start_urls=" + ",".join(tb.start_urls)]
@@ -111,8 +144,10 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.log_file, "w") as f:
                 for rec in tb.log:
                     f.write(json.dumps(rec.as_dict()) + "\n")
-        print(f"served {s['requests']} requests: " + ", ".join(f"{k} {n}" for k, n in sorted(s["kinds"].items())),
-              flush=True)
+        print(
+            f"served {s['requests']} requests: " + ", ".join(f"{k} {n}" for k, n in sorted(s["kinds"].items())),
+            flush=True,
+        )
     return 0
 
 

@@ -79,8 +79,12 @@ class Fault:
 
     def selects(self, host: str, host_no: int, path: str, egress: str | None) -> bool:
         """Whether this rule applies to the request at all (before plan/probability)."""
-        if self.hosts is not None and host not in self.hosts and host_no not in self.hosts \
-                and str(host_no) not in self.hosts:
+        if (
+            self.hosts is not None
+            and host not in self.hosts
+            and host_no not in self.hosts
+            and str(host_no) not in self.hosts
+        ):
             return False
         if path == "/robots.txt" and "robots" not in self.path:
             return False

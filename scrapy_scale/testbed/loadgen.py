@@ -43,15 +43,23 @@ async def run(state: dict[str, Any], conns: int, requests: int) -> dict[str, flo
     done = [0]
     cpu0 = cpu_seconds(state["pid"])
     t0 = time.perf_counter()
-    await asyncio.gather(*(
-        _worker(state["addresses"][hosts[c % len(hosts)]], state["port"], hosts[c % len(hosts)],
-                requests, c * 37, done)
-        for c in range(conns)
-    ))
+    await asyncio.gather(
+        *(
+            _worker(
+                state["addresses"][hosts[c % len(hosts)]], state["port"], hosts[c % len(hosts)], requests, c * 37, done
+            )
+            for c in range(conns)
+        )
+    )
     wall = time.perf_counter() - t0
     cpu = cpu_seconds(state["pid"]) - cpu0
-    return {"requests": done[0], "wall_s": wall, "req_per_s": done[0] / wall, "server_cpu_s": cpu,
-            "req_per_cpu_s": done[0] / cpu if cpu else float("inf")}
+    return {
+        "requests": done[0],
+        "wall_s": wall,
+        "req_per_s": done[0] / wall,
+        "server_cpu_s": cpu,
+        "req_per_cpu_s": done[0] / cpu if cpu else float("inf"),
+    }
 
 
 def main() -> None:
@@ -63,8 +71,10 @@ def main() -> None:
     with open(a.state_file) as f:
         state = json.load(f)
     r = asyncio.run(run(state, a.conns, a.requests))
-    print(f"{r['requests']} requests in {r['wall_s']:.2f}s = {r['req_per_s']:.0f} req/s; testbed CPU "
-          f"{r['server_cpu_s']:.2f}s = {r['req_per_cpu_s']:.0f} requests per CPU second")
+    print(
+        f"{r['requests']} requests in {r['wall_s']:.2f}s = {r['req_per_s']:.0f} req/s; testbed CPU "
+        f"{r['server_cpu_s']:.2f}s = {r['req_per_cpu_s']:.0f} requests per CPU second"
+    )
 
 
 if __name__ == "__main__":

@@ -28,8 +28,7 @@ _HOP = {"proxy-authorization", "proxy-connection", "connection", "keep-alive"}
 
 async def start_proxy(tb: Testbed, spec: ProxySpec, source_ip: str, port: int = 0) -> asyncio.Server:
     proxy = _Proxy(tb, spec, source_ip)
-    return await asyncio.start_server(proxy.handle, host="127.0.0.1", port=port, backlog=1024,
-                                      reuse_address=True)
+    return await asyncio.start_server(proxy.handle, host="127.0.0.1", port=port, backlog=1024, reuse_address=True)
 
 
 class _Proxy:
@@ -87,9 +86,11 @@ class _Proxy:
                 spec = self.spec
                 if spec.mode == "auth" and hmap.get("proxy-authorization") != self.auth:
                     self._event(method, target, client, "auth_required")
-                    writer.write(http_response(
-                        407, b"proxy authentication required",
-                        [("Proxy-Authenticate", 'Basic realm="testbed"')]))
+                    writer.write(
+                        http_response(
+                            407, b"proxy authentication required", [("Proxy-Authenticate", 'Basic realm="testbed"')]
+                        )
+                    )
                     await writer.drain()
                     continue
                 if spec.mode == "flaky" and unit(self.tb.seed, "proxy", spec.id, self.count) < spec.p:
@@ -157,8 +158,9 @@ class _Proxy:
             if not writer.is_closing():
                 writer.close()
 
-    async def _tunnel(self, target: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      client: str) -> None:
+    async def _tunnel(
+        self, target: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client: str
+    ) -> None:
         from scrapy_scale.testbed.server import http_response
 
         host, _, port_s = target.rpartition(":")

@@ -28,8 +28,14 @@ _FIRST_HOST_IP = int(ipaddress.IPv4Address("127.0.0.2"))
 _FIRST_EGRESS_IP = int(ipaddress.IPv4Address("127.254.0.1"))
 
 REASONS = {
-    200: "OK", 403: "Forbidden", 404: "Not Found", 407: "Proxy Authentication Required",
-    410: "Gone", 429: "Too Many Requests", 500: "Internal Server Error", 502: "Bad Gateway",
+    200: "OK",
+    403: "Forbidden",
+    404: "Not Found",
+    407: "Proxy Authentication Required",
+    410: "Gone",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
     503: "Service Unavailable",
 }
 
@@ -44,11 +50,19 @@ def egress_ip(i: int) -> str:
     return str(ipaddress.IPv4Address(_FIRST_EGRESS_IP + i))
 
 
-def http_response(status: int, body: bytes, extra: Sequence[tuple[str, str]] = (),
-                  close: bool = False, head_only: bool = False,
-                  content_type: str = "text/html; charset=utf-8") -> bytes:
-    lines = [f"HTTP/1.1 {status} {REASONS.get(status, 'Status')}",
-             f"Content-Type: {content_type}", f"Content-Length: {len(body)}"]
+def http_response(
+    status: int,
+    body: bytes,
+    extra: Sequence[tuple[str, str]] = (),
+    close: bool = False,
+    head_only: bool = False,
+    content_type: str = "text/html; charset=utf-8",
+) -> bytes:
+    lines = [
+        f"HTTP/1.1 {status} {REASONS.get(status, 'Status')}",
+        f"Content-Type: {content_type}",
+        f"Content-Length: {len(body)}",
+    ]
     lines += [f"{k}: {v}" for k, v in extra]
     if close:
         lines.append("Connection: close")
@@ -89,8 +103,14 @@ def reset_mid_answer(transport: asyncio.BaseTransport) -> None:
 class _Answer:
     __slots__ = ("status", "body", "headers", "kind", "delay")
 
-    def __init__(self, status: int | None, kind: str, body: bytes = b"",
-                 headers: Sequence[tuple[str, str]] = (), delay: float = 0.0):
+    def __init__(
+        self,
+        status: int | None,
+        kind: str,
+        body: bytes = b"",
+        headers: Sequence[tuple[str, str]] = (),
+        delay: float = 0.0,
+    ):
         self.status = status
         self.kind = kind
         self.body = body
@@ -190,8 +210,14 @@ class Testbed:
         else:
             with open(state) as f:
                 info = json.load(f)
-        return cls(hosts=len(info["hosts"]), pages=info["pages_per_host"], seed=info["seed"],
-                   per_page=info.get("per_page", 20), port=info["port"], tls=info.get("tls", False))
+        return cls(
+            hosts=len(info["hosts"]),
+            pages=info["pages_per_host"],
+            seed=info["seed"],
+            per_page=info.get("per_page", 20),
+            port=info["port"],
+            tls=info.get("tls", False),
+        )
 
     # ---- lifecycle ----------------------------------------------------------------
 
@@ -276,8 +302,12 @@ class Testbed:
             try:
                 for name, n in self.host_numbers.items():
                     srv = await loop.create_server(
-                        functools.partial(_TargetProtocol, self, n), host=self.addresses[name], port=port,
-                        reuse_address=True, backlog=1024, ssl=ssl_ctx,
+                        functools.partial(_TargetProtocol, self, n),
+                        host=self.addresses[name],
+                        port=port,
+                        reuse_address=True,
+                        backlog=1024,
+                        ssl=ssl_ctx,
                     )
                     port = srv.sockets[0].getsockname()[1]
                     servers.append(srv)
@@ -350,13 +380,23 @@ class Testbed:
         with self._lock:
             return Counter(self._counters)
 
-    def count(self, *, host: str | None = None, kind: str | None = None, status: int | None = None,
-              path: str | None = None, egress: str | None | bool = False) -> int:
+    def count(
+        self,
+        *,
+        host: str | None = None,
+        kind: str | None = None,
+        status: int | None = None,
+        path: str | None = None,
+        egress: str | None | bool = False,
+    ) -> int:
         """Records of the log matching every given field (egress=None means direct)."""
         return sum(
-            1 for r in self._log
-            if (host is None or r.host == host) and (kind is None or r.kind == kind)
-            and (status is None or r.status == status) and (path is None or r.path == path)
+            1
+            for r in self._log
+            if (host is None or r.host == host)
+            and (kind is None or r.kind == kind)
+            and (status is None or r.status == status)
+            and (path is None or r.path == path)
             and (egress is False or r.egress == egress)
         )
 
@@ -368,9 +408,7 @@ class Testbed:
             self._counters.clear()
 
     def detail_urls(self) -> set[str]:
-        return {
-            f"{self.scheme}://{h}:{self.port}/item/{i}" for h in self.hosts for i in range(1, self.pages + 1)
-        }
+        return {f"{self.scheme}://{h}:{self.port}/item/{i}" for h in self.hosts for i in range(1, self.pages + 1)}
 
     def expected_item(self, url: str) -> dict[str, Any]:
         u = urlsplit(url)
@@ -399,8 +437,7 @@ class Testbed:
         self._buckets[key] = (tokens - 1, now)
         return True
 
-    def _answer(self, host_no: int, target: str, egress: str | None, client: str,
-                conn: int, method: str) -> _Answer:
+    def _answer(self, host_no: int, target: str, egress: str | None, client: str, conn: int, method: str) -> _Answer:
         now = time.time()
         host = self.hosts[host_no - 1]
         path = target.split("?", 1)[0]
@@ -419,13 +456,13 @@ class Testbed:
                 self._counters[(host, ans.status)] += 1
         return ans
 
-    def _decide(self, host_no: int, host: str, path: str, egress: str | None, client: str,
-                ordinal: int, now: float) -> _Answer:
+    def _decide(
+        self, host_no: int, host: str, path: str, egress: str | None, client: str, ordinal: int, now: float
+    ) -> _Answer:
         if egress is not None and (host_no, egress) in self._banned:
             return _Answer(403, "banned", b"<html><body>Access denied</body></html>")
         if not self._rate_ok(host_no, egress or client, now):
-            return _Answer(429, "rate_limited", b"<html><body>Slow down</body></html>",
-                           [("Retry-After", "1")])
+            return _Answer(429, "rate_limited", b"<html><body>Slow down</body></html>", [("Retry-After", "1")])
         for idx, f in enumerate(self.faults):
             if f.kind == "layout" and self.catalog.item_id(path) is None:
                 continue
@@ -526,7 +563,7 @@ class _TargetProtocol(asyncio.Protocol):
             length = int(headers.get("content-length", "0") or 0)
             if len(self.buf) < end + 4 + length:
                 return
-            self.buf = self.buf[end + 4 + length:]
+            self.buf = self.buf[end + 4 + length :]
             if target.startswith(("http://", "https://")):
                 u = urlsplit(target)
                 target = (u.path or "/") + (f"?{u.query}" if u.query else "")
@@ -542,8 +579,14 @@ class _TargetProtocol(asyncio.Protocol):
                 self.busy = True
                 return
             assert ans.status is not None
-            data = http_response(ans.status, ans.body, ans.headers, close, method == "HEAD",
-                                 "text/plain" if target == "/robots.txt" else "text/html; charset=utf-8")
+            data = http_response(
+                ans.status,
+                ans.body,
+                ans.headers,
+                close,
+                method == "HEAD",
+                "text/plain" if target == "/robots.txt" else "text/html; charset=utf-8",
+            )
             if ans.delay > 0:
                 self.busy = True
                 loop = asyncio.get_running_loop()

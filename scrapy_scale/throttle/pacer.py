@@ -95,8 +95,14 @@ class Throttle:
         dd = s.getfloat("DOWNLOAD_DELAY")
         if dd > 0 and "min_delay" not in profiles.default_explicit:
             # DOWNLOAD_DELAY is the floor of every site no profile gives a min_delay
-            profiles = profiles.with_base(replace(BUILTIN, min_delay=dd, start_delay=max(dd, BUILTIN.start_delay),
-                                                  max_delay=max(dd, BUILTIN.max_delay)))
+            profiles = profiles.with_base(
+                replace(
+                    BUILTIN,
+                    min_delay=dd,
+                    start_delay=max(dd, BUILTIN.start_delay),
+                    max_delay=max(dd, BUILTIN.max_delay),
+                )
+            )
         cap = float(outcomes_settings.RETRY_AFTER_MAX.get(s))
         pacing = Pacing(profiles, time.time, retry_after_cap=cap)
         job = settings_core.JOB.get(s) or getattr(crawler.spidercls, "name", None) or "default"
@@ -105,15 +111,18 @@ class Throttle:
             shared = open_shared(url, job)
             learned = shared.load()
         except Exception as e:  # noqa: BLE001 - pacing works without it, starting from scratch
-            logger.warning("throttle: learned delays at %s cannot be read (%s); starting from the profiles",
-                           redact_url(url), e)
+            logger.warning(
+                "throttle: learned delays at %s cannot be read (%s); starting from the profiles", redact_url(url), e
+            )
             shared, learned = None, {}
         ext = cls(crawler, pacing, shared, top=throttle_settings.STATS_TOP.get(s))
         ext.restored = pacing.restore(learned)
         if s.getbool("AUTOTHROTTLE_ENABLED"):
-            logger.warning("throttle: AUTOTHROTTLE_ENABLED is on as well; scrapy-scale's per-site pacing "
-                           "replaces it (set AUTOTHROTTLE_ENABLED = False, or SCALE_THROTTLE_ENABLED = False "
-                           "to keep AutoThrottle alone)")
+            logger.warning(
+                "throttle: AUTOTHROTTLE_ENABLED is on as well; scrapy-scale's per-site pacing "
+                "replaces it (set AUTOTHROTTLE_ENABLED = False, or SCALE_THROTTLE_ENABLED = False "
+                "to keep AutoThrottle alone)"
+            )
         ScaleContext.of(crawler).extra["pacer"] = ext
         sig = crawler.signals
         sig.connect(ext._on_outcome, signal=scale_signals.outcome)
@@ -193,8 +202,11 @@ class Throttle:
         if key is not None:
             self._acquiring.discard(key)
         if time.time() >= self._shared_down_until:
-            logger.warning("throttle: the shared limiter failed (%s); pacing on this worker alone for %.0f s",
-                           failure.getErrorMessage(), SHARED_BACKOFF)
+            logger.warning(
+                "throttle: the shared limiter failed (%s); pacing on this worker alone for %.0f s",
+                failure.getErrorMessage(),
+                SHARED_BACKOFF,
+            )
         self._shared_down_until = time.time() + SHARED_BACKOFF
         self.stats.inc_value(keys.THROTTLE_SHARED_ERRORS)
         compat.wake_engine(self.crawler)
@@ -222,8 +234,12 @@ class Throttle:
         pause = self.pacing.on_rate_limited(outcome.domain, outcome.latency, ra)
         if self.pacing.capped and not self._warned_cap:
             site, asked = self.pacing.capped[0]
-            logger.warning("throttle: %s asked for Retry-After %.0f s; pausing it %.0f s (SCALE_RETRY_AFTER_MAX)",
-                           site, asked, self.pacing.retry_after_cap)
+            logger.warning(
+                "throttle: %s asked for Retry-After %.0f s; pausing it %.0f s (SCALE_RETRY_AFTER_MAX)",
+                site,
+                asked,
+                self.pacing.retry_after_cap,
+            )
             self._warned_cap = True
         if pause <= 0:
             return
@@ -315,7 +331,7 @@ class Throttle:
 
     def _write_stats(self) -> None:
         sites = sorted(self.pacing.sites.values(), key=lambda s: -s.sent)
-        shown, rest = sites[: self.top], sites[self.top:]
+        shown, rest = sites[: self.top], sites[self.top :]
         set_value = self.stats.set_value
         for s in shown:
             set_value(keys.throttle_site(s.key, "delay"), round(self.pacing.interval(s), 3))
@@ -328,8 +344,9 @@ class Throttle:
         if rest:
             set_value(keys.throttle_site(keys.THROTTLE_OTHER, "requests"), sum(s.sent for s in rest))
             set_value(keys.throttle_site(keys.THROTTLE_OTHER, "rate_limited"), sum(s.rate_limited for s in rest))
-            set_value(keys.throttle_site(keys.THROTTLE_OTHER, "paused_seconds"),
-                      round(sum(s.paused_seconds for s in rest), 1))
+            set_value(
+                keys.throttle_site(keys.THROTTLE_OTHER, "paused_seconds"), round(sum(s.paused_seconds for s in rest), 1)
+            )
         set_value(keys.THROTTLE_SITES, len(sites))
         set_value(keys.THROTTLE_PAUSED_SECONDS, round(sum(s.paused_seconds for s in sites), 1))
 
@@ -341,4 +358,3 @@ class Throttle:
 
             return defer.maybeDeferred(fn, *args)
         return threads.deferToThreadPool(reactor, self._pool, fn, *args)  # type: ignore[arg-type]
-

@@ -78,8 +78,7 @@ class SiteState:
 class Pacing:
     """The pacing state of every site seen, and the decisions on it."""
 
-    def __init__(self, profiles: Profiles, clock: clock_mod.Clock = clock_mod.wall, *,
-                 retry_after_cap: float = 3600.0):
+    def __init__(self, profiles: Profiles, clock: clock_mod.Clock = clock_mod.wall, *, retry_after_cap: float = 3600.0):
         self.profiles = profiles
         self.clock = clock
         self.retry_after_cap = retry_after_cap

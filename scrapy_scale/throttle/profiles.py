@@ -197,15 +197,20 @@ class Match:
 class Profiles:
     """Resolves a host to its :class:`Match`; build with :meth:`parse`."""
 
-    def __init__(self, default: Profile, default_explicit: frozenset[str],
-                 entries: dict[str, tuple[Pattern, Profile, frozenset[str]]]):
+    def __init__(
+        self,
+        default: Profile,
+        default_explicit: frozenset[str],
+        entries: dict[str, tuple[Pattern, Profile, frozenset[str]]],
+    ):
         self.default = default
         self.raw: dict[str, Any] = {}
         self._default_explicit = default_explicit
         self._hosts = {p.name: (p, pr, ex) for p, pr, ex in entries.values() if p.kind == "host"}
         self._sites = {p.name: (p, pr, ex) for p, pr, ex in entries.values() if p.kind == "site"}
-        self._wild = sorted(((p, pr, ex) for p, pr, ex in entries.values() if p.kind == "wildcard"),
-                            key=lambda e: -len(e[0].name))
+        self._wild = sorted(
+            ((p, pr, ex) for p, pr, ex in entries.values() if p.kind == "wildcard"), key=lambda e: -len(e[0].name)
+        )
         self.match = lru_cache(maxsize=65_536)(self._match)  # type: ignore[method-assign]
 
     @property

@@ -113,8 +113,10 @@ class SqliteShared:
         self._lock = threading.Lock()
         self.db = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("CREATE TABLE IF NOT EXISTS learned (job TEXT NOT NULL, site TEXT NOT NULL, "
-                        "state TEXT NOT NULL, PRIMARY KEY (job, site))")
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS learned (job TEXT NOT NULL, site TEXT NOT NULL, "
+            "state TEXT NOT NULL, PRIMARY KEY (job, site))"
+        )
 
     def acquire(self, site: str, interval: float, tolerance: float = 0.0) -> float:  # pragma: no cover
         raise NotImplementedError
