@@ -15,12 +15,10 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from scrapy import signals
-from twisted.python.threadpool import ThreadPool
 
 
 class EmptySignalGate:
@@ -54,13 +52,4 @@ def install_empty_gate(engine: Any, has_work: Callable[[], bool]) -> Callable[[]
     return remove
 
 
-def _daemon_thread(*args: Any, **kwargs: Any) -> threading.Thread:
-    t = threading.Thread(*args, **kwargs)
-    t.daemon = True
-    return t
-
-
-class DaemonThreadPool(ThreadPool):
-    """A Twisted thread pool whose threads never hold the process open at exit."""
-
-    threadFactory = staticmethod(_daemon_thread)  # type: ignore[assignment]
+from scrapy_scale.daemon_pool import DaemonThreadPool  # noqa: E402,F401 - re-exported for the scheduler

@@ -20,6 +20,7 @@ from twisted.internet import defer, threads
 from twisted.python.threadpool import ThreadPool
 
 from scrapy_scale.context import ScaleContext
+from scrapy_scale.daemon_pool import DaemonThreadPool
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class FrontierPoller:
         from twisted.internet import reactor
 
         if self._pool is None:
-            self._pool = ThreadPool(1, 1, name="scale-monitor")
+            self._pool = DaemonThreadPool(1, 1, name="scale-monitor")
             self._pool.start()
         d = threads.deferToThreadPool(reactor, self._pool, self._read)  # type: ignore[arg-type]
         self._running = d

@@ -34,6 +34,7 @@ from scrapy_scale import compat, settings_core, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as keys
 from scrapy_scale.context import ScaleContext
+from scrapy_scale.daemon_pool import DaemonThreadPool
 from scrapy_scale.outcomes import settings as outcomes_settings
 from scrapy_scale.outcomes.retry_after import parse_retry_after
 from scrapy_scale.redact import redact_url
@@ -286,7 +287,7 @@ class Throttle:
     def _open(self, spider: Any = None) -> None:
         if self.restored:
             logger.info("throttle: started from %d learned site delay(s)", self.restored)
-        self._pool = ThreadPool(1, 1, name="scale-throttle")
+        self._pool = DaemonThreadPool(1, 1, name="scale-throttle")
         self._pool.start()
         self._loop = task.LoopingCall(self._tick)
         self._loop.start(TICK, now=False)
