@@ -360,6 +360,9 @@ class EgressMiddleware:
         self._browser_gauges()
         for key, value in bounded_stats(self.pool, self.top).items():
             self.stats.set_value(key, value)
+        # the pool by state, as each sync writes it: a crawl shorter than one sync had none
+        for state, n in self.pool.pool_sizes().items():
+            self.stats.set_value(K.egress_pool(state), n)
         store = self.store
         if store is None:
             return
