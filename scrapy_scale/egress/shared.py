@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from scrapy_scale.redact import redact_url
+from scrapy_scale.sqlite_open import setup_retrying
 
 #: a worker that has not synced for this many sync periods (plus 5 s) is not live
 LIVE_PERIODS = 3
@@ -137,15 +138,19 @@ class RedisState(StateStore):
         self.r.close()
 
 
+def _setup_tables(db: sqlite3.Connection) -> None:
+    db.execute("PRAGMA journal_mode=WAL")
+    for t in ("health", "counts", "live", "pool"):
+        db.execute(f"CREATE TABLE IF NOT EXISTS egress_{t} (job TEXT, k TEXT, v TEXT, PRIMARY KEY (job, k))")
+
+
 class SqliteState(StateStore):
     def __init__(self, path: str, job: str):
         self.path, self.job, self.where = path, job, path
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
         self.db = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        for t in ("health", "counts", "live", "pool"):
-            self.db.execute(f"CREATE TABLE IF NOT EXISTS egress_{t} (job TEXT, k TEXT, v TEXT, PRIMARY KEY (job, k))")
+        setup_retrying(self.db, _setup_tables, 30)
 
     def _all(self, table: str) -> dict[str, Any]:
         rows = self.db.execute(f"SELECT k, v FROM egress_{table} WHERE job = ?", (self.job,)).fetchall()

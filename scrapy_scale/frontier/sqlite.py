@@ -29,6 +29,7 @@ from scrapy_scale.frontier.store import (
     State,
     Status,
 )
+from scrapy_scale.sqlite_open import setup_retrying, statements
 
 LAYOUT = 1
 
@@ -162,15 +163,7 @@ class SqliteStore(FrontierStore):
                 "is writable, or set SCALE_FRONTIER_URL / SCALE_STATE_DIR"
             ) from None
         try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=60000")
-            existing = self._check_layout(db)
-            if existing:
-                self._check_intact(db)
-            db.executescript(SCHEMA)
-            db.execute("INSERT OR IGNORE INTO scale_meta (key, value) VALUES ('layout', ?)", (str(LAYOUT),))
-            db.execute("INSERT OR IGNORE INTO jobs (job) VALUES (?)", (self.job,))
+            setup_retrying(db, self._setup, 60)
         except FrontierError:
             db.close()
             raise
@@ -183,6 +176,22 @@ class SqliteStore(FrontierStore):
                 "or point SCALE_FRONTIER_URL at another file"
             ) from None
         self._db = db
+
+    def _setup(self, db: sqlite3.Connection) -> None:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA busy_timeout=60000")
+        # one write transaction from the layout check to the layout row, so a process opening
+        # the file at the same moment sees either no tables or a whole frontier
+        db.execute("BEGIN IMMEDIATE")
+        existing = self._check_layout(db)
+        if existing:
+            self._check_intact(db)
+        for statement in statements(SCHEMA):
+            db.execute(statement)
+        db.execute("INSERT OR IGNORE INTO scale_meta (key, value) VALUES ('layout', ?)", (str(LAYOUT),))
+        db.execute("INSERT OR IGNORE INTO jobs (job) VALUES (?)", (self.job,))
+        db.execute("COMMIT")
 
     def _check_layout(self, db: sqlite3.Connection) -> bool:
         """Refuse a file of another program or layout; True when it is an existing frontier."""

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from scrapy_scale.errors import ItemNotStored
 from scrapy_scale.redact import redact_url
+from scrapy_scale.sqlite_open import setup_retrying
 from scrapy_scale.storage.encode import to_json
 from scrapy_scale.storage.settings import META_FIELDS
 
@@ -165,22 +166,23 @@ class SQLiteStore(Store):
                 os.makedirs(d, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
             try:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=FULL")
-                conn.execute(
-                    f'CREATE TABLE IF NOT EXISTS "{self.collection}" (key TEXT PRIMARY KEY, doc TEXT NOT NULL)'
-                )
-                conn.execute(
-                    f'CREATE TABLE IF NOT EXISTS "{self.dead_collection}" '
-                    "(id TEXT PRIMARY KEY, doc TEXT NOT NULL, at REAL NOT NULL)"
-                )
-                # a table made by something else must fail now, not at the first write
-                conn.execute(f'SELECT key, doc FROM "{self.collection}" LIMIT 0')
-                conn.execute(f'SELECT id, doc, at FROM "{self.dead_collection}" LIMIT 0')
+                setup_retrying(conn, self._setup, 30)
             except sqlite3.Error as e:
                 conn.close()
                 raise sqlite_error(self.path, e) from e
             self._conn = conn
+
+    def _setup(self, conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute(f'CREATE TABLE IF NOT EXISTS "{self.collection}" (key TEXT PRIMARY KEY, doc TEXT NOT NULL)')
+        conn.execute(
+            f'CREATE TABLE IF NOT EXISTS "{self.dead_collection}" '
+            "(id TEXT PRIMARY KEY, doc TEXT NOT NULL, at REAL NOT NULL)"
+        )
+        # a table made by something else must fail now, not at the first write
+        conn.execute(f'SELECT key, doc FROM "{self.collection}" LIMIT 0')
+        conn.execute(f'SELECT id, doc, at FROM "{self.dead_collection}" LIMIT 0')
 
     @property
     def conn(self) -> sqlite3.Connection:

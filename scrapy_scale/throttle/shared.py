@@ -24,6 +24,8 @@ import threading
 from typing import Any
 from urllib.parse import urlsplit
 
+from scrapy_scale.sqlite_open import setup_retrying
+
 ACQUIRE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -100,6 +102,14 @@ class RedisShared:
         self.client.close()
 
 
+def _setup_learned(db: sqlite3.Connection) -> None:
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS learned (job TEXT NOT NULL, site TEXT NOT NULL, "
+        "state TEXT NOT NULL, PRIMARY KEY (job, site))"
+    )
+
+
 class SqliteShared:
     """Learned delays of jobs on one machine, in a SQLite file (no shared limiter)."""
 
@@ -112,11 +122,7 @@ class SqliteShared:
             os.makedirs(folder, exist_ok=True)
         self._lock = threading.Lock()
         self.db = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute(
-            "CREATE TABLE IF NOT EXISTS learned (job TEXT NOT NULL, site TEXT NOT NULL, "
-            "state TEXT NOT NULL, PRIMARY KEY (job, site))"
-        )
+        setup_retrying(self.db, _setup_learned, 30)
 
     def acquire(self, site: str, interval: float, tolerance: float = 0.0) -> float:  # pragma: no cover
         raise NotImplementedError
