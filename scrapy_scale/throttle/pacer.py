@@ -159,7 +159,7 @@ class Throttle:
         if s.key not in self._acquiring:
             self._acquiring.add(s.key)
             d = self._in_thread(self._acquire, s.key, interval)
-            d.addCallbacks(self._acquired, self._shared_failed, callbackArgs=(s.key,))
+            d.addCallbacks(self._acquired, self._shared_failed, callbackArgs=(s.key,), errbackArgs=(s.key,))
         return math.inf
 
     def spacing(self, domain: str) -> float:
