@@ -121,7 +121,7 @@ def test_two_crawls_on_one_host_with_a_port_range_are_both_scraped(tmp_path: Pat
     assert not list(sd.glob("*.json")), "each crawl removes its file_sd file at close"
 
 
-def test_a_crawl_of_2000_hosts_makes_a_bounded_number_of_series(tmp_path: Path) -> None:
+def test_a_crawl_of_400_hosts_makes_a_bounded_number_of_series(tmp_path: Path) -> None:
     sd = tmp_path / "sd"
     prom_file = tmp_path / "final.prom"
     settings = metrics_settings(
@@ -132,11 +132,12 @@ def test_a_crawl_of_2000_hosts_makes_a_bounded_number_of_series(tmp_path: Path) 
         ROBOTSTXT_OBEY=False,
         CONCURRENT_REQUESTS=64,
     )
-    with Testbed(hosts=2000, pages=1, keep_log=False) as tb:
+    # 400 hosts, 10 named: 36 times more domains than series (2,000 hosts took ~165 s of CI)
+    with Testbed(hosts=400, pages=1, keep_log=False) as tb:
         proc = start_crawl(tb, settings, tmp_path)
         res = proc.finish(600)
     assert res.returncode == 0, res.tail()
-    assert res.stats["item_scraped_count"] == 2000
+    assert res.stats["item_scraped_count"] == 400
     series = [line for line in prom_file.read_text().splitlines() if line and not line.startswith("#")]
     per_domain = [s for s in series if s.startswith("scrapy_scale_domain_")]
     by_metric: dict[str, set[str]] = {}

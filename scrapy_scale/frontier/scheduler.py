@@ -57,6 +57,7 @@ from scrapy_scale.frontier.store import (
     open_store,
 )
 from scrapy_scale.outcomes import send_fallback
+from scrapy_scale.pids import pid_alive
 from scrapy_scale.redact import redact_text
 
 if TYPE_CHECKING:
@@ -118,21 +119,6 @@ class SyncResult:
     seconds: float = 0.0
     #: dead letters of the run, job-wide (read at close)
     dead_letters: int = 0
-
-
-def pid_alive(pid: int) -> bool:
-    """Is ``pid`` a live (non-zombie) process on this host?"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 class Scheduler(BaseScheduler):

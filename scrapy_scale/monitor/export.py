@@ -27,6 +27,7 @@ from prometheus_client import (
 from prometheus_client.registry import CollectorRegistry
 
 from scrapy_scale.errors import ScaleError
+from scrapy_scale.pids import pid_alive
 
 
 class MetricsPortError(ScaleError, OSError):
@@ -113,23 +114,13 @@ class FileSD:
         suffix = re.compile(rf"-{re.escape(_safe(self.hostname))}-(\d+)\.json$")
         for p in self.folder.glob("*.json"):
             m = suffix.search(p.name)
-            if m and int(m.group(1)) != self.pid and not _pid_alive(int(m.group(1))):
+            if m and int(m.group(1)) != self.pid and not pid_alive(int(m.group(1))):
                 try:
                     p.unlink()
                     gone.append(p)
                 except FileNotFoundError:
                     pass
         return gone
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Pusher:
