@@ -198,3 +198,19 @@ def test_a_shared_limiter_that_goes_down_never_stalls_a_site(tmp_path: Path, red
         assert len(served(tb, tb.hosts[0])) == 300 + 15  # every page once (15 listing pages)
     assert res.stats.get("scale/throttle/shared_errors", 0) >= 1
     assert len(res.items) == 300
+
+
+def test_a_fast_503_without_retry_after_slows_the_site_down(tmp_path: Path) -> None:
+    """A 503 without Retry-After is classed transient (retried soon), but the site is
+    overloaded: the throttle slows it down however fast the 503 came (README, "Polite by
+    default"). Only the first host answers 503s; the second is the control."""
+    with Testbed(hosts=2, pages=40, faults="503@1:/item/5,first=1", seed=9) as tb:
+        settings = {"SCALE_DOMAIN_PROFILES": {"default": {"start_delay": 0.0}}, "ROBOTSTXT_OBEY": False}
+        res = run_crawl(tb, settings, tmp_path, timeout=120)
+        h0, h1 = tb.hosts
+    assert res.returncode == 0, res.tail()
+    assert len(res.items) == 80  # 40 per host
+    site = "scale/throttle/site/"
+    assert res.stats.get("scale/retry/transient", 0) >= 1
+    assert res.stats.get(f"{site}{h0}/rate_limited", 0) >= 1, {k: v for k, v in res.stats.items() if site in k}
+    assert f"{site}{h1}/rate_limited" not in res.stats

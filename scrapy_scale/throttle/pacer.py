@@ -224,6 +224,11 @@ class Throttle:
                 compat.wake_engine(self.crawler)
         if outcome.cls == "rate_limited":
             self._rate_limited(outcome)
+        elif outcome.status == 503:
+            # overloaded, without a Retry-After (so classed transient): slow down all the
+            # same, however fast the answer came (AutoThrottle only lets a non-200 raise the
+            # delay to its latency); no pause, nothing asked for
+            self.pacing.on_rate_limited(outcome.domain, outcome.latency, None)
         elif outcome.status is not None and outcome.done:
             self.pacing.on_success(outcome.domain, outcome.latency)
         elif outcome.latency:
