@@ -9,6 +9,7 @@ degrades to "unknown" rather than breaking a crawl.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -39,6 +40,27 @@ def wake_engine(crawler: Any) -> bool:
         return False
     schedule()
     return True
+
+
+def slot_full_check(crawler: Any) -> Callable[[str], bool] | None:
+    """A check "is the download slot of this host full" (as many requests in it as its
+    concurrency), read from the downloader's public ``slots``; None when the engine has
+    none. A host whose slot is keyed otherwise (``download_slot`` meta, an IP with
+    ``CONCURRENT_REQUESTS_PER_IP``) is never found, so never full: requests go as before."""
+    slots = getattr(getattr(engine_of(crawler), "downloader", None), "slots", None)
+    if not isinstance(slots, dict):
+        return None
+
+    def full(host: str) -> bool:
+        slot = slots.get(host)
+        if slot is None:
+            return False
+        try:
+            return len(slot.active) >= slot.concurrency
+        except (AttributeError, TypeError):  # a Slot of another shape: unknown, so not full
+            return False
+
+    return full
 
 
 def engine_scheduler(crawler: Any) -> Any:

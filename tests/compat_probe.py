@@ -16,6 +16,7 @@ class Probe:
         self.path = crawler.settings["TEST_COMPAT_FILE"]
         self.seen: dict[str, Any] = {"before_open": compat.engine_scheduler(crawler) is None}
         crawler.signals.connect(self.response_received, signal=signals.response_received)
+        crawler.signals.connect(self.reached_downloader, signal=signals.request_reached_downloader)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
 
     @classmethod
@@ -28,6 +29,13 @@ class Probe:
         self.seen["woke"] = compat.wake_engine(self.crawler)
         sched = compat.engine_scheduler(self.crawler)
         self.seen["scheduler"] = f"{type(sched).__module__}.{type(sched).__qualname__}"
+
+    def reached_downloader(self, request: Any, spider: Any) -> None:
+        # with CONCURRENT_REQUESTS_PER_DOMAIN = 1 the request just put in its slot fills it
+        full = compat.slot_full_check(self.crawler)
+        host = request.url.split("/")[2].split(":")[0]
+        self.seen.setdefault("slot_full", []).append(full is not None and full(host))
+        self.seen["other_host_full"] = full is not None and full("unknown.example")
 
     def spider_closed(self, spider: Any) -> None:
         with open(self.path, "w") as f:

@@ -17,7 +17,12 @@ from tests.crawling import run_crawl
 @pytest.mark.parametrize("scheduler", ["scrapy.core.scheduler.Scheduler", "scrapy_scale.frontier.Scheduler"])
 def test_private_engine_api_as_compat_uses_it(tmp_path: Path, scheduler: str) -> None:
     out = tmp_path / "compat.json"
-    settings = {"EXTENSIONS": {"tests.compat_probe.Probe": 0}, "TEST_COMPAT_FILE": str(out), "SCHEDULER": scheduler}
+    settings = {
+        "EXTENSIONS": {"tests.compat_probe.Probe": 0},
+        "TEST_COMPAT_FILE": str(out),
+        "SCHEDULER": scheduler,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
+    }
     with Testbed(hosts=1, pages=3, seed=1) as tb:
         res = run_crawl(tb, settings, tmp_path, timeout=60)
     assert res.returncode == 0, res.tail()
@@ -27,6 +32,9 @@ def test_private_engine_api_as_compat_uses_it(tmp_path: Path, scheduler: str) ->
     assert seen["in_progress"] and all(seen["in_progress"]), seen
     # ExecutionEngine._slot.nextcall.schedule() exists (wakes the engine)
     assert seen["woke"] is True
+    # Downloader.slots[host].active / .concurrency: a slot with as many requests as its concurrency is full
+    assert seen["slot_full"] and all(seen["slot_full"]), seen
+    assert seen["other_host_full"] is False
     from scrapy.utils.misc import load_object
 
     cls = load_object(scheduler)
@@ -39,6 +47,7 @@ def test_outside_a_crawl_every_helper_says_unknown() -> None:
     assert compat.engine_requests_in_progress(crawler) is None
     assert compat.wake_engine(crawler) is False
     assert compat.engine_scheduler(crawler) is None
+    assert compat.slot_full_check(crawler) is None
 
 
 def test_scrapy_playwright_private_api_as_compat_uses_it() -> None:

@@ -83,3 +83,35 @@ def test_an_unreadable_record_is_taken_whatever_its_domain() -> None:
     bad = Leased("x", "", "a", 0, 0, NOW, NOW, 1, error="unreadable record")
     q = queue(bad)
     assert take_due(q, FakePacer({"a": NOW + 50}), NOW).due is bad
+
+
+def test_a_site_whose_download_slot_is_full_waits_in_the_buffer_in_its_place() -> None:
+    q = queue(leased("a1", "a"), leased("a2", "a"), leased("b1", "b"), leased("a3", "a"), leased("b2", "b"))
+    asked: list[str] = []
+
+    def busy(domain: str) -> bool:
+        asked.append(domain)
+        return domain == "a"
+
+    pacer = FakePacer({})
+    pick = take_due(q, pacer, NOW, busy)
+    assert pick.due.fingerprint == "b1"
+    assert pick.busy == 2 and pick.held == 0 and pick.defer == []
+    assert pacer.asked == ["b"], "the pacer is not asked about a busy site"
+    assert asked == ["a", "b"], "busy is asked once per domain and pick"
+    assert [e.fingerprint for e in q] == ["a1", "a2", "a3", "b2"]
+    # no pacer at all: the same
+    pick = take_due(q, None, NOW, busy)
+    assert pick.due.fingerprint == "b2" and pick.busy == 3
+    # every buffered site busy: nothing now, nothing lost
+    pick = take_due(q, None, NOW, busy)
+    assert pick.due is None and pick.busy == 3 and len(q) == 3
+    # the slot has room again: its requests go in their order
+    assert take_due(q, None, NOW, lambda d: False).due.fingerprint == "a1"
+
+
+def test_a_due_retry_of_a_busy_site_waits_too() -> None:
+    q = queue(leased("a1", "a"), leased("r", "a", attempts=1), leased("b1", "b"))
+    pick = take_due(q, None, NOW, lambda d: d == "a")
+    assert pick.due.fingerprint == "b1"
+    assert [e.fingerprint for e in q] == ["a1", "r"]

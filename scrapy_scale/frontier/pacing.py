@@ -7,11 +7,19 @@ in the buffer; requests of a held domain that would only be due more than
 :data:`DEFER_AFTER` seconds from now go back to the store, delayed until their turn, so
 a paused or slow site never fills the buffer and starves the others. Nothing is held
 in a download slot.
+
+Without a pacer, the same pick skips the requests of a site whose download slot is full
+(``busy``): handed out, they would only queue in the slot, and each would start the
+moment the one before it finished, before its connection was back in the pool, so the
+pool opened a new connection and closed an old one (a lease batch of one site opened
+three times the connections plain Scrapy does). They stay buffered, in their place, and
+go when the slot has room.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -46,26 +54,47 @@ class Pick:
     defer: list[tuple[Leased, float]] = field(default_factory=list)
     #: entries left in the buffer because their domain is not due
     held: int = 0
+    #: entries left in the buffer because their site's download slot is full
+    busy: int = 0
 
 
 def entry_domain(entry: Leased | Request) -> str:
     return domain_of(entry.url) if isinstance(entry, Request) else entry.domain
 
 
-def take_due(buffer: LocalQueue[Any], pacer: Pacer, now: float) -> Pick:
+def take_due(
+    buffer: LocalQueue[Any], pacer: Pacer | None, now: float, busy: Callable[[str], bool] | None = None
+) -> Pick:
     """Remove from ``buffer`` and return the first entry (in serving order) whose domain
-    is due, and the held entries to defer. The pacer is asked once per domain."""
+    is due and whose download slot is not ``busy``, and the held entries to defer. The
+    pacer and ``busy`` are asked once per domain (a busy domain's pacer is not asked)."""
     pick = Pick()
     seen: dict[str, tuple[float, float, int]] = {}
     hold: dict[str, float] = {}
+    full: dict[str, bool] = {}
+
+    def is_busy(domain: str) -> bool:
+        if busy is None:
+            return False
+        b = full.get(domain)
+        if b is None:
+            b = full[domain] = busy(domain)
+        return b
 
     def hold_of(domain: str) -> float:
+        if pacer is None:
+            return 0.0
         if domain not in hold:
             hold[domain] = pacer.hold_until(domain)
         return hold[domain]
 
     def judge_retry(entry: Leased | Request) -> str:
-        ok = isinstance(entry, Leased) and entry.attempts > 0 and hold_of(entry.domain) == 0.0
+        ok = (
+            isinstance(entry, Leased)
+            and entry.attempts > 0
+            and not is_busy(entry.domain)
+            and hold_of(entry.domain) == 0.0
+        )
         return "take" if ok else "keep"
 
     # a retry whose time has come goes before fresh requests of its site (it waited already)
@@ -78,11 +107,15 @@ def take_due(buffer: LocalQueue[Any], pacer: Pacer, now: float) -> Pick:
         if isinstance(entry, Leased) and entry.error is not None:
             return "take"  # unreadable: the scheduler dead-letters it, no pacing
         domain = entry_domain(entry)
+        if is_busy(domain):
+            pick.busy += 1
+            return "keep"
         st = seen.get(domain)
         if st is None:
             t = hold_of(domain)
             if t == 0.0:
                 return "take"
+            assert pacer is not None  # without one every domain is due
             st = (t, pacer.spacing(domain), 0)
         t, gap, k = st
         seen[domain] = (t, gap, k + 1)

@@ -176,6 +176,8 @@ class Scheduler(BaseScheduler):
         self._pacer: pacing.Pacer | None = None
         #: buffered requests the pacer held at its last look
         self._held = 0
+        #: is a host's download slot full (its requests then wait here, not in the slot); None: unknown
+        self._slot_full: Callable[[str], bool] | None = None
         #: a sync at the next not-before time of a request this worker delayed
         self._due_timer: Any = None
         self._due_at = math.inf
@@ -292,6 +294,7 @@ class Scheduler(BaseScheduler):
         if self.signal_mode is None:
             self.signal_mode = ctx.outcomes_on
         self._pacer = ctx.extra.get("pacer")
+        self._slot_full = compat.slot_full_check(self.crawler)
         claim = None if self._explicit_worker else self._claim_worker
         if claim is not None:
             self.worker = claim()
@@ -588,9 +591,9 @@ class Scheduler(BaseScheduler):
         """The next buffered entry to hand out: the best one, or with a pacer the best
         whose site is due; leased requests of a site due much later go back to the
         store, delayed until their turn, so they do not fill the buffer."""
-        if self._pacer is None:
+        if self._pacer is None and self._slot_full is None:
             return self.buffer.pop()
-        pick = pacing.take_due(self.buffer, self._pacer, time.time())
+        pick = pacing.take_due(self.buffer, self._pacer, time.time(), self._slot_full)
         self._held = pick.held
         for lz, turn in pick.defer:
             self.outbox.append(
