@@ -134,3 +134,103 @@ def test_every_dict_setting_takes_its_json_from_the_command_line():
     assert dicts, "no dict setting?"
     for name in dicts:
         assert type(config.get(Settings({name: "{}"}), name)) is type(config.get(Settings({}), name)), name
+
+
+#: settings whose README default is described in words, not a literal: the registry leaves
+#: them unset (None, or {} for SCALE_STORE_FIELDS) and the code derives the value (checked
+#: by test_derived_defaults_are_what_the_readme_describes where the rule is a plain function)
+DESCRIBED_DEFAULTS: dict[str, tuple[str, object]] = {
+    "SCALE_JOB": ("spider name", None),
+    "SCALE_FRONTIER_URL": ("`frontier.db` under `JOBDIR` or `SCALE_STATE_DIR`", None),
+    "SCALE_FRONTIER_WORKER": ("`hostname/N`", None),
+    "SCALE_THROTTLE_URL": ("the frontier's Redis, else `throttle.db` under `JOBDIR` or `SCALE_STATE_DIR`", None),
+    "SCALE_STORE_URL": ("`items.sqlite` under `JOBDIR` or `SCALE_STATE_DIR`", None),
+    "SCALE_STORE_DEAD_LETTER": ("`<collection>_dead_letter`", None),
+    "SCALE_STORE_FIELDS": ("`_first_seen`, `_last_seen`, `_run_id`, `_job`, `_source_url`, `_item_type`", {}),
+    "SCALE_QUALITY_QUARANTINE": ("`<collection>_quarantine`", None),
+    "SCALE_QUALITY_HISTORY": ("`<collection>_quality_runs`", None),
+    "SCALE_QUALITY_DIR": ("`quality/<job>` under `JOBDIR` or `SCALE_STATE_DIR`", None),
+    "SCALE_QUALITY_FINISH_REASON": ("unchanged", None),
+    "SCALE_METRICS_FILE_SD": ("`prometheus/` under `SCALE_STATE_DIR`", None),
+}
+#: a literal default: `value`, optionally followed by a note in parentheses, e.g. `0` (off)
+LITERAL_CELL = re.compile(r"^`([^`]+)`(?: \(([^)]+)\))?$")
+
+
+def readme_defaults() -> dict[str, str]:
+    """setting -> the README settings table's default cell, as written."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    return dict(re.findall(r"^\| `(SCALE_[A-Z0-9_]+)` \| ([^|]+?) \|", readme, flags=re.M))
+
+
+def _literal(text: str) -> object:
+    """`True`, `3`, `0.5`, `["http", "https"]` as Python values; a bare word (`wait`, `.scale`) as a string."""
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def test_every_readme_default_is_the_registry_default():
+    """README, "## Settings": the default column says what a crawl gets when the setting is unset."""
+    config._load_declarations()
+    cells = readme_defaults()
+    assert set(cells) == set(config.REGISTRY)  # (names: test_every_setting_is_in_the_readme_table)
+    wrong = []
+    for name, cell in sorted(cells.items()):
+        default = config.REGISTRY[name].default
+        if name in DESCRIBED_DEFAULTS:
+            words, unset = DESCRIBED_DEFAULTS[name]
+            if (cell, default) != (words, unset):
+                wrong.append(f"{name}: README {cell!r}, registry {default!r}; expected {words!r}, {unset!r}")
+            continue
+        if cell == "off":  # no value: the feature is off unless set
+            if default is not None:
+                wrong.append(f"{name}: README says off, registry {default!r}")
+            continue
+        m = LITERAL_CELL.match(cell)
+        if not m:
+            wrong.append(f"{name}: README default {cell!r} is neither a literal nor in DESCRIBED_DEFAULTS")
+            continue
+        value, note = _literal(m.group(1)), m.group(2)
+        if value != default or type(value) is not type(default):  # 3 is not 3.0 in the table either
+            wrong.append(f"{name}: README {m.group(1)}, registry {default!r}")
+        mib = re.fullmatch(r"(\d+) MiB", note or "")
+        if mib and int(mib.group(1)) * 2**20 != default:
+            wrong.append(f"{name}: README says {note}, registry {default!r}")
+    assert not wrong, "\n".join(wrong)
+    assert not set(DESCRIBED_DEFAULTS) - set(cells), "DESCRIBED_DEFAULTS names a setting the table lacks"
+
+
+def test_derived_defaults_are_what_the_readme_describes(tmp_path):
+    """The word-described defaults of DESCRIBED_DEFAULTS, as the code derives them."""
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_scale.frontier.settings import frontier_url
+    from scrapy_scale.quality.pipeline import quarantine_name
+    from scrapy_scale.quality.reporting import history_name, quality_dir
+    from scrapy_scale.storage.pipeline import StorePipeline
+    from scrapy_scale.throttle.settings import throttle_url
+
+    config._load_declarations()
+    state, jobdir = tmp_path / "state", tmp_path / "jobdir"
+    s = Settings({"SCALE_STATE_DIR": str(state)})
+    assert frontier_url(s) == f"sqlite:///{state}/frontier.db"
+    assert frontier_url(Settings({"SCALE_STATE_DIR": str(state), "JOBDIR": str(jobdir)})) == (
+        f"sqlite:///{jobdir}/frontier.db"
+    )
+    assert throttle_url(s) == f"sqlite:///{state}/throttle.db"
+    redis = "redis://127.0.0.1:6379/0"
+    assert throttle_url(Settings({"SCALE_FRONTIER_URL": redis})) == redis
+    assert quality_dir(s, "shop") == f"{state}/quality/shop"
+    c = Settings({"SCALE_STORE_COLLECTION": "things"})
+    assert (quarantine_name(c), history_name(c)) == ("things_quarantine", "things_quality_runs")
+    store = StorePipeline(
+        get_crawler(settings_dict={"SCALE_STATE_DIR": str(state), "SCALE_STORE_COLLECTION": "things"})
+    )
+    assert store.url == f"sqlite:///{state}/items.sqlite"
+    assert store.dead_collection == "things_dead_letter"
+    readme_fields = re.findall(r"`(\w+)`", DESCRIBED_DEFAULTS["SCALE_STORE_FIELDS"][0])
+    assert list(store.fields.values()) == readme_fields
