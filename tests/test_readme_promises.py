@@ -133,7 +133,7 @@ def _crawl_fails_at_once(*args: str, tmp_path: Path) -> str:
     )
     took = time.monotonic() - t0
     out = proc.stdout + proc.stderr
-    assert proc.returncode != 0, out[-2000:]
+    assert proc.returncode == 1, (proc.returncode, out[-2000:])  # README: "stops the crawl at once (exit status 1)"
     assert "Spider opened" not in out, "the crawl started before the bad setting stopped it"
     assert took < 30, took
     return out

@@ -1,5 +1,5 @@
 """A bad setting stops `scrapy crawl` with one clear ERROR line: the setting, its value
-(secrets redacted) and what is wrong; a non-zero exit status; no traceback unless
+(secrets redacted) and what is wrong; exit status 1 (README); no traceback unless
 LOG_LEVEL=DEBUG. Real `scrapy crawl` subprocesses (tests/crawling.py), settings given
 with -s as a user types them."""
 
@@ -69,7 +69,7 @@ def _first_error(log: str) -> str:
 )
 def test_a_bad_setting_is_one_clear_error_line(tmp_path: Path, setting: str, first_error: str) -> None:
     res = _crawl(tmp_path, setting)
-    assert res.returncode != 0, res.tail()
+    assert res.returncode == 1, (res.returncode, res.tail())
     assert _first_error(res.log) == first_error, res.tail()
     assert "Traceback" not in res.log, res.tail()
     assert "hunter2" not in res.log
@@ -82,7 +82,7 @@ def test_a_store_file_that_cannot_be_opened_is_one_clear_error_line(tmp_path: Pa
     Scrapy logs no traceback of its own (CoreStats' on a spider closed before it opened)."""
     (tmp_path / "a_file").write_text("")
     res = _crawl(tmp_path, f"SCALE_STORE_URL=sqlite:///{tmp_path}/a_file/items.sqlite")
-    assert res.returncode != 0, res.tail()
+    assert res.returncode == 1, (res.returncode, res.tail())
     assert _first_error(res.log).startswith(
         "Cannot start: bad setting SCALE_STORE_URL: cannot open the SQLite file: "
     ), res.tail()
@@ -92,7 +92,7 @@ def test_a_store_file_that_cannot_be_opened_is_one_clear_error_line(tmp_path: Pa
 
 def test_at_debug_level_the_traceback_follows_the_error_line(tmp_path: Path) -> None:
     res = _crawl(tmp_path, "SCALE_FRONTIER_BATCH=abc", log_level="DEBUG")
-    assert res.returncode != 0, res.tail()
+    assert res.returncode == 1, (res.returncode, res.tail())
     assert _first_error(res.log) == "Cannot start: bad setting SCALE_FRONTIER_BATCH = 'abc': expected an integer"
     first = ERROR_LINE.search(res.log)
     assert first and "Traceback" in res.log[first.end() :], res.tail()
