@@ -232,3 +232,17 @@ def test_an_egress_file_is_re_read_while_the_crawl_runs(tmp_path, scheduler):
     assert {i["url"] for i in res.items} == expected
     assert served and {r.egress for r in served} == {"good"}
     assert "pool now 2 egress(es) (1 added, 0 removed)" in res.log
+
+
+def test_exhausted_close_closes_the_spider_when_every_egress_is_quarantined(tmp_path):
+    """README: SCALE_EGRESS_EXHAUSTED = close: "close the spider, reason `egress_exhausted`"
+    (with the default, wait, this crawl would wait out the 600 s quarantines)."""
+    dead = [ProxySpec("dead1", mode="dead"), ProxySpec("dead2", mode="dead")]
+    with Testbed(hosts=1, pages=10, seed=4, proxies=dead) as tb:
+        s = settings(tb, tmp_path, SCALE_EGRESS_EXHAUSTED="close", SCALE_EGRESS_MIN_FAILURES=1)
+        res = start_crawl(tb, s, tmp_path).finish(60)
+        served = list(tb.log)
+    assert res.stats["finish_reason"] == "egress_exhausted", res.tail()
+    assert "egress: closing the spider (SCALE_EGRESS_EXHAUSTED = close)" in res.log
+    assert res.stats["scale/egress/pool/quarantined"] == 2
+    assert not served  # nothing got through a dead proxy
