@@ -193,6 +193,21 @@ def test_without_an_export_mode_the_extension_is_not_configured() -> None:
         MetricsExtension.from_crawler(get_crawler())
 
 
+@pytest.mark.parametrize("name", ["SCALE_PROGRESS_INTERVAL", "SCALE_WATCH_INTERVAL"])
+def test_an_interval_of_0_means_none(name: str) -> None:
+    """README: SCALE_PROGRESS_INTERVAL / SCALE_WATCH_INTERVAL "`0` = none": the extension
+    is not configured (as from settings.py, or as `-s NAME=0` gives it); by default it is."""
+    from scrapy_scale.monitor.progress import ProgressLog
+    from scrapy_scale.monitor.snapshots import SnapshotPublisher
+
+    ext = {"SCALE_PROGRESS_INTERVAL": ProgressLog, "SCALE_WATCH_INTERVAL": SnapshotPublisher}[name]
+    for off in (0, 0.0, "0"):
+        with pytest.raises(NotConfigured, match=f"^{name} = 0$"):
+            ext.from_crawler(get_crawler(settings_dict={name: off}))
+    on = ext.from_crawler(get_crawler())
+    assert on.interval == config.REGISTRY[name].default
+
+
 def test_a_port_range_takes_the_next_free_port_and_fails_naming_the_setting_when_full() -> None:
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
