@@ -301,3 +301,22 @@ def test_review_writes_the_sample_and_its_verdicts_show_in_the_next_report(tmp_p
         w.writerows(rows)
     bad = scale_command(tmp_path, "review", "catalog", "--verdicts", str(filled))
     assert bad.returncode == 1 and "line 3: verdict 'maybe'" in bad.stderr
+
+
+def test_report_off_writes_no_report(tmp_path: Path) -> None:
+    """README: SCALE_QUALITY_REPORT = True "write the consistency report (JSON and HTML) when
+    a crawl ends": False writes none. The same crawl with the default writes one, in the
+    folder looked at (so the check is not of the wrong place)."""
+    runs = {}
+    with Testbed(hosts=1, pages=5, seed=1) as tb:
+        for name, more in (("off", {"SCALE_QUALITY_REPORT": False}), ("on", {})):
+            res = run_crawl(tb, {**ADDON, **more}, tmp_path / name)
+            assert res.returncode == 0, res.tail()
+            runs[name] = res
+    folder = "state/quality/catalog"
+    assert sorted(p.name for p in (tmp_path / "on" / folder).glob("report*")) == [
+        "report-" + report_of(tmp_path / "on")["run_id"] + ext for ext in (".html", ".json")
+    ] + ["report.html", "report.json"]
+    assert not list((tmp_path / "off" / folder).glob("report*"))
+    assert "scale/quality/report/ok" in runs["on"].stats
+    assert not [k for k in runs["off"].stats if k.startswith("scale/quality/report")]
