@@ -214,3 +214,20 @@ def test_a_fast_503_without_retry_after_slows_the_site_down(tmp_path: Path) -> N
     assert res.stats.get("scale/retry/transient", 0) >= 1
     assert res.stats.get(f"{site}{h0}/rate_limited", 0) >= 1, {k: v for k, v in res.stats.items() if site in k}
     assert f"{site}{h1}/rate_limited" not in res.stats
+
+
+def test_sites_past_the_stats_top_are_summed_under_other(tmp_path: Path) -> None:
+    """README: SCALE_THROTTLE_STATS_TOP, "the rest are summed under `other`"."""
+    with Testbed(hosts=3, pages=10, seed=2) as tb:
+        settings = {"SCALE_THROTTLE_STATS_TOP": 1, "SCALE_DOMAIN_PROFILES": {"default": {"start_delay": 0.0}}}
+        res = run_crawl(tb, settings, tmp_path, timeout=120)
+        assert res.returncode == 0, res.tail()
+        sent = {h: len(served(tb, h)) for h in tb.hosts}  # the pages (robots.txt is not paced)
+    assert len(res.items) == 30
+    site = "scale/throttle/site/"
+    named = {k[len(site) : -len("/requests")] for k in res.stats if k.startswith(site) and k.endswith("/requests")}
+    assert len(named) == 2 and "other" in named, named
+    (top,) = named - {"other"}
+    assert res.stats[f"{site}{top}/requests"] == sent[top]
+    assert res.stats[f"{site}other/requests"] == sum(n for h, n in sent.items() if h != top) > 0
+    assert res.stats["scale/throttle/sites"] == 3
