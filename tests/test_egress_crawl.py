@@ -246,3 +246,20 @@ def test_exhausted_close_closes_the_spider_when_every_egress_is_quarantined(tmp_
     assert "egress: closing the spider (SCALE_EGRESS_EXHAUSTED = close)" in res.log
     assert res.stats["scale/egress/pool/quarantined"] == 2
     assert not served  # nothing got through a dead proxy
+
+
+def test_egresses_past_the_stats_top_are_summed_under_other(tmp_path):
+    """README: SCALE_EGRESS_STATS_TOP, "the rest are summed under `other`"."""
+    with Testbed(hosts=2, pages=10, seed=6, proxies=[ProxySpec(f"p{i}") for i in range(3)]) as tb:
+        res = run_crawl(tb, settings(tb, tmp_path, SCALE_EGRESS_STATS_TOP=1), tmp_path, timeout=120)
+        assert res.returncode == 0, res.tail()
+        # every download through the pool, robots.txt included (the pool counts those too)
+        through = Counter(ids(tb)[r.egress] for r in tb.log)
+    assert len(res.items) == 20 and len(through) == 3, through
+    by = "scale/egress/by/"
+    named = {k[len(by) : -len("/requests")] for k in res.stats if k.startswith(by) and k.endswith("/requests")}
+    assert len(named) == 2 and "other" in named, named
+    (top,) = named - {"other"}
+    assert res.stats[f"{by}{top}/requests"] == through[top] == max(through.values())
+    assert res.stats[f"{by}other/requests"] == sum(n for e, n in through.items() if e != top)
+    assert res.stats["scale/egress/requests"] == sum(through.values())
