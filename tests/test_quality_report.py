@@ -320,3 +320,21 @@ def test_report_off_writes_no_report(tmp_path: Path) -> None:
     assert not list((tmp_path / "off" / folder).glob("report*"))
     assert "scale/quality/report/ok" in runs["on"].stats
     assert not [k for k in runs["off"].stats if k.startswith("scale/quality/report")]
+
+
+def test_the_sample_is_the_same_each_time_the_report_of_a_run_is_built(tmp_path: Path) -> None:
+    """README: SCALE_QUALITY_SAMPLE_SIZE rows "drawn (seeded, reproducible)": the report
+    written at the end of the crawl and the one `scrapy scale report` rebuilds later from
+    the store draw the same rows, in the same order (20 of 30: an unseeded draw differs)."""
+    with Testbed(hosts=1, pages=30, seed=4) as tb:
+        res = run_crawl(tb, ADDON, tmp_path)
+    assert res.returncode == 0, res.tail()
+    written = report_of(tmp_path)
+    assert written["store"]["run_rows"] == 30
+    keys = [s["key"] for s in written["sample"]]
+    assert len(keys) == len(set(keys)) == 20
+    out = scale_command(tmp_path, "report", "catalog")
+    assert out.returncode == 0, out.stderr
+    again = report_of(tmp_path)
+    assert again["run_id"] == written["run_id"] and again["generated_at"] > written["generated_at"]
+    assert again["sample"] == written["sample"]
