@@ -87,6 +87,31 @@ def test_egress_failures_quarantine_globally_after_min_failures():
     assert all(p.choose("d3").egress.id == IB for _ in range(20))  # every domain avoids it
 
 
+def test_min_failures_in_a_row_quarantine_even_spread_over_seconds():
+    """Three blocks 4 s apart decay to 2.9 failures (half-life 60 s): the route still goes,
+    as the documented bound says (it stayed healthy, avoided only by its score, before)."""
+    clock = FakeClock()
+    p = pool([A, B], clock)
+    assert p.observe(IA, "shop2", "blocked", "egress_domain", True) == []
+    clock.advance(4)
+    assert p.observe(IA, "shop2", "blocked", "egress_domain", True) == []
+    clock.advance(4)
+    assert [e.kind for e in p.observe(IA, "shop2", "blocked", "egress_domain", True)] == ["quarantined"]
+    assert p.state(IA, "shop2") == QUARANTINED
+
+
+def test_a_success_between_failures_starts_the_row_over():
+    clock = FakeClock()
+    p = pool([A, B], clock)
+    for good in (False, False, True, False):
+        clock.advance(4)
+        p.observe(IA, "shop2", "ok" if good else "blocked", "none" if good else "egress_domain", True)
+    assert p.state(IA, "shop2") == HEALTHY  # 2.8 decayed failures and a row of one
+    clock.advance(4)
+    p.observe(IA, "shop2", "blocked", "egress_domain", True)
+    assert p.state(IA, "shop2") == QUARANTINED  # 3.6 decayed failures
+
+
 def test_blocks_hurt_only_that_domain():
     p = pool([A, B])
     for _ in range(3):

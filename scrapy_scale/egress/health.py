@@ -5,8 +5,11 @@ outcomes only (the pool turns an outcome's blame into ``good``/``bad`` calls):
 
 - the score is ``(good + 1) / (good + bad + 1)`` over exponentially decayed counts
   (half-life ``half_life`` seconds): 1.0 for a fresh key, falling as failures come in;
-- a key whose decayed failures reach ``min_failures`` while its score is below
-  ``threshold`` is **quarantined** for ``base * 2^(level-1)`` seconds (capped at
+- a key whose decayed failures, or whose failures in a row (each within a half-life of
+  the one before), reach ``min_failures`` while
+  its score is below ``threshold`` is **quarantined** (the row makes the documented bound
+  hold: ``min_failures`` failures spread over seconds decay to a little less than
+  ``min_failures``, and never quarantined a route that only ever failed) for ``base * 2^(level-1)`` seconds (capped at
   ``max_quarantine``) with jitter (the second half of the window is uniform random, so
   egresses quarantined together do not come back together);
 - when that time is over the key is **probing** (half-open): at most ``probes``
@@ -62,6 +65,10 @@ class Health:
     level: int = 0
     changed: float = 0.0
     restored: float = 0.0
+    #: failures in a row (since the last success, quarantine or restore; each within a half-life of the last)
+    streak: int = 0
+    #: when the last failure was recorded
+    last_bad: float = 0.0
     probe_sent: list[float] = field(default_factory=list)
 
     # ---- the score -------------------------------------------------------------
@@ -108,6 +115,8 @@ class Health:
         st = self.state(now)
         if st == QUARANTINED:
             return None  # late answers of requests sent before the quarantine
+        if self.streak and now - self.last_bad > policy.half_life:
+            self.streak = 0  # the row is broken by time too: old failures fade
         self._decay(now, policy.half_life)
         if st == PROBING:
             if good:
@@ -117,9 +126,13 @@ class Health:
             return "requarantined"
         if good:
             self.good += 1.0
+            self.streak = 0
             return None
         self.bad += 1.0
-        if self.bad >= policy.min_failures and self.score(now, policy) < policy.threshold:
+        self.streak += 1
+        self.last_bad = now
+        enough = self.bad >= policy.min_failures or self.streak >= policy.min_failures
+        if enough and self.score(now, policy) < policy.threshold:
             self.quarantine(now, policy, rng)
             return "quarantined"
         return None
@@ -133,6 +146,7 @@ class Health:
         self.changed = now
         self.probe_sent = []
         self.good = self.bad = 0.0
+        self.streak = 0
         return self.until
 
     def restore(self, now: float) -> None:
@@ -140,6 +154,7 @@ class Health:
         self.changed = self.restored = now
         self.probe_sent = []
         self.good, self.bad = 1.0, 0.0
+        self.streak = 0
 
     # ---- shared state ----------------------------------------------------------
 

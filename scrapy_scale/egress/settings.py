@@ -90,7 +90,7 @@ MIN_FAILURES = declare(
     "SCALE_EGRESS_MIN_FAILURES",
     3.0,
     as_float(1.0),
-    "Decayed failures an egress (or an egress for one domain) must have before it can be quarantined.",
+    "Failures (decayed, or in a row) an egress (or an egress for one domain) must have before it can be quarantined.",
     COMPONENT,
 )
 THRESHOLD = declare(
