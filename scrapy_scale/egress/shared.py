@@ -191,10 +191,9 @@ class SqliteState(StateStore):
 
 def open_state(settings: Any, job: str) -> StateStore:
     """The state store for a crawl (or a command) with these settings."""
-    from scrapy_scale import config
+    from scrapy_scale.frontier import settings as frontier_settings
 
-    config._load_declarations()
-    url = config.get(settings, "SCALE_FRONTIER_URL") or ""
+    url = frontier_settings.URL.get(settings) or ""
     scheme = urlsplit(url).scheme
     if scheme in ("redis", "rediss"):
         return RedisState(url, job)
@@ -203,19 +202,18 @@ def open_state(settings: Any, job: str) -> StateStore:
 
 def sqlite_exists(settings: Any) -> bool:
     """False when the state would be a SQLite file that does not exist (yet)."""
-    from scrapy_scale import config
+    from scrapy_scale.frontier import settings as frontier_settings
 
-    config._load_declarations()
-    if urlsplit(config.get(settings, "SCALE_FRONTIER_URL") or "").scheme in ("redis", "rediss"):
+    if urlsplit(frontier_settings.URL.get(settings) or "").scheme in ("redis", "rediss"):
         return True
     return os.path.exists(state_path(settings))
 
 
 def state_path(settings: Any) -> str:
     """``egress.db`` next to the SQLite frontier (under ``JOBDIR`` / ``SCALE_STATE_DIR``)."""
-    from scrapy_scale import config
+    from scrapy_scale.frontier import settings as frontier_settings
 
-    url = config.get(settings, "SCALE_FRONTIER_URL") or ""
+    url = frontier_settings.URL.get(settings) or ""
     if urlsplit(url).scheme == "sqlite":
         parts = urlsplit(url)
         path = (parts.netloc or "") + parts.path

@@ -37,7 +37,7 @@ from scrapy.utils.misc import build_from_crawler
 from twisted.internet import defer, task, threads
 from twisted.python.threadpool import ThreadPool
 
-from scrapy_scale import compat, config, exitcode, meta, startup
+from scrapy_scale import compat, exitcode, meta, settings_core, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemDeadLettered, ItemNotStored
@@ -214,14 +214,14 @@ class Scheduler(BaseScheduler):
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
         s = crawler.settings
         url = frontier_settings.frontier_url(s)
-        job = config.get(s, "SCALE_JOB") or getattr(crawler.spidercls, "name", None)
+        job = settings_core.JOB.get(s) or getattr(crawler.spidercls, "name", None)
         if not job:
             raise FrontierError("no job name: set SCALE_JOB or give the spider a name")
-        batch = config.get(s, "SCALE_FRONTIER_BATCH")
-        lease_seconds = config.get(s, "SCALE_FRONTIER_LEASE")
-        wait = config.get(s, "SCALE_FRONTIER_WAIT_FOR_SEEDS")
-        worker = config.get(s, "SCALE_FRONTIER_WORKER")
-        state_dir = config.get(s, "SCALE_STATE_DIR")
+        batch = frontier_settings.BATCH.get(s)
+        lease_seconds = frontier_settings.LEASE.get(s)
+        wait = frontier_settings.WAIT_FOR_SEEDS.get(s)
+        worker = frontier_settings.WORKER.get(s)
+        state_dir = settings_core.STATE_DIR.get(s)
         try:
             store = open_store(url, job, state_dir=state_dir)
         except FrontierError as e:
@@ -238,7 +238,7 @@ class Scheduler(BaseScheduler):
             wait_for_seeds=wait,
             worker=worker,
             signal_mode=None,
-            error_deadline=config.get(s, "SCALE_FRONTIER_ERROR_DEADLINE"),
+            error_deadline=frontier_settings.ERROR_DEADLINE.get(s),
         )
         sched.compat = frontier_compat.read(s)
         for line in sched.compat.warnings:

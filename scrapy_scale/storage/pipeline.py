@@ -30,7 +30,7 @@ from scrapy.utils.python import global_object_name
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
-from scrapy_scale import compat, config, exitcode, startup
+from scrapy_scale import compat, config, exitcode, settings_core, startup
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemDeadLettered
 from scrapy_scale.redact import redact_url
@@ -151,7 +151,7 @@ class StoreSpiderMiddleware:
 
 
 def default_store_url(settings: Any) -> str:
-    folder = settings.get("JOBDIR") or config.get(settings, "SCALE_STATE_DIR")
+    folder = settings.get("JOBDIR") or settings_core.STATE_DIR.get(settings)
     return "sqlite:///" + os.path.abspath(os.path.join(folder, "items.sqlite"))
 
 
@@ -172,20 +172,20 @@ class StorePipeline:
     def __init__(self, crawler: Crawler):
         self.crawler = crawler
         s = crawler.settings
-        self.url: str = config.get(s, "SCALE_STORE_URL") or default_store_url(s)
+        self.url: str = S.URL.get(s) or default_store_url(s)
         ctx = ScaleContext.of(crawler)
         ctx.store_url = redact_url(self.url)
         ctx.extra["store"] = self  # documented offer: duplicates_in_run, keys_in_run (docs/architecture.md)
-        self.collection: str = config.get(s, "SCALE_STORE_COLLECTION")
-        self.dead_collection: str = config.get(s, "SCALE_STORE_DEAD_LETTER") or f"{self.collection}_dead_letter"
-        self.keys = KeyRules(config.get(s, "SCALE_ITEM_KEY"))
-        self.batch_size: int = config.get(s, "SCALE_STORE_BATCH_SIZE")
-        self.max_latency: float = config.get(s, "SCALE_STORE_MAX_LATENCY")
-        self.max_pending: int = config.get(s, "SCALE_STORE_MAX_PENDING")
-        self.retry_max_delay: float = config.get(s, "SCALE_STORE_RETRY_MAX_DELAY")
-        self.max_item_bytes: int = config.get(s, "SCALE_STORE_MAX_ITEM_BYTES")
-        self.drop_duplicates: bool = config.get(s, "SCALE_STORE_DROP_DUPLICATES")
-        self.fields: dict[str, str] = config.get(s, "SCALE_STORE_FIELDS")
+        self.collection: str = S.COLLECTION.get(s)
+        self.dead_collection: str = S.DEAD_LETTER.get(s) or f"{self.collection}_dead_letter"
+        self.keys = KeyRules(S.ITEM_KEY.get(s))
+        self.batch_size: int = S.BATCH_SIZE.get(s)
+        self.max_latency: float = S.MAX_LATENCY.get(s)
+        self.max_pending: int = S.MAX_PENDING.get(s)
+        self.retry_max_delay: float = S.RETRY_MAX_DELAY.get(s)
+        self.max_item_bytes: int = S.MAX_ITEM_BYTES.get(s)
+        self.drop_duplicates: bool = S.DROP_DUPLICATES.get(s)
+        self.fields: dict[str, str] = S.FIELDS.get(s)
         self.reserved = set(self.fields.values())
         self.stats = crawler.stats
         self.sources = _sources_of(crawler)
@@ -210,9 +210,9 @@ class StorePipeline:
     @classmethod
     @startup.reports_setting_errors
     def from_crawler(cls, crawler: Crawler) -> StorePipeline:
-        for name in S.__dict__.values():
-            if isinstance(name, config.Setting):
-                config.get(crawler.settings, name.name)  # fail at startup on a bad value
+        for setting in S.__dict__.values():
+            if isinstance(setting, config.Setting):
+                setting.get(crawler.settings)  # fail at startup on a bad value
         pipeline = cls(crawler)
         if pipeline.dead_collection == pipeline.collection:
             # dead letters (another schema) in the items table can never be written: the crawl would stall
@@ -249,7 +249,7 @@ class StorePipeline:
     @startup.reports_setting_errors
     def open_spider(self, spider: Spider | None = None) -> None:
         spider = spider or self.crawler.spider
-        self.job = config.get(self.crawler.settings, "SCALE_JOB") or (spider.name if spider else "job")
+        self.job = settings_core.JOB.get(self.crawler.settings) or (spider.name if spider else "job")
         self.run_id = resolve_run_id(self.crawler)
         from twisted.internet import reactor
 
