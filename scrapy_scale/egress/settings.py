@@ -59,7 +59,9 @@ def as_egresses(v: Any) -> Source:
     return Source("static", tuple(egresses))
 
 
-def _file(path: str) -> Source:
+def read_egress_file(path: str) -> list[Egress]:
+    """The egresses an egress file lists (at startup, and each time it changes);
+    ValueError naming the file when it cannot be read, has a bad line or lists none."""
     try:
         with open(path, encoding="utf-8") as f:
             egresses = parse_lines(f.read())
@@ -69,7 +71,11 @@ def _file(path: str) -> Source:
         raise ValueError(f"{path}: {e}") from None
     if not egresses:
         raise ValueError(f"the egress file {path!r} lists no proxy URL")
-    return Source("file", tuple(egresses), path=path)
+    return egresses
+
+
+def _file(path: str) -> Source:
+    return Source("file", tuple(read_egress_file(path)), path=path)
 
 
 def _provider(cls: Any) -> Source:

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from scrapy_scale.egress.identity import Egress, EgressURLError, parse_egresses, parse_lines
-from scrapy_scale.egress.settings import Source
+from scrapy_scale.egress.identity import Egress, EgressURLError, parse_egresses
+from scrapy_scale.egress.settings import Source, read_egress_file
 from scrapy_scale.redact import redact_text
 
 
@@ -53,16 +53,7 @@ class Refresher:
         if stamp == self._stamp:
             return None
         self._stamp = stamp
-        try:
-            with open(self.source.path, encoding="utf-8") as f:
-                egresses = parse_lines(f.read())
-        except OSError as e:
-            raise ValueError(f"cannot read {self.source.path}: {e.strerror}") from None
-        except EgressURLError as e:
-            raise ValueError(f"{self.source.path}: {e}") from None
-        if not egresses:
-            raise ValueError(f"{self.source.path} lists no proxy URL")
-        return egresses
+        return read_egress_file(self.source.path)
 
     def fetch(self) -> list[Egress]:
         """Call the provider (run this in a thread); raises what it raises, or ValueError."""
