@@ -1,4 +1,4 @@
-"""A full disk under the SQLite frontier, in real crawls: the state folder is a 3 MB tmpfs
+"""A full disk under the SQLite frontier, in real crawls: the state folder is a 16 MB tmpfs
 that the test fills with a file (and empties again). Needs root to mount (CI runs as root).
 
 Before: `database or disk is full` was logged on every 0.25 s tick with no backoff, and the
@@ -24,11 +24,13 @@ FAILED = "frontier sync failed (will retry with backoff)"
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """``tmp_path/state`` on a 3 MB tmpfs of its own."""
+    """``tmp_path/state`` on a 16 MB tmpfs of its own. Not smaller: each SQLite file's WAL may
+    grow to about 4 MB before its automatic checkpoint (1,000 pages), and with 3 MB the disk
+    filled again from the WALs alone once the test had freed it (1 run in 6 under load)."""
     state = tmp_path / "state"
     state.mkdir()
     mount = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(state)], capture_output=True, text=True
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(state)], capture_output=True, text=True
     )
     if mount.returncode != 0:
         pytest.fail(f"cannot mount a tmpfs (this test needs root, as CI has): {mount.stderr.strip()}")
