@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl
 from tests.test_commands import status_json
@@ -123,10 +125,14 @@ def test_a_restarted_worker_starts_at_the_learned_delay(tmp_path: Path) -> None:
         first = run_crawl(tb, {"SCALE_DOMAIN_PROFILES": profiles, "CLOSESPIDER_ITEMCOUNT": 40}, tmp_path, timeout=240)
         assert first.returncode == 0, first.tail()
         learned = first.stats[f"scale/throttle/site/{tb.hosts[0]}/delay"]
-        assert learned >= 0.4  # it learned the 2 req/s limit (from a start delay of 0)
+        # it learned a delay near the 2 req/s limit from a start delay of 0 (how near after
+        # 40 items depends on the machine: 0.32 s once under load, as the bucket lets short
+        # bursts through; how well the limit is learned is test_one_worker_learns_...'s
+        # business, this test is about the restart)
+        assert learned >= 0.25
         st = status_json("catalog", {"SCALE_STATE_DIR": str(tmp_path / "state")})
         assert [r["site"] for r in st["pacing"]] == [tb.hosts[0]]  # `scrapy scale status` shows it
-        assert st["pacing"][0]["delay"] >= 0.4
+        assert st["pacing"][0]["delay"] == pytest.approx(learned, abs=0.002)
         tb.clear_log()
         second = run_crawl(tb, {"SCALE_DOMAIN_PROFILES": profiles}, tmp_path, timeout=240)
         assert second.returncode == 0, second.tail()
