@@ -6,12 +6,10 @@ outcomes only (the pool turns an outcome's blame into ``good``/``bad`` calls):
 - the score is ``(good + 1) / (good + bad + 1)`` over exponentially decayed counts
   (half-life ``half_life`` seconds): 1.0 for a fresh key, falling as failures come in;
 - a key whose decayed failures, or whose failures in a row (each within a half-life of
-  the one before), reach ``min_failures`` while
-  its score is below ``threshold`` is **quarantined** (the row makes the documented bound
-  hold: ``min_failures`` failures spread over seconds decay to a little less than
-  ``min_failures``, and never quarantined a route that only ever failed) for ``base * 2^(level-1)`` seconds (capped at
-  ``max_quarantine``) with jitter (the second half of the window is uniform random, so
-  egresses quarantined together do not come back together);
+  the one before), reach ``min_failures`` while its score is below ``threshold`` is
+  **quarantined** for ``base * 2^(level-1)`` seconds (capped at ``max_quarantine``) with
+  jitter (the second half of the window is uniform random, so egresses quarantined
+  together do not come back together);
 - when that time is over the key is **probing** (half-open): at most ``probes``
   requests go through it at a time; the first good outcome restores it, a bad one
   quarantines it again for twice as long.
@@ -65,7 +63,9 @@ class Health:
     level: int = 0
     changed: float = 0.0
     restored: float = 0.0
-    #: failures in a row (since the last success, quarantine or restore; each within a half-life of the last)
+    #: failures in a row (since the last success, quarantine or restore; each within a
+    #: half-life of the last). Decayed counts alone let ``min_failures`` failures spread over
+    #: seconds add up to a little less, so a route that only ever failed stayed healthy.
     streak: int = 0
     #: when the last failure was recorded
     last_bad: float = 0.0

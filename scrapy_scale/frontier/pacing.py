@@ -8,8 +8,8 @@ in the buffer; requests of a held domain that would only be due more than
 a paused or slow site never fills the buffer and starves the others. Nothing is held
 in a download slot.
 
-Without a pacer, the same pick skips the requests of a site whose download slot is full
-(``busy``): handed out, they would only queue in the slot, and each would start the
+With or without a pacer, the pick also skips the requests of a site whose download slot
+is full (``busy``): handed out, they would only queue in the slot, and each would start the
 moment the one before it finished, before its connection was back in the pool, so the
 pool opened a new connection and closed an old one (a lease batch of one site opened
 three times the connections plain Scrapy does). They stay buffered, in their place, and
