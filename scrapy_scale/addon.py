@@ -18,6 +18,8 @@ from scrapy_scale import config, settings_core, startup
 #: the project already lists the component (a project disables one with None).
 COMPONENTS: list[tuple[str, str, int]] = [
     ("EXTENSIONS", "scrapy_scale.config_check.SettingsCheck", 0),
+    # NotConfigured when SCALE_GC_FREEZE is off and SCALE_GC_THRESHOLD is 0
+    ("EXTENSIONS", "scrapy_scale.gc_tuning.GCTuning", 0),
     ("EXTENSIONS", "scrapy_scale.monitor.summary.RunSummary", 0),
     # NotConfigured unless an export mode is set (SCALE_METRICS_PORT / _PUSHGATEWAY / _TEXTFILE)
     ("EXTENSIONS", "scrapy_scale.monitor.extension.MetricsExtension", 0),

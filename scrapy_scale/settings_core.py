@@ -47,6 +47,21 @@ ENABLED = declare(
     "Master switch of the add-on: False leaves the crawl exactly as plain Scrapy would run it.",
     "core",
 )
+GC_FREEZE = declare(
+    "SCALE_GC_FREEZE",
+    True,
+    as_bool,
+    "Once the engine starts, collect once and freeze what is left (`gc.freeze()`), so no later "
+    "garbage collection walks the start-up heap again (see docs/benchmarks.md); False leaves it.",
+    "core",
+)
+GC_THRESHOLD = declare(
+    "SCALE_GC_THRESHOLD",
+    5000,
+    as_int(0, 1_000_000),
+    "Generation-0 threshold of the garbage collector during the crawl (Python's own is 700); 0 leaves Python's.",
+    "core",
+)
 EXIT_CODE_DEAD_LETTERS = declare(
     "SCALE_EXIT_CODE_DEAD_LETTERS",
     3,
