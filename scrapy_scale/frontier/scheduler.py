@@ -551,7 +551,7 @@ class Scheduler(BaseScheduler):
     def next_request(self) -> Request | None:
         request = None
         while request is None:
-            if not self.buffer or holds_back(self._waiting_top(), self.buffer.top_priority()):
+            if self._engine_would_wait():
                 # nothing buffered, or a request of higher priority than everything buffered
                 # waits to be written and leased: the engine waits for that sync
                 self._engine_waits = True
@@ -638,6 +638,11 @@ class Scheduler(BaseScheduler):
         if self._pacer is not None:
             domain = lz.domain if lz is not None else pacing.entry_domain(request)
             self._pacer.handed_out(request, domain, lz.fingerprint if lz is not None else None)
+
+    def _engine_would_wait(self) -> bool:
+        """Nothing buffered, or a request of higher priority than everything buffered
+        waits to be written and leased: ``next_request`` answers None until a sync."""
+        return not self.buffer or holds_back(self._waiting_top(), self.buffer.top_priority())
 
     def _ready(self) -> int:
         """Buffered leased requests the pacer did not hold at its last look."""
@@ -977,8 +982,16 @@ class Scheduler(BaseScheduler):
         self._pending_top = carried if holds_back(carried, self.buffer.top_priority()) else None
         if self._closing:
             return
-        if res.leased or res.finished_run or self._engine_waits or not self.has_pending_requests():
-            # new work, or maybe idle (or no longer held back) now: let the engine look at once
+        if (
+            res.leased
+            or res.finished_run
+            or (self._engine_waits and not self._engine_would_wait())
+            or not self.has_pending_requests()
+        ):
+            # new work, or maybe idle (or no longer held back) now: let the engine look at once.
+            # Not after a sync that changed nothing the engine waits for: it would ask again at
+            # once, kick another sync, and so on, as fast as the store answers, for as long as
+            # every pending record is delayed (a sync of its own wakes it at the first one's time)
             self._engine_waits = False
             self._wake_engine()
         if self._ready() <= self.batch // 2 and (res.leased or self.outbox.enqueues):
