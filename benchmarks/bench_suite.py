@@ -4,14 +4,22 @@ use instead, side by side in one run of interleaved rounds.
     python -m benchmarks.bench_suite                               # 4 hosts x 1,500 pages, 3 rounds
     python -m benchmarks.bench_suite --hosts 4 --pages 6000 --rounds 3 --variants plain,addon
     python -m benchmarks.bench_suite --profile addon               # py-spy flame summary of one crawl
+    python -m benchmarks.bench_suite --gc-meter ...                # and the garbage collector's CPU
 
 Every variant crawls the same testbed process (its CPU is not counted), with
 ``CONCURRENT_REQUESTS=32``, 8 per domain and robots.txt off, so only the components differ:
 
 - ``plain``: plain Scrapy with a JSON-lines feed (``-o items.jsonl``): the baseline;
+- ``plain-gc`` (not in the default list): ``plain`` with the add-on's garbage-collector tuning
+  alone (``scrapy_scale.gc_tuning.GCTuning``), to show how much of the add-on's gain a plain
+  Scrapy project gets from that one extension;
+- ``autothrottle``: ``plain`` with AutoThrottle at the throttle's own rule (target concurrency 1,
+  start delay 0.25 s): the polite baseline the add-on's per-site pacing replaces;
 - ``outcomes``: ``plain`` with the outcome middlewares instead of Scrapy's RetryMiddleware;
 - ``frontier``: ``plain`` with the SQLite frontier instead of Scrapy's memory scheduler;
 - ``store``: plain Scrapy with the SQLite item store instead of the feed;
+- ``store-gc`` (not in the default list): ``store`` with the garbage-collector tuning, as
+  README's "components alone" suggests;
 - ``addon``: the add-on on its embedded defaults (SQLite frontier + SQLite store, throttle on);
 - ``addon-unpaced`` (not in the default list): ``addon`` with ``SCALE_THROTTLE_ENABLED = False``,
   to tell the per-site pacing's cost in pages/s from the CPU the components cost;
@@ -77,6 +85,22 @@ def plain(run_id: str) -> dict[str, Any]:
     return {**COMMON, "ADDONS": {}, **feed(run_id)}
 
 
+GC_TUNING = {"scrapy_scale.gc_tuning.GCTuning": 0}
+
+
+def plain_gc(run_id: str) -> dict[str, Any]:
+    return {**plain(run_id), "EXTENSIONS": GC_TUNING}
+
+
+def autothrottle(run_id: str) -> dict[str, Any]:
+    return {
+        **plain(run_id),
+        "AUTOTHROTTLE_ENABLED": True,
+        "AUTOTHROTTLE_TARGET_CONCURRENCY": 1.0,
+        "AUTOTHROTTLE_START_DELAY": 0.25,
+    }
+
+
 def outcomes(run_id: str) -> dict[str, Any]:
     return {**plain(run_id), "DOWNLOADER_MIDDLEWARES": OUTCOMES_DL, "SPIDER_MIDDLEWARES": OUTCOMES_SP}
 
@@ -94,6 +118,10 @@ def store(run_id: str) -> dict[str, Any]:
         "ITEM_PIPELINES": {"scrapy_scale.storage.StorePipeline": 900},
         "SPIDER_MIDDLEWARES": {"scrapy_scale.storage.StoreSpiderMiddleware": 50},
     }
+
+
+def store_gc(run_id: str) -> dict[str, Any]:
+    return {**store(run_id), "EXTENSIONS": GC_TUNING}
 
 
 def addon(run_id: str) -> dict[str, Any]:
@@ -171,9 +199,12 @@ def mongo_server() -> Iterator[str]:
 def variants(names: list[str], dist: Distributed | None) -> list[Variant]:
     known: dict[str, Any] = {
         "plain": lambda: Variant("plain Scrapy + JSONL feed", plain),
+        "plain-gc": lambda: Variant("plain Scrapy + GC tuning", plain_gc),
+        "autothrottle": lambda: Variant("plain Scrapy + AutoThrottle", autothrottle),
         "outcomes": lambda: Variant("outcomes middlewares", outcomes),
         "frontier": lambda: Variant("SQLite frontier", frontier),
         "store": lambda: Variant("SQLite store (no feed)", store),
+        "store-gc": lambda: Variant("SQLite store + GC tuning", store_gc),
         "addon": lambda: Variant("add-on, SQLite", addon),
         "addon-unpaced": lambda: Variant("add-on, SQLite, throttle off", addon_unpaced),
     }
@@ -190,6 +221,22 @@ def variants(names: list[str], dist: Distributed | None) -> list[Variant]:
 GOALS = [
     ("whole suite (SQLite) pages/s", "add-on, SQLite", "plain Scrapy + JSONL feed", "pages_per_s", 0.90, True),
     ("whole suite (SQLite) CPU per page", "add-on, SQLite", "plain Scrapy + JSONL feed", "cpu_per_1k", 1.15, False),
+    (
+        "whole suite (SQLite) vs AutoThrottle, pages/s",
+        "add-on, SQLite",
+        "plain Scrapy + AutoThrottle",
+        "pages_per_s",
+        0.90,
+        True,
+    ),
+    (
+        "whole suite (SQLite) vs AutoThrottle, CPU per page",
+        "add-on, SQLite",
+        "plain Scrapy + AutoThrottle",
+        "cpu_per_1k",
+        1.15,
+        False,
+    ),
     (
         "outcomes vs RetryMiddleware CPU per page",
         "outcomes middlewares",
@@ -270,15 +317,37 @@ def profile(name: str, settings: Any, tb: TestbedProcess, out: Path) -> None:
     print(f"{name}: py-spy raw profile in {out} (collapsed stacks; e.g. flamegraph.pl or speedscope)")
 
 
+GC_METER = {"benchmarks.gc_meter.GCMeter": 0}
+
+
+def with_gc_meter(v: Variant) -> Variant:
+    """``v`` with the garbage-collector meter (benchmarks/gc_meter.py) added to its extensions."""
+    inner = v.settings
+
+    def settings(run_id: str) -> dict[str, Any]:
+        s = dict(inner(run_id) if callable(inner) else inner)
+        s["EXTENSIONS"] = {**(s.get("EXTENSIONS") or {}), **GC_METER}
+        return s
+
+    return Variant(v.name, settings, v.cleanup)
+
+
+def gc_per_1k(results: dict[str, list[Metrics]]) -> None:
+    for ms in results.values():
+        for m in ms:
+            m.extra["gc_per_1k"] = 1000 * float(m.stats.get("bench/gc/seconds", 0.0)) / m.pages if m.pages else 0.0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pages", type=int, default=6000, help="detail pages in all (default 6000)")
     p.add_argument("--hosts", type=int, default=4)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--variants", default="plain,outcomes,frontier,store,addon,addon-redis,scrapy-redis")
+    p.add_argument("--variants", default="plain,autothrottle,outcomes,frontier,store,addon,addon-redis,scrapy-redis")
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     p.add_argument("--per-page", type=int, default=20)
     p.add_argument("--profile", metavar="VARIANT", help="record one crawl of VARIANT with py-spy instead")
+    p.add_argument("--gc-meter", action="store_true", help="also measure the garbage collector's CPU per page")
     args = p.parse_args(argv)
     names = [n.strip() for n in (args.profile or args.variants).split(",") if n.strip()]
     cmd = "python -m benchmarks.bench_suite " + " ".join(sys.argv[1:] if argv is None else argv)
@@ -287,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         if any(n in ("addon-redis", "scrapy-redis") for n in names):
             dist = Distributed(args.redis_url, stack.enter_context(mongo_server()))
         vs = variants(names, dist)
+        if args.gc_meter:
+            vs = [with_gc_meter(v) for v in vs]
         tb = stack.enter_context(TestbedProcess(args.hosts, args.pages, per_page=args.per_page))
         if args.profile:
             run_variant("warm-up", vs[0].settings, tb.pages, tb.hosts, testbed=tb, cleanup=vs[0].cleanup)
@@ -301,7 +372,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{vs[0].name} as the median of the per-round ratios):"
     )
     print()
-    print(table(results))
+    if args.gc_meter:
+        gc_per_1k(results)
+        print(table(results, extra=[("GC CPU s / 1k pages", "gc_per_1k", "{:.2f}")]))
+    else:
+        print(table(results))
     print()
     print(goals(results))
     print()
