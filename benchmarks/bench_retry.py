@@ -179,7 +179,7 @@ def per_request_us(n: int = 20000) -> tuple[float, float]:
         for req, resp in pairs:
             dl.process_request(req)
             r = dl.process_response(req, resp)
-            async for _ in sp.process_spider_output_async(r, one_item()):  # type: ignore[arg-type]
+            async for _ in sp.process_spider_output(r, one_item()):
                 pass
 
     results = []

@@ -122,3 +122,30 @@ def test_a_plain_subscriber_sees_every_attempt_and_one_final_per_request(tmp_pat
     assert st["retry/reason_count/challenge"] == 2  # a block page (200): the rule's reason
     # and Scrapy's "Retrying ..." debug line is kept
     assert len(re.findall(r"DEBUG: Retrying <GET \S+> \(failed \d times\)", res.log)) == sum(retries.values())
+
+
+def test_sync_and_async_callbacks_get_the_same_final_outcomes(tmp_path: Path) -> None:
+    """The outcome spider middleware has a sync and an async form (a sync callback's output
+    stays a sync chain): both count the items and run the parse checks alike."""
+    plan = "layout@1:/item/3,variant=missing;404@1:/item/5"
+    finals = {}
+    for spider in ("catalog", "catalog_async"):
+        received = tmp_path / f"{spider}.jsonl"
+        settings = {
+            "EXTENSIONS": {"tests.outcome_subscriber.Connect": 0},
+            "TEST_OUTCOMES_FILE": str(received),
+            "SPIDER_MODULES": ["example_project.spiders", "tests.async_spiders"],
+            "SCALE_CRITICAL_FIELDS": ["price"],
+            "ROBOTSTXT_OBEY": False,
+        }
+        with Testbed(hosts=1, pages=8, seed=3, faults=plan) as tb:
+            res = run_crawl(tb, settings, tmp_path / spider, spider=spider, timeout=90)
+        assert res.returncode == 0, res.tail()
+        got = [json.loads(line) for line in received.read_text().splitlines()]
+        finals[spider] = {path_of(o["url"])[1]: (o["cls"], o["items"]) for o in got if o["final"]}
+    sync, async_ = finals["catalog"], finals["catalog_async"]
+    assert sync == async_
+    assert sync["/item/3"] == ("parse_failed", 1)  # the item lacks its critical field
+    assert sync["/item/5"] == ("not_found", 0)
+    assert sync["/item/1"] == ("ok", 1)
+    assert sum(1 for cls, _ in sync.values() if cls == "ok") >= 7  # listing pages and the other items

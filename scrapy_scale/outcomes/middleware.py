@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import IgnoreRequest
@@ -32,7 +32,7 @@ from scrapy_scale.outcomes.classify import Verdict
 from scrapy_scale.outcomes.core import OutcomeCore
 from scrapy_scale.outcomes.holding import NOT_BEFORE_TOLERANCE
 from scrapy_scale.outcomes.model import FailureClass, Outcome
-from scrapy_scale.outcomes.parsing import ParseState, Pending
+from scrapy_scale.outcomes.parsing import Pending
 from scrapy_scale.outcomes.policy import Decision
 from scrapy_scale.outcomes.retry import retry_request, scrapy_retry_logger
 from scrapy_scale.outcomes.stats import scrapy_reason
@@ -213,50 +213,25 @@ class OutcomeSpiderMiddleware:
     def from_crawler(cls, crawler: Crawler) -> OutcomeSpiderMiddleware:
         return cls(OutcomeCore.of(crawler))
 
-    # Universal (Scrapy's sync and async forms): an async-only middleware makes Scrapy turn
-    # every sync callback's output into an async chain through all the spider middlewares
-    # (measured: about 5% of a crawl's CPU on the bench crawl)
-
-    def process_spider_output(self, response: Response, result: Iterable[Any], spider: Any = None) -> Iterator[Any]:
-        parsing = self.parsing
-        st = parsing.state(response)
-        fp = self._fingerprint(response)
-        try:
-            for x in result:
-                self._seen(response, st, fp, x)
-                yield x
-        except Exception as e:
-            parsing.finish(response, st, e)
-            raise
-        parsing.finish(response, st)
-
-    async def process_spider_output_async(
+    async def process_spider_output(
         self, response: Response, result: AsyncIterator[Any], spider: Any = None
     ) -> AsyncIterator[Any]:
         parsing = self.parsing
         st = parsing.state(response)
-        fp = self._fingerprint(response)
+        req = response.request
+        fp = req.meta.get(meta.FINGERPRINT) if req is not None else None
         try:
             async for x in result:
-                self._seen(response, st, fp, x)
+                if isinstance(x, Request):
+                    if fp is not None and x.url == req.url and x.meta.get(meta.FINGERPRINT) == fp:  # type: ignore[union-attr]
+                        parsing.callback_retry(response, st, x)  # e.g. get_retry_request() in the callback
+                elif x is not None:
+                    parsing.item(st, x)
                 yield x
         except Exception as e:
             parsing.finish(response, st, e)
             raise
         parsing.finish(response, st)
-
-    @staticmethod
-    def _fingerprint(response: Response) -> str | None:
-        req = response.request
-        return req.meta.get(meta.FINGERPRINT) if req is not None else None
-
-    def _seen(self, response: Response, st: ParseState, fp: str | None, x: Any) -> None:
-        if isinstance(x, Request):
-            req = response.request
-            if fp is not None and req is not None and x.url == req.url and x.meta.get(meta.FINGERPRINT) == fp:
-                self.parsing.callback_retry(response, st, x)  # e.g. get_retry_request() in the callback
-        elif x is not None:
-            self.parsing.item(st, x)
 
     def process_spider_exception(
         self, response: Response, exception: Exception, spider: Any = None
