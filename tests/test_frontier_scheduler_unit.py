@@ -8,6 +8,7 @@ dedup rules for start requests and dont_filter, and dead letters.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_scale import meta
 from scrapy_scale import signals as scale_signals
-from scrapy_scale.frontier.scheduler import Scheduler
+from scrapy_scale.frontier.scheduler import HELD_CAP, Scheduler
 from scrapy_scale.frontier.store import State
 from scrapy_scale.outcomes.model import FailureClass, Outcome
 
@@ -500,5 +501,43 @@ def test_a_waiting_engine_is_woken_when_what_held_it_back_is_gone(sched: Schedul
     assert sched._engine_waits
     sched.sync_blocking()  # writes and leases it
     assert wakes == [1]
+    got = sched.next_request()
+    assert got is not None and got.url == "http://a.test/urgent"
+
+
+class HoldAll:
+    """A pacer that holds every site until ``open`` (the throttle wakes the engine then)."""
+
+    def __init__(self) -> None:
+        self.open = False
+
+    def hold_until(self, domain: str) -> float:
+        return 0.0 if self.open else math.inf
+
+    def spacing(self, domain: str) -> float:
+        return 0.0
+
+    def handed_out(self, request: Request, domain: str, fingerprint: str | None) -> None:
+        pass
+
+
+def test_a_higher_priority_request_is_leased_even_when_the_pacer_filled_the_buffer(sched: Scheduler) -> None:
+    """The pacer holds every buffered request and the buffer is at its bound (HELD_CAP
+    batches): a request outranking them all must still be leased, or the engine waits for it
+    forever while the scheduler syncs in a loop (seen: a paced crawl whose listing pages had a
+    higher priority stopped at 220 of 3,152 pages)."""
+    pacer = HoldAll()
+    sched._pacer = pacer
+    for i in range(60):
+        sched.enqueue_request(Request(f"http://a.test/{i}"))
+    for _ in range(10):
+        sched.sync_blocking()
+        assert sched.next_request() is None  # all held
+    assert len(sched.buffer) == HELD_CAP * sched.batch
+    sched.enqueue_request(Request("http://a.test/urgent", priority=5))
+    assert sched.next_request() is None  # the engine waits for the urgent one to be leased
+    sched.sync_blocking()
+    assert sched.buffer.top_priority() == 5, "the urgent request was not leased"
+    pacer.open = True
     got = sched.next_request()
     assert got is not None and got.url == "http://a.test/urgent"

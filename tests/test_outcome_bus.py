@@ -134,7 +134,7 @@ def test_sync_and_async_callbacks_get_the_same_final_outcomes(tmp_path: Path) ->
         settings = {
             "EXTENSIONS": {"tests.outcome_subscriber.Connect": 0},
             "TEST_OUTCOMES_FILE": str(received),
-            "SPIDER_MODULES": ["example_project.spiders", "tests.async_spiders"],
+            "SPIDER_MODULES": ["example_project.spiders", "tests.variant_spiders"],
             "SCALE_CRITICAL_FIELDS": ["price"],
             "ROBOTSTXT_OBEY": False,
         }

@@ -839,8 +839,10 @@ class Scheduler(BaseScheduler):
         if holds_back(self._pending_top, btop):
             higher = self.batch
         want = lease_wanted(self._ready(), self.batch, higher)
-        # requests held by the pacer do not count, but the buffer stays bounded
-        want = max(0, min(want, HELD_CAP * self.batch - len(self.buffer)))
+        # requests held by the pacer do not count, but the buffer stays bounded, except for
+        # the ones that outrank it all: the engine waits for them (next_request holds back),
+        # so a buffer the pacer filled must not keep them out
+        want = max(0, min(want, HELD_CAP * self.batch - len(self.buffer)), min(self.batch, higher))
         self._sync_leases = want > 0
         now = time.monotonic()
         renew: list[str] | None = None

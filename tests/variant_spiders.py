@@ -1,5 +1,5 @@
-"""The catalog spider with async callbacks (``async def`` with ``yield``), for the tests of
-the outcome spider middleware's async form (SPIDER_MODULES = ["tests.async_spiders"])."""
+"""Variants of the catalog spider for tests (SPIDER_MODULES = ["tests.variant_spiders"]):
+async callbacks (``async def`` with ``yield``)."""
 
 from __future__ import annotations
 
