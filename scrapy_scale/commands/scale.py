@@ -5,7 +5,7 @@ Thin glue: argument parsing and printing. The operations live in
 
     scrapy scale status JOB [--json]
     scrapy scale watch JOB [--interval S] [--count N]
-    scrapy scale seed JOB URL [URL ...] [--priority N]
+    scrapy scale seed JOB [URL ...] [--file FILE] [--priority N]
     scrapy scale reset JOB
     scrapy scale requeue JOB --class CLASS
     scrapy scale egress JOB [--json]
@@ -59,7 +59,7 @@ class Command(ScrapyCommand):
         return (
             "status JOB: counts by state and failure class, oldest pending age, average wait, "
             "leases per worker, and the workers' rates, ETA and top domains by blocks. watch JOB: the same, "
-            "live, redrawn every --interval seconds until Ctrl-C. seed JOB URL...: add start URLs. reset JOB: forget the job's "
+            "live, redrawn every --interval seconds until Ctrl-C. seed JOB URL... (or --file FILE, one URL a line): add start URLs. reset JOB: forget the job's "
             "frontier so the next crawl starts over. requeue JOB --class CLASS: put terminal "
             "failures of that class back to pending. egress JOB: the egress pool's state (each egress's "
             "state, score, requests, failures by class, quarantine, per-domain bans). The frontier is SCALE_FRONTIER_URL "
@@ -79,6 +79,12 @@ class Command(ScrapyCommand):
             help="requeue: the failure class to put back (e.g. blocked)",
         )
         parser.add_argument("--json", dest="as_json", action="store_true", help="status: print JSON instead of text")
+        parser.add_argument(
+            "--file",
+            dest="seed_file",
+            metavar="FILE",
+            help="seed: read the URLs from FILE, one a line (blank lines skipped), as well as from the arguments",
+        )
         parser.add_argument("--priority", type=int, default=0, help="seed: priority of the seeded requests (default 0)")
         parser.add_argument(
             "--run", dest="run_id", metavar="RUN", help="report/review: the run (default: the job's last run)"
@@ -114,8 +120,8 @@ class Command(ScrapyCommand):
         if not rest:
             raise UsageError(f"{sub}: missing JOB", print_help=False)
         job, extra = rest[0], rest[1:]
-        if sub == "seed" and not extra:
-            raise UsageError("seed: give at least one URL", print_help=False)
+        if sub == "seed" and not extra and not opts.seed_file:
+            raise UsageError("seed: give at least one URL (or --file FILE)", print_help=False)
         if sub != "seed" and extra:
             raise UsageError(f"{sub}: unexpected arguments {' '.join(extra)}", print_help=False)
         if sub == "requeue" and not opts.failure_class:
@@ -147,8 +153,11 @@ class Command(ScrapyCommand):
                 elif sub == "watch":
                     _watch(self.settings, job, ops, opts.interval, opts.count)
                 elif sub == "seed":
-                    added = ops.seed(extra, priority=opts.priority)
-                    print(f"{job}: {added} of {len(extra)} URL(s) enqueued ({len(extra) - added} already known)")
+                    if opts.seed_file:
+                        added, n = ops.seed_file(opts.seed_file, priority=opts.priority, urls=extra)
+                    else:
+                        added, n = ops.seed(extra, priority=opts.priority), len(extra)
+                    print(f"{job}: {added} of {n} URL(s) enqueued ({n - added} already known)")
                 elif sub == "reset":
                     n = ops.reset()
                     print(f"{job}: reset ({n} request record(s) removed); the next `scrapy crawl` starts the job over")

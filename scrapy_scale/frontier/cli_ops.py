@@ -24,9 +24,9 @@ from scrapy_scale import config, settings_core
 from scrapy_scale.errors import ScaleError
 from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.frontier.codec import RecordRules
+from scrapy_scale.frontier.seeding import UrlSeeds
 from scrapy_scale.frontier.store import (
     COUNT_KEYS,
-    EnqueueResult,
     FrontierError,
     FrontierStore,
     Status,
@@ -37,6 +37,9 @@ from scrapy_scale.redact import redact_url
 
 #: seconds a command keeps retrying an unreachable Redis before it gives up
 REDIS_GIVE_UP = 10.0
+
+#: seeds per store call (one SQLite transaction; Redis: script calls of SEED_CALL)
+SEED_BATCH = 10_000
 
 #: failure classes a record can be failed with (done classes never are)
 FAILED_CLASSES = tuple(c.value for c in FailureClass if c not in DONE_CLASSES)
@@ -101,14 +104,47 @@ class JobOps:
         }
 
     def seed(self, urls: Sequence[str], priority: int = 0) -> int:
-        """Enqueue ``urls`` (deduplicated like any request); returns how many were new."""
-        schemes = self.rules.schemes
-        bad = [u for u in urls if urlsplit(u).scheme.lower() not in schemes or not urlsplit(u).netloc]
+        """Enqueue ``urls`` (deduplicated like any request); returns how many were new.
+        Nothing is enqueued when one of them is not an absolute URL of an allowed scheme."""
+        seeds = UrlSeeds(self.rules, priority)
+        bad = [u for u in urls if not seeds.valid(u)]
         if bad:
-            what = "http(s)" if schemes == {"http", "https"} else f"({', '.join(sorted(schemes))})"
-            raise OpError(f"not an absolute {what} URL: {', '.join(bad)}")
-        results = self.store.seed(list(urls), priority=priority, rules=self.rules)
-        return sum(1 for r in results if r in (EnqueueResult.ADDED, EnqueueResult.REOPENED))
+            raise OpError(f"{self._not_a_url()}: {', '.join(bad)}")
+        records = seeds.records(urls)
+        self.store.reopen_run()
+        return sum(self.store.enqueue_new(records[i : i + SEED_BATCH]) for i in range(0, len(records), SEED_BATCH))
+
+    def seed_file(self, path: str, priority: int = 0, urls: Sequence[str] = ()) -> tuple[int, int]:
+        """Enqueue ``urls`` and the URLs of a file, one a line (blank lines skipped), as
+        :meth:`seed` does: nothing is enqueued when one is not a URL it accepts (the file
+        is read twice: checked, then enqueued in batches of :data:`SEED_BATCH`, each one
+        transaction). Returns (how many were new, how many URLs there were)."""
+        seeds = UrlSeeds(self.rules, priority)
+        bad = [repr(u) for u in urls if not seeds.valid(u)]
+        n = len(urls)
+        for lineno, url in _lines(path):
+            n += 1
+            if not seeds.valid(url):
+                bad.append(f"line {lineno}: {url!r}")
+        if bad:
+            more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
+            raise OpError(f"{path}: {self._not_a_url()}: {', '.join(bad[:10])}{more}; nothing was enqueued")
+        self.store.reopen_run()
+        added = self.store.enqueue_new(seeds.records(urls)) if urls else 0
+        chunk: list[str] = []
+        for _, url in _lines(path):
+            chunk.append(url)
+            if len(chunk) >= SEED_BATCH:
+                added += self.store.enqueue_new(seeds.records(chunk))
+                chunk = []
+        if chunk:
+            added += self.store.enqueue_new(seeds.records(chunk))
+        return added, n
+
+    def _not_a_url(self) -> str:
+        schemes = self.rules.schemes
+        what = "http(s)" if schemes == {"http", "https"} else f"({', '.join(sorted(schemes))})"
+        return f"not an absolute {what} URL"
 
     def reset(self) -> int:
         """Forget every record of the job (run history stays); returns how many there were."""
@@ -168,6 +204,18 @@ def open_job(settings: Any, job: str, must_exist: bool = True) -> Iterator[JobOp
         raise OpError(str(e)) from None
     finally:
         store.close()
+
+
+def _lines(path: str) -> Iterator[tuple[int, str]]:
+    """(line number, URL) of the non-blank lines of a file, stripped."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                url = line.strip()
+                if url:
+                    yield lineno, url
+    except (OSError, UnicodeDecodeError) as e:
+        raise OpError(f"cannot read {path}: {e}") from None
 
 
 def known_jobs(store: FrontierStore) -> list[str]:

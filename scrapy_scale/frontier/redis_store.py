@@ -62,6 +62,8 @@ _PRELUDE = lua.source("prelude")
 
 _ENQUEUE = _PRELUDE + lua.source("enqueue")
 
+_SEED = _PRELUDE + lua.source("seed")
+
 _LEASE = _PRELUDE + lua.source("lease")
 
 _RENEW = _PRELUDE + lua.source("renew")
@@ -81,6 +83,9 @@ _RUN = lua.source("run")
 _COUNTS = lua.source("counts")
 
 _CLAIM = lua.source("claim")
+
+#: seeds per call of the seed script (a call keeps Redis busy for about 2 ms)
+SEED_CALL = 1000
 
 _RETRYABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 try:  # a Cluster that is failing over or resharding
@@ -136,6 +141,7 @@ class RedisStore(FrontierStore):
         self._r = r
         for name, src in (
             ("enqueue", _ENQUEUE),
+            ("seed", _SEED),
             ("lease", _LEASE),
             ("renew", _RENEW),
             ("finish", _FINISH),
@@ -282,6 +288,19 @@ class RedisStore(FrontierStore):
                 ]
             out += [EnqueueResult(x) for x in self._call("enqueue", *args)]
         return out
+
+    def enqueue_new(self, requests: Sequence[NewRequest]) -> int:
+        added = 0
+        for i in range(0, len(requests), SEED_CALL):
+            chunk = requests[i : i + SEED_CALL]
+            # one script call per priority in the chunk (seeds have one)
+            for p in sorted({r.priority for r in chunk}):
+                args: list[Any] = [self.clock(), str(int(p))]
+                for r in chunk:
+                    if r.priority == p:
+                        args += (r.fingerprint, r.data, r.domain)
+                added += int(self._call("seed", *args))
+        return added
 
     def lease(self, worker: str, n: int, seconds: float) -> list[Leased]:
         if n <= 0:

@@ -47,6 +47,7 @@ from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.frontier.engine_glue import DaemonThreadPool, install_empty_gate
 from scrapy_scale.frontier.local import LocalQueue, Outbox, holds_back, lease_wanted, max_opt
 from scrapy_scale.frontier.policy import SyncTrouble
+from scrapy_scale.frontier.seeding import UrlSeeds
 from scrapy_scale.frontier.store import (
     EnqueueResult,
     FrontierError,
@@ -72,6 +73,10 @@ TICK = 0.25
 OUTBOX_CAP = 16
 #: with a pacer, the buffer holds at most this many batches (requests it holds included)
 HELD_CAP = 4
+#: feed messages one sync pops at most (at least SCALE_FRONTIER_BATCH); a sync that got
+#: that many starts the next one at once. A worker killed during the sync loses the
+#: messages it popped and had not written yet (docs/frontier.md)
+FEED_PULL = 2000
 #: seconds after the engine finished a request with no final outcome before the
 #: scheduler acks it itself (signal mode; a missing outcome must not hang a job)
 OUTCOME_GRACE = 10.0
@@ -116,6 +121,11 @@ class SyncResult:
     counts: dict[str, int] = field(default_factory=dict)
     finished_run: bool = False
     feed_bad: int = 0
+    #: plain URL feed seeds written with enqueue_new: new ones, known ones
+    feed_added: int = 0
+    feed_known: int = 0
+    #: the feed had at least as many messages as the sync pops
+    feed_full: bool = False
     seconds: float = 0.0
     #: dead letters of the run, job-wide (read at close)
     dead_letters: int = 0
@@ -153,6 +163,7 @@ class Scheduler(BaseScheduler):
         self.signal_mode = signal_mode
         self.fingerprinter = crawler.request_fingerprinter
         self._feed_fp: Any = None
+        self._feed_seeds: UrlSeeds | None | bool = False  # False: not looked at yet
         self.spider: Spider | None = None
         #: what a record may name (classes, schemes); set from the settings at attach
         self.rules = codec.RecordRules()
@@ -855,7 +866,7 @@ class Scheduler(BaseScheduler):
         finish = self._finish_requested and not ops and not self.buffer and not self.inflight
         if finish:
             self._finish_requested = False
-        feed = self.batch if self.store.feed_key else 0
+        feed = max(self.batch, FEED_PULL) if self.store.feed_key else 0
         return ops, want, renew, reclaim, finish, feed
 
     def _in_thread(self, fn: Callable[[], Any]) -> defer.Deferred[Any]:
@@ -923,20 +934,49 @@ class Scheduler(BaseScheduler):
         self.store.heartbeat(self.worker, self.store.clock() + self._beat_window)
 
     def _pull_feed(self, n: int, res: SyncResult) -> None:
-        batch: list[NewRequest] = []
-        for msg in self.store.pop_feed(n):
-            try:
-                r = codec.request_from_feed(msg, self.spider, self.rules)
-                fp = self._thread_fingerprinter().fingerprint(r).hex()
-                batch.append(codec.new_request(r, fingerprint=fp, spider=self.spider, rules=self.rules))
-            except codec.CodecError as e:
-                logger.warning(
-                    "frontier: feed message refused: %s (%.200r)", redact_text(str(e)), redact_text(str(msg))
-                )
-                res.feed_bad += 1
-        if batch:
+        """Pop up to ``n`` feed messages and enqueue them, in order: runs of plain URL
+        seeds through the fast path (:class:`UrlSeeds`: the records the codec would make),
+        the others as requests (:func:`codec.request_from_feed`)."""
+        msgs = self.store.pop_feed(n)
+        res.feed_full = len(msgs) >= n
+        seeds = self._plain_seeds()
+        runs: list[tuple[bool, list[NewRequest]]] = []
+        for msg in msgs:
+            nr = seeds.from_feed(msg) if seeds is not None else None
+            plain = nr is not None
+            if nr is None:
+                try:
+                    r = codec.request_from_feed(msg, self.spider, self.rules)
+                    fp = self._thread_fingerprinter().fingerprint(r).hex()
+                    nr = codec.new_request(r, fingerprint=fp, spider=self.spider, rules=self.rules)
+                except codec.CodecError as e:
+                    logger.warning(
+                        "frontier: feed message refused: %s (%.200r)", redact_text(str(e)), redact_text(str(msg))
+                    )
+                    res.feed_bad += 1
+                    continue
+            if not runs or runs[-1][0] != plain:
+                runs.append((plain, []))
+            runs[-1][1].append(nr)
+        if runs:
             self.store.reopen_run()
-            res.enqueued += self.store.enqueue(batch)
+        for plain, run in runs:
+            if plain:
+                added = self.store.enqueue_new(run)
+                res.feed_added += added
+                res.feed_known += len(run) - added
+            else:
+                res.enqueued += self.store.enqueue(run)
+
+    def _plain_seeds(self) -> UrlSeeds | None:
+        """The fast path for plain URL feed messages, when the crawler fingerprints requests
+        with Scrapy's default fingerprinter (another may not give the seed's fingerprint)."""
+        if self._feed_seeds is False:
+            from scrapy.utils.request import RequestFingerprinter
+
+            default = type(self.fingerprinter) is RequestFingerprinter
+            self._feed_seeds = UrlSeeds(self.rules) if default else None
+        return self._feed_seeds  # type: ignore[return-value]
 
     def _thread_fingerprinter(self) -> Any:
         """A fingerprinter of the crawler's class for the store thread (its cache
@@ -962,6 +1002,8 @@ class Scheduler(BaseScheduler):
             self._held_written(written.ops, res.enqueued)
         self._inc("reclaimed", res.reclaimed)
         self._inc("feed_refused", res.feed_bad)
+        self._inc("enqueued", res.feed_added)
+        self._inc("deduplicated", res.feed_known)
         if res.leased:
             now = time.time()
             for lz in res.leased:
@@ -1001,7 +1043,11 @@ class Scheduler(BaseScheduler):
             # are leasable as soon as they are written: do not let them wait for the tick
             # (the engine may have asked, got None and now waits for a wake-up)
             self._kick()
-        elif len(self.outbox) >= self.batch or holds_back(self._waiting_top(), self.buffer.top_priority()):
+        elif (
+            res.feed_full
+            or len(self.outbox) >= self.batch
+            or holds_back(self._waiting_top(), self.buffer.top_priority())
+        ):
             self._kick()
 
     def _count_writes(self, res: SyncResult) -> None:

@@ -303,6 +303,13 @@ class FrontierStore(abc.ABC):
         delayed. Returns one result per request, in order. One request listed twice
         in a batch behaves as two calls in that order."""
 
+    def enqueue_new(self, requests: Sequence[NewRequest]) -> int:
+        """:meth:`enqueue` for plain new requests (seeds: ``update``, ``reopen``,
+        ``held_by``, ``not_before``, ``attempts`` and ``last_failure`` unset): a record is
+        created for each unknown fingerprint, a known one is left alone. The records are
+        those :meth:`enqueue` writes; only the count of added ones comes back."""
+        return sum(1 for r in self.enqueue(requests) if r is EnqueueResult.ADDED)
+
     @abc.abstractmethod
     def lease(self, worker: str, n: int, seconds: float) -> list[Leased]:
         """Lease up to ``n`` eligible pending records to ``worker`` for ``seconds``.

@@ -1,0 +1,121 @@
+"""Plain URL seeds as records, fast: exactly what :func:`codec.new_request` makes of a URL
+string, without building a ``scrapy.Request`` (and its fingerprint cache, its
+``to_dict`` and its JSON encoding) for each one.
+
+``scrapy scale seed`` and the Redis feed (a message that is a JSON string) seed plain
+URLs: GET, no headers, no body, the spider's default callback. Their record differs only
+by the URL, so :class:`UrlSeeds` does per URL only what depends on it:
+
+- the request URL: ``w3lib.url.safe_url_string`` (what ``Request.__init__`` does);
+- the fingerprint: Scrapy's default (``RequestFingerprinter``): SHA1 of the sorted JSON of
+  method, ``canonicalize_url`` of the URL, body and headers;
+- the data: the record of a probe request (``codec.encode``) with the probe's URL
+  replaced, so the format stays the codec's (same fields, same order, same escaping);
+- the domain, and the checks ``codec.check_url`` makes, from a match of :data:`_PLAIN`.
+
+A URL the shortcut cannot vouch for (not printable ASCII up to its host, brackets in the
+host, a scheme the rules refuse...) goes through :func:`codec.new_request` itself, so it
+is stored, or refused with the same error, as before. tests/test_frontier_seeding.py
+compares both on tricky URLs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from json.encoder import encode_basestring_ascii
+from urllib.parse import urlsplit
+
+from scrapy import Request
+from w3lib.url import canonicalize_url, safe_url_string
+
+from scrapy_scale.frontier import codec
+from scrapy_scale.frontier.store import NewRequest
+
+#: a URL whose scheme and host urlsplit() reads as written: a scheme, "://", then a host
+#: of printable ASCII without brackets, up to the end, a "/", "?" or "#"
+_PLAIN = r"(?:{schemes})://([!-~]+?)(?:[/?#]|\Z)"
+_HOST_CHARS = re.compile(r"[^\[\]/?#]*")
+#: what Scrapy's default fingerprinter hashes, around the canonical URL (json.dumps, sort_keys)
+_FP_HEAD = '{"body": "", "headers": {}, "method": "GET", "url": '
+_PROBE = "http://probe.scrapy-scale.invalid/p"
+
+
+class UrlSeeds:
+    """Records for plain URL seeds under ``rules``, with ``priority`` (None: the request's, 0)."""
+
+    def __init__(self, rules: codec.RecordRules, priority: int | None = None):
+        self.rules = rules
+        self.priority = priority
+        schemes = "|".join(re.escape(s) for s in sorted(rules.schemes))
+        self._plain = re.compile(_PLAIN.format(schemes=schemes), re.ASCII | re.IGNORECASE)
+        probe = Request(_PROBE)
+        # the probe's scheme is allowed for the template only (the checks are per URL)
+        template = codec.encode(probe, None, dataclasses.replace(rules, schemes=frozenset({"http"})))
+        head, tail = template.split(encode_basestring_ascii(_PROBE))
+        self._head, self._tail = head, tail
+        # the shortcut is only taken while it gives what the codec gives (checked once)
+        assert self._fingerprint(_PROBE) == codec.default_fingerprint(probe)
+
+    def valid(self, url: str) -> bool:
+        """What ``scrapy scale seed`` accepts: an absolute URL of an allowed scheme (with a host)."""
+        if self._host(url) is not None:
+            return True
+        parts = urlsplit(url)
+        return parts.scheme.lower() in self.rules.schemes and bool(parts.netloc)
+
+    def record(self, url: str) -> NewRequest:
+        """``codec.new_request(url, priority=self.priority, rules=self.rules)``."""
+        nr = self._fast(url)
+        return nr if nr is not None else codec.new_request(url, priority=self.priority, rules=self.rules)
+
+    def _fast(self, url: str) -> NewRequest | None:
+        safe = safe_url_string(url, "utf-8")
+        host = self._host(safe)
+        if host is None:
+            return None
+        return NewRequest(
+            self._fingerprint(safe),
+            self._head + encode_basestring_ascii(safe) + self._tail,
+            host,
+            0 if self.priority is None else self.priority,
+        )
+
+    def from_feed(self, message: str | bytes) -> NewRequest | None:
+        """The record of a feed message that is a plain URL (a JSON string) of an allowed
+        scheme, as the scheduler made it from ``codec.request_from_feed``; None for any
+        other message (the scheduler reads it the long way, and refuses it if it must)."""
+        if not message or message[0] not in ('"', 34):  # not a JSON string: an object, or not JSON
+            return None
+        try:
+            url = json.loads(message)
+        except (ValueError, TypeError):
+            return None
+        if not isinstance(url, str) or self._host(url) is None:
+            return None  # the long way says why (or takes it: a URL the shortcut does not read)
+        try:
+            return self._fast(url)
+        except ValueError:  # w3lib refuses it (a port out of range): the long way says why
+            return None
+
+    def records(self, urls: Iterable[str]) -> list[NewRequest]:
+        return [self.record(u) for u in urls]
+
+    def _host(self, url: str) -> str | None:
+        """The lower-case host (``domain_of``) of a URL of an allowed scheme whose scheme and
+        host the shortcut reads as urlsplit() does; None when it cannot tell."""
+        m = self._plain.match(url)
+        if m is None:
+            return None
+        netloc = m.group(1)
+        if _HOST_CHARS.fullmatch(netloc) is None:
+            return None
+        return netloc.rpartition("@")[2].partition(":")[0].lower()
+
+    @staticmethod
+    def _fingerprint(safe: str) -> str:
+        data = _FP_HEAD + encode_basestring_ascii(canonicalize_url(safe)) + "}"
+        return hashlib.sha1(data.encode()).hexdigest()  # noqa: S324 - Scrapy's fingerprint
