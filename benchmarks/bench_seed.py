@@ -121,9 +121,8 @@ def run_core(url_file: Path, frontier: str, job: str, workdir: str) -> dict[str,
     settings = Settings({"SCALE_FRONTIER_URL": frontier, "SCALE_STATE_DIR": workdir})
     c0, t0 = time.process_time(), time.perf_counter()
     with cli_ops.open_job(settings, job, must_exist=False) as ops:
-        if hasattr(ops, "seed_lines"):
-            with open(url_file, encoding="utf-8") as f:
-                ops.seed_lines(f)
+        if hasattr(ops, "seed_file"):  # what `scrapy scale seed JOB --file FILE` calls
+            ops.seed_file(str(url_file))
         else:  # before issue 11: the command's call, on the whole list
             with open(url_file, encoding="utf-8") as f:
                 ops.seed([line.strip() for line in f])

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
+from w3lib.url import canonicalize_url, safe_url_string
 
 from scrapy_scale.clock import FakeClock
 from scrapy_scale.frontier import codec
@@ -230,3 +231,38 @@ def test_seed_file_from_the_command(tmp_path: Path) -> None:
     assert p.returncode == 1 and "cannot read" in p.stderr and "Traceback" not in p.stderr, p.stderr
     with open_store(f"sqlite:///{state}/frontier.db", "filed") as store:
         assert store.counts()["pending"] == 3
+
+
+def _random_urls(n: int, seed: int) -> list[str]:
+    import random
+
+    rnd = random.Random(seed)
+    host_chars = "abcxyz019-.AZ_~\u00e4"
+    path_chars = "abcAZ019-._~/%;=&+:@!$'()*,?#[] \u00e4\t"
+    out = []
+    for _ in range(n):
+        scheme = rnd.choice(["http", "https", "https", "HTTP", "ftp"])
+        labels = ["".join(rnd.choice(host_chars) for _ in range(rnd.randint(0, 6))) for _ in range(rnd.randint(1, 3))]
+        if rnd.random() < 0.6:  # mostly plain hosts, which the shortcut takes
+            labels = ["".join(rnd.choice("abz09-") for _ in range(rnd.randint(1, 6))) for _ in range(rnd.randint(1, 3))]
+            labels[-1] = rnd.choice("abz") + labels[-1]
+        host = ".".join(labels)
+        port = rnd.choice(["", "", "", ":80", ":8080", ":"])
+        pchars = path_chars if rnd.random() < 0.5 else "abcAZ019-._~/"
+        path = "".join(rnd.choice(pchars) for _ in range(rnd.randint(0, 14)))
+        out.append(f"{scheme}://{host}{port}/{path}" if rnd.random() < 0.9 else f"{scheme}://{host}{port}")
+    return out
+
+
+def test_random_urls_give_the_codecs_records() -> None:
+    rules = codec.RecordRules()
+    seeds = UrlSeeds(rules, 2)
+    assert seeds._as_is, "the shortcut for URLs w3lib leaves as they are is on with this w3lib"
+    shortcut = 0
+    for u in _random_urls(10_000, 11):
+        if seeds._canonical.match(u):
+            shortcut += 1
+            assert safe_url_string(u, "utf-8") == u == canonicalize_url(u), u
+        assert outcome(seeds.valid, u) == outcome(old_valid, u, rules.schemes), u
+        assert outcome(seeds.record, u) == outcome(codec.new_request, u, priority=2, rules=rules), u
+    assert shortcut > 400  # the shortcut was tried on many

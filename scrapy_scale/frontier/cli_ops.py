@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
@@ -131,15 +132,25 @@ class JobOps:
             raise OpError(f"{path}: {self._not_a_url()}: {', '.join(bad[:10])}{more}; nothing was enqueued")
         self.store.reopen_run()
         added = self.store.enqueue_new(seeds.records(urls)) if urls else 0
-        chunk: list[str] = []
-        for _, url in _lines(path):
-            chunk.append(url)
-            if len(chunk) >= SEED_BATCH:
-                added += self.store.enqueue_new(seeds.records(chunk))
-                chunk = []
-        if chunk:
-            added += self.store.enqueue_new(seeds.records(chunk))
-        return added, n
+        return added + self._write_behind(seeds, (url for _, url in _lines(path))), n
+
+    def _write_behind(self, seeds: UrlSeeds, urls: Iterable[str]) -> int:
+        """Enqueue ``urls`` in batches of :data:`SEED_BATCH`, in order, each one written by
+        a thread while this one makes the next batch's records: the store's write runs
+        without the GIL (in SQLite, or waiting for Redis). Returns how many were new."""
+        added = 0
+        with ThreadPoolExecutor(1, thread_name_prefix="scale-seed") as pool:
+            writing: Future[int] | None = None
+            chunk: list[str] = []
+            for url in urls:
+                chunk.append(url)
+                if len(chunk) >= SEED_BATCH:
+                    records, chunk = seeds.records(chunk), []
+                    added += writing.result() if writing is not None else 0
+                    writing = pool.submit(self.store.enqueue_new, records)
+            records = seeds.records(chunk)
+            added += writing.result() if writing is not None else 0
+            return added + (self.store.enqueue_new(records) if records else 0)
 
     def _not_a_url(self) -> str:
         schemes = self.rules.schemes

@@ -39,6 +39,21 @@ from scrapy_scale.frontier.store import NewRequest
 #: of printable ASCII without brackets, up to the end, a "/", "?" or "#"
 _PLAIN = r"(?:{schemes})://([!-~]+?)(?:[/?#]|\Z)"
 _HOST_CHARS = re.compile(r"[^\[\]/?#]*")
+#: a URL that ``safe_url_string`` and ``canonicalize_url`` return as it is: a lower-case
+#: scheme and host (DNS labels, the last one starting with a letter: no IP address; no
+#: port, no user), and a path of unreserved characters in non-empty segments that do not
+#: start with a dot; no query, no fragment. Checked against w3lib when UrlSeeds starts
+_CANONICAL = (
+    r"(?:{schemes})://((?:[a-z0-9](?:[a-z0-9-]{{0,61}}[a-z0-9])?\.)*[a-z](?:[a-z0-9-]{{0,61}}[a-z0-9])?)"
+    r"(?:(?:/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)+/?|/)\Z"
+)
+#: URLs the shortcut takes (checked when UrlSeeds starts)
+_CANONICAL_PROBES = (
+    "http://a.test/",
+    "https://shop1.example.com/item/1",
+    "http://a-b.c9.test/x/y_z~1.html/",
+    "https://www.example.co.uk/A/b.c/D-e_f~g",
+)
 #: what Scrapy's default fingerprinter hashes, around the canonical URL (json.dumps, sort_keys)
 _FP_HEAD = '{"body": "", "headers": {}, "method": "GET", "url": '
 _PROBE = "http://probe.scrapy-scale.invalid/p"
@@ -52,6 +67,12 @@ class UrlSeeds:
         self.priority = priority
         schemes = "|".join(re.escape(s) for s in sorted(rules.schemes))
         self._plain = re.compile(_PLAIN.format(schemes=schemes), re.ASCII | re.IGNORECASE)
+        self._canonical = re.compile(_CANONICAL.format(schemes=schemes), re.ASCII)
+        # taken only while w3lib leaves such URLs as they are (another w3lib might not)
+        self._as_is = all(
+            self._canonical.match(u) is not None and safe_url_string(u, "utf-8") == u == canonicalize_url(u)
+            for u in _CANONICAL_PROBES
+        )
         probe = Request(_PROBE)
         # the probe's scheme is allowed for the template only (the checks are per URL)
         template = codec.encode(probe, None, dataclasses.replace(rules, schemes=frozenset({"http"})))
@@ -73,6 +94,12 @@ class UrlSeeds:
         return nr if nr is not None else codec.new_request(url, priority=self.priority, rules=self.rules)
 
     def _fast(self, url: str) -> NewRequest | None:
+        m = self._canonical.match(url) if self._as_is else None
+        if m is not None and "--" not in m.group(1):  # safe and canonical as it is
+            prio = 0 if self.priority is None else self.priority
+            data = self._head + encode_basestring_ascii(url) + self._tail
+            fp = hashlib.sha1((_FP_HEAD + encode_basestring_ascii(url) + "}").encode()).hexdigest()  # noqa: S324
+            return NewRequest(fp, data, m.group(1), prio)
         safe = safe_url_string(url, "utf-8")
         host = self._host(safe)
         if host is None:

@@ -32,6 +32,8 @@ from scrapy_scale.frontier.store import (
 from scrapy_scale.sqlite_open import setup_retrying, statements
 
 LAYOUT = 1
+#: KiB of page cache of a connection once it seeds in bulk (enqueue_new of 1,000 or more)
+SEED_CACHE_KIB = 131072
 
 # internal state codes (delayed is "pending, not yet eligible")
 READY, DELAYED, LEASED, DONE, FAILED = 0, 1, 2, 3, 4
@@ -135,6 +137,7 @@ class SqliteStore(FrontierStore):
         super().__init__(job, clock)
         self.path = path
         self._db: sqlite3.Connection | None = None
+        self._seed_cache = False  # SEED_CACHE_KIB set on this connection
 
     @staticmethod
     def path_from_url(url: str, state_dir: str = ".scale") -> str:
@@ -249,6 +252,7 @@ class SqliteStore(FrontierStore):
         if self._db is not None:
             self._db.close()
             self._db = None
+            self._seed_cache = False
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -385,6 +389,11 @@ class SqliteStore(FrontierStore):
         # unique (job, fp) index does the dedup a SELECT per request did
         if not requests:
             return 0
+        if len(requests) >= 1000 and not self._seed_cache:
+            # a big seeding inserts at random places of the fingerprint index: with SQLite's
+            # default 2 MB page cache, twice as slow (this connection only)
+            self.db.execute(f"PRAGMA cache_size=-{SEED_CACHE_KIB}")
+            self._seed_cache = True
         now = self.clock()
         job = self.job
         with self._tx() as db:
