@@ -213,6 +213,72 @@ def test_feed_enqueues_what_the_request_path_enqueued(redis_url: str, redis_pref
     )  # BAD but http:// and http:///x, the port, "not json"
 
 
+def _feed_scheduler(redis_url: str, job: str) -> Any:
+    from scrapy_scale.frontier.scheduler import Scheduler
+
+    crawler = get_crawler(FeedSpider, {"SCALE_FRONTIER_URL": redis_url, "SCALE_JOB": job})
+    sched = Scheduler.from_crawler(crawler)
+    crawler.stats.open_spider()  # type: ignore[call-arg]
+    sched.attach(FeedSpider())
+    return sched
+
+
+FEED_MSGS = [json.dumps(f"http://a.test/{i}") for i in range(6)] + [
+    json.dumps({"url": "http://b.test/x", "priority": 3}),
+    json.dumps("http://a.test/1"),  # a duplicate
+    json.dumps("http://c.test/"),
+]
+
+
+def test_a_written_feed_pull_leaves_nothing_taken(redis_url: str, redis_prefix: str) -> None:
+    sched = _feed_scheduler(redis_url, redis_prefix)
+    try:
+        r, feed = sched.store.r, sched.store.feed_key
+        r.rpush(feed, *FEED_MSGS)
+        sched.sync_blocking()
+        assert not r.llen(feed) and not r.exists(sched.store.taken_key(sched.worker), f"{feed}:takers")
+        assert sched.store.counts()["pending"] + sched.store.counts()["leased"] == 8
+    finally:
+        sched.store.close()
+
+
+def test_a_feed_pull_whose_write_failed_is_written_by_the_next_one(redis_url: str, redis_prefix: str) -> None:
+    import redis
+
+    sched = _feed_scheduler(redis_url, redis_prefix)
+    store = sched.store
+    try:
+        r, feed, taken = store.r, store.feed_key, store.taken_key(sched.worker)
+        r.rpush(feed, *FEED_MSGS, *(json.dumps(f"http://d.test/{i}") for i in range(3)))
+        real, calls = store.enqueue_new, []
+
+        def enqueue_new(run: Any) -> int:  # the first call writes half of its seeds, then fails
+            calls.append(len(run))
+            if len(calls) == 1:
+                real(run[: len(run) // 2])
+                raise redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'")
+            return int(real(run))
+
+        store.enqueue_new = enqueue_new
+        with pytest.raises(redis.ResponseError, match="OOM"):
+            sched.sync_blocking()
+        more = [json.dumps(f"http://d.test/{i}") for i in range(3)]
+        assert not r.llen(feed) and r.lrange(taken, 0, -1) == FEED_MSGS + more  # kept, in order
+        r.rpush(feed, json.dumps("http://e.test/"))  # a new message waits: the taken ones come first
+        sched.sync_blocking()
+        assert not r.exists(taken) and r.lrange(feed, 0, -1) == [json.dumps("http://e.test/")]
+        sched.sync_blocking()
+        assert not r.llen(feed) and not r.exists(taken)
+        c = store.counts()
+        assert c["pending"] + c["leased"] == 12  # 8 distinct, d.test x3, e.test: nothing lost, none twice
+        urls = [f"http://a.test/{i}" for i in range(6)] + ["http://b.test/x", "http://c.test/"]
+        urls += [f"http://d.test/{i}" for i in range(3)] + ["http://e.test/"]
+        assert all(store.get(codec.default_fingerprint(Request(u))) for u in urls)
+        assert calls[0] == 6 and len(calls) == 4  # failed, then the taken ones again (two runs), then e.test
+    finally:
+        sched.store.close()
+
+
 def test_seed_file_from_the_command(tmp_path: Path) -> None:
     state = tmp_path / "state"
     f = tmp_path / "urls.txt"

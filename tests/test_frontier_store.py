@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import decimal
+import json
 import os
 import sqlite3
 import uuid
@@ -350,6 +351,46 @@ def test_restarted_worker_takes_its_own_leases_back_at_once(store: FrontierStore
     assert store.reclaim(W) == 1  # only mine, though unexpired
     c = store.counts()
     assert c["pending"] == 1 and c["leased"] == 1
+
+
+def test_feed_messages_of_a_worker_no_longer_alive_go_back_to_the_head_of_the_feed(
+    store: FrontierStore, clock: FakeClock
+) -> None:
+    if store.feed_key is None:  # SQLite has no feed
+        assert store.take_feed(W, 10) == []
+        store.feed_done(W)
+        return
+    r: Any = store.r  # type: ignore[attr-defined]
+    feed, takers = store.feed_key, f"{store.feed_key}:takers"
+    msgs = [json.dumps(f"http://a.test/{i}") for i in range(10)]
+    r.rpush(feed, *msgs)
+    store.heartbeat("dies/0", clock.now + 30)
+    store.heartbeat("lives/0", clock.now + 100)
+    assert store.take_feed("dies/0", 3) == msgs[:3]
+    assert store.take_feed("lives/0", 2) == msgs[3:5]
+    assert store.take_feed("dies/0", 3) == msgs[:3]  # not written yet: the same ones again
+    assert r.lrange(feed, 0, -1) == msgs[5:]
+    store.reclaim()  # both alive: nothing moves
+    assert r.lrange(feed, 0, -1) == msgs[5:] and r.smembers(takers) == {"dies/0", "lives/0"}
+    clock.advance(31)  # the first one's heartbeat expired (killed), the other beats on
+    store.reclaim()
+    assert r.lrange(feed, 0, -1) == msgs[:3] + msgs[5:]  # at the head, in order
+    assert r.lrange(store.taken_key("lives/0"), 0, -1) == msgs[3:5]  # type: ignore[attr-defined]
+    assert not r.exists(store.taken_key("dies/0")) and r.smembers(takers) == {"lives/0"}  # type: ignore[attr-defined]
+    # a worker without any heartbeat, and one that stopped (until = now), are not alive either
+    assert store.take_feed("ghost/0", 2) == msgs[:2]
+    store.heartbeat("stopped/0", clock.now)
+    assert store.take_feed("stopped/0", 2) == [msgs[2], msgs[5]]
+    clock.advance(0.5)
+    store.reclaim()
+    assert r.lrange(feed, 0, 3) in ([*msgs[:3], msgs[5]], [msgs[2], msgs[5], *msgs[:2]])  # each list in order
+    assert r.lrange(feed, 4, -1) == msgs[6:] and r.smembers(takers) == {"lives/0"}
+    store.feed_done("lives/0")  # written: gone for good
+    assert not r.exists(store.taken_key("lives/0")) and not r.smembers(takers)  # type: ignore[attr-defined]
+    assert r.llen(feed) == 8
+    store.take_feed("lives/0", 1)
+    store.reset()  # a reset drops taken messages with the feed
+    assert not r.exists(feed, takers, store.taken_key("lives/0"))  # type: ignore[attr-defined]
 
 
 def test_release_returns_leases(store: FrontierStore) -> None:

@@ -10,6 +10,8 @@ switch; the old run's keys are unlinked afterwards.
     scale:{J}:workers        HASH  worker id -> pid (claim_worker)
     scale:{J}:alive          HASH  worker id -> "last_beat until" (heartbeat; see redis_status)
     scale:{J}:seeds          LIST  JSON seeds pushed by feeders (RPUSH; see docs/frontier.md)
+    scale:{J}:seeds:taken:W  LIST  seeds worker W took from the feed and has not written yet
+    scale:{J}:seeds:takers   SET   workers with a taken list (back to the feed once not alive)
     scale:{J}:R:r:FP         HASH  one record: st d dom p a el enq fc fr o le t
     scale:{J}:R:prios        ZSET  priorities with ready work
     scale:{J}:R:dq:P         ZSET  domains with ready work at priority P, by last service
@@ -84,6 +86,8 @@ _COUNTS = lua.source("counts")
 
 _CLAIM = lua.source("claim")
 
+_FEED = lua.source("feed")
+
 #: seeds per call of the seed script (a call keeps Redis busy for about 2 ms)
 SEED_CALL = 1000
 
@@ -154,6 +158,7 @@ class RedisStore(FrontierStore):
             ("run", _RUN),
             ("claim", _CLAIM),
             ("counts", _COUNTS),
+            ("feed", _FEED),
         ):
             self._scripts[name] = r.register_script(src)
 
@@ -357,7 +362,11 @@ class RedisStore(FrontierStore):
         return int(self._call("release", "release", worker, self.clock(), *(fingerprints or ())))
 
     def reclaim(self, worker: str | None = None) -> int:
-        return int(self._call("release", "reclaim", worker or "", self.clock()))
+        n = int(self._call("release", "reclaim", worker or "", self.clock()))
+        back = int(self._call("feed", "recover", self.clock()))
+        if back:
+            logger.warning("frontier: %d feed message(s) taken by workers no longer alive went back to the feed", back)
+        return n
 
     def dead_letter(self, fingerprint: str, reason: str) -> None:
         self._call("dead", fingerprint, reason, self.clock())
@@ -388,9 +397,15 @@ class RedisStore(FrontierStore):
     def feed_key(self) -> str:
         return f"{self.key}:seeds"
 
-    def pop_feed(self, n: int) -> list[str]:
-        got = self._retry(lambda: self.r.lpop(self.feed_key, n))
-        return list(got or [])
+    def taken_key(self, worker: str) -> str:
+        """The list of feed messages ``worker`` took and has not written yet."""
+        return f"{self.feed_key}:taken:{worker}"
+
+    def take_feed(self, worker: str, n: int) -> list[str]:
+        return list(self._call("feed", "take", worker, int(n)) or [])
+
+    def feed_done(self, worker: str) -> None:
+        self._call("feed", "done", worker)
 
     # ---- observation -------------------------------------------------------------------
 

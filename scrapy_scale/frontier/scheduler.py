@@ -74,8 +74,9 @@ OUTBOX_CAP = 16
 #: with a pacer, the buffer holds at most this many batches (requests it holds included)
 HELD_CAP = 4
 #: feed messages one sync pops at most (at least SCALE_FRONTIER_BATCH); a sync that got
-#: that many starts the next one at once. A worker killed during the sync loses the
-#: messages it popped and had not written yet (docs/frontier.md)
+#: that many starts the next one at once. They wait in the worker's taken list until
+#: written: a failed sync writes them again, a killed worker's go back to the feed once
+#: its heartbeat expires (store.take_feed, docs/frontier.md)
 FEED_PULL = 2000
 #: seconds after the engine finished a request with no final outcome before the
 #: scheduler acks it itself (signal mode; a missing outcome must not hang a job)
@@ -934,10 +935,12 @@ class Scheduler(BaseScheduler):
         self.store.heartbeat(self.worker, self.store.clock() + self._beat_window)
 
     def _pull_feed(self, n: int, res: SyncResult) -> None:
-        """Pop up to ``n`` feed messages and enqueue them, in order: runs of plain URL
+        """Take up to ``n`` feed messages and enqueue them, in order: runs of plain URL
         seeds through the fast path (:class:`UrlSeeds`: the records the codec would make),
-        the others as requests (:func:`codec.request_from_feed`)."""
-        msgs = self.store.pop_feed(n)
+        the others as requests (:func:`codec.request_from_feed`). The messages stay in this
+        worker's taken list until they are written (then ``feed_done``): a sync that
+        fails here takes the same ones again next time (duplicates are deduplicated)."""
+        msgs = self.store.take_feed(self.worker, n)
         res.feed_full = len(msgs) >= n
         seeds = self._plain_seeds()
         runs: list[tuple[bool, list[NewRequest]]] = []
@@ -967,6 +970,8 @@ class Scheduler(BaseScheduler):
                 res.feed_known += len(run) - added
             else:
                 res.enqueued += self.store.enqueue(run)
+        if msgs:
+            self.store.feed_done(self.worker)
 
     def _plain_seeds(self) -> UrlSeeds | None:
         """The fast path for plain URL feed messages, when the crawler fingerprints requests

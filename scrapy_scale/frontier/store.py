@@ -351,7 +351,9 @@ class FrontierStore(abc.ABC):
     @abc.abstractmethod
     def reclaim(self, worker: str | None = None) -> int:
         """Return every expired lease to pending, plus every lease of ``worker``
-        (expired or not: the caller is that worker restarted). Returns how many."""
+        (expired or not: the caller is that worker restarted). Returns how many.
+        A backend with a feed also puts the feed messages taken by workers that are no
+        longer alive (:meth:`heartbeat` expired) back at the head of the feed."""
 
     @abc.abstractmethod
     def dead_letter(self, fingerprint: str, reason: str) -> None:
@@ -368,10 +370,17 @@ class FrontierStore(abc.ABC):
 
     # ---- outside feeders (Redis key for JSON seeds) -----------------------------
 
-    def pop_feed(self, n: int) -> list[str]:
-        """Pop up to ``n`` raw JSON seed messages pushed by feeders (see
-        :attr:`feed_key`); backends without a feed return []."""
+    def take_feed(self, worker: str, n: int) -> list[str]:
+        """Up to ``n`` raw JSON seed messages pushed by feeders (see :attr:`feed_key`),
+        moved atomically to ``worker``'s taken list until :meth:`feed_done`. While that
+        list holds messages (a sync failed after taking them) it returns them again
+        instead of new ones; :meth:`reclaim` puts the taken messages of a worker that is
+        no longer alive back at the head of the feed. Backends without a feed return []."""
         return []
+
+    def feed_done(self, worker: str) -> None:
+        """``worker`` wrote the messages it took (:meth:`take_feed`): forget them."""
+        return None
 
     @property
     def feed_key(self) -> str | None:

@@ -46,6 +46,7 @@ elseif op == 'reset' then
     redis.call('HSET', K..':run', 'ended', now)
     record(cur[1], cur[2], now, {reset = 1})
   end
-  redis.call('DEL', K..':seeds', K..':workers', K..':alive')
+  for _, w in ipairs(redis.call('SMEMBERS', K..':seeds:takers')) do redis.call('DEL', K..':seeds:taken:'..w) end
+  redis.call('DEL', K..':seeds', K..':seeds:takers', K..':workers', K..':alive')
   return cur[1] or ''
 end
