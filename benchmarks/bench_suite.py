@@ -88,8 +88,19 @@ def plain(run_id: str) -> dict[str, Any]:
 GC_TUNING = {"scrapy_scale.gc_tuning.GCTuning": 0}
 
 
+def with_extensions(settings: Any, extensions: dict[str, int]) -> Any:
+    """``settings`` (a dict, or a function of the run id) with ``extensions`` added to its own."""
+
+    def merged(run_id: str) -> dict[str, Any]:
+        s = dict(settings(run_id) if callable(settings) else settings)
+        s["EXTENSIONS"] = {**(s.get("EXTENSIONS") or {}), **extensions}
+        return s
+
+    return merged
+
+
 def plain_gc(run_id: str) -> dict[str, Any]:
-    return {**plain(run_id), "EXTENSIONS": GC_TUNING}
+    return dict(with_extensions(plain, GC_TUNING)(run_id))
 
 
 def autothrottle(run_id: str) -> dict[str, Any]:
@@ -121,7 +132,7 @@ def store(run_id: str) -> dict[str, Any]:
 
 
 def store_gc(run_id: str) -> dict[str, Any]:
-    return {**store(run_id), "EXTENSIONS": GC_TUNING}
+    return dict(with_extensions(store, GC_TUNING)(run_id))
 
 
 def addon(run_id: str) -> dict[str, Any]:
@@ -322,14 +333,7 @@ GC_METER = {"benchmarks.gc_meter.GCMeter": 0}
 
 def with_gc_meter(v: Variant) -> Variant:
     """``v`` with the garbage-collector meter (benchmarks/gc_meter.py) added to its extensions."""
-    inner = v.settings
-
-    def settings(run_id: str) -> dict[str, Any]:
-        s = dict(inner(run_id) if callable(inner) else inner)
-        s["EXTENSIONS"] = {**(s.get("EXTENSIONS") or {}), **GC_METER}
-        return s
-
-    return Variant(v.name, settings, v.cleanup)
+    return Variant(v.name, with_extensions(v.settings, GC_METER), v.cleanup)
 
 
 def gc_per_1k(results: dict[str, list[Metrics]]) -> None:

@@ -13,6 +13,7 @@ The store is the one a crawl with the same settings would use:
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -112,9 +113,8 @@ class JobOps:
         bad = [u for u in urls if not seeds.valid(u)]
         if bad:
             raise OpError(f"{self._not_a_url()}: {', '.join(bad)}")
-        records = seeds.records(urls)
         self.store.reopen_run()
-        return sum(self.store.enqueue_new(records[i : i + SEED_BATCH]) for i in range(0, len(records), SEED_BATCH))
+        return self._write_behind(seeds, urls)
 
     def seed_file(self, path: str, priority: int = 0, urls: Sequence[str] = ()) -> tuple[int, int]:
         """Enqueue ``urls`` and the URLs of a file, one a line (blank lines skipped), as
@@ -132,8 +132,7 @@ class JobOps:
             more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
             raise OpError(f"{path}: {self._not_a_url()}: {', '.join(bad[:10])}{more}; nothing was enqueued")
         self.store.reopen_run()
-        added = self.store.enqueue_new(seeds.records(urls)) if urls else 0
-        return added + self._write_behind(seeds, (url for _, url in _lines(path))), n
+        return self._write_behind(seeds, itertools.chain(urls, (url for _, url in _lines(path)))), n
 
     def _write_behind(self, seeds: UrlSeeds, urls: Iterable[str]) -> int:
         """Enqueue ``urls`` in batches of :data:`SEED_BATCH`, in order, each one written by

@@ -20,6 +20,7 @@ their parent's ack in the same ordered outbox, so a crash never loses them.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -164,7 +165,6 @@ class Scheduler(BaseScheduler):
         self.signal_mode = signal_mode
         self.fingerprinter = crawler.request_fingerprinter
         self._feed_fp: Any = None
-        self._feed_seeds: UrlSeeds | None | bool = False  # False: not looked at yet
         self.spider: Spider | None = None
         #: what a record may name (classes, schemes); set from the settings at attach
         self.rules = codec.RecordRules()
@@ -942,7 +942,7 @@ class Scheduler(BaseScheduler):
         fails here takes the same ones again next time (duplicates are deduplicated)."""
         msgs = self.store.take_feed(self.worker, n)
         res.feed_full = len(msgs) >= n
-        seeds = self._plain_seeds()
+        seeds = self._plain_seeds
         runs: list[tuple[bool, list[NewRequest]]] = []
         for msg in msgs:
             nr = seeds.from_feed(msg) if seeds is not None else None
@@ -973,15 +973,13 @@ class Scheduler(BaseScheduler):
         if msgs:
             self.store.feed_done(self.worker)
 
+    @functools.cached_property
     def _plain_seeds(self) -> UrlSeeds | None:
         """The fast path for plain URL feed messages, when the crawler fingerprints requests
         with Scrapy's default fingerprinter (another may not give the seed's fingerprint)."""
-        if self._feed_seeds is False:
-            from scrapy.utils.request import RequestFingerprinter
+        from scrapy.utils.request import RequestFingerprinter
 
-            default = type(self.fingerprinter) is RequestFingerprinter
-            self._feed_seeds = UrlSeeds(self.rules) if default else None
-        return self._feed_seeds  # type: ignore[return-value]
+        return UrlSeeds(self.rules) if type(self.fingerprinter) is RequestFingerprinter else None
 
     def _thread_fingerprinter(self) -> Any:
         """A fingerprinter of the crawler's class for the store thread (its cache
