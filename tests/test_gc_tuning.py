@@ -125,3 +125,18 @@ def test_a_real_crawl_runs_with_the_collector_tuned_and_can_turn_it_off(tmp_path
     assert "garbage collector:" not in off.log
     assert len(on.items) == len(off.items) == 10
     assert gc.get_threshold() == before  # the crawls ran in their own processes
+
+
+def test_the_extension_alone_without_the_addon(tmp_path: Path):
+    """README, components table: `scrapy_scale.gc_tuning.GCTuning` in EXTENSIONS works without the add-on."""
+    with Testbed(hosts=1, pages=5, seed=2) as tb:
+        res = run_crawl(
+            tb,
+            {"ADDONS": {}, "LOG_LEVEL": "INFO", "EXTENSIONS": {"scrapy_scale.gc_tuning.GCTuning": 0}},
+            tmp_path,
+            timeout=90,
+        )
+    assert res.returncode == 0, res.tail()
+    assert "garbage collector: start-up heap frozen" in res.log
+    assert "generation-0 threshold 700 -> 5000" in res.log
+    assert len(res.items) == 5
