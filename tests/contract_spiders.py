@@ -83,6 +83,23 @@ class LazySpider(_Base):
         yield {"url": response.url}
 
 
+class RefetchSpider(_Base):
+    """A -> B -> A -> B -> A, every hop ``dont_filter=True``: Scrapy fetches all five,
+    whatever the state of the page's record when it is asked for again."""
+
+    name = "refetch"
+    hops = 5
+
+    async def start(self) -> Any:
+        yield scrapy.Request(f"{self.base}/item/1", cb_kwargs={"hop": 1})
+
+    def parse(self, response: Any, hop: int) -> Iterator[Any]:
+        yield {"url": response.url, "hop": hop}
+        if hop < self.hops:
+            page = 2 if hop % 2 else 1
+            yield scrapy.Request(f"{self.base}/item/{page}", dont_filter=True, cb_kwargs={"hop": hop + 1})
+
+
 class ProductItem(scrapy.Item):
     name = scrapy.Field()
     price = scrapy.Field()

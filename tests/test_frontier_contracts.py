@@ -99,6 +99,28 @@ def test_scheduler_empty_is_sent_only_when_nothing_waits(tmp_path: Path, plain: 
     assert events and all(e["len"] == 0 and e["waiting"] == [] for e in events), events
 
 
+# ---- issue 19 item 2: dont_filter=True fetches again, whatever the record's state -------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("plain", [False, True], ids=["frontier", "plain-scrapy"])
+def test_dont_filter_re_requests_are_all_fetched(tmp_path: Path, frontier_url: str, job: str, plain: bool) -> None:
+    """A -> B -> A -> B -> A with dont_filter=True against pages that answer at once:
+    Scrapy fetches 5 pages; the frontier fetched 3, merging a re-request of a page still
+    leased (or just finished) into its record."""
+    if plain and frontier_url.startswith("redis"):
+        pytest.skip("plain Scrapy has no frontier backend")
+    settings: dict[str, Any] = {**SPIDERS, "SCALE_JOB": job, "SCALE_FRONTIER_URL": frontier_url}
+    if plain:
+        settings = {**SPIDERS, "ADDONS": {}}
+    with Testbed(hosts=1, pages=4, seed=1) as tb:
+        res = run_crawl(tb, settings, tmp_path, spider="refetch", timeout=90)
+        assert res.returncode == 0, res.tail()
+        served = [r.path for r in tb.log if r.path.startswith("/item/")]
+    assert served == ["/item/1", "/item/2", "/item/1", "/item/2", "/item/1"], served
+    assert sorted(i["hop"] for i in res.items) == [1, 2, 3, 4, 5]
+
+
 # ---- items 6 and 7: clean stops, Ctrl-C twice ------------------------------------------------
 
 STOP_SETTINGS = {"LOG_LEVEL": "INFO", "CONCURRENT_REQUESTS": 8}

@@ -541,3 +541,28 @@ def test_a_higher_priority_request_is_leased_even_when_the_pacer_filled_the_buff
     pacer.open = True
     got = sched.next_request()
     assert got is not None and got.url == "http://a.test/urgent"
+
+
+def test_a_dont_filter_request_while_its_record_is_leased_gets_its_own_record_and_retries(
+    sched: Scheduler,
+) -> None:
+    """dont_filter means fetch again (issue 19 item 2): a re-request while the page's record
+    is leased gets a record of its own, and that record's retry continues it (not a new
+    chain from attempt 1, which would retry forever)."""
+    sched.enqueue_request(Request("http://a.test/1"))
+    first = lease_one(sched)
+    sched.enqueue_request(Request("http://a.test/1", dont_filter=True))
+    sched.sync_blocking()
+    again = sched.next_request()
+    assert again is not None and again.url == first.url
+    key = again.meta[meta.FINGERPRINT]
+    assert key != first.meta[meta.FINGERPRINT] and key.startswith(first.meta[meta.FINGERPRINT] + "~")
+    assert sched.store.counts()["leased"] == 2
+    retry = again.replace(dont_filter=True, meta={**again.meta, meta.ATTEMPT: 2})
+    sched.enqueue_request(retry)
+    assert retry.meta[meta.FINGERPRINT] == key and retry.meta[meta.ATTEMPT] == 2
+    sched.sync_blocking()
+    assert sched.store.get(key)["attempts"] == 1  # type: ignore[index]
+    outcome(first)
+    sched.sync_blocking()
+    assert sched.store.counts()["done"] == 1

@@ -55,7 +55,9 @@ from scrapy_scale.frontier.store import (
     FrontierStore,
     Leased,
     NewRequest,
+    again_key,
     domain_of,
+    key_base,
     open_store,
 )
 from scrapy_scale.outcomes import send_fallback
@@ -460,6 +462,7 @@ class Scheduler(BaseScheduler):
             self._keep_in_memory(request, fp, update, e)
             return True
         is_start = bool(request.meta.get("is_start_request"))
+        reopen = (request.dont_filter or not self.compat.dedup) and not is_start and not update
         nr = NewRequest(
             fingerprint=fp,
             data=data,
@@ -469,7 +472,9 @@ class Scheduler(BaseScheduler):
             attempts=max(0, attempt - 1),
             last_failure=last_failure,
             update=update,
-            reopen=(request.dont_filter or not self.compat.dedup) and not is_start and not update,
+            reopen=reopen,
+            # fetched again even while the record is pending or leased: then under a key of its own
+            again=again_key(fp) if reopen else "",
         )
         if update:
             self.inflight.pop(fp, None)  # its lease is void; the record will be leased anew
@@ -676,8 +681,9 @@ class Scheduler(BaseScheduler):
         given = request.meta.get(meta.FINGERPRINT)
         attempt = _int(request.meta.get(meta.ATTEMPT), 1)
         fp, update = real, False
-        if given == real:
-            update = request.dont_filter and (attempt > 1 or real in self.inflight)
+        if given and key_base(given) == real:  # its own record, or a dont_filter one of its own
+            update = request.dont_filter and (attempt > 1 or given in self.inflight)
+            fp = given if update else real
         elif given and given in self.inflight:
             redirects = request.meta.get("redirect_urls") or []
             if redirects and redirects[-1] == self.inflight[given].url:
