@@ -83,6 +83,44 @@ class LazySpider(_Base):
         yield {"url": response.url}
 
 
+class LazyStartSpider(_Base):
+    """Scrapy's documented lazy start (its engine test ``test_lazy``): ``start()`` yields
+    pages 1, 2, 4, and before each it waits for ``scheduler_empty`` while
+    ``engine.needs_backout()``; page 1's callback yields page 3. With
+    CONCURRENT_REQUESTS=1 the pages are fetched 1, 2, 3, 4."""
+
+    name = "lazy_start"
+
+    async def start(self) -> Any:
+        engine = self.crawler.engine
+        for n in (1, 2, 4):
+            if engine.needs_backout():
+                await self.crawler.signals.wait_for(signals.scheduler_empty)
+            yield scrapy.Request(f"{self.base}/item/{n}")
+
+    def parse(self, response: Any) -> Iterator[Any]:
+        yield {"url": response.url}
+        if response.url.endswith("/item/1"):
+            yield scrapy.Request(f"{self.base}/item/3")
+
+
+class RefetchSpider(_Base):
+    """A -> B -> A -> B -> A, every hop ``dont_filter=True``: Scrapy fetches all five,
+    whatever the state of the page's record when it is asked for again."""
+
+    name = "refetch"
+    hops = 5
+
+    async def start(self) -> Any:
+        yield scrapy.Request(f"{self.base}/item/1", cb_kwargs={"hop": 1})
+
+    def parse(self, response: Any, hop: int) -> Iterator[Any]:
+        yield {"url": response.url, "hop": hop}
+        if hop < self.hops:
+            page = 2 if hop % 2 else 1
+            yield scrapy.Request(f"{self.base}/item/{page}", dont_filter=True, cb_kwargs={"hop": hop + 1})
+
+
 class ProductItem(scrapy.Item):
     name = scrapy.Field()
     price = scrapy.Field()

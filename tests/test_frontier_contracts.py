@@ -99,6 +99,88 @@ def test_scheduler_empty_is_sent_only_when_nothing_waits(tmp_path: Path, plain: 
     assert events and all(e["len"] == 0 and e["waiting"] == [] for e in events), events
 
 
+@pytest.mark.timeout(120)
+def test_scrapys_lazy_start_fetches_in_order_on_every_backend(tmp_path: Path, frontier_url: str, job: str) -> None:
+    """Scrapy's lazy start (start() waits for scheduler_empty while engine.needs_backout())
+    with 0.2 s pages: 1, 2, 3, 4 as with Scrapy's scheduler. needs_backout() stayed False
+    while page 1 sat in the outbox, so start() ran ahead: 1, 2, 4, 3 in 10 runs of 12."""
+    settings = {**SPIDERS, "CONCURRENT_REQUESTS": 1, "SCALE_JOB": job, "SCALE_FRONTIER_URL": frontier_url}
+    with Testbed(hosts=1, pages=6, seed=2, faults="slow:/item/*,delay=0.2") as tb:
+        res = run_crawl(tb, settings, tmp_path, spider="lazy_start", timeout=90)
+        assert res.returncode == 0, res.tail()
+        served = [r.path for r in tb.log if r.path.startswith("/item/")]
+    assert served == [f"/item/{i}" for i in (1, 2, 3, 4)], served
+
+
+# ---- issue 19 item 2: dont_filter=True fetches again, whatever the record's state -------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("plain", [False, True], ids=["frontier", "plain-scrapy"])
+def test_dont_filter_re_requests_are_all_fetched(tmp_path: Path, frontier_url: str, job: str, plain: bool) -> None:
+    """A -> B -> A -> B -> A with dont_filter=True against pages that answer at once:
+    Scrapy fetches 5 pages; the frontier fetched 3, merging a re-request of a page still
+    leased (or just finished) into its record."""
+    if plain and frontier_url.startswith("redis"):
+        pytest.skip("plain Scrapy has no frontier backend")
+    settings: dict[str, Any] = {**SPIDERS, "SCALE_JOB": job, "SCALE_FRONTIER_URL": frontier_url}
+    if plain:
+        settings = {**SPIDERS, "ADDONS": {}}
+    with Testbed(hosts=1, pages=4, seed=1) as tb:
+        res = run_crawl(tb, settings, tmp_path, spider="refetch", timeout=90)
+        assert res.returncode == 0, res.tail()
+        served = [r.path for r in tb.log if r.path.startswith("/item/")]
+    assert served == ["/item/1", "/item/2", "/item/1", "/item/2", "/item/1"], served
+    assert sorted(i["hop"] for i in res.items) == [1, 2, 3, 4, 5]
+
+
+# ---- issue 19 item 13: Scrapy's scheduler/* stats ---------------------------------------------
+
+
+def _scheduler_stats(stats: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in stats.items() if k.startswith("scheduler/")}
+
+
+@pytest.mark.timeout(180)
+def test_scrapys_scheduler_stats_are_written_as_scrapys_scheduler_writes_them(
+    tmp_path: Path, frontier_url: str, job: str
+) -> None:
+    """The same crawl with Scrapy's scheduler (JOBDIR: persisted, so "disk") and with the
+    frontier on each backend: the same scheduler/* stats. They were missing."""
+    with Testbed(hosts=2, pages=30, seed=4) as tb:
+        plain = run_crawl(tb, {"ADDONS": {}, "JOBDIR": str(tmp_path / "jobdir")}, tmp_path, timeout=120)
+        assert plain.returncode == 0, plain.tail()
+        expected = _scheduler_stats(plain.stats)
+        pages = len(tb.detail_urls()) + tb.catalog.list_pages * len(tb.hosts)
+        assert expected == {
+            "scheduler/enqueued": pages,
+            "scheduler/enqueued/disk": pages,
+            "scheduler/dequeued": pages,
+            "scheduler/dequeued/disk": pages,
+        }, expected
+        frontier = run_crawl(tb, {"SCALE_JOB": job, "SCALE_FRONTIER_URL": frontier_url}, tmp_path, timeout=120)
+        assert frontier.returncode == 0, frontier.tail()
+    assert _scheduler_stats(frontier.stats) == expected
+
+
+@pytest.mark.timeout(120)
+def test_requests_kept_in_memory_count_as_memory_and_unserializable(tmp_path: Path) -> None:
+    """A request the frontier cannot persist is Scrapy's "unserializable": counted there
+    and as memory, enqueued and dequeued; the persisted one as disk."""
+    settings = {**SPIDERS, "SCALE_JOB": "opaque"}
+    with Testbed(hosts=1, pages=6, seed=3) as tb:
+        res = run_crawl(tb, settings, tmp_path, spider="item_kwargs", timeout=90, extra_args=["-a", "opaque=1"])
+        assert res.returncode == 0, res.tail()
+    st = _scheduler_stats(res.stats)
+    memory = res.stats["scale/frontier/unserializable"]
+    assert memory > 0 and st["scheduler/unserializable"] == memory
+    details = len({i["url"] for i in res.items})
+    # the listing (disk) and its details (memory); the links back to the listing are duplicates
+    assert st["scheduler/enqueued/memory"] == st["scheduler/dequeued/memory"] == details
+    assert st["scheduler/enqueued/disk"] == st["scheduler/dequeued/disk"] == 1
+    assert st["scheduler/enqueued"] == st["scheduler/dequeued"] == details + 1
+
+
 # ---- items 6 and 7: clean stops, Ctrl-C twice ------------------------------------------------
 
 STOP_SETTINGS = {"LOG_LEVEL": "INFO", "CONCURRENT_REQUESTS": 8}

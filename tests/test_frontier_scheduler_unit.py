@@ -265,7 +265,10 @@ def test_outbox_is_bounded_when_the_reactor_does_not_come_back(sched: Scheduler)
     for i in range(5 * cap):
         sched.enqueue_request(Request(f"http://a.test/{i}", meta={"is_start_request": True}))
         assert len(sched.outbox) < cap
-    assert sched.store.counts()["pending"] == 5 * cap
+    # the first flush also leased a batch for the empty buffer (the engine that reads
+    # start() without coming back is not kept waiting until start() is all read)
+    assert len(sched.buffer) == sched.batch
+    assert sched.store.counts()["pending"] == 5 * cap - sched.batch
     assert sched.crawler.stats.get_value("scale/frontier/outbox_flushes") == 5
 
 
@@ -541,3 +544,67 @@ def test_a_higher_priority_request_is_leased_even_when_the_pacer_filled_the_buff
     pacer.open = True
     got = sched.next_request()
     assert got is not None and got.url == "http://a.test/urgent"
+
+
+def test_a_dont_filter_request_while_its_record_is_leased_gets_its_own_record_and_retries(
+    sched: Scheduler,
+) -> None:
+    """dont_filter means fetch again (issue 19 item 2): a re-request while the page's record
+    is leased gets a record of its own, and that record's retry continues it (not a new
+    chain from attempt 1, which would retry forever)."""
+    sched.enqueue_request(Request("http://a.test/1"))
+    first = lease_one(sched)
+    sched.enqueue_request(Request("http://a.test/1", dont_filter=True))
+    sched.sync_blocking()
+    again = sched.next_request()
+    assert again is not None and again.url == first.url
+    key = again.meta[meta.FINGERPRINT]
+    assert key != first.meta[meta.FINGERPRINT] and key.startswith(first.meta[meta.FINGERPRINT] + "~")
+    assert sched.store.counts()["leased"] == 2
+    retry = again.replace(dont_filter=True, meta={**again.meta, meta.ATTEMPT: 2})
+    sched.enqueue_request(retry)
+    assert retry.meta[meta.FINGERPRINT] == key and retry.meta[meta.ATTEMPT] == 2
+    sched.sync_blocking()
+    assert sched.store.get(key)["attempts"] == 1  # type: ignore[index]
+    outcome(first)
+    sched.sync_blocking()
+    assert sched.store.counts()["done"] == 1
+
+
+def test_the_engine_backs_out_while_it_waits_for_a_sync_that_brings_it_work(sched: Scheduler) -> None:
+    """Scrapy's lazy start asks engine.needs_backout() before each start request: a request
+    in the outbox (not yet leased) must make it True, as a full downloader would with
+    Scrapy's scheduler, else start() runs ahead (issue 19 item 11)."""
+    assert not sched.engine_backs_out()  # nothing anywhere: scheduler_empty is true
+    sched.enqueue_request(Request("http://a.test/1"))
+    assert sched.engine_backs_out() and sched._engine_waits  # woken after the sync
+    sched.sync_blocking()
+    assert not sched.engine_backs_out()  # buffered: the engine takes it
+    assert sched.next_request() is not None
+    assert not sched.engine_backs_out()
+    sched.enqueue_request(Request("http://a.test/2", priority=5))
+    sched.enqueue_request(Request("http://a.test/3"))
+    sched.sync_blocking()
+    sched.enqueue_request(Request("http://a.test/4", priority=9))  # outranks the buffer
+    assert sched.engine_backs_out()
+
+
+def test_install_backout_answers_for_the_engine_and_comes_off() -> None:
+    from scrapy_scale.frontier.engine_glue import install_backout
+
+    class Engine:
+        full = False
+
+        def needs_backout(self) -> bool:
+            return self.full
+
+    engine, waits = Engine(), [True]
+    remove = install_backout(engine, lambda: waits[0])
+    assert engine.needs_backout()
+    waits[0] = False
+    assert not engine.needs_backout()
+    engine.full = True
+    assert engine.needs_backout()
+    remove()
+    engine.full, waits[0] = False, True
+    assert not engine.needs_backout() and "needs_backout" not in engine.__dict__

@@ -1,7 +1,8 @@
 """Scheduler settings a Scrapy or scrapy-redis project already sets, with the frontier:
 SCHEDULER_PERSIST = False and SCHEDULER_FLUSH_ON_START = True start the job over,
 DUPEFILTER_CLASS = BaseDupeFilter turns deduplication off, and the settings with no
-meaning here (another dupefilter, SCHEDULER_PRIORITY_QUEUE / DISK_QUEUE / MEMORY_QUEUE)
+meaning here (another dupefilter, SCHEDULER_PRIORITY_QUEUE / DISK_QUEUE / MEMORY_QUEUE /
+START_DISK_QUEUE / START_MEMORY_QUEUE)
 get one startup warning each. A real Crawler and a real SQLite store, no reactor; and
 real `scrapy crawl` runs for the start-over settings."""
 
@@ -118,6 +119,8 @@ def test_settings_without_a_meaning_here_get_one_warning_each(tmp_path: Path, ca
             SCHEDULER_PRIORITY_QUEUE="scrapy.pqueues.DownloaderAwarePriorityQueue",
             SCHEDULER_DISK_QUEUE="scrapy.squeues.PickleFifoDiskQueue",
             SCHEDULER_MEMORY_QUEUE="scrapy.squeues.FifoMemoryQueue",
+            SCHEDULER_START_DISK_QUEUE="scrapy.squeues.PickleLifoDiskQueue",
+            SCHEDULER_START_MEMORY_QUEUE="scrapy.squeues.LifoMemoryQueue",
         )
         s.store.close()
     lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -126,6 +129,8 @@ def test_settings_without_a_meaning_here_get_one_warning_each(tmp_path: Path, ca
         ("SCHEDULER_PRIORITY_QUEUE", "round-robin"),
         ("SCHEDULER_DISK_QUEUE", "SCALE_FRONTIER_URL"),
         ("SCHEDULER_MEMORY_QUEUE", "SCALE_FRONTIER_BATCH"),
+        ("SCHEDULER_START_DISK_QUEUE", "SCALE_FRONTIER_URL"),
+        ("SCHEDULER_START_MEMORY_QUEUE", "no separate start queue"),
     ]:
         mine = [ln for ln in lines if ln.startswith(name + " = ")]
         assert len(mine) == 1 and "is not used" in mine[0] and instead in mine[0], (name, lines)

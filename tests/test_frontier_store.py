@@ -227,6 +227,30 @@ def test_dont_filter_reopens_only_finished_records(store: FrontierStore) -> None
     assert store.counts()["pending"] == 1
 
 
+def test_dont_filter_with_again_fetches_again_whatever_the_state(store: FrontierStore) -> None:
+    """dont_filter means fetch again: with ``again``, a request whose record is pending or
+    leased gets a record of its own under that key; a finished record is reopened."""
+    a = req("http://a.test/1")
+    store.enqueue([a])
+    again1 = NewRequest(a.fingerprint, a.data, a.domain, reopen=True, again=a.fingerprint + "~1")
+    assert store.enqueue([again1]) == [EnqueueResult.ADDED]  # pending: a record of its own
+    assert store.enqueue([again1]) == [EnqueueResult.DUPLICATE]  # that key is known now
+    assert store.counts()["pending"] == 2
+    leased = store.lease(W, 10, LEASE)
+    assert sorted(x.fingerprint for x in leased) == sorted([a.fingerprint, a.fingerprint + "~1"])
+    again2 = NewRequest(a.fingerprint, a.data, a.domain, reopen=True, again=a.fingerprint + "~2")
+    assert store.enqueue([again2]) == [EnqueueResult.ADDED]  # leased: a record of its own too
+    store.ack(W, [(x.fingerprint, x.token) for x in leased])
+    again3 = NewRequest(a.fingerprint, a.data, a.domain, reopen=True, again=a.fingerprint + "~3")
+    assert store.enqueue([again3]) == [EnqueueResult.REOPENED]  # done: the record itself again
+    assert store.get(a.fingerprint + "~3") is None
+    assert store.counts() == {"pending": 2, "delayed": 0, "leased": 0, "done": 1, "failed": 0}
+    # ``again`` means nothing without reopen (a plain duplicate stays one)
+    plain = NewRequest(a.fingerprint, a.data, a.domain, again=a.fingerprint + "~4")
+    assert store.enqueue([plain]) == [EnqueueResult.DUPLICATE]
+    assert store.get(a.fingerprint + "~4") is None
+
+
 # ---- retries: update, delay ---------------------------------------------------------
 
 

@@ -8,6 +8,14 @@
   too early. The gate drops the signal while the scheduler still has work for
   this worker; the scheduler wakes the engine after the sync, and the engine's
   next None sends it for real.
+- :func:`install_backout`: the engine's ``needs_backout()`` says whether it can send
+  more now; Scrapy's lazy start pattern asks it before yielding the next start
+  request (and waits for ``scheduler_empty`` when True). With Scrapy's scheduler a
+  request just scheduled goes to the downloader at once, so the answer turns True
+  as soon as the downloader is full. The frontier's request first waits in the
+  outbox for a sync, the downloader stays empty, and ``start()`` ran ahead. So
+  ``needs_backout()`` also answers True while the engine waits for a sync that
+  brings it work (see ``Scheduler.engine_backs_out``).
 - :class:`DaemonThreadPool`: the store thread must not keep the process alive
   once the reactor stopped (a second Ctrl-C stops the reactor without closing
   the spider; a non-daemon thread then blocked the interpreter's exit forever).
@@ -48,6 +56,25 @@ def install_empty_gate(engine: Any, has_work: Callable[[], bool]) -> Callable[[]
     def remove() -> None:
         if isinstance(engine.signals, EmptySignalGate):
             engine.signals = inner
+
+    return remove
+
+
+def install_backout(engine: Any, backs_out: Callable[[], bool]) -> Callable[[], None]:
+    """Make ``engine.needs_backout()`` also True while ``backs_out()``; returns what
+    puts the engine's own method back."""
+    own = getattr(engine, "needs_backout", None)
+    if engine is None or own is None:
+        return lambda: None
+
+    def needs_backout() -> bool:
+        return bool(own()) or backs_out()
+
+    engine.needs_backout = needs_backout
+
+    def remove() -> None:
+        if engine.__dict__.get("needs_backout") is needs_backout:
+            del engine.needs_backout
 
     return remove
 

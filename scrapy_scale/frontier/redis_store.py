@@ -290,6 +290,7 @@ class RedisStore(FrontierStore):
                     flag,
                     r.held_by,
                     float(r.held_seconds),
+                    r.again if r.reopen else "",
                 ]
             out += [EnqueueResult(x) for x in self._call("enqueue", *args)]
         return out

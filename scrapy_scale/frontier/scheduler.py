@@ -45,9 +45,10 @@ from scrapy_scale.errors import ItemDeadLettered, ItemNotStored
 from scrapy_scale.frontier import codec, pacing
 from scrapy_scale.frontier import scrapy_settings as frontier_compat
 from scrapy_scale.frontier import settings as frontier_settings
-from scrapy_scale.frontier.engine_glue import DaemonThreadPool, install_empty_gate
+from scrapy_scale.frontier.engine_glue import DaemonThreadPool, install_backout, install_empty_gate
 from scrapy_scale.frontier.local import LocalQueue, Outbox, holds_back, lease_wanted, max_opt
 from scrapy_scale.frontier.policy import SyncTrouble
+from scrapy_scale.frontier.scrapy_stats import ScrapyStats
 from scrapy_scale.frontier.seeding import UrlSeeds
 from scrapy_scale.frontier.store import (
     EnqueueResult,
@@ -55,7 +56,9 @@ from scrapy_scale.frontier.store import (
     FrontierStore,
     Leased,
     NewRequest,
+    again_key,
     domain_of,
+    key_base,
     open_store,
 )
 from scrapy_scale.outcomes import send_fallback
@@ -153,6 +156,8 @@ class Scheduler(BaseScheduler):
     ):
         self.crawler = crawler
         self.stats = crawler.stats
+        #: Scrapy's scheduler/* stats, with Scrapy's meaning (frontier/scrapy_stats.py)
+        self.scrapy_stats = ScrapyStats(crawler.stats)
         self.store = store
         self.batch = batch
         self.lease_seconds = lease_seconds
@@ -265,7 +270,10 @@ class Scheduler(BaseScheduler):
         self._pool.start()
         self._loop = task.LoopingCall(self._tick)
         self._loop.start(TICK, now=False)
-        self._remove_gate = install_empty_gate(compat.engine_of(self.crawler), self.has_work_for_this_worker)
+        engine = compat.engine_of(self.crawler)
+        remove_gate = install_empty_gate(engine, self.has_work_for_this_worker)
+        remove_backout = install_backout(engine, self.engine_backs_out)
+        self._remove_gate = lambda: (remove_gate(), remove_backout())[-1]
         self._shutdown_trigger = _reactor().addSystemEventTrigger("before", "shutdown", self._on_reactor_shutdown)
         return None
 
@@ -397,6 +405,7 @@ class Scheduler(BaseScheduler):
             self._held_waiting.clear()
             self._held_tokens.clear()
             self.inflight.clear()
+            self.scrapy_stats.clear()
             self.store.close()
             if self._pool is not None:
                 self._pool.stop()
@@ -440,6 +449,19 @@ class Scheduler(BaseScheduler):
             return True
         return bool(self.remote["pending"])
 
+    def engine_backs_out(self) -> bool:
+        """Must the engine send nothing now, though its downloader has room? Yes while it
+        waits for a sync that brings it work (nothing buffered, or a higher priority on
+        its way, and work for this worker): Scrapy's scheduler would have handed that
+        request to the downloader already, so ``engine.needs_backout()`` says True (a
+        lazy ``start()`` then waits for ``scheduler_empty``, see :mod:`.engine_glue`).
+        Starts that sync, and has the engine woken after it."""
+        if self._closing or not self._engine_would_wait() or not self.has_work_for_this_worker():
+            return False
+        self._engine_waits = True
+        self._kick()
+        return True
+
     def _buffered_fps(self) -> list[str]:
         """Fingerprints of the leases the buffer holds (requests kept in memory included)."""
         return [
@@ -460,6 +482,7 @@ class Scheduler(BaseScheduler):
             self._keep_in_memory(request, fp, update, e)
             return True
         is_start = bool(request.meta.get("is_start_request"))
+        reopen = (request.dont_filter or not self.compat.dedup) and not is_start and not update
         nr = NewRequest(
             fingerprint=fp,
             data=data,
@@ -469,7 +492,9 @@ class Scheduler(BaseScheduler):
             attempts=max(0, attempt - 1),
             last_failure=last_failure,
             update=update,
-            reopen=(request.dont_filter or not self.compat.dedup) and not is_start and not update,
+            reopen=reopen,
+            # fetched again even while the record is pending or leased: then under a key of its own
+            again=again_key(fp) if reopen else "",
         )
         if update:
             self.inflight.pop(fp, None)  # its lease is void; the record will be leased anew
@@ -491,6 +516,7 @@ class Scheduler(BaseScheduler):
         kind = e.type_name if isinstance(e, codec.NotStorable) else "refused"
         self._inc("unserializable")
         self._inc(f"unserializable/{kind}")
+        self.scrapy_stats.unserializable()
         if not self._warned_unserializable:
             self._warned_unserializable = True
             logger.warning(
@@ -523,6 +549,7 @@ class Scheduler(BaseScheduler):
     def _push_memory(self, request: Request) -> None:
         self.buffer.push(request.priority, request)
         self._mem_n += 1
+        self.scrapy_stats.enqueued("memory")
 
     def _held_written(self, ops: list[tuple[str, Any]], results: list[EnqueueResult]) -> None:
         """The store answered the dedup of requests kept in memory: serve the new ones."""
@@ -546,9 +573,14 @@ class Scheduler(BaseScheduler):
             return  # failing writes: they wait for the backoff (a burst while the disk is full)
         ops = self.outbox.take()
         res = SyncResult()
+        # an engine that waits for work (engine_backs_out) goes on reading start() without
+        # coming back to the reactor: lease here too, or it would read all of start() first
+        lease = 0 if self.buffer else self.batch
         try:
             with self._store_lock, self.store.batch():
                 self._write_ops(ops.ops, res)
+                if lease:
+                    res.leased = self.store.lease(self.worker, lease, self.lease_seconds)
                 res.counts = self.store.counts()
         except Exception as e:  # noqa: BLE001 - keep the writes, in order; the syncs retry them
             self.outbox.put_back(ops)
@@ -558,6 +590,8 @@ class Scheduler(BaseScheduler):
         self._inc("outbox_flushes")
         self._count_writes(res)
         self._held_written(ops.ops, res.enqueued)
+        self.scrapy_stats.written(ops.ops, res.enqueued)
+        self._take_leased(res.leased)
         self._apply_counts(res)
 
     def next_request(self) -> Request | None:
@@ -574,6 +608,7 @@ class Scheduler(BaseScheduler):
                 return None
             if isinstance(lz, Request):  # kept in memory only
                 self._mem_n -= 1
+                self.scrapy_stats.dequeued("memory")
                 self._paced(lz, None)
                 fp = lz.meta.get(meta.FINGERPRINT)
                 if fp in self._held_tokens:  # its record is leased to this worker: acked as usual
@@ -592,6 +627,7 @@ class Scheduler(BaseScheduler):
                 continue
             request.meta[meta.FINGERPRINT] = lz.fingerprint
             self.inflight[lz.fingerprint] = InFlight(lz.token, request.url, lz.attempts, request)
+            self.scrapy_stats.dequeued("disk")
             self._paced(request, lz)
         if self._ready() <= self.batch // 2:
             self._kick()
@@ -608,21 +644,18 @@ class Scheduler(BaseScheduler):
         pick = pacing.take_due(self.buffer, self._pacer, time.time(), self._slot_full)
         self._held = pick.held
         for lz, turn in pick.defer:
-            self.outbox.append(
-                (
-                    "enq",
-                    NewRequest(
-                        fingerprint=lz.fingerprint,
-                        data=lz.data,
-                        domain=lz.domain,
-                        priority=lz.priority,
-                        not_before=turn,
-                        attempts=lz.attempts,
-                        last_failure=lz.last_failure,
-                        update=True,
-                    ),
-                )
+            nr = NewRequest(
+                fingerprint=lz.fingerprint,
+                data=lz.data,
+                domain=lz.domain,
+                priority=lz.priority,
+                not_before=turn,
+                attempts=lz.attempts,
+                last_failure=lz.last_failure,
+                update=True,
             )
+            self.scrapy_stats.deferral(nr)  # the same request waiting for its turn: not enqueued again
+            self.outbox.append(("enq", nr))
             self._inc("deferred")
             self._sync_at(turn)
         return pick.due
@@ -676,8 +709,9 @@ class Scheduler(BaseScheduler):
         given = request.meta.get(meta.FINGERPRINT)
         attempt = _int(request.meta.get(meta.ATTEMPT), 1)
         fp, update = real, False
-        if given == real:
-            update = request.dont_filter and (attempt > 1 or real in self.inflight)
+        if given and key_base(given) == real:  # its own record, or a dont_filter one of its own
+            update = request.dont_filter and (attempt > 1 or given in self.inflight)
+            fp = given if update else real
         elif given and given in self.inflight:
             redirects = request.meta.get("redirect_urls") or []
             if redirects and redirects[-1] == self.inflight[given].url:
@@ -1003,22 +1037,12 @@ class Scheduler(BaseScheduler):
         self._count_writes(res)
         if written is not None:
             self._held_written(written.ops, res.enqueued)
+        self.scrapy_stats.written(written.ops if written is not None else [], res.enqueued, res.feed_added)
         self._inc("reclaimed", res.reclaimed)
         self._inc("feed_refused", res.feed_bad)
         self._inc("enqueued", res.feed_added)
         self._inc("deduplicated", res.feed_known)
-        if res.leased:
-            now = time.time()
-            for lz in res.leased:
-                if lz.error is not None:
-                    continue
-                self._wait_sum += max(0.0, now - lz.eligible_at)
-                self._wait_n += 1
-            self._inc("leased", len(res.leased))
-            for lz in res.leased:
-                self.buffer.push(lz.priority, lz)
-            if self._wait_n:
-                self.stats.set_value("scale/frontier/wait_seconds_avg", round(self._wait_sum / self._wait_n, 3))
+        self._take_leased(res.leased)
         self._apply_counts(res)
         if res.finished_run and not self._finished:
             self._finished = True
@@ -1052,6 +1076,22 @@ class Scheduler(BaseScheduler):
             or holds_back(self._waiting_top(), self.buffer.top_priority())
         ):
             self._kick()
+
+    def _take_leased(self, leased: list[Leased]) -> None:
+        """Buffer what a sync (or a flush) leased, and count the wait."""
+        if not leased:
+            return
+        now = time.time()
+        for lz in leased:
+            if lz.error is not None:
+                continue
+            self._wait_sum += max(0.0, now - lz.eligible_at)
+            self._wait_n += 1
+        self._inc("leased", len(leased))
+        for lz in leased:
+            self.buffer.push(lz.priority, lz)
+        if self._wait_n:
+            self.stats.set_value("scale/frontier/wait_seconds_avg", round(self._wait_sum / self._wait_n, 3))
 
     def _count_writes(self, res: SyncResult) -> None:
         """Stats of what the store took: enqueues, and acks/failures as the store counted

@@ -10,7 +10,8 @@ naming the setting and what to use instead, so that none is silently ignored:
 - ``DUPEFILTER_CLASS = "scrapy.dupefilters.BaseDupeFilter"``: no deduplication: a
   request for a URL already done or failed is fetched again (as ``dont_filter=True``);
 - ``DUPEFILTER_CLASS`` naming another filter, ``SCHEDULER_PRIORITY_QUEUE``,
-  ``SCHEDULER_DISK_QUEUE``, ``SCHEDULER_MEMORY_QUEUE``: a warning.
+  ``SCHEDULER_DISK_QUEUE``, ``SCHEDULER_MEMORY_QUEUE``, ``SCHEDULER_START_DISK_QUEUE``,
+  ``SCHEDULER_START_MEMORY_QUEUE`` (Scrapy 2.13+): a warning.
 
 Only settings the project set count (a priority above Scrapy's defaults): the defaults
 mean nothing here. Plain Python over a settings object; no reactor.
@@ -40,6 +41,10 @@ NOT_USED = {
     "SCHEDULER_DISK_QUEUE": "requests are persisted in the frontier store (SCALE_FRONTIER_URL), as JSON, never pickle",
     "SCHEDULER_MEMORY_QUEUE": "the frontier holds at most SCALE_FRONTIER_BATCH leased requests in memory; "
     "set SCALE_FRONTIER_BATCH",
+    "SCHEDULER_START_DISK_QUEUE": "start requests are persisted in the frontier store (SCALE_FRONTIER_URL) "
+    "like every request, as JSON, never pickle",
+    "SCHEDULER_START_MEMORY_QUEUE": "start requests are served like the others: highest Request.priority "
+    "first, FIFO within a domain and round-robin across domains (no separate start queue)",
 }
 
 

@@ -8,6 +8,7 @@ Every write method is one ``BEGIN IMMEDIATE`` transaction.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -407,6 +408,12 @@ class SqliteStore(FrontierStore):
 
     def _enqueue_one(self, db: sqlite3.Connection, r: NewRequest, now: float, seq: int) -> EnqueueResult:
         row = db.execute("SELECT id, state FROM requests WHERE job=? AND fp=?", (self.job, r.fingerprint)).fetchone()
+        if row is not None and r.reopen and r.again and row[1] not in (DONE, FAILED):
+            # dont_filter while the record is pending or leased: a record of its own
+            r = dataclasses.replace(r, fingerprint=r.again, reopen=False, again="")
+            row = db.execute(
+                "SELECT id, state FROM requests WHERE job=? AND fp=?", (self.job, r.fingerprint)
+            ).fetchone()
         eligible = max(now, r.not_before or 0.0)
         state = DELAYED if eligible > now else READY
         fcls, freason = r.last_failure if r.last_failure else (None, None)

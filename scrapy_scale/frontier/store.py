@@ -30,6 +30,7 @@ turns a :class:`scrapy.Request` into a versioned JSON string and back.
 from __future__ import annotations
 
 import abc
+import secrets
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -78,6 +79,24 @@ class EnqueueResult(StrEnum):
     DUPLICATE = "duplicate"
 
 
+#: between a fingerprint and the suffix of a record of its own (``NewRequest.again``);
+#: never in a fingerprint (hex)
+AGAIN_SEP = "~"
+
+
+def again_key(fingerprint: str) -> str:
+    """A record key of its own for one more fetch of ``fingerprint`` (a ``dont_filter``
+    request while the fingerprint's record is pending or leased): unique across workers
+    and restarts."""
+    return f"{fingerprint}{AGAIN_SEP}{secrets.token_hex(6)}"
+
+
+def key_base(key: str) -> str:
+    """The fingerprint a record key stands for (the key itself, or the part before the
+    suffix of :func:`again_key`)."""
+    return key.split(AGAIN_SEP, 1)[0]
+
+
 @dataclass(frozen=True, slots=True)
 class NewRequest:
     """What :meth:`FrontierStore.enqueue` takes: one request, already encoded."""
@@ -101,8 +120,12 @@ class NewRequest:
     update: bool = False
     #: True for ``dont_filter`` requests: a done or failed record with this
     #: fingerprint becomes pending again (attempts reset). A pending or leased
-    #: record is left alone (DUPLICATE).
+    #: record is left alone (DUPLICATE), unless ``again`` is set.
     reopen: bool = False
+    #: with ``reopen``: the key of a record of its own for this request when the
+    #: fingerprint's record is pending or leased (``dont_filter`` fetches again
+    #: whatever the state: the new record is ADDED, or DUPLICATE if ``again`` exists)
+    again: str = ""
     #: a worker id for a request only that worker can serve (kept in its memory: its
     #: values cannot be stored; ``data`` says why): when the fingerprint is new, the
     #: record is created leased to that worker for ``held_seconds`` (token 0), so it

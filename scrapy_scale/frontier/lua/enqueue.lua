@@ -1,14 +1,20 @@
 local now = tonumber(ARGV[1])
 local out = {}
-for i = 2, #ARGV, 11 do
+for i = 2, #ARGV, 12 do
   local fp, data, dom, p = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3]
   local nb, att, fc, fr, flag = tonumber(ARGV[i+4]), ARGV[i+5], ARGV[i+6], ARGV[i+7], ARGV[i+8]
-  local held, hsecs = ARGV[i+9], tonumber(ARGV[i+10])
+  local held, hsecs, again = ARGV[i+9], tonumber(ARGV[i+10]), ARGV[i+11]
   local el = math.max(now, nb)
   local st = 0
   if el > now then st = 1 end
   local key = rk(fp)
   local cur = redis.call('HMGET', key, 'st', 'o', 'fc')
+  if cur[1] and flag == 'r' and again ~= '' and tonumber(cur[1]) < 3 then
+    -- dont_filter while the record is pending or leased: a record of its own
+    fp, flag = again, ''
+    key = rk(fp)
+    cur = redis.call('HMGET', key, 'st', 'o', 'fc')
+  end
   local res = 'duplicate'
   if not cur[1] then
     redis.call('HSET', key, 'd', data, 'dom', dom, 'p', p, 'a', att, 'el', el, 'enq', now, 't', 0)
