@@ -42,8 +42,8 @@ from scrapy_scale.egress.browser import CONTEXT, BrowserContexts
 from scrapy_scale.egress.health import HealthPolicy
 from scrapy_scale.egress.identity import Egress
 from scrapy_scale.egress.pool import EgressPool, Event, PoolOptions
-from scrapy_scale.egress.report import bounded_stats, describe
-from scrapy_scale.egress.shared import StateStore, live_workers, open_state
+from scrapy_scale.egress.report import bounded_stats, describe, when
+from scrapy_scale.egress.shared import StateStore, clean_live, live_workers, open_state
 from scrapy_scale.egress.sources import Refresher
 from scrapy_scale.redact import redact_text
 
@@ -96,6 +96,7 @@ class EgressMiddleware:
         self._loops: list[task.LoopingCall] = []
         self._sync_d: Any = None  # the running sync, awaited at close before the last one
         self._syncing = False
+        self._warned: set[str] = set()  # kinds of bad shared state already warned about
         self.browser = BrowserContexts(crawler, S.CONTEXT_PAGES.get(st), S.CONTEXT_AGE.get(st), time.time)
         self.ctx = ScaleContext.of(crawler)
         self.ctx.extra["egress_pool"] = self
@@ -175,7 +176,7 @@ class EgressMiddleware:
             logger.warning(
                 "egress: %s waits until %s: %s; other domains go on",
                 domain,
-                time.strftime("%H:%M:%S", time.localtime(until)),
+                when(until),
                 what,
             )
         self._waiting[domain] = until
@@ -223,7 +224,7 @@ class EgressMiddleware:
             self._report(ev)
 
     def _report(self, ev: Event) -> None:
-        until = time.strftime("%H:%M:%S", time.localtime(ev.until)) if ev.until else ""
+        until = when(ev.until) if ev.until else ""
         where = f" for {ev.domain}" if ev.domain else ""
         if ev.kind in ("quarantined", "requarantined"):
             again = " again (its re-probe failed)" if ev.kind == "requarantined" else ""
@@ -243,6 +244,23 @@ class EgressMiddleware:
                 until,
             )
             self.stats.inc_value(K.EGRESS_GROUPS_RETIRED)
+        elif ev.kind == "bad_record":
+            self._warn_once(
+                "bad_record",
+                "egress: skipping health record %r of the shared state (%s): it does not decode: %s",
+                ev.egress,
+                self.store and self.store.where,
+                ev.detail,
+            )
+        elif ev.kind == "clamped":
+            self._warn_once(
+                "clamped",
+                "egress: the shared state's record of %s%s: %s; it ends at %s instead",
+                ev.egress,
+                where,
+                ev.detail,
+                until,
+            )
         elif ev.kind == "adopted":
             logger.info(
                 "egress %s %s%s by another worker (shared state)%s",
@@ -251,6 +269,14 @@ class EgressMiddleware:
                 where,
                 f" until {until}" if ev.detail == "quarantined" else "",
             )
+
+    def _warn_once(self, kind: str, msg: str, *args: Any) -> None:
+        """One WARNING per kind of bad shared state per crawl (the rest at DEBUG): the same
+        bad value is read again at every sync."""
+        self.stats.inc_value(K.egress_state_skipped(kind))
+        level = logging.DEBUG if kind in self._warned else logging.WARNING
+        self._warned.add(kind)
+        logger.log(level, msg, *args)
 
     # ---- lifecycle, shared state, sources ----------------------------------------
 
@@ -293,6 +319,15 @@ class EgressMiddleware:
             records, live = result
             for ev in self.pool.merge(records):
                 self._report(ev)
+            live, bad = clean_live(live, now)
+            if bad:
+                self._warn_once(
+                    "live",
+                    "egress: ignoring the last sync of worker(s) %s in the shared state (%s): not a time "
+                    "(a finite number of epoch seconds, not far ahead)",
+                    ", ".join(repr(w) for w in bad[:5]),
+                    self.store and self.store.where,
+                )
             self.pool.routes.workers = live_workers(live, now, self.sync_every)
             for state, n in self.pool.pool_sizes().items():
                 self.stats.set_value(K.egress_pool(state), n)
