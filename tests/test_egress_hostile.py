@@ -134,3 +134,21 @@ def test_read_only_commands_and_the_run_summary_do_not_open_the_egress_file(tmp_
         p = scale(sub, "catalog", settings=cmd)
         assert p.returncode == 0, (sub, p.stderr)
         assert "egress" in p.stdout
+
+
+def test_a_provider_whose_first_fetch_hangs_does_not_stop_the_crawl_at_start(tmp_path: Path):
+    with Testbed(hosts=1, pages=10, seed=3, proxies=[ProxySpec("p1")]) as tb:
+        s = {
+            "SCALE_EGRESSES": "tests.egress_hostile_support.HangingProvider",
+            "TEST_PROXIES": tb.proxy_urls,
+            "SCALE_EGRESS_PROVIDER_TIMEOUT": 1,
+        }
+        res = run_crawl(tb, s, tmp_path, timeout=120)
+        expected = tb.detail_urls()
+    assert res.returncode == 0, res.tail()
+    assert res.item_urls == expected
+    # the crawl started without the provider: a request waited for the empty pool, and that
+    # (not the provider's own deadline) is what let the first fetch() return
+    assert res.stats["test/provider_released_by_progress"] == 1, res.tail()
+    assert res.log.count("the provider's first fetch() has not returned after 1 s") == 1
+    assert res.log.index("has not returned after 1 s") < res.log.index("egress: pool now 1 egress(es)")

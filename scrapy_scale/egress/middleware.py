@@ -44,6 +44,7 @@ from scrapy_scale.egress.identity import Egress
 from scrapy_scale.egress.pool import EgressPool, Event, PoolOptions
 from scrapy_scale.egress.report import bounded_stats, describe, when
 from scrapy_scale.egress.shared import StateStore, clean_live, live_workers, open_state
+from scrapy_scale.egress.source_glue import SourceGlue
 from scrapy_scale.egress.sources import Refresher
 from scrapy_scale.redact import redact_text
 
@@ -60,7 +61,7 @@ _AUTH = b"Proxy-Authorization"
 RECHECK = 5.0
 
 
-class EgressMiddleware:
+class EgressMiddleware(SourceGlue):
     def __init__(self, crawler: Crawler, source: S.Source):
         self.crawler = crawler
         st = crawler.settings
@@ -84,7 +85,7 @@ class EgressMiddleware:
         self.exhausted = S.EXHAUSTED.get(st)
         self.sync_every = S.SYNC.get(st)
         self.top = S.STATS_TOP.get(st)
-        self.refresher = Refresher(source, S.REFRESH.get(st), time.time)
+        self.refresher = Refresher(source, S.REFRESH.get(st), time.time, timeout=S.PROVIDER_TIMEOUT.get(st))
         if source.kind == "provider":
             p = source.provider
             self.refresher.provider = p.from_crawler(crawler) if hasattr(p, "from_crawler") else p()
@@ -293,7 +294,7 @@ class EgressMiddleware:
         if self.refresher.source.kind == "provider":  # the first fetch, before any request
             d = self._refresh()
             if d is not None:
-                await maybe_deferred_to_future(d)
+                await maybe_deferred_to_future(self._first_fetch(d))
 
     def _open_state(self) -> dict[str, Any]:
         assert self.store is not None
@@ -344,40 +345,6 @@ class EgressMiddleware:
 
         self._sync_d = d.addCallbacks(done, failed).addBoth(finally_)
         return self._sync_d
-
-    def _refresh(self) -> Any:
-        r = self.refresher
-        if not r.due():
-            return None
-        if r.source.kind == "file":
-            try:
-                new = r.read_file()
-            except ValueError as e:
-                logger.error("egress: keeping the current pool: %s", e)
-                return None
-            if new is not None:
-                self._replace(new)
-            return None
-        r.next_at = float("inf")  # one call at a time
-        d = threads.deferToThread(r.fetch)
-
-        def ok(new: list[Egress]) -> None:
-            r.fetched()
-            self._replace(new)
-
-        def failed(f: Any) -> None:
-            warn, msg = r.failed(f.value)
-            logger.log(logging.WARNING if warn else logging.DEBUG, msg)
-
-        return d.addCallbacks(ok, failed)
-
-    def _replace(self, new: list[Egress]) -> None:
-        added, removed = self.pool.set_egresses(new)
-        if added or removed:
-            logger.info("egress: pool now %d egress(es) (%d added, %d removed)", len(new), len(added), len(removed))
-            self.stats.set_value(K.EGRESS_POOL_SIZE, len(new))
-            if self.store is not None:
-                threads.deferToThread(self.store.set_pool, self.pool.members)
 
     def _browser_gauges(self) -> None:
         contexts = self.browser.contexts

@@ -190,6 +190,14 @@ REFRESH = declare(
     "Seconds between checks of an egress file for changes, or calls of a provider's fetch().",
     COMPONENT,
 )
+PROVIDER_TIMEOUT = declare(
+    "SCALE_EGRESS_PROVIDER_TIMEOUT",
+    30.0,
+    as_float(0.1),
+    "Seconds the crawl's start waits for a provider's first fetch(); then it starts with an empty pool "
+    "(requests wait) and the call's result is taken whenever it returns.",
+    COMPONENT,
+)
 STATS_TOP = declare(
     "SCALE_EGRESS_STATS_TOP",
     20,
