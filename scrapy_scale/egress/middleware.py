@@ -357,8 +357,7 @@ class EgressMiddleware(SourceGlue):
         for loop in self._loops:
             if loop.running:
                 loop.stop()
-        if self.browser.contexts:
-            await self.browser.close_all()
+        await self.browser.close_all()  # (fires its settled(), which the metrics wait for)
         self._browser_gauges()
         for key, value in bounded_stats(self.pool, self.top).items():
             self.stats.set_value(key, value)
