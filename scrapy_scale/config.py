@@ -60,6 +60,9 @@ class Setting:
     parse: Parser
     doc: str
     component: str
+    #: the parser for commands that only read state: checks the value's shape without
+    #: opening what it names (a file, a provider class); None: ``parse``
+    shallow: Parser | None = None
 
     def get(self, settings: BaseSettings | Mapping[str, Any]) -> Any:
         """The parsed value (the default when unset); ScaleSettingError names the setting."""
@@ -69,38 +72,43 @@ class Setting:
 REGISTRY: dict[str, Setting] = {}
 
 
-def declare(name: str, default: Any, parse: Parser, doc: str, component: str) -> Setting:
-    """Register a setting. Declaring the same name twice with another default is a bug."""
+def declare(name: str, default: Any, parse: Parser, doc: str, component: str, shallow: Parser | None = None) -> Setting:
+    """Register a setting. Declaring the same name twice with another default is a bug.
+    ``shallow``: the parser :func:`validate_all` uses with ``read_sources=False``."""
     if not name.startswith(PREFIX):
         raise ValueError(f"setting {name!r} must start with {PREFIX}")
     old = REGISTRY.get(name)
     if old is not None and (old.default != default or old.component != component):
         raise ValueError(f"setting {name} declared twice")
-    s = Setting(name, default, parse, doc, component)
+    s = Setting(name, default, parse, doc, component, shallow)
     REGISTRY[name] = s
     return s
 
 
-def get(settings: BaseSettings | Mapping[str, Any], name: str) -> Any:
-    """The parsed value of a declared setting (its default when unset)."""
+def get(settings: BaseSettings | Mapping[str, Any], name: str, shallow: bool = False) -> Any:
+    """The parsed value of a declared setting (its default when unset). ``shallow``:
+    through the setting's shallow parser when it has one (what it names is not opened)."""
     s = REGISTRY[name]
     raw = settings.get(name, None)
     if raw is None:
         raw = s.default
     if raw is None:
         return None
+    parse = s.shallow if shallow and s.shallow is not None else s.parse
     try:
-        return s.parse(raw)
+        return parse(raw)
     except ScaleSettingError:
         raise
     except (TypeError, ValueError) as e:
         raise ScaleSettingError(name, str(e), raw) from None
 
 
-def validate_all(settings: BaseSettings | Mapping[str, Any]) -> dict[str, Any]:
-    """Parse every declared setting and reject unknown SCALE_* names (typos)."""
+def validate_all(settings: BaseSettings | Mapping[str, Any], read_sources: bool = True) -> dict[str, Any]:
+    """Parse every declared setting and reject unknown SCALE_* names (typos).
+    ``read_sources=False`` (commands that only read state): a setting that names a
+    source (an egress file, a provider class) is checked for its shape, not opened."""
     _load_declarations()
-    values = {name: get(settings, name) for name in sorted(REGISTRY)}
+    values = {name: get(settings, name, shallow=not read_sources) for name in sorted(REGISTRY)}
     names: Iterable[str] = settings.keys() if hasattr(settings, "keys") else []
     for key in names:
         if isinstance(key, str) and key.startswith(PREFIX) and key not in REGISTRY:

@@ -59,6 +59,7 @@ EGRESS_BROWSER_CONTEXTS = "scale/egress/browser/contexts"  # live egress context
 EGRESS_BROWSER_CONTEXTS_MAX = "scale/egress/browser/contexts_max"  # most live at once (seen at syncs)
 EGRESS_BROWSER_PROCESSES = "scale/egress/browser/processes"  # connected browser processes (gauge)
 EGRESS_BROWSER_FAILED_STARTS = "scale/egress/browser/failed_starts"  # contexts that could not start
+EGRESS_STATE_SKIPPED = "scale/egress/state_skipped/"  # + bad_record, clamped, live: bad shared state read (times)
 EGRESS_ROUTE_CAPPED = "scale/egress/route_capped/"  # + id/domain: times a route was at its cap (top N)
 
 # ---- quality (scrapy_scale.quality: the validation pipeline and the report extension) ----
@@ -99,6 +100,10 @@ def egress_pool(state: str) -> str:
 
 def egress_wait(reason: str) -> str:
     return EGRESS_WAIT + reason
+
+
+def egress_state_skipped(kind: str) -> str:
+    return EGRESS_STATE_SKIPPED + kind
 
 
 def egress_requests(egress: str) -> str:

@@ -14,8 +14,9 @@ class BrowserCatalog(scrapy.Spider):
 
     name = "browser_catalog"
 
-    def __init__(self, start_urls: str = "", raise_on: str = "", bad_context: str = "", **kw):
+    def __init__(self, start_urls: str = "", raise_on: str = "", bad_context: str = "", ignore_tls: str = "", **kw):
         super().__init__(**kw)
+        self.ignore_tls = bool(ignore_tls)  # the testbed's self-signed certificate (tls=True)
         self.start_urls = [u for u in start_urls.split(",") if u]
         self.raise_on = {int(x) for x in raise_on.split("+") if x}
         self.bad_context = bool(bad_context)
@@ -32,6 +33,8 @@ class BrowserCatalog(scrapy.Spider):
         m = {"playwright": True}
         if self.bad_context:
             m["playwright_context_kwargs"] = {"viewport": "not a viewport"}
+        elif self.ignore_tls:
+            m["playwright_context_kwargs"] = {"ignore_https_errors": True}
         m.update(more)
         return m
 

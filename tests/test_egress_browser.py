@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections import defaultdict
 
@@ -85,3 +86,43 @@ def test_a_context_that_cannot_start_moves_its_request_to_another_egress(tmp_pat
     for f in (f for f in (tmp_path / "state").rglob("*") if f.is_file()):
         assert b"Ctx0PW" not in f.read_bytes()
     assert "Ctx0PW" not in res.log
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_contexts_live_in_the_handler_of_each_scheme_and_all_close(tmp_path, tls):
+    """Both schemes map to scrapy-playwright: two handler objects. The pool must create,
+    replace and close each context in the handler that serves the request (over http it
+    drove the https one: two browsers, each context started twice, the loading contexts
+    never closed until shutdown, the gauge blind to them)."""
+    proxies = [ProxySpec("p1"), ProxySpec("p2"), ProxySpec("p3")]
+    textfile = tmp_path / "metrics.prom"
+    more = {
+        "SCALE_EGRESS_CONTEXT_PAGES": 1,  # a new context for every page: replacement is exercised
+        "SCALE_EGRESS_SYNC": 0.2,
+        "SCALE_METRICS_TEXTFILE": str(textfile),
+        "LOG_LEVEL": "DEBUG",
+    }
+    with Testbed(hosts=2, pages=12, seed=6, proxies=proxies, per_page=6, tls=tls) as tb:
+        s = dict(BROWSER, SCALE_EGRESSES=tb.proxy_urls, **more)
+        extra = ["-a", "ignore_tls=1"] if tls else []
+        res = run_crawl(tb, s, tmp_path, spider="browser_catalog", timeout=240, extra_args=extra)
+    assert res.returncode == 0, res.tail()
+    assert len(res.items) == 12, res.tail()
+    assert res.log.count("Launching browser chromium") == 1  # one handler served, one browser
+    # the handlers' own record: every context started once and closed; the running count
+    open_now = peak = 0
+    started, closed = [], []
+    for m in re.finditer(r"Browser context (started|closed): '(egress:[^']+)'", res.log):
+        (started if m.group(1) == "started" else closed).append(m.group(2))
+        open_now += 1 if m.group(1) == "started" else -1
+        peak = max(peak, open_now)
+    assert len(started) >= 14 and len(set(started)) == len(started), started  # never started twice
+    assert sorted(started) == sorted(closed)
+    # replaced contexts close while the crawl runs: at most one current per egress plus the
+    # retired ones whose page is still in flight (CONCURRENT_REQUESTS), plus closes under way
+    assert peak <= len(proxies) + BROWSER["CONCURRENT_REQUESTS"] + 2, peak
+    # the gauge reads the handlers: its sampled peak is within the handler's own count
+    assert 1 <= res.stats["scale/egress/browser/contexts_max"] <= peak
+    assert res.stats["scale/egress/browser/contexts"] == 0
+    final = re.search(r"^scrapy_scale_browser_contexts\{[^}]*\} (\S+)", textfile.read_text(), re.M)
+    assert final and float(final.group(1)) == 0.0, textfile.read_text()  # written after the contexts closed

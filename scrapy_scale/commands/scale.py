@@ -171,23 +171,28 @@ class Command(ScrapyCommand):
     def _egress_rows(self, job: str) -> list[dict[str, Any]] | None:
         from scrapy_scale.egress.report import read_job
 
+        problems: list[str] = []
         try:
-            return read_job(self.settings, job)
+            return read_job(self.settings, job, problems)
         except Exception as e:  # the pool's state is extra to status: say why it is missing
             print(f"scrapy scale status: egress state unavailable: {redact_text(str(e))}", file=sys.stderr)
             return None
+        finally:
+            _warn_skipped("status", problems)
 
     def _egress(self, job: str, opts: argparse.Namespace) -> None:
         from scrapy_scale.egress.report import read_job
 
         try:
             assert self.settings is not None
-            config.validate_all(self.settings)
-            rows = read_job(self.settings, job)
+            config.validate_all(self.settings, read_sources=False)
+            problems: list[str] = []
+            rows = read_job(self.settings, job, problems)
         except ScaleSettingError as e:
             print(f"scrapy scale egress: error: {e}", file=sys.stderr)
             self.exitcode = 1
             return
+        _warn_skipped("egress", problems)
         if rows is None:
             print(
                 f"scrapy scale egress: error: no egress state for job {job!r} (no crawl with "
@@ -224,6 +229,14 @@ class Command(ScrapyCommand):
         except (cli.QualityError, ScaleSettingError) as e:
             print(f"scrapy scale {sub}: error: {e}", file=sys.stderr)
             self.exitcode = 1
+
+
+def _warn_skipped(sub: str, problems: list[str]) -> None:
+    """One warning line for the egress state that could not be read (untrusted input)."""
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        shown = "; ".join(problems[:3])
+        print(f"scrapy scale {sub}: warning: egress state skipped: {redact_text(shown)}{more}", file=sys.stderr)
 
 
 def _progress(settings: object, job: str, st: dict[str, object]) -> dict[str, object] | None:

@@ -12,7 +12,8 @@ request gets a new generation) and closed once its last page is done; the contex
 an evicted egress are closed too, and every egress context at spider close.
 Pages a callback kept (``playwright_include_page``) are closed at the request's final
 outcome, even when the callback raised. Live contexts and browser processes are gauges
-(``ScaleContext.extra["browser"]``, stats ``scale/egress/browser/...``).
+(``ScaleContext.extra["browser"]``, stats ``scale/egress/browser/...``), read from the
+handlers themselves; ``settled()`` fires once the contexts are closed at spider close.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scrapy.core.downloader.handlers.http11 import TunnelError
+from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_scale import compat
 from scrapy_scale.egress.identity import Egress
@@ -45,38 +47,54 @@ class EgressContextError(ScaleError, TunnelError):
 class _Ctx:
     name: str
     created: float
+    #: the download handler the context lives in (the one serving its requests' scheme)
+    handler: Any = None
     pages: int = 0
     inflight: int = 0
     retired: bool = False
 
 
 class BrowserContexts:
+    """The egress contexts of every download handler that serves browser requests. Scrapy
+    builds one handler object per scheme (``http`` and ``https`` mapped to
+    scrapy-playwright are two handlers, two browsers): a request's context is created,
+    counted, replaced and closed in the handler that serves the request's scheme."""
+
     def __init__(self, crawler: Any, pages: int, age: float, clock: Any):
         self.crawler = crawler
         self.max_pages, self.max_age, self.clock = pages, age, clock
-        self.current: dict[str, _Ctx] = {}  # egress id -> its current context
+        self.current: dict[tuple[int, str], _Ctx] = {}  # (handler, egress id) -> its current context
         self.all: dict[str, _Ctx] = {}  # name -> context (current and retired, until closed)
-        self.generation: Counter[str] = Counter()
+        self.generation: Counter[str] = Counter()  # per egress, over all handlers: names are unique
+        self.handlers: dict[int, Any] = {}  # the handlers that served browser requests, by id()
         self.failed_starts = 0
+        self._closed: Any = None  # fired once close_all() is done (see settled())
 
-    # ---- gauges ------------------------------------------------------------------
+    # ---- gauges: what the handlers really hold ---------------------------------------
 
-    def _handler(self) -> Any:
-        return compat.download_handler(self.crawler, "https") or compat.download_handler(self.crawler, "http")
+    def _handler(self, scheme: str) -> Any:
+        h = compat.download_handler(self.crawler, scheme)
+        if h is not None and hasattr(h, "context_wrappers"):
+            self.handlers.setdefault(id(h), h)
+        return h
 
     @property
     def contexts(self) -> int:
-        return sum(1 for n in compat.playwright_contexts(self._handler()) if n.startswith(PREFIX))
+        """Egress contexts open in the handlers (not this object's own bookkeeping)."""
+        return sum(
+            1 for h in list(self.handlers.values()) for n in compat.playwright_contexts(h) if n.startswith(PREFIX)
+        )
 
     @property
     def processes(self) -> int:
-        return compat.playwright_browsers(self._handler())
+        return sum(compat.playwright_browsers(h) for h in list(self.handlers.values()))
 
     # ---- requests ----------------------------------------------------------------
 
-    def _context_for(self, e: Egress) -> _Ctx:
+    def _context_for(self, e: Egress, handler: Any) -> _Ctx:
         now = self.clock()
-        c = self.current.get(e.id)
+        key = (id(handler), e.id)
+        c = self.current.get(key)
         if c is not None and (
             self.max_pages and c.pages >= self.max_pages or self.max_age and now - c.created >= self.max_age
         ):
@@ -84,14 +102,15 @@ class BrowserContexts:
             c = None
         if c is None:
             self.generation[e.id] += 1
-            c = _Ctx(f"{PREFIX}{e.id}:{self.generation[e.id]}", now)
-            self.current[e.id] = self.all[c.name] = c
+            c = _Ctx(f"{PREFIX}{e.id}:{self.generation[e.id]}", now, handler)
+            self.current[key] = self.all[c.name] = c
         return c
 
     async def assign(self, request: Any, e: Egress, spider: Any) -> None:
         m = request.meta
         self.release(m.pop(CONTEXT, None))
-        c = self._context_for(e)
+        handler = self._handler(urlparse_cached(request).scheme)
+        c = self._context_for(e, handler)
         kwargs = {k: v for k, v in (m.get("playwright_context_kwargs") or {}).items() if k != "proxy"}
         if e.proxy_url:
             proxy: dict[str, str] = {"server": e.proxy_url}
@@ -104,7 +123,6 @@ class BrowserContexts:
         c.pages += 1
         c.inflight += 1
         m[CONTEXT] = c.name
-        handler = self._handler()
         if handler is None or not hasattr(handler, "context_wrappers"):
             return
         try:
@@ -112,7 +130,7 @@ class BrowserContexts:
         except Exception as exc:
             self.failed_starts += 1
             self.release(m.pop(CONTEXT, None))
-            self.current.pop(e.id, None)
+            self.current.pop((id(handler), e.id), None)
             self.all.pop(c.name, None)
             raise EgressContextError(
                 f"browser context for egress {e.id} could not start: "
@@ -129,9 +147,9 @@ class BrowserContexts:
 
     def _retire(self, c: _Ctx) -> None:
         c.retired = True
-        egress = c.name[len(PREFIX) :].rpartition(":")[0]
-        if self.current.get(egress) is c:
-            del self.current[egress]
+        key = (id(c.handler), c.name[len(PREFIX) :].rpartition(":")[0])
+        if self.current.get(key) is c:
+            del self.current[key]
         if c.inflight == 0:
             self._close(c)
 
@@ -143,16 +161,35 @@ class BrowserContexts:
 
     def _close(self, c: _Ctx) -> None:
         self.all.pop(c.name, None)
-        ctx = compat.playwright_contexts(self._handler()).get(c.name)
+        ctx = compat.playwright_contexts(c.handler).get(c.name)
         if ctx is not None:
             asyncio.ensure_future(_quiet_close(ctx, c.name))
 
     async def close_all(self) -> None:
-        """At spider close: every egress context, so none outlives the crawl."""
+        """At spider close: every egress context of every handler, so none outlives the crawl."""
         self.current.clear()
         self.all.clear()
-        live = [(n, c) for n, c in compat.playwright_contexts(self._handler()).items() if n.startswith(PREFIX)]
-        await asyncio.gather(*(_quiet_close(c, n) for n, c in live if c is not None))
+        try:
+            live = [
+                (n, c)
+                for h in list(self.handlers.values())
+                for n, c in compat.playwright_contexts(h).items()
+                if n.startswith(PREFIX)
+            ]
+            await asyncio.gather(*(_quiet_close(c, n) for n, c in live if c is not None))
+        finally:
+            self.settled()
+            if not self._closed.called:
+                self._closed.callback(None)
+
+    def settled(self) -> Any:
+        """A Deferred that fires once the contexts are closed at spider close: the metrics
+        wait for it before their last read, so the final gauge says what stayed open."""
+        from twisted.internet import defer
+
+        if self._closed is None:
+            self._closed = defer.Deferred()
+        return _follow(self._closed)
 
     @staticmethod
     def close_page(request: Any) -> None:
@@ -160,6 +197,23 @@ class BrowserContexts:
         page = request.meta.get("playwright_page")
         if page is not None and not page.is_closed():
             asyncio.ensure_future(_quiet_close(page, "page"))
+
+
+def _follow(d: Any) -> Any:
+    """A new Deferred that fires when ``d`` has (``d`` itself stays untouched)."""
+    from twisted.internet import defer
+
+    out: defer.Deferred[None] = defer.Deferred()
+    if d.called:
+        out.callback(None)
+    else:
+
+        def fire(result: Any) -> Any:
+            out.callback(None)
+            return result
+
+        d.addBoth(fire)
+    return out
 
 
 async def _quiet_close(thing: Any, what: str) -> None:

@@ -31,6 +31,38 @@ PROBING = "probing"
 STATES = (HEALTHY, QUARANTINED, PROBING)
 
 
+#: bounds of the values taken from shared state (a record is untrusted input)
+MAX_LEVEL = 64
+MAX_COUNT = 1e9
+
+
+def _number(rec: dict[str, Any], key: str) -> float:
+    """A finite number from a stored record (missing or null: 0); ValueError otherwise."""
+    v = rec.get(key)
+    if v is None:
+        return 0.0
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"{key} = {str(v)[:20]!r} is not a number")
+    try:
+        x = float(v)
+    except OverflowError:
+        raise ValueError(f"{key} is out of range") from None
+    if not math.isfinite(x):
+        raise ValueError(f"{key} = {x} is not finite")
+    return x
+
+
+def clamp_note(rec: Any, now: float, longest: float) -> str | None:
+    """Why :meth:`Health.from_record` shortens this record's quarantine, or None."""
+    try:
+        until = _number(rec, "u") if isinstance(rec, dict) else 0.0
+    except ValueError:
+        return None
+    if until > now + longest:
+        return f"its quarantine end ({until:g}) is more than SCALE_EGRESS_QUARANTINE_MAX ({longest:g} s) away"
+    return None
+
+
 @dataclass(frozen=True)
 class HealthPolicy:
     min_failures: float = 3.0
@@ -170,16 +202,30 @@ class Health:
         }
 
     @classmethod
-    def from_record(cls, rec: dict[str, Any]) -> Health:
-        return cls(
-            good=float(rec.get("g", 0)),
-            bad=float(rec.get("b", 0)),
-            at=float(rec.get("at", 0)),
-            until=float(rec.get("u", 0)),
-            level=int(rec.get("l", 0)),
-            changed=float(rec.get("c", 0)),
-            restored=float(rec.get("r", 0)),
+    def from_record(cls, rec: Any, now: float | None = None, longest: float = math.inf) -> Health:
+        """A stored record as health; ValueError when it does not decode (not a JSON
+        object, a field that is not a finite number, a state change in the far future).
+        A quarantine ending more than ``longest`` seconds after ``now`` ends then instead
+        (see :func:`clamp_note`)."""
+        if not isinstance(rec, dict):
+            raise ValueError(f"not a record: {str(rec)[:40]!r}")
+        num = {k: _number(rec, k) for k in ("g", "b", "at", "u", "l", "c", "r")}
+        if now is not None:
+            for k in ("at", "c", "r"):  # times of the past: one far ahead would win every merge
+                if num[k] > now + longest:
+                    raise ValueError(f"{k} = {num[k]:g} is far in the future")
+        h = cls(
+            good=min(max(num["g"], 0.0), MAX_COUNT),
+            bad=min(max(num["b"], 0.0), MAX_COUNT),
+            at=num["at"],
+            until=num["u"],
+            level=int(min(max(num["l"], 0.0), MAX_LEVEL)),
+            changed=num["c"],
+            restored=num["r"],
         )
+        if now is not None and h.until > now + longest:
+            h.until = now + longest
+        return h
 
     def adopt(self, other: Health) -> None:
         """Take another worker's newer state change (its quarantine or its restore)."""

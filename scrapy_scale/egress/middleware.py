@@ -42,8 +42,9 @@ from scrapy_scale.egress.browser import CONTEXT, BrowserContexts
 from scrapy_scale.egress.health import HealthPolicy
 from scrapy_scale.egress.identity import Egress
 from scrapy_scale.egress.pool import EgressPool, Event, PoolOptions
-from scrapy_scale.egress.report import bounded_stats, describe
-from scrapy_scale.egress.shared import StateStore, live_workers, open_state
+from scrapy_scale.egress.report import bounded_stats, describe, when
+from scrapy_scale.egress.shared import StateStore, clean_live, live_workers, open_state
+from scrapy_scale.egress.source_glue import SourceGlue
 from scrapy_scale.egress.sources import Refresher
 from scrapy_scale.redact import redact_text
 
@@ -60,7 +61,7 @@ _AUTH = b"Proxy-Authorization"
 RECHECK = 5.0
 
 
-class EgressMiddleware:
+class EgressMiddleware(SourceGlue):
     def __init__(self, crawler: Crawler, source: S.Source):
         self.crawler = crawler
         st = crawler.settings
@@ -84,7 +85,7 @@ class EgressMiddleware:
         self.exhausted = S.EXHAUSTED.get(st)
         self.sync_every = S.SYNC.get(st)
         self.top = S.STATS_TOP.get(st)
-        self.refresher = Refresher(source, S.REFRESH.get(st), time.time)
+        self.refresher = Refresher(source, S.REFRESH.get(st), time.time, timeout=S.PROVIDER_TIMEOUT.get(st))
         if source.kind == "provider":
             p = source.provider
             self.refresher.provider = p.from_crawler(crawler) if hasattr(p, "from_crawler") else p()
@@ -96,6 +97,7 @@ class EgressMiddleware:
         self._loops: list[task.LoopingCall] = []
         self._sync_d: Any = None  # the running sync, awaited at close before the last one
         self._syncing = False
+        self._warned: set[str] = set()  # kinds of bad shared state already warned about
         self.browser = BrowserContexts(crawler, S.CONTEXT_PAGES.get(st), S.CONTEXT_AGE.get(st), time.time)
         self.ctx = ScaleContext.of(crawler)
         self.ctx.extra["egress_pool"] = self
@@ -175,7 +177,7 @@ class EgressMiddleware:
             logger.warning(
                 "egress: %s waits until %s: %s; other domains go on",
                 domain,
-                time.strftime("%H:%M:%S", time.localtime(until)),
+                when(until),
                 what,
             )
         self._waiting[domain] = until
@@ -223,7 +225,7 @@ class EgressMiddleware:
             self._report(ev)
 
     def _report(self, ev: Event) -> None:
-        until = time.strftime("%H:%M:%S", time.localtime(ev.until)) if ev.until else ""
+        until = when(ev.until) if ev.until else ""
         where = f" for {ev.domain}" if ev.domain else ""
         if ev.kind in ("quarantined", "requarantined"):
             again = " again (its re-probe failed)" if ev.kind == "requarantined" else ""
@@ -243,6 +245,23 @@ class EgressMiddleware:
                 until,
             )
             self.stats.inc_value(K.EGRESS_GROUPS_RETIRED)
+        elif ev.kind == "bad_record":
+            self._warn_once(
+                "bad_record",
+                "egress: skipping health record %r of the shared state (%s): it does not decode: %s",
+                ev.egress,
+                self.store and self.store.where,
+                ev.detail,
+            )
+        elif ev.kind == "clamped":
+            self._warn_once(
+                "clamped",
+                "egress: the shared state's record of %s%s: %s; it ends at %s instead",
+                ev.egress,
+                where,
+                ev.detail,
+                until,
+            )
         elif ev.kind == "adopted":
             logger.info(
                 "egress %s %s%s by another worker (shared state)%s",
@@ -251,6 +270,14 @@ class EgressMiddleware:
                 where,
                 f" until {until}" if ev.detail == "quarantined" else "",
             )
+
+    def _warn_once(self, kind: str, msg: str, *args: Any) -> None:
+        """One WARNING per kind of bad shared state per crawl (the rest at DEBUG): the same
+        bad value is read again at every sync."""
+        self.stats.inc_value(K.egress_state_skipped(kind))
+        level = logging.DEBUG if kind in self._warned else logging.WARNING
+        self._warned.add(kind)
+        logger.log(level, msg, *args)
 
     # ---- lifecycle, shared state, sources ----------------------------------------
 
@@ -267,7 +294,7 @@ class EgressMiddleware:
         if self.refresher.source.kind == "provider":  # the first fetch, before any request
             d = self._refresh()
             if d is not None:
-                await maybe_deferred_to_future(d)
+                await maybe_deferred_to_future(self._first_fetch(d))
 
     def _open_state(self) -> dict[str, Any]:
         assert self.store is not None
@@ -293,6 +320,15 @@ class EgressMiddleware:
             records, live = result
             for ev in self.pool.merge(records):
                 self._report(ev)
+            live, bad = clean_live(live, now)
+            if bad:
+                self._warn_once(
+                    "live",
+                    "egress: ignoring the last sync of worker(s) %s in the shared state (%s): not a time "
+                    "(a finite number of epoch seconds, not far ahead)",
+                    ", ".join(repr(w) for w in bad[:5]),
+                    self.store and self.store.where,
+                )
             self.pool.routes.workers = live_workers(live, now, self.sync_every)
             for state, n in self.pool.pool_sizes().items():
                 self.stats.set_value(K.egress_pool(state), n)
@@ -310,40 +346,6 @@ class EgressMiddleware:
         self._sync_d = d.addCallbacks(done, failed).addBoth(finally_)
         return self._sync_d
 
-    def _refresh(self) -> Any:
-        r = self.refresher
-        if not r.due():
-            return None
-        if r.source.kind == "file":
-            try:
-                new = r.read_file()
-            except ValueError as e:
-                logger.error("egress: keeping the current pool: %s", e)
-                return None
-            if new is not None:
-                self._replace(new)
-            return None
-        r.next_at = float("inf")  # one call at a time
-        d = threads.deferToThread(r.fetch)
-
-        def ok(new: list[Egress]) -> None:
-            r.fetched()
-            self._replace(new)
-
-        def failed(f: Any) -> None:
-            warn, msg = r.failed(f.value)
-            logger.log(logging.WARNING if warn else logging.DEBUG, msg)
-
-        return d.addCallbacks(ok, failed)
-
-    def _replace(self, new: list[Egress]) -> None:
-        added, removed = self.pool.set_egresses(new)
-        if added or removed:
-            logger.info("egress: pool now %d egress(es) (%d added, %d removed)", len(new), len(added), len(removed))
-            self.stats.set_value(K.EGRESS_POOL_SIZE, len(new))
-            if self.store is not None:
-                threads.deferToThread(self.store.set_pool, self.pool.members)
-
     def _browser_gauges(self) -> None:
         contexts = self.browser.contexts
         if contexts or self.stats.get_value(K.EGRESS_BROWSER_CONTEXTS) is not None:
@@ -355,8 +357,7 @@ class EgressMiddleware:
         for loop in self._loops:
             if loop.running:
                 loop.stop()
-        if self.browser.contexts:
-            await self.browser.close_all()
+        await self.browser.close_all()  # (fires its settled(), which the metrics wait for)
         self._browser_gauges()
         for key, value in bounded_stats(self.pool, self.top).items():
             self.stats.set_value(key, value)

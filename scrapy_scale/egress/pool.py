@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scrapy_scale.clock import Clock, Randomness
-from scrapy_scale.egress.health import HEALTHY, PROBING, Health, HealthPolicy
+from scrapy_scale.egress.health import HEALTHY, PROBING, Health, HealthPolicy, clamp_note
 from scrapy_scale.egress.identity import Egress
 from scrapy_scale.egress.routes import RouteLimiter
 
@@ -49,7 +49,9 @@ class Choice:
 class Event:
     """A state change for the glue to log and count."""
 
-    kind: str  # quarantined, requarantined, restored, group_retired, adopted
+    #: quarantined, requarantined, restored, group_retired, adopted; from shared state that is
+    #: untrusted: bad_record (``egress`` is the record's key; skipped), clamped (its end shortened)
+    kind: str
     egress: str
     domain: str = ""
     until: float = 0.0
@@ -301,8 +303,16 @@ class EgressPool:
     def merge(self, records: dict[str, dict[str, Any]]) -> list[Event]:
         """Take the state changes other workers made (newer ``changed`` wins)."""
         events = []
+        now, longest = self.clock(), self.policy.max_quarantine
         for k, rec in records.items():
-            other = Health.from_record(rec)
+            try:
+                other = Health.from_record(rec, now, longest)
+            except ValueError as e:  # shared state is untrusted: a record that does not decode is skipped
+                events.append(Event("bad_record", k, detail=str(e)))
+                continue
+            note = clamp_note(rec, now, longest)
+            if note is not None:
+                events.append(Event("clamped", *split_key(k), other.until, note))
             mine = self.health.get(k)
             if mine is None:
                 self.health[k] = other

@@ -12,7 +12,20 @@ from collections import Counter
 from typing import Any
 
 from scrapy_scale import stats_keys as K
-from scrapy_scale.egress.health import HEALTHY, PROBING, QUARANTINED
+from scrapy_scale.egress.health import HEALTHY, PROBING, QUARANTINED, Health
+
+
+def when(t: float, now: float | None = None) -> str:
+    """A moment for a log line or a status row: ``HH:MM:SS`` today, with its date on any
+    other day. Never raises (a time the calendar cannot show is shown as a number)."""
+    now = time.time() if now is None else now
+    try:
+        at, today = time.localtime(t), time.localtime(now)
+        if at[:3] == today[:3]:
+            return time.strftime("%H:%M:%S", at)
+        return time.strftime("%Y-%m-%d %H:%M:%S", at)
+    except (OSError, OverflowError, ValueError, TypeError):
+        return f"{t!r} (epoch seconds)"
 
 
 def _state(rec: dict[str, Any], now: float) -> str:
@@ -25,25 +38,39 @@ def _score(rec: dict[str, Any]) -> float:
     return round((g + 1) / (g + b + 1), 3)
 
 
-def describe(state: dict[str, Any], now: float | None = None, top: int = 10) -> list[dict[str, Any]]:
+def clean_health(health: dict[str, Any], problems: list[str] | None = None) -> dict[str, Any]:
+    """The health records that decode (:meth:`Health.from_record`), as records; each
+    one skipped is named in ``problems``."""
+    out = {}
+    for k, rec in health.items():
+        try:
+            out[k] = Health.from_record(rec).to_record()
+        except ValueError as e:
+            if problems is not None:
+                problems.append(f"health record {k!r} skipped: {e}")
+    return out
+
+
+def describe(
+    state: dict[str, Any], now: float | None = None, top: int = 10, problems: list[str] | None = None
+) -> list[dict[str, Any]]:
     """One row per egress: state, score, requests, failures by class, quarantined until,
-    the domains it is banned from (top ``top`` by blocks)."""
+    the domains it is banned from (top ``top`` by blocks). Records that do not decode are
+    skipped, each named in ``problems``."""
     now = time.time() if now is None else now
-    health: dict[str, Any] = state.get("health", {})
-    pool: dict[str, Any] = state.get("pool", {})
+    health: dict[str, Any] = clean_health(state.get("health", {}), problems)
+    pool: dict[str, Any] = {e: g if isinstance(g, dict) else {} for e, g in state.get("pool", {}).items()}
     requests: Counter[str] = Counter()
     failures: dict[str, Counter[str]] = {}
     bans: Counter[str] = Counter()
     routes: dict[str, Counter[str]] = {}  # egress -> domain -> times found at its cap
     sent: dict[str, Counter[str]] = {}
-    for counts in state.get("counts", {}).values():
-        for r in counts.get("routes", []):
-            routes.setdefault(str(r["egress"]), Counter())[str(r["domain"])] += int(r.get("capped", 0))
-            sent.setdefault(str(r["egress"]), Counter())[str(r["domain"])] += int(r.get("sent", 0))
-        requests.update(counts.get("requests", {}))
-        for e, c in counts.get("failures", {}).items():
-            failures.setdefault(e, Counter()).update(c)
-        bans.update(counts.get("bans", {}))
+    for worker, counts in state.get("counts", {}).items():
+        try:
+            _add_counts(counts, requests, failures, bans, routes, sent)
+        except (AttributeError, KeyError, OverflowError, TypeError, ValueError) as err:
+            if problems is not None:
+                problems.append(f"counts of worker {worker!r} skipped: {type(err).__name__}: {err}"[:200])
     ids = set(pool) | {k.partition("|")[0] for k in health} | set(requests)
     rows = []
     for e in sorted(ids, key=lambda i: (-requests[i], i)):
@@ -83,6 +110,28 @@ def describe(state: dict[str, Any], now: float | None = None, top: int = 10) -> 
     return rows
 
 
+def _add_counts(counts: Any, requests: Counter[str], failures: Any, bans: Counter[str], routes: Any, sent: Any) -> None:
+    """One worker's counts added in (all of them or, when one does not decode, none)."""
+    mine: tuple[Counter[str], dict[str, Counter[str]], Counter[str]] = (Counter(), {}, Counter())
+    new_routes: list[tuple[str, str, int, int]] = []
+    for r in counts.get("routes", []):
+        new_routes.append((str(r["egress"]), str(r["domain"]), int(r.get("capped", 0)), int(r.get("sent", 0))))
+    for e, n in counts.get("requests", {}).items():
+        mine[0][str(e)] += int(n)
+    for e, c in counts.get("failures", {}).items():
+        for cls, n in c.items():
+            mine[1].setdefault(str(e), Counter())[str(cls)] += int(n)
+    for k, n in counts.get("bans", {}).items():
+        mine[2][str(k)] += int(n)
+    requests.update(mine[0])
+    for e, c in mine[1].items():
+        failures.setdefault(e, Counter()).update(c)
+    bans.update(mine[2])
+    for e, d, capped, n in new_routes:
+        routes.setdefault(e, Counter())[d] += capped
+        sent.setdefault(e, Counter())[d] += n
+
+
 def format_rows(rows: list[dict[str, Any]], now: float | None = None) -> str:
     now = time.time() if now is None else now
     if not rows:
@@ -91,11 +140,7 @@ def format_rows(rows: list[dict[str, Any]], now: float | None = None) -> str:
     out = ["egresses: " + ", ".join(f"{n} {s}" for s, n in sorted(sizes.items()))]
     for r in rows:
         fails = ", ".join(f"{c} {n}" for c, n in sorted(r["failures"].items())) or "no failures"
-        until = (
-            f", until {time.strftime('%H:%M:%S', time.localtime(r['until']))}"
-            if r["until"] and r["state"] != HEALTHY
-            else ""
-        )
+        until = f", until {when(r['until'], now)}" if r["until"] and r["state"] != HEALTHY else ""
         group = f" [{r['group']}]" if r["group"] else ""
         gone = " (no longer in the pool)" if not r["in_pool"] else ""
         out.append(
@@ -103,11 +148,7 @@ def format_rows(rows: list[dict[str, Any]], now: float | None = None) -> str:
             f"{r['requests']} request(s), {fails}"
         )
         for d in r["banned_for"]:
-            left = (
-                f" until {time.strftime('%H:%M:%S', time.localtime(d['until']))}"
-                if d["until"] and d["state"] != HEALTHY
-                else ""
-            )
+            left = f" until {when(d['until'], now)}" if d["until"] and d["state"] != HEALTHY else ""
             out.append(f"      {d['domain']}: {d['state']}{left}, {d['blocks']} block(s)")
         for rt in r["routes_at_cap"]:
             out.append(f"      route to {rt['domain']}: {rt['sent']} sent, at its cap {rt['capped']} time(s)")
@@ -130,8 +171,9 @@ def bounded_stats(pool: Any, top: int) -> dict[str, int]:
     return dict(out)
 
 
-def read_job(settings: Any, job: str) -> list[dict[str, Any]] | None:
-    """The rows of ``job``'s stored pool state, or None when no crawl has stored any."""
+def read_job(settings: Any, job: str, problems: list[str] | None = None) -> list[dict[str, Any]] | None:
+    """The rows of ``job``'s stored pool state, or None when no crawl has stored any.
+    What had to be skipped is named in ``problems``."""
     from scrapy_scale.egress.shared import open_state, sqlite_exists
 
     if not sqlite_exists(settings):
@@ -143,4 +185,4 @@ def read_job(settings: Any, job: str) -> list[dict[str, Any]] | None:
         store.close()
     if not any(state.values()):
         return None
-    return describe(state)
+    return describe(state, problems=problems)

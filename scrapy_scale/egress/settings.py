@@ -28,9 +28,10 @@ class Source:
         return f"Source({self.kind}, {len(self.egresses)} egress(es), {self.path or self.provider!r})"
 
 
-def as_egresses(v: Any) -> Source:
+def as_egresses(v: Any, read: bool = True) -> Source:
     """A list of proxy URLs (or a comma-separated string), a dict of named groups, a file
-    path, or a provider class (or its dotted path)."""
+    path, or a provider class (or its dotted path). ``read=False`` (commands that only
+    read state): a file is not read nor a provider class loaded."""
     if isinstance(v, type):
         return _provider(v)
     if isinstance(v, str):
@@ -40,8 +41,10 @@ def as_egresses(v: Any) -> Source:
         elif "://" in text or text == "direct" or "," in text:
             v = [p.strip() for p in text.split(",") if p.strip()]
         elif os.sep in text or os.path.exists(text):
-            return _file(text)
+            return _file(text) if read else Source("file", path=text)
         elif _DOTTED.fullmatch(text):
+            if not read:
+                return Source("provider", provider=text)
             from scrapy.utils.misc import load_object
 
             try:
@@ -91,6 +94,7 @@ EGRESSES = declare(
     "The egress pool: proxy URLs (`http://user:pass@host:port`, `direct` = no proxy), a dict of named groups "
     "of them, a file (one URL a line, re-read on change) or a provider class. Unset: no pool.",
     COMPONENT,
+    shallow=lambda v: as_egresses(v, read=False),
 )
 MIN_FAILURES = declare(
     "SCALE_EGRESS_MIN_FAILURES",
@@ -124,7 +128,7 @@ QUARANTINE_MAX = declare(
     "SCALE_EGRESS_QUARANTINE_MAX",
     3600.0,
     as_float(0.01),
-    "Longest quarantine in seconds.",
+    "Longest quarantine in seconds; a quarantine read from the shared state that ends later is clamped to now + this.",
     COMPONENT,
 )
 PROBES = declare(
@@ -184,6 +188,14 @@ REFRESH = declare(
     60.0,
     as_float(0.1),
     "Seconds between checks of an egress file for changes, or calls of a provider's fetch().",
+    COMPONENT,
+)
+PROVIDER_TIMEOUT = declare(
+    "SCALE_EGRESS_PROVIDER_TIMEOUT",
+    30.0,
+    as_float(0.1),
+    "Seconds the crawl's start waits for a provider's first fetch(); then it starts with an empty pool "
+    "(requests wait) and the call's result is taken whenever it returns.",
     COMPONENT,
 )
 STATS_TOP = declare(

@@ -23,6 +23,7 @@ Nothing here holds a proxy URL: records are keyed by egress id.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 from typing import Any
@@ -44,7 +45,8 @@ class StateStore:
     def sync(
         self, worker: str, dirty: dict[str, dict[str, Any]], counts: dict[str, Any], now: float
     ) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
-        """Write this worker's changes; (every health record, last sync per worker)."""
+        """Write this worker's changes; (every health record, last sync per worker as
+        stored: check it with :func:`clean_live`)."""
         raise NotImplementedError
 
     def set_pool(self, members: dict[str, str | None]) -> None:
@@ -59,12 +61,15 @@ class StateStore:
 
 
 def _loads(raw: dict[Any, Any]) -> dict[str, Any]:
-    out = {}
+    """Stored JSON values by key; one that does not parse is None (its reader skips it
+    with a warning: shared state is untrusted input)."""
+    out: dict[str, Any] = {}
     for k, v in raw.items():
+        key = k.decode(errors="replace") if isinstance(k, bytes) else str(k)
         try:
-            out[k.decode() if isinstance(k, bytes) else k] = json.loads(v)
+            out[key] = json.loads(v)
         except (ValueError, TypeError):
-            continue  # a garbled record is no state
+            out[key] = None
     return out
 
 
@@ -88,8 +93,12 @@ return 0
 
 
 def newer(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
-    """Does ``old`` (stored) hold a later state change than ``new``?"""
-    return old is not None and float(old.get("c", 0) or 0) > float(new.get("c", 0) or 0)
+    """Does ``old`` (stored) hold a later state change than ``new``? (A stored record that
+    does not decode holds nothing: it is overwritten.)"""
+    try:
+        return isinstance(old, dict) and float(old.get("c", 0) or 0) > float(new.get("c", 0) or 0)
+    except (TypeError, ValueError):
+        return False
 
 
 class RedisState(StateStore):
@@ -117,7 +126,7 @@ class RedisState(StateStore):
         pipe.hgetall(self.k_health)
         pipe.hgetall(self.k_live)
         *_, health, live = pipe.execute()
-        return _loads(health), {k.decode(): float(v) for k, v in live.items()}
+        return _loads(health), _loads(live)
 
     def set_pool(self, members):
         pipe = self.r.pipeline(transaction=False)
@@ -176,7 +185,7 @@ class SqliteState(StateStore):
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
-        return self._all("health"), {k: float(v) for k, v in self._all("live").items()}
+        return self._all("health"), self._all("live")
 
     def set_pool(self, members):
         self.db.execute("DELETE FROM egress_pool WHERE job = ?", (self.job,))
@@ -226,8 +235,29 @@ def state_path(settings: Any) -> str:
     return state_file_url(settings, "egress.db")[len("sqlite:///") :]
 
 
+#: a worker's last sync more than this far ahead of this worker's clock is not believed
+CLOCK_SKEW = 3600.0
+
+
+def clean_live(live: dict[str, Any], now: float) -> tuple[dict[str, float], list[str]]:
+    """The workers' last syncs that are finite numbers not far ahead of ``now``; and the
+    workers whose value was skipped (shared state is untrusted input)."""
+    out: dict[str, float] = {}
+    bad: list[str] = []
+    for worker, v in live.items():
+        try:
+            t = float(v) if not isinstance(v, bool) else math.nan
+        except (TypeError, ValueError, OverflowError):
+            t = math.nan
+        if math.isfinite(t) and t <= now + CLOCK_SKEW:
+            out[worker] = t
+        else:
+            bad.append(worker)
+    return out, bad
+
+
 def live_workers(live: dict[str, float], now: float, sync: float) -> int:
     return max(1, sum(1 for t in live.values() if now - t <= LIVE_PERIODS * sync + 5))
 
 
-__all__ = ["RedisState", "SqliteState", "StateStore", "live_workers", "open_state", "state_path"]
+__all__ = ["RedisState", "SqliteState", "StateStore", "clean_live", "live_workers", "open_state", "state_path"]

@@ -7,7 +7,10 @@
 - ``provider``: ``fetch()`` called off the reactor (a thread) every refresh period; it
   returns what ``SCALE_EGRESSES`` takes as a list or dict. A provider that raises is
   retried with exponential backoff (1 s doubling up to the refresh period), logged at
-  WARNING once per refresh period (the rest at DEBUG).
+  WARNING once per refresh period (the rest at DEBUG). One call at a time: a ``fetch()``
+  that hangs is reported at WARNING once it has run ``SCALE_EGRESS_PROVIDER_TIMEOUT``
+  seconds, and the crawl's start waits for the first call no longer than that (it starts
+  with an empty pool, whose requests wait; the call's result is taken when it returns).
 
 The :class:`Refresher` decides (plain Python, clock injected); the glue runs it.
 """
@@ -33,6 +36,12 @@ class Refresher:
     next_at: float = 0.0
     failures: int = 0
     last_warned: float = field(default=-1e18)
+    #: when the provider call in flight started (None: none is); no second call starts
+    #: while one has not returned, so a fetch() that hangs never piles up threads
+    calling: float | None = None
+    #: a call in flight longer than this is reported (once per call)
+    timeout: float = 30.0
+    hung_warned: bool = False
     _stamp: tuple[float, int] | None = None
 
     def due(self) -> bool:
@@ -65,6 +74,22 @@ class Refresher:
         if not egresses:
             raise ValueError("the provider returned no egress")
         return egresses
+
+    def start_call(self) -> None:
+        self.calling, self.hung_warned = self.clock(), False
+
+    def end_call(self) -> None:
+        self.calling = None
+
+    def hung(self) -> float | None:
+        """Seconds the call in flight has run, the first time it is past ``timeout``; else None."""
+        if self.calling is None or self.hung_warned:
+            return None
+        ran = self.clock() - self.calling
+        if ran < self.timeout:
+            return None
+        self.hung_warned = True
+        return ran
 
     def fetched(self) -> None:
         self.failures = 0

@@ -183,7 +183,9 @@ def open_job(settings: Any, job: str, must_exist: bool = True) -> Iterator[JobOp
     """
     if not job or not job.strip():
         raise OpError("the job name is empty")
-    config.validate_all(settings)  # every SCALE_* setting, as a crawl would check them
+    # every SCALE_* setting, as a crawl would check them, without opening an egress source (a
+    # file, a provider): a command that reads the frontier must not depend on it
+    config.validate_all(settings, read_sources=False)
     url = frontier_settings.frontier_url(settings)
     state_dir = settings_core.STATE_DIR.get(settings)
     scheme = urlsplit(url).scheme

@@ -32,6 +32,7 @@ from twisted.internet import defer, task, threads
 
 from scrapy_scale import settings_core, startup
 from scrapy_scale.config import ScaleSettingError
+from scrapy_scale.context import ScaleContext
 from scrapy_scale.monitor import reading
 from scrapy_scale.monitor import settings as S
 from scrapy_scale.redact import redact_url
@@ -124,7 +125,17 @@ class MetricsExtension:
             self._exporting.addBoth(self._export_done)
 
     async def _final(self) -> None:
-        """At close: a last read of everything, then the final exports."""
+        """At close: a last read of everything, then the final exports. A browser
+        integration closes its contexts at spider close too: its ``settled()`` is awaited
+        first (30 s at most) so the last gauge says what stayed open, not what was."""
+        settled = getattr(ScaleContext.of(self.crawler).extra.get("browser"), "settled", None)
+        if callable(settled):
+            from twisted.internet import reactor
+
+            try:
+                await maybe_deferred_to_future(settled().addTimeout(30, reactor))
+            except Exception:  # noqa: BLE001 - the export goes on with what is open now
+                logger.debug("metrics: browser contexts not settled at close", exc_info=True)
         reading.refresh(self.crawler, self.metrics)
         if self._poller is not None:
             self.metrics.set_frontier(await maybe_deferred_to_future(self._poller.refresh(fresh=True)))

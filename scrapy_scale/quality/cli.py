@@ -36,7 +36,7 @@ def report(settings: Any, job: str, run: str | None = None) -> dict[str, Any]:
     from scrapy_scale.quality.pipeline import store_url
     from scrapy_scale.quality.snapshots import SnapshotDir
 
-    config.validate_all(settings)
+    config.validate_all(settings, read_sources=False)  # the egress source is not opened
     h = reporting.open_history(settings)
     try:
         runs = h.runs(job)
@@ -89,7 +89,7 @@ def replay(
     from scrapy_scale.quality import replay as R
     from scrapy_scale.quality.snapshots import SnapshotDir
 
-    config.validate_all(settings)
+    config.validate_all(settings, read_sources=False)  # the egress source is not opened
     snaps = SnapshotDir.for_job(settings, job)
     names = snaps.entries(cls)
     if not names:
@@ -190,7 +190,7 @@ def review(settings: Any, job: str, run: str | None = None, verdicts: str | None
     from scrapy_scale.quality.pipeline import store_url
     from scrapy_scale.quality.snapshots import SnapshotDir
 
-    config.validate_all(settings)
+    config.validate_all(settings, read_sources=False)  # the egress source is not opened
     h = reporting.open_history(settings)
     try:
         rec = _run(h.runs(job), job, run, redact_url(store_url(settings)))
@@ -269,7 +269,7 @@ def parse_verdicts(lines: Any) -> tuple[str, dict[str, Any]]:
 
 
 def read_verdicts(settings: Any, job: str, path: str) -> str:
-    config.validate_all(settings)
+    config.validate_all(settings, read_sources=False)  # the egress source is not opened
     try:
         with open(path, newline="", encoding="utf-8") as f:
             run, verdicts = parse_verdicts(f)
