@@ -346,8 +346,8 @@ class RunSummary:
         dead = dead_letters(stats, facts)
         code = settings_core.EXIT_CODE_DEAD_LETTERS.get(self.crawler.settings)
         if dead and code:
-            exitcode.request(code, f"the run has {dead:,} dead letters (SCALE_EXIT_CODE_DEAD_LETTERS)")
-        facts.exit_status = exitcode.requested()
+            exitcode.request(code, f"the run has {dead:,} dead letters (SCALE_EXIT_CODE_DEAD_LETTERS)", self.crawler)
+        facts.exit_status = exitcode.requested(self.crawler)
         return render(stats, facts)
 
 

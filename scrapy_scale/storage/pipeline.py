@@ -429,7 +429,7 @@ class StorePipeline:
         see docs/storage.md about their acks) and end the crawl loudly instead of looping."""
         text = f"SCALE_STORE_URL store cannot be written, closing the spider: {message}"
         logger.error("%s", text)
-        exitcode.request(1, f"the item store cannot be written (SCALE_STORE_URL): {message[:200]}")
+        exitcode.request(1, f"the item store cannot be written (SCALE_STORE_URL): {message[:200]}", self.crawler)
         self.stats.set_value(STATS + "failed", message[:500])
         self._pending -= len(subs)
         for sub in subs:
