@@ -20,7 +20,7 @@ from scrapy_scale.storage.backends import open_store
 from scrapy_scale.storage.keys import page_key
 from scrapy_scale.testbed import Testbed
 from tests.crash_support import HOLD
-from tests.crawling import start_crawl
+from tests.crawling import run_crawl, start_crawl
 
 
 def feed_keys(path: Path) -> list[str]:
@@ -87,3 +87,33 @@ def test_every_stored_item_reaches_the_feeds_across_kill_9_and_resume(tmp_path: 
     # the resumed run said what it re-sent, and its own feed was closed cleanly: no journal left
     assert "feeds: re-sent" in second.log, second.tail()
     assert not list((tmp_path / "state").glob("feed_journal/**/*.keys")), "a journal outlived a clean close"
+
+
+def test_a_bad_journal_line_or_an_unknown_key_is_skipped_with_one_warning(tmp_path: Path) -> None:
+    """The journal is read-back state; also checks compat.feed_exporter / export_to_feeds
+    (Scrapy's FeedExporter found among the extensions, an item written through its
+    item_scraped) in a real crawl."""
+    with Testbed(hosts=1, pages=4, seed=2) as tb:
+        first = run_crawl(tb, {"LOG_LEVEL": "INFO"}, tmp_path, timeout=120)
+        assert first.returncode == 0 and len(first.items) == 4, first.tail()
+        assert "feeds: re-sent" not in first.log  # nothing to re-send: no journal read, no cost
+        assert not list((tmp_path / "state").glob("feed_journal/*/*.keys"))
+        kept = first.items[0]
+        folder = tmp_path / "state" / "feed_journal" / "catalog"
+        # a dead process's journal: a garbled line, a key the store never had, a real key twice
+        (folder / "999999999-1.keys").write_text(
+            "\n".join([json.dumps(page_key(kept["url"])), "\x00garbage{", json.dumps("no-such-key")])
+            + "\n"
+            + json.dumps(page_key(kept["url"]))
+            + "\n"
+        )
+        second = run_crawl(tb, {"LOG_LEVEL": "INFO"}, tmp_path, timeout=120)
+    assert second.returncode == 0, second.tail()
+    assert "feeds: re-sent 1 item(s) stored by a crashed run" in second.log, second.tail()
+    warnings = [line for line in second.log.splitlines() if "WARNING" in line and "feeds:" in line]
+    assert len(warnings) == 1 and "skipped 1 unreadable journal line(s) and 1 key(s)" in warnings[0], warnings
+    # re-sent as the item's own fields (the store's bookkeeping fields left out), before the crawl's
+    assert second.items[0] == kept, second.items[0]
+    assert [i["url"] for i in second.items].count(kept["url"]) == 2  # re-sent, then crawled again
+    assert second.stats["scale/store/feed_resent"] == 1
+    assert not list(folder.glob("*.keys")), "the adopted journal outlived a clean close"
