@@ -124,3 +124,21 @@ def module_of(obj: Any) -> str:
 def qualified_name(cls: type) -> str:
     """``package.module.Class``, as a record stores a class and a message names it."""
     return f"{module_of(cls)}.{cls.__qualname__}"
+
+
+def feed_exporter(crawler: Any) -> Any:
+    """Scrapy's ``FeedExporter`` extension of this crawl (found in
+    ``crawler.extensions.middlewares``), or None: no feed configured (it is then not
+    enabled), or extensions not built yet."""
+    from scrapy.extensions.feedexport import FeedExporter
+
+    for ext in getattr(getattr(crawler, "extensions", None), "middlewares", None) or ():
+        if isinstance(ext, FeedExporter):
+            return ext
+    return None
+
+
+def export_to_feeds(exporter: Any, item: Any, spider: Any) -> None:
+    """Write ``item`` to the open feeds of ``exporter`` (its ``item_scraped`` handler: each
+    feed's item filter applies, batches roll over), without sending ``item_scraped``."""
+    exporter.item_scraped(item, spider)

@@ -8,6 +8,11 @@ which ``scrapy.cmdline.execute`` ends becomes ``sys.exit(status)``. A non-zero s
 of Scrapy's own wins, and so does an earlier request with a higher status.
 
 Scripts that drive ``CrawlerProcess`` themselves read :func:`requested` after the crawl.
+
+A request belongs to the crawl that made it (``crawler``): :func:`requested` with a
+crawler answers for that crawl alone, so the run summary of a later crawl in the same
+process (a ``CrawlerProcess`` running several spiders, a test run) does not report an
+earlier crawl's status. The process exit status is the highest over all its crawls.
 Used for dead letters (``SCALE_EXIT_CODE_DEAD_LETTERS``) and for a frontier that had to
 stop the crawl; the same call serves any later layer that judges a run (for example a
 data-quality check: set the finish reason by closing the spider, and the exit status here).
@@ -18,31 +23,43 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import weakref
 from typing import Any, NoReturn
 
 logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _requested: tuple[int, str] | None = None
+#: crawler -> the highest (status, why) requested for that crawl
+_by_crawl: weakref.WeakKeyDictionary[Any, tuple[int, str]] = weakref.WeakKeyDictionary()
 _original_exit = sys.exit
 
 
-def request(status: int, why: str) -> None:
-    """Make the process exit with ``status`` (1-255) at its normal end, for ``why``.
-    The highest status requested wins; 0 is ignored."""
+def _higher(old: tuple[int, str] | None, status: int, why: str) -> tuple[int, str]:
+    return (status, why) if old is None or status > old[0] else old
+
+
+def request(status: int, why: str, crawler: Any = None) -> None:
+    """Make the process exit with ``status`` (1-255) at its normal end, for ``why``; the
+    request belongs to ``crawler``'s crawl when given. The highest status requested wins;
+    0 is ignored."""
     global _requested
     if not 0 < status < 256:
         return
     with _lock:
-        if _requested is None or status > _requested[0]:
-            _requested = (status, why)
+        _requested = _higher(_requested, status, why)
+        if crawler is not None:
+            _by_crawl[crawler] = _higher(_by_crawl.get(crawler), status, why)
         if sys.exit is not _exit:
             sys.exit = _exit
     logger.debug("exit status %d requested: %s", status, why)
 
 
-def requested() -> tuple[int, str] | None:
-    """``(status, why)`` requested so far in this process, or None."""
+def requested(crawler: Any = None) -> tuple[int, str] | None:
+    """``(status, why)`` requested so far for ``crawler``'s crawl, or (no crawler) in
+    this process; None when none was."""
+    if crawler is not None:
+        return _by_crawl.get(crawler)
     return _requested
 
 
@@ -51,6 +68,7 @@ def reset() -> None:
     global _requested
     with _lock:
         _requested = None
+        _by_crawl.clear()
         if sys.exit is _exit:
             sys.exit = _original_exit
 

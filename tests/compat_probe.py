@@ -18,10 +18,18 @@ class Probe:
         crawler.signals.connect(self.response_received, signal=signals.response_received)
         crawler.signals.connect(self.reached_downloader, signal=signals.request_reached_downloader)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
+        crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> Probe:
         return cls(crawler)
+
+    def spider_opened(self, spider: Any) -> None:
+        # the FeedExporter among the extensions; an item written through its item_scraped
+        exporter = compat.feed_exporter(self.crawler)
+        self.seen["feed_exporter"] = type(exporter).__name__
+        if exporter is not None:
+            compat.export_to_feeds(exporter, {"probe": "written through export_to_feeds"}, spider)
 
     def response_received(self, response: Any, request: Any, spider: Any) -> None:
         inprogress = compat.engine_requests_in_progress(self.crawler)

@@ -35,6 +35,9 @@ def test_private_engine_api_as_compat_uses_it(tmp_path: Path, scheduler: str) ->
     # Downloader.slots[host].active / .concurrency: a slot with as many requests as its concurrency is full
     assert seen["slot_full"] and all(seen["slot_full"]), seen
     assert seen["other_host_full"] is False
+    # the FeedExporter extension instance, and its item_scraped writes to the crawl's feeds
+    assert seen["feed_exporter"] == "FeedExporter"
+    assert {"probe": "written through export_to_feeds"} in res.items
     from scrapy.utils.misc import load_object
 
     cls = load_object(scheduler)
@@ -48,6 +51,7 @@ def test_outside_a_crawl_every_helper_says_unknown() -> None:
     assert compat.wake_engine(crawler) is False
     assert compat.engine_scheduler(crawler) is None
     assert compat.slot_full_check(crawler) is None
+    assert compat.feed_exporter(crawler) is None  # in a crawl: test_private_engine_api_as_compat_uses_it
 
 
 def test_scrapy_playwright_private_api_as_compat_uses_it() -> None:

@@ -33,3 +33,73 @@ def test_requested_and_reset() -> None:
     finally:
         exitcode.reset()
     assert exitcode.requested() is None and sys.exit is exitcode._original_exit
+
+
+TWO_CRAWLS = """
+import sys
+from scrapy.crawler import CrawlerRunner
+from scrapy.utils.log import configure_logging
+from scrapy.utils.project import get_project_settings
+from scrapy.utils.reactor import install_reactor
+
+install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
+from twisted.internet import defer, reactor
+from storage_test_spiders import UnencodableSpider
+from scrapy_scale import exitcode
+
+
+class CleanSpider(UnencodableSpider):
+    name = "clean"
+    start_urls = ["data:text/plain,ok"]
+
+
+settings = get_project_settings()
+settings.setdict({"SCALE_STATE_DIR": sys.argv[1], "FEEDS": {}, "LOG_LEVEL": "INFO", "DOWNLOAD_DELAY": 0,
+                  "SCALE_FRONTIER_SCHEMES": ["http", "https", "data"], "TELNETCONSOLE_ENABLED": False})
+configure_logging(settings)
+runner = CrawlerRunner(settings)
+
+
+@defer.inlineCallbacks
+def one_after_the_other():
+    try:
+        yield runner.crawl(UnencodableSpider)  # 2 dead letters
+        yield runner.crawl(CleanSpider)  # none
+    finally:
+        reactor.stop()
+
+
+one_after_the_other()
+reactor.run()
+print("PROCESS", exitcode.requested())
+"""
+
+
+def test_the_exit_status_of_one_crawl_does_not_leak_into_the_next_in_the_same_process(tmp_path) -> None:
+    """Before: after a crawl with dead letters, a later crawl of the same process said
+    "exit status 3: the run has 2 dead letters" in its summary, with none of its own."""
+    from tests.crawling import ROOT
+    from tests.test_storage_crawl import write_spiders
+
+    env = write_spiders(tmp_path)
+    script = tmp_path / "two_crawls.py"
+    script.write_text(TWO_CRAWLS)
+    import os
+
+    penv = {**os.environ, "PYTHONPATH": os.pathsep.join([env["PYTHONPATH"], str(ROOT)])}
+    penv["SCRAPY_SETTINGS_MODULE"] = "example_project.settings"
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "state")],
+        cwd=ROOT,
+        env=penv,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    first, second = out.split("summary: job 'clean'")
+    assert "exit status   3: the run has 2 dead letters" in first, out[-4000:]
+    assert "dead letters" not in second and "exit status" not in second, second[-2000:]
+    # the process as a whole still knows: a script reads it after its crawls
+    assert "PROCESS (3, 'the run has 2 dead letters (SCALE_EXIT_CODE_DEAD_LETTERS)')" in out, out[-2000:]

@@ -222,6 +222,10 @@ def test_unencodable_items_are_dead_lettered_and_fail_their_request(tmp_path: Pa
     # the two pages whose item could not be stored failed (requeue parse_failed crawls them again)
     assert status.counts["done"] == 1 and status.counts["failed"] == 2, status
     assert status.failed_by_class == {"parse_failed": 2}, status
+    # the summary counts those two requests as the frontier does (before: "requests  ok 3")
+    requests = next(line.strip() for line in res.log.splitlines() if line.strip().startswith("requests "))
+    assert requests == "requests      ok 1, parse_failed 2", requests
+    assert "frontier      1 done, 2 failed, 0 pending (failed: parse_failed 2)" in res.log, res.tail()
     # the exit status is a setting: 0 keeps plain Scrapy's exit 0
     again = run_crawl(
         None, {**settings, "SCALE_EXIT_CODE_DEAD_LETTERS": 0}, tmp_path, spider="unencodable", timeout=90, env=env

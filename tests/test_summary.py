@@ -133,3 +133,39 @@ def test_summary_counts_the_requests_kept_in_memory_by_type() -> None:
     )
     (line,) = [x for x in lines if "not stored" in x]
     assert "7 requests kept in memory only" in line and "Opaque 5, refused 2" in line, line
+
+
+def test_a_request_whose_item_was_dead_lettered_counts_as_parse_failed_either_order() -> None:
+    """Item 22: the frontier fails such a request (parse_failed); the summary's requests
+    line said ok. The item's verdict can come after the outcome, or before it."""
+    from types import SimpleNamespace
+
+    from scrapy.http import Request
+
+    from scrapy_scale import meta
+    from scrapy_scale.errors import ItemDeadLettered
+    from scrapy_scale.monitor.summary import OutcomeTally
+    from scrapy_scale.outcomes.model import FailureClass, Outcome
+
+    def response(fp: str) -> SimpleNamespace:
+        return SimpleNamespace(request=Request("http://a.test/", meta={meta.FINGERPRINT: fp}))
+
+    tally = OutcomeTally(lambda request: request.meta[meta.FINGERPRINT])
+    dead = ItemDeadLettered("too large")
+    ok = FailureClass.OK
+    # after: two items, the second dead-lettered once the outcome was counted
+    tally.on_outcome(Outcome("a", "http://a.test/a", "a.test", ok, items=2))
+    tally.on_item({}, response("a"))
+    assert tally.ordered(tally.outcomes) == {"ok": 1}
+    tally.on_item({}, response("a"), exception=dead)
+    assert tally.ordered(tally.outcomes) == {"parse_failed": 1}
+    # before: the dead letter (as item_error's failure) comes before the outcome
+    from twisted.python.failure import Failure
+
+    tally.on_item({}, response("b"), failure=Failure(dead))
+    tally.on_outcome(Outcome("b", "http://a.test/b", "a.test", ok, items=1))
+    # a request whose items were all stored stays ok; nothing is left followed
+    tally.on_outcome(Outcome("c", "http://a.test/c", "a.test", ok, items=1))
+    tally.on_item({}, response("c"))
+    assert tally.ordered(tally.outcomes) == {"ok": 1, "parse_failed": 2}
+    assert not tally._early and not tally._waiting

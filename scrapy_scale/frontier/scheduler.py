@@ -1139,7 +1139,7 @@ class Scheduler(BaseScheduler):
         self._fatal = message
         logger.error("frontier: the crawl cannot go on, stopping it: %s", message)
         self.stats.set_value("scale/frontier/error", message[:500])
-        exitcode.request(1, f"the frontier stopped the crawl: {message[:200]}")
+        exitcode.request(1, f"the frontier stopped the crawl: {message[:200]}", self.crawler)
         engine = compat.engine_of(self.crawler)
         if engine is not None and getattr(engine, "spider", None) is not None:
             from scrapy.utils.defer import deferred_from_coro

@@ -26,10 +26,11 @@ from scrapy import signals
 from scrapy.crawler import Crawler
 from scrapy.spiders import Spider
 
-from scrapy_scale import config, exitcode, settings_core
+from scrapy_scale import config, exitcode, meta, settings_core
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
 from scrapy_scale.context import ScaleContext
+from scrapy_scale.errors import ItemDeadLettered
 from scrapy_scale.outcomes.model import CLASSES, FailureClass, Outcome
 from scrapy_scale.redact import redact_url
 from scrapy_scale.storage import settings as storage_settings
@@ -111,23 +112,64 @@ def dead_letters(stats: Mapping[str, Any], facts: RunFacts) -> int:
 
 
 class OutcomeTally:
-    """Subscriber: final outcomes, retries and give-ups by class (crawl requests only)."""
+    """Subscriber: final outcomes, retries and give-ups by class (crawl requests only).
 
-    def __init__(self) -> None:
+    A request whose final outcome is done (``ok``, ``not_found``) but one of whose items
+    went to the dead letter (``ItemDeadLettered``) counts as ``parse_failed``, as the
+    frontier records it (its output is not all stored): the item's verdict can come before
+    or after the outcome, so a request is followed from its first item or its final
+    outcome until all the items its outcome announced are accounted for (in-flight
+    requests only).
+    """
+
+    def __init__(self, fingerprint: Callable[[Any], str | None] | None = None) -> None:
         self.outcomes: Counter[str] = Counter()
         self.retries: Counter[str] = Counter()
         self.gave_up: Counter[str] = Counter()
+        self.fingerprint = fingerprint or (lambda request: None)
+        #: fingerprint -> [items seen, an item dead-lettered] before the final outcome
+        self._early: dict[str, list[Any]] = {}
+        #: fingerprint -> [items expected, items seen, class counted] after a done outcome
+        self._waiting: dict[str, list[Any]] = {}
 
     def on_outcome(self, outcome: Outcome, **kwargs: Any) -> None:
         if outcome.internal:
             return
         cls = outcome.cls.value
         if outcome.final:
+            early = self._early.pop(outcome.fingerprint, None)
+            if outcome.done and early is not None and early[1]:
+                cls = FailureClass.PARSE_FAILED.value
+            elif outcome.done and outcome.items > (early[0] if early else 0):
+                self._waiting[outcome.fingerprint] = [outcome.items, early[0] if early else 0, cls]
             self.outcomes[cls] += 1
             if outcome.gave_up:
                 self.gave_up[cls] += 1
         else:
             self.retries[cls] += 1
+
+    def on_item(self, item: Any = None, response: Any = None, **kwargs: Any) -> None:
+        """``item_scraped`` / ``item_dropped`` / ``item_error`` of a crawled response's item."""
+        request = getattr(response, "request", None)
+        fp = self.fingerprint(request) if request is not None else None
+        if not fp:
+            return
+        failure = kwargs.get("failure")
+        error = getattr(failure, "value", None) if failure is not None else kwargs.get("exception")
+        dead = isinstance(error, ItemDeadLettered)
+        waiting = self._waiting.get(fp)
+        if waiting is None:
+            early = self._early.setdefault(fp, [0, False])
+            early[0] += 1
+            early[1] = early[1] or dead
+            return
+        waiting[1] += 1
+        if dead and waiting[2] != FailureClass.PARSE_FAILED.value:
+            self.outcomes[waiting[2]] -= 1
+            self.outcomes[FailureClass.PARSE_FAILED.value] += 1
+            waiting[2] = FailureClass.PARSE_FAILED.value
+        if waiting[1] >= waiting[0]:
+            del self._waiting[fp]
 
     def ordered(self, counter: Counter[str]) -> dict[str, int]:
         return {c: counter[c] for c in _CLASSES if counter[c]}
@@ -289,7 +331,7 @@ class RunSummary:
         self.reason: str | None = None
         self.job: str | None = None
         self.done = False
-        self.tally = OutcomeTally()
+        self.tally = OutcomeTally(self._fingerprint)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RunSummary:
@@ -298,7 +340,17 @@ class RunSummary:
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(ext.engine_stopped, signal=signals.engine_stopped)
         crawler.signals.connect(ext.tally.on_outcome, signal=scale_signals.outcome)
+        for sig in (signals.item_scraped, signals.item_dropped, signals.item_error):
+            crawler.signals.connect(ext.tally.on_item, signal=sig)
         return ext
+
+    def _fingerprint(self, request: Any) -> str | None:
+        """The fingerprint outcomes carry (scrapy_scale.outcomes.emit: the frontier's, else Scrapy's)."""
+        fp = request.meta.get(meta.FINGERPRINT)
+        if fp:
+            return str(fp)
+        fingerprinter = getattr(self.crawler, "request_fingerprinter", None)
+        return fingerprinter.fingerprint(request).hex() if fingerprinter is not None else None
 
     def spider_opened(self, spider: Spider) -> None:
         self.started = time.monotonic()
@@ -346,8 +398,8 @@ class RunSummary:
         dead = dead_letters(stats, facts)
         code = settings_core.EXIT_CODE_DEAD_LETTERS.get(self.crawler.settings)
         if dead and code:
-            exitcode.request(code, f"the run has {dead:,} dead letters (SCALE_EXIT_CODE_DEAD_LETTERS)")
-        facts.exit_status = exitcode.requested()
+            exitcode.request(code, f"the run has {dead:,} dead letters (SCALE_EXIT_CODE_DEAD_LETTERS)", self.crawler)
+        facts.exit_status = exitcode.requested(self.crawler)
         return render(stats, facts)
 
 

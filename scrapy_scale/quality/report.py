@@ -220,7 +220,7 @@ class QualityReport:
             json_path,
         )
         if self.exit_code:
-            exitcode.request(self.exit_code, f"quality checks failed: {', '.join(report['failed'])}")
+            exitcode.request(self.exit_code, f"quality checks failed: {', '.join(report['failed'])}", self.crawler)
         if self.finish_reason:
             st.set_value("finish_reason", self.finish_reason)
 

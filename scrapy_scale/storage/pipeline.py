@@ -46,8 +46,9 @@ from scrapy_scale.storage.backends import (
     open_store,
 )
 from scrapy_scale.storage.encode import Unencodable, encode_item, encode_value, to_json
+from scrapy_scale.storage.feed_guard import FeedGuard
 from scrapy_scale.storage.keys import InvalidKey, KeyRules
-from scrapy_scale.storage.writer import BatchReport, BatchWriter, DeadLettered, Result, Submission
+from scrapy_scale.storage.writer import BatchReport, BatchWriter, DeadLettered, Result, Stored, Submission
 
 logger = logging.getLogger(__name__)
 
@@ -204,6 +205,8 @@ class StorePipeline:
         self._paused = False
         self._latency_sum = 0.0
         self._outage_logged = 0.0
+        #: the feed journal, when Scrapy's feeds are on (see storage/feeds.py)
+        self.feeds: FeedGuard | None = None
         crawler.signals.connect(self._forget, signal=signals.item_dropped)
         crawler.signals.connect(self._forget, signal=signals.item_error)
 
@@ -267,6 +270,9 @@ class StorePipeline:
             on_abandoned=lambda subs: reactor.callFromThread(self._on_abandoned, subs),  # type: ignore[attr-defined]
         )
         self.writer.start()
+        self.feeds = FeedGuard.attach(
+            self.crawler, self.job, self.url, self.collection, self.dead_collection, self.fields
+        )
         logger.info("storing items in %s (collection %s, run %s)", redact_url(self.url), self.collection, self.run_id)
 
     async def close_spider(self, spider: Spider | None = None) -> None:
@@ -397,6 +403,8 @@ class StorePipeline:
                 engine.unpause()
                 compat.wake_engine(self.crawler)
             logger.info("store caught up (%d items waiting): crawl resumed", self._pending)
+        if self.feeds is not None:  # journaled before item_scraped, hence before any ack
+            self.feeds.stored(result.key for _, result in results if isinstance(result, Stored))
         for sub, result in results:
             if isinstance(result, DeadLettered):
                 self.stats.inc_value(STATS + "dead_letter_reason/" + reason_kind(result.reason))
@@ -429,7 +437,7 @@ class StorePipeline:
         see docs/storage.md about their acks) and end the crawl loudly instead of looping."""
         text = f"SCALE_STORE_URL store cannot be written, closing the spider: {message}"
         logger.error("%s", text)
-        exitcode.request(1, f"the item store cannot be written (SCALE_STORE_URL): {message[:200]}")
+        exitcode.request(1, f"the item store cannot be written (SCALE_STORE_URL): {message[:200]}", self.crawler)
         self.stats.set_value(STATS + "failed", message[:500])
         self._pending -= len(subs)
         for sub in subs:
