@@ -104,6 +104,35 @@ class LazyStartSpider(_Base):
             yield scrapy.Request(f"{self.base}/item/3")
 
 
+class LazyDupesSpider(_Base):
+    """Scrapy's lazy start whose later start requests are duplicates while a slow page is
+    in flight: ``start()`` yields the slow page 1 and page 2, waits for page 2's answer,
+    then page 2 twice more (duplicates) and page 3, each after ``scheduler_empty`` while
+    ``engine.needs_backout()``. The scheduler answers each duplicate at once, so page 3
+    goes out long before page 1's answer."""
+
+    name = "lazy_dupes"
+
+    async def start(self) -> Any:
+        from scrapy.utils.defer import deferred_to_future
+        from twisted.internet import defer
+
+        self.second = defer.Deferred()
+        engine = self.crawler.engine
+        for n in (1, 2, 0, 2, 2, 3):
+            if n == 0:
+                await deferred_to_future(self.second)
+                continue
+            if engine.needs_backout():
+                await self.crawler.signals.wait_for(signals.scheduler_empty)
+            yield scrapy.Request(f"{self.base}/item/{n}")
+
+    def parse(self, response: Any) -> Iterator[Any]:
+        yield {"url": response.url}
+        if response.url.endswith("/item/2") and not self.second.called:
+            self.second.callback(None)
+
+
 class RefetchSpider(_Base):
     """A -> B -> A -> B -> A, every hop ``dont_filter=True``: Scrapy fetches all five,
     whatever the state of the page's record when it is asked for again."""

@@ -112,6 +112,21 @@ def test_scrapys_lazy_start_fetches_in_order_on_every_backend(tmp_path: Path, fr
     assert served == [f"/item/{i}" for i in (1, 2, 3, 4)], served
 
 
+@pytest.mark.timeout(120)
+def test_a_lazy_start_is_answered_at_once_about_a_duplicate(tmp_path: Path, frontier_url: str, job: str) -> None:
+    """A lazy start() whose next requests are duplicates while a slow page is in flight:
+    the scheduler answers each duplicate at its sync, so page 3 is asked for at once. The engine was woken only by its 5 s heartbeat after a
+    sync that leased nothing: page 3 went out 5 s after page 2."""
+    settings = {**SPIDERS, "SCALE_JOB": job, "SCALE_FRONTIER_URL": frontier_url}
+    with Testbed(hosts=1, pages=6, seed=2, faults="slow:/item/1,delay=6") as tb:
+        res = run_crawl(tb, settings, tmp_path, spider="lazy_dupes", timeout=90)
+        assert res.returncode == 0, res.tail()
+        served = {r.path: r.time for r in tb.log if r.path.startswith("/item/")}
+    assert sorted(served) == ["/item/1", "/item/2", "/item/3"], served
+    # the engine's heartbeat (every 5 s) was what woke it: page 3 came 5 s after page 2
+    assert served["/item/3"] - served["/item/2"] < 3.5, {k: round(v - served["/item/1"], 2) for k, v in served.items()}
+
+
 # ---- issue 19 item 2: dont_filter=True fetches again, whatever the record's state -------------
 
 

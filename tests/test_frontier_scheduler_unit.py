@@ -608,3 +608,16 @@ def test_install_backout_answers_for_the_engine_and_comes_off() -> None:
     remove()
     engine.full, waits[0] = False, True
     assert not engine.needs_backout() and "needs_backout" not in engine.__dict__
+
+
+def test_a_backed_out_engine_gets_a_batch_leased_without_a_sync(sched: Scheduler) -> None:
+    """While the engine backs out with nothing buffered, Scrapy reads start() without
+    coming back to the reactor, so no sync ends: once a batch of start requests is in the
+    outbox it is written and leased on the spot (it waited for OUTBOX_CAP batches, about
+    1,000 start requests before the first download)."""
+    sched.enqueue_request(Request("http://a.test/0"))
+    assert sched.engine_backs_out()
+    for i in range(1, sched.batch):
+        sched.enqueue_request(Request(f"http://a.test/{i}"))
+    assert len(sched.buffer) > 0 and not sched.outbox  # leased without a sync
+    assert sched.next_request() is not None

@@ -180,6 +180,8 @@ class Scheduler(BaseScheduler):
         self._pending_top: int | None = None
         #: next_request returned None since the last sync (wake the engine after the next)
         self._engine_waits = False
+        #: engine_backs_out() said True: the sync that ends it wakes the engine (once)
+        self._backed_out = False
         #: the running (or last) sync asked the store for a lease
         self._sync_leases = False
         #: leased records and memory-only requests, served by priority (FIFO within one)
@@ -386,6 +388,7 @@ class Scheduler(BaseScheduler):
         try:
             res, released = await self._in_thread(work)
             self._count_writes(res)
+            self.scrapy_stats.written(ops, res.enqueued)
             self._apply_counts(res)
             # job-wide (this run), every worker's: the run summary and the exit status read it
             self.stats.set_value("scale/frontier/dead_letters", res.dead_letters)
@@ -456,11 +459,14 @@ class Scheduler(BaseScheduler):
         request to the downloader already, so ``engine.needs_backout()`` says True (a
         lazy ``start()`` then waits for ``scheduler_empty``, see :mod:`.engine_glue`).
         Starts that sync, and has the engine woken after it."""
-        if self._closing or not self._engine_would_wait() or not self.has_work_for_this_worker():
+        if not self._backout_due():
             return False
-        self._engine_waits = True
+        self._engine_waits = self._backed_out = True
         self._kick()
         return True
+
+    def _backout_due(self) -> bool:
+        return not self._closing and self._engine_would_wait() and self.has_work_for_this_worker()
 
     def _buffered_fps(self) -> list[str]:
         """Fingerprints of the leases the buffer holds (requests kept in memory included)."""
@@ -503,7 +509,12 @@ class Scheduler(BaseScheduler):
             self._inc("delayed")
             self._sync_at(not_before)
         self.outbox.append(("enq", nr), request.priority if eligible else None)
-        if len(self.outbox) >= OUTBOX_CAP * self.batch:
+        if len(self.outbox) >= OUTBOX_CAP * self.batch or (
+            # the engine backs out with nothing buffered and reads start() without coming
+            # back to the reactor (so no sync ends): write and lease a batch now, or the
+            # first download would wait for OUTBOX_CAP batches of start requests
+            self._backed_out and not self.buffer and len(self.outbox) >= self.batch
+        ):
             self._flush_now()
         elif len(self.outbox) >= self.batch:
             self._kick()
@@ -1058,7 +1069,12 @@ class Scheduler(BaseScheduler):
             or res.finished_run
             or (self._engine_waits and not self._engine_would_wait())
             or not self.has_pending_requests()
+            # a backout that ended with nothing leased (a duplicate, another worker's lease):
+            # the engine asks again now, not at its next heartbeat (a lazy start() waits
+            # for the scheduler_empty that answer sends)
+            or (self._backed_out and not self._backout_due())
         ):
+            self._backed_out = False
             # new work, or maybe idle (or no longer held back) now: let the engine look at once.
             # Not after a sync that changed nothing the engine waits for: it would ask again at
             # once, kick another sync, and so on, as fast as the store answers, for as long as
