@@ -8,6 +8,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from scrapy_scale.egress.health import Health, clamp_note
 from scrapy_scale.egress.report import when
 from scrapy_scale.egress.shared import RedisState, SqliteState, clean_live
@@ -152,3 +154,28 @@ def test_a_provider_whose_first_fetch_hangs_does_not_stop_the_crawl_at_start(tmp
     assert res.stats["test/provider_released_by_progress"] == 1, res.tail()
     assert res.log.count("the provider's first fetch() has not returned after 1 s") == 1
     assert res.log.index("has not returned after 1 s") < res.log.index("egress: pool now 1 egress(es)")
+
+
+@pytest.mark.parametrize("exhausted", ["wait", "close"])
+def test_a_provider_whose_fetch_never_returns_ends_the_crawl_with_an_error(tmp_path: Path, exhausted: str):
+    """fetch() ran in the reactor's thread pool, which the reactor joins at shutdown, and
+    the empty pool waited forever: the process never ended. Now the crawl gives up after
+    10 x SCALE_EGRESS_PROVIDER_TIMEOUT (one with SCALE_EGRESS_EXHAUSTED = close), says why,
+    exits 1, and the hung thread does not hold the exit."""
+    with Testbed(hosts=1, pages=10, seed=3, proxies=[ProxySpec("p1")]) as tb:
+        s = {
+            "SCALE_EGRESSES": "tests.egress_hostile_support.BlockedProvider",
+            "SCALE_EGRESS_PROVIDER_TIMEOUT": 0.5,
+            "SCALE_EGRESS_EXHAUSTED": exhausted,
+        }
+        res = run_crawl(tb, s, tmp_path, timeout=90)
+    assert res.stats.get("test/blocked_provider_calls") == 1, res.tail()  # one call at a time: it never returned
+    assert res.stats.get("finish_reason") == "egress_unavailable", res.tail()
+    assert res.returncode == 1, res.tail()
+    assert res.items == []
+    rule = "SCALE_EGRESS_EXHAUSTED = close" if exhausted == "close" else "10 x SCALE_EGRESS_PROVIDER_TIMEOUT (0.5 s)"
+    line = next(ln for ln in res.log.splitlines() if "closing the spider (reason egress_unavailable)" in ln)
+    assert rule in line and "the provider's fetch() has not returned for" in line, line
+    waited = float(line.split("has had no egress for ")[1].split(" s")[0])
+    assert waited >= (0.5 if exhausted == "close" else 5), line
+    assert res.log.count("closing the spider (reason egress_unavailable)") == 1, res.tail()
