@@ -179,3 +179,26 @@ def test_a_provider_whose_fetch_never_returns_ends_the_crawl_with_an_error(tmp_p
     waited = float(line.split("has had no egress for ")[1].split(" s")[0])
     assert waited >= (0.5 if exhausted == "close" else 5), line
     assert res.log.count("closing the spider (reason egress_unavailable)") == 1, res.tail()
+
+
+def test_the_commands_clamp_a_far_quarantine_as_the_crawl_does(tmp_path: Path):
+    """report.clean_health decoded records without now/longest: `scrapy scale egress` and
+    `status` showed "quarantined until 2058" while the crawl clamps it to now + max."""
+    a, b = "127.0.0.1:1", "127.0.0.1:2"
+    st = SqliteState(str(tmp_path / "state" / "egress.db"), "catalog")
+    now = time.time()
+    st.sync("old/1", {a: {"u": now + 1e9, "c": now - 10, "l": 1}, b: {"u": now + 30, "c": now - 10, "l": 1}}, {}, now)
+    st.close()
+    cmd = {"SCALE_STATE_DIR": str(tmp_path / "state"), "SCALE_EGRESS_QUARANTINE_MAX": "60"}
+    p = scale("egress", "catalog", "--json", settings=cmd)
+    t1 = time.time()
+    assert p.returncode == 0, p.stderr
+    rows = {r["egress"]: r for r in json.loads(p.stdout)}
+    assert now + 59 <= rows[a]["until"] <= t1 + 60, rows[a]  # clamped to now + SCALE_EGRESS_QUARANTINE_MAX
+    assert rows[b]["until"] == now + 30  # a near end is left alone
+    assert p.stderr.count("warning") == 1 and f"health record '{a}': its quarantine end" in p.stderr, p.stderr
+    assert f"'{b}'" not in p.stderr
+    s = scale("egress", "catalog", settings=cmd)  # the text rows (status prints the same ones)
+    assert s.returncode == 0, s.stderr
+    line = next(ln for ln in s.stdout.splitlines() if a in ln)
+    assert time.strftime("%Y", time.localtime(now + 1e9)) not in line and "until" in line, line

@@ -401,4 +401,5 @@ class EgressMiddleware(SourceGlue):
             },
             time.time(),
             top,
+            longest=p.policy.max_quarantine,
         )
