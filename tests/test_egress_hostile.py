@@ -202,3 +202,27 @@ def test_the_commands_clamp_a_far_quarantine_as_the_crawl_does(tmp_path: Path):
     assert s.returncode == 0, s.stderr
     line = next(ln for ln in s.stdout.splitlines() if a in ln)
     assert time.strftime("%Y", time.localtime(now + 1e9)) not in line and "until" in line, line
+
+
+def test_an_empty_pool_gives_up_after_its_bound_and_says_why():
+    from scrapy_scale.clock import FakeClock
+    from scrapy_scale.egress.settings import Source
+    from scrapy_scale.egress.sources import GIVE_UP_AFTER, Refresher
+
+    clock = FakeClock()
+    r = Refresher(Source("provider", provider=object), 60.0, clock, timeout=30.0)
+    assert r.give_up(True, close=True) is None  # no call yet
+    r.start_call()
+    clock.advance(29)
+    assert r.give_up(True, close=True) is None and r.give_up(True, close=False) is None
+    clock.advance(1)
+    assert "SCALE_EGRESS_EXHAUSTED = close" in (r.give_up(True, close=True) or "")
+    assert r.give_up(True, close=False) is None and r.give_up(False, close=True) is None
+    clock.advance(GIVE_UP_AFTER * 30 - 30)
+    why = r.give_up(True, close=False) or ""
+    assert "no egress for 300.0 s" in why and "fetch() has not returned for 300 s" in why, why
+    r.end_call()
+    r.failed(ConnectionError("http://user:secret@api.example/ down"))
+    why = r.give_up(True, close=False) or ""
+    assert "failed 1 time(s) in a row" in why and "secret" not in why, why
+    assert Refresher(Source("static"), 60.0, clock).give_up(True, close=True) is None
