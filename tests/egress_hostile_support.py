@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 from scrapy import signals
@@ -50,3 +51,22 @@ class HangingProvider:
                 time.sleep(0.05)
             stats.set_value("test/provider_released_by_progress", int(bool(stats.get_value("scale/egress/wait/empty"))))
         return list(self.crawler.settings.getlist("TEST_PROXIES"))
+
+
+class BlockedProvider:
+    """An egress provider whose fetch() never returns: it waits for an event that nothing
+    sets. Counts its calls in the stats (``test/blocked_provider_calls``)."""
+
+    never = threading.Event()
+
+    def __init__(self, crawler: Any):
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> BlockedProvider:
+        return cls(crawler)
+
+    def fetch(self) -> list[str]:
+        self.crawler.stats.inc_value("test/blocked_provider_calls")
+        self.never.wait()
+        return []

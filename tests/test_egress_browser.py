@@ -126,3 +126,51 @@ def test_contexts_live_in_the_handler_of_each_scheme_and_all_close(tmp_path, tls
     assert res.stats["scale/egress/browser/contexts"] == 0
     final = re.search(r"^scrapy_scale_browser_contexts\{[^}]*\} (\S+)", textfile.read_text(), re.M)
     assert final and float(final.group(1)) == 0.0, textfile.read_text()  # written after the contexts closed
+
+
+def test_a_context_whose_close_hangs_does_not_hang_spider_close(caplog):
+    """close_all() gathered every close() with no time limit: a Playwright context whose
+    close never finished hung spider_closed. A fake of the handler's interface (the
+    contexts in ``context_wrappers``) stands for scrapy-playwright's."""
+    import asyncio
+    import logging
+    import time
+    from types import SimpleNamespace
+
+    from scrapy_scale.egress.browser import BrowserContexts
+
+    class Context:
+        def __init__(self, hangs: bool):
+            self.hangs, self.closed, self.started = hangs, False, False
+
+        async def close(self) -> None:
+            self.started = True
+            if self.hangs:
+                await asyncio.Event().wait()  # never set
+            self.closed = True
+
+    hung, fine = Context(True), Context(False)
+    handler = SimpleNamespace(
+        context_wrappers={
+            "egress:127.0.0.1:1:1": SimpleNamespace(context=hung),
+            "egress:127.0.0.1:2:1": SimpleNamespace(context=fine),
+        }
+    )
+    contexts = BrowserContexts(None, 0, 0.0, time.time)
+    contexts.handlers[id(handler)] = handler
+    contexts.close_timeout = 0.2
+    settled = contexts.settled()
+
+    async def close() -> float:
+        t0 = time.monotonic()
+        await asyncio.wait_for(contexts.close_all(), 10)  # fails the test instead of hanging it
+        return time.monotonic() - t0
+
+    with caplog.at_level(logging.WARNING, logger="scrapy_scale.egress.browser"):
+        took = asyncio.run(close())
+    assert hung.started and not hung.closed and fine.closed
+    assert took < 5
+    assert settled.called  # the metrics' final read is not held either
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "did not close within 0.2 s" in warnings[0], warnings
+    assert "egress:127.0.0.1:1:1" in warnings[0] and "egress:127.0.0.1:2:1" not in warnings[0]

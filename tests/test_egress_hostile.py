@@ -8,6 +8,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from scrapy_scale.egress.health import Health, clamp_note
 from scrapy_scale.egress.report import when
 from scrapy_scale.egress.shared import RedisState, SqliteState, clean_live
@@ -152,3 +154,75 @@ def test_a_provider_whose_first_fetch_hangs_does_not_stop_the_crawl_at_start(tmp
     assert res.stats["test/provider_released_by_progress"] == 1, res.tail()
     assert res.log.count("the provider's first fetch() has not returned after 1 s") == 1
     assert res.log.index("has not returned after 1 s") < res.log.index("egress: pool now 1 egress(es)")
+
+
+@pytest.mark.parametrize("exhausted", ["wait", "close"])
+def test_a_provider_whose_fetch_never_returns_ends_the_crawl_with_an_error(tmp_path: Path, exhausted: str):
+    """fetch() ran in the reactor's thread pool, which the reactor joins at shutdown, and
+    the empty pool waited forever: the process never ended. Now the crawl gives up after
+    10 x SCALE_EGRESS_PROVIDER_TIMEOUT (one with SCALE_EGRESS_EXHAUSTED = close), says why,
+    exits 1, and the hung thread does not hold the exit."""
+    with Testbed(hosts=1, pages=10, seed=3, proxies=[ProxySpec("p1")]) as tb:
+        s = {
+            "SCALE_EGRESSES": "tests.egress_hostile_support.BlockedProvider",
+            "SCALE_EGRESS_PROVIDER_TIMEOUT": 0.5,
+            "SCALE_EGRESS_EXHAUSTED": exhausted,
+        }
+        res = run_crawl(tb, s, tmp_path, timeout=90)
+    assert res.stats.get("test/blocked_provider_calls") == 1, res.tail()  # one call at a time: it never returned
+    assert res.stats.get("finish_reason") == "egress_unavailable", res.tail()
+    assert res.returncode == 1, res.tail()
+    assert res.items == []
+    rule = "SCALE_EGRESS_EXHAUSTED = close" if exhausted == "close" else "10 x SCALE_EGRESS_PROVIDER_TIMEOUT (0.5 s)"
+    line = next(ln for ln in res.log.splitlines() if "closing the spider (reason egress_unavailable)" in ln)
+    assert rule in line and "the provider's fetch() has not returned for" in line, line
+    waited = float(line.split("has had no egress for ")[1].split(" s")[0])
+    assert waited >= (0.5 if exhausted == "close" else 5), line
+    assert res.log.count("closing the spider (reason egress_unavailable)") == 1, res.tail()
+
+
+def test_the_commands_clamp_a_far_quarantine_as_the_crawl_does(tmp_path: Path):
+    """report.clean_health decoded records without now/longest: `scrapy scale egress` and
+    `status` showed "quarantined until 2058" while the crawl clamps it to now + max."""
+    a, b = "127.0.0.1:1", "127.0.0.1:2"
+    st = SqliteState(str(tmp_path / "state" / "egress.db"), "catalog")
+    now = time.time()
+    st.sync("old/1", {a: {"u": now + 1e9, "c": now - 10, "l": 1}, b: {"u": now + 30, "c": now - 10, "l": 1}}, {}, now)
+    st.close()
+    cmd = {"SCALE_STATE_DIR": str(tmp_path / "state"), "SCALE_EGRESS_QUARANTINE_MAX": "60"}
+    p = scale("egress", "catalog", "--json", settings=cmd)
+    t1 = time.time()
+    assert p.returncode == 0, p.stderr
+    rows = {r["egress"]: r for r in json.loads(p.stdout)}
+    assert now + 59 <= rows[a]["until"] <= t1 + 60, rows[a]  # clamped to now + SCALE_EGRESS_QUARANTINE_MAX
+    assert rows[b]["until"] == now + 30  # a near end is left alone
+    assert p.stderr.count("warning") == 1 and f"health record '{a}': its quarantine end" in p.stderr, p.stderr
+    assert f"'{b}'" not in p.stderr
+    s = scale("egress", "catalog", settings=cmd)  # the text rows (status prints the same ones)
+    assert s.returncode == 0, s.stderr
+    line = next(ln for ln in s.stdout.splitlines() if a in ln)
+    assert time.strftime("%Y", time.localtime(now + 1e9)) not in line and "until" in line, line
+
+
+def test_an_empty_pool_gives_up_after_its_bound_and_says_why():
+    from scrapy_scale.clock import FakeClock
+    from scrapy_scale.egress.settings import Source
+    from scrapy_scale.egress.sources import GIVE_UP_AFTER, Refresher
+
+    clock = FakeClock()
+    r = Refresher(Source("provider", provider=object), 60.0, clock, timeout=30.0)
+    assert r.give_up(True, close=True) is None  # no call yet
+    r.start_call()
+    clock.advance(29)
+    assert r.give_up(True, close=True) is None and r.give_up(True, close=False) is None
+    clock.advance(1)
+    assert "SCALE_EGRESS_EXHAUSTED = close" in (r.give_up(True, close=True) or "")
+    assert r.give_up(True, close=False) is None and r.give_up(False, close=True) is None
+    clock.advance(GIVE_UP_AFTER * 30 - 30)
+    why = r.give_up(True, close=False) or ""
+    assert "no egress for 300.0 s" in why and "fetch() has not returned for 300 s" in why, why
+    r.end_call()
+    r.failed(ConnectionError("http://user:secret@api.example/ down"))
+    why = r.give_up(True, close=False) or ""
+    assert "failed 1 time(s) in a row" in why and "secret" not in why, why
+    assert Refresher(Source("static"), 60.0, clock).give_up(True, close=True) is None

@@ -87,3 +87,29 @@ def test_one_sync_is_a_handful_of_redis_commands_whatever_the_traffic(redis_serv
     assert 1 <= r.info("commandstats")["cmdstat_evalsha"]["calls"] <= 2  # (+ one after a script load)
     s.close()
     r.close()
+
+
+NOW = 1_700_000_000.0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"c": NOW + 1e6}, {"c": "1e12"}, {"c": NOW + 5, "u": "x"}, {"c": NOW + 5, "r": NOW + 1e6}],
+    ids=["far_future_c", "numeric_string_c", "bad_field", "far_future_r"],
+)
+def test_a_stored_record_that_does_not_decode_is_overwritten_by_a_newer_one(stores, bad):
+    """A stored record with a finite far-future or a numeric-string ``c`` was kept against
+    every newer record (the pool's merge rejects it), so that egress's state stopped being
+    shared. It now holds nothing, as in the merge, on SQLite and in the Redis script."""
+    s0, s1 = stores
+    s0.longest = s1.longest = 3600.0
+    s0.sync("someone", {A: {"g": 0, "b": 0, "u": 0, "l": 0, **bad}}, {}, NOW)  # nothing stored: written
+    good = {"g": 0.0, "b": 0.0, "at": NOW, "u": NOW + 30, "l": 1, "c": NOW, "r": 0.0}
+    records, _ = s1.sync("w1", {A: good}, {}, NOW)
+    assert records[A] == good
+    w = pool(FakeClock(NOW))
+    assert [e.kind for e in w.merge(s0.load())] == ["adopted"] and w.state(A) == QUARANTINED
+    # a valid newer state change is still kept against an older record
+    s0.sync("w0", {A: {**good, "u": 0.0, "c": NOW + 10}}, {}, NOW + 10)
+    records, _ = s1.sync("w1", {A: good}, {}, NOW + 10)
+    assert records[A]["c"] == NOW + 10

@@ -236,7 +236,9 @@ def _warn_skipped(sub: str, problems: list[str]) -> None:
     if problems:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         shown = "; ".join(problems[:3])
-        print(f"scrapy scale {sub}: warning: egress state skipped: {redact_text(shown)}{more}", file=sys.stderr)
+        print(
+            f"scrapy scale {sub}: warning: egress state skipped or clamped: {redact_text(shown)}{more}", file=sys.stderr
+        )
 
 
 def _progress(settings: object, job: str, st: dict[str, object]) -> dict[str, object] | None:

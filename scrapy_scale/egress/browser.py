@@ -14,6 +14,9 @@ Pages a callback kept (``playwright_include_page``) are closed at the request's 
 outcome, even when the callback raised. Live contexts and browser processes are gauges
 (``ScaleContext.extra["browser"]``, stats ``scale/egress/browser/...``), read from the
 handlers themselves; ``settled()`` fires once the contexts are closed at spider close.
+Each close at spider close gets ``CLOSE_TIMEOUT`` seconds: a context whose close hangs
+is left to the browser's own shutdown, with one WARNING, so it cannot hang
+``spider_closed``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ logger = logging.getLogger(__name__)
 PREFIX = "egress:"
 #: meta key: the context name this attempt uses (internal)
 CONTEXT = "_scale_egress_context"
+#: seconds each egress context gets to close at spider close
+CLOSE_TIMEOUT = 10.0
 
 
 class EgressContextError(ScaleError, TunnelError):
@@ -69,6 +74,7 @@ class BrowserContexts:
         self.handlers: dict[int, Any] = {}  # the handlers that served browser requests, by id()
         self.failed_starts = 0
         self._closed: Any = None  # fired once close_all() is done (see settled())
+        self.close_timeout = CLOSE_TIMEOUT
 
     # ---- gauges: what the handlers really hold ---------------------------------------
 
@@ -176,7 +182,17 @@ class BrowserContexts:
                 for n, c in compat.playwright_contexts(h).items()
                 if n.startswith(PREFIX)
             ]
-            await asyncio.gather(*(_quiet_close(c, n) for n, c in live if c is not None))
+            live = [(n, c) for n, c in live if c is not None]
+            done = await asyncio.gather(*(_bounded_close(c, n, self.close_timeout) for n, c in live))
+            hung = [n for (n, _), ok in zip(live, done, strict=True) if not ok]
+            if hung:
+                logger.warning(
+                    "egress: %d browser context(s) did not close within %g s at spider close (%s); "
+                    "left to the browser's shutdown",
+                    len(hung),
+                    self.close_timeout,
+                    ", ".join(hung[:5]),
+                )
         finally:
             self.settled()
             if not self._closed.called:
@@ -221,3 +237,12 @@ async def _quiet_close(thing: Any, what: str) -> None:
         await thing.close()
     except Exception as e:  # already closed with its browser
         logger.debug("egress: closing %s: %s", what, e)
+
+
+async def _bounded_close(thing: Any, what: str, timeout: float) -> bool:
+    """Close ``thing`` within ``timeout`` seconds; False when it did not."""
+    try:
+        await asyncio.wait_for(_quiet_close(thing, what), timeout)
+    except TimeoutError:
+        return False
+    return True

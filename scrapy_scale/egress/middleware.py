@@ -295,6 +295,7 @@ class EgressMiddleware(SourceGlue):
             d = self._refresh()
             if d is not None:
                 await maybe_deferred_to_future(self._first_fetch(d))
+        self._open = True
 
     def _open_state(self) -> dict[str, Any]:
         assert self.store is not None
@@ -357,6 +358,7 @@ class EgressMiddleware(SourceGlue):
         for loop in self._loops:
             if loop.running:
                 loop.stop()
+        self._stop_fetch_pool()
         await self.browser.close_all()  # (fires its settled(), which the metrics wait for)
         self._browser_gauges()
         for key, value in bounded_stats(self.pool, self.top).items():
@@ -399,4 +401,5 @@ class EgressMiddleware(SourceGlue):
             },
             time.time(),
             top,
+            longest=p.policy.max_quarantine,
         )

@@ -7,12 +7,13 @@ describes itself the same way. Never a URL: egresses are shown by id.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from typing import Any
 
 from scrapy_scale import stats_keys as K
-from scrapy_scale.egress.health import HEALTHY, PROBING, QUARANTINED, Health
+from scrapy_scale.egress.health import HEALTHY, PROBING, QUARANTINED, Health, clamp_note
 
 
 def when(t: float, now: float | None = None) -> str:
@@ -38,27 +39,40 @@ def _score(rec: dict[str, Any]) -> float:
     return round((g + 1) / (g + b + 1), 3)
 
 
-def clean_health(health: dict[str, Any], problems: list[str] | None = None) -> dict[str, Any]:
-    """The health records that decode (:meth:`Health.from_record`), as records; each
-    one skipped is named in ``problems``."""
+def clean_health(
+    health: dict[str, Any], now: float, longest: float = math.inf, problems: list[str] | None = None
+) -> dict[str, Any]:
+    """The health records that decode (:meth:`Health.from_record` with ``now`` and
+    ``longest``, the SCALE_EGRESS_QUARANTINE_MAX, as a crawl reads them: a quarantine
+    that ends too far ahead is clamped), as records; each one skipped or clamped is named
+    in ``problems``."""
     out = {}
     for k, rec in health.items():
         try:
-            out[k] = Health.from_record(rec).to_record()
+            out[k] = Health.from_record(rec, now, longest).to_record()
         except ValueError as e:
             if problems is not None:
                 problems.append(f"health record {k!r} skipped: {e}")
+            continue
+        note = clamp_note(rec, now, longest)
+        if note and problems is not None:
+            problems.append(f"health record {k!r}: {note}; shown as ending then")
     return out
 
 
 def describe(
-    state: dict[str, Any], now: float | None = None, top: int = 10, problems: list[str] | None = None
+    state: dict[str, Any],
+    now: float | None = None,
+    top: int = 10,
+    problems: list[str] | None = None,
+    longest: float = math.inf,
 ) -> list[dict[str, Any]]:
     """One row per egress: state, score, requests, failures by class, quarantined until,
     the domains it is banned from (top ``top`` by blocks). Records that do not decode are
-    skipped, each named in ``problems``."""
+    skipped, and quarantines ending more than ``longest`` s after ``now`` clamped, as a
+    crawl does (each named in ``problems``)."""
     now = time.time() if now is None else now
-    health: dict[str, Any] = clean_health(state.get("health", {}), problems)
+    health: dict[str, Any] = clean_health(state.get("health", {}), now, longest, problems)
     pool: dict[str, Any] = {e: g if isinstance(g, dict) else {} for e, g in state.get("pool", {}).items()}
     requests: Counter[str] = Counter()
     failures: dict[str, Counter[str]] = {}
@@ -185,4 +199,4 @@ def read_job(settings: Any, job: str, problems: list[str] | None = None) -> list
         store.close()
     if not any(state.values()):
         return None
-    return describe(state, problems=problems)
+    return describe(state, problems=problems, longest=store.longest)

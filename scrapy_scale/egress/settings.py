@@ -195,7 +195,8 @@ PROVIDER_TIMEOUT = declare(
     30.0,
     as_float(0.1),
     "Seconds the crawl's start waits for a provider's first fetch(); then it starts with an empty pool "
-    "(requests wait) and the call's result is taken whenever it returns.",
+    "(requests wait) and the call's result is taken whenever it returns. A pool still empty after 10 times "
+    "this (once with SCALE_EGRESS_EXHAUSTED = close) closes the spider, reason `egress_unavailable`.",
     COMPONENT,
 )
 STATS_TOP = declare(

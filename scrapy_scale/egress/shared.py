@@ -29,6 +29,7 @@ import sqlite3
 from typing import Any
 from urllib.parse import urlsplit
 
+from scrapy_scale.egress.health import Health
 from scrapy_scale.redact import redact_url
 from scrapy_scale.sqlite_open import setup_retrying
 
@@ -38,6 +39,8 @@ LIVE_PERIODS = 3
 
 class StateStore:
     where = ""
+    #: SCALE_EGRESS_QUARANTINE_MAX: a stored time later than now + this is not believed
+    longest = 3600.0
 
     def load(self) -> dict[str, dict[str, Any]]:
         raise NotImplementedError
@@ -74,16 +77,32 @@ def _loads(raw: dict[Any, Any]) -> dict[str, Any]:
 
 
 #: HSET of health records that keeps a newer state change: a record is written unless the
-#: stored one has a later ``c`` (another worker quarantined or restored it since)
+#: stored one has a later ``c`` (another worker quarantined or restored it since). A stored
+#: record that would not decode (:meth:`Health.from_record`: a field that is not a finite
+#: number, a time after ARGV[1] = now + SCALE_EGRESS_QUARANTINE_MAX) holds nothing and is
+#: overwritten, as :func:`newer` does: its ``c`` must not win every merge for ever.
 _PUT_HEALTH = """
-for i = 1, #ARGV, 2 do
+local limit = tonumber(ARGV[1])
+local function valid(o)
+  for _, k in ipairs({'g', 'b', 'at', 'u', 'l', 'c', 'r'}) do
+    local v = o[k]
+    if v ~= nil and v ~= cjson.null then
+      if type(v) ~= 'number' or v ~= v or v == math.huge or v == -math.huge then return false end
+      if (k == 'at' or k == 'c' or k == 'r') and v > limit then return false end
+    end
+  end
+  return true
+end
+for i = 2, #ARGV, 2 do
   local old = redis.call('HGET', KEYS[1], ARGV[i])
   local keep = false
   if old then
     local ok, o = pcall(cjson.decode, old)
     local ok2, n = pcall(cjson.decode, ARGV[i + 1])
-    if ok and ok2 and type(o) == 'table' and type(n) == 'table' then
-      keep = (tonumber(o.c) or 0) > (tonumber(n.c) or 0)
+    if ok and ok2 and type(o) == 'table' and type(n) == 'table' and valid(o) then
+      local oc = o.c
+      if type(oc) ~= 'number' then oc = 0 end
+      keep = oc > (tonumber(n.c) or 0)
     end
   end
   if not keep then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
@@ -92,12 +111,15 @@ return 0
 """
 
 
-def newer(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
-    """Does ``old`` (stored) hold a later state change than ``new``? (A stored record that
-    does not decode holds nothing: it is overwritten.)"""
+def newer(old: Any, new: dict[str, Any], now: float, longest: float) -> bool:
+    """Does ``old`` (stored) hold a later state change than ``new``? A stored record that
+    does not decode (:meth:`Health.from_record` with ``now`` and ``longest``, the
+    SCALE_EGRESS_QUARANTINE_MAX) holds nothing: it is overwritten, or its far-future or
+    non-numeric ``c`` would keep every newer record out for ever."""
     try:
-        return isinstance(old, dict) and float(old.get("c", 0) or 0) > float(new.get("c", 0) or 0)
-    except (TypeError, ValueError):
+        kept = Health.from_record(old, now, longest)
+        return kept.changed > float(new.get("c", 0) or 0)
+    except (TypeError, ValueError, OverflowError):
         return False
 
 
@@ -119,7 +141,8 @@ class RedisState(StateStore):
     def sync(self, worker, dirty, counts, now):
         pipe = self.r.pipeline(transaction=False)
         if dirty:
-            args = [x for k, v in dirty.items() for x in (k, json.dumps(v))]
+            args = [repr(float(now + self.longest))]
+            args += [x for k, v in dirty.items() for x in (k, json.dumps(v))]
             self._put_health(keys=[self.k_health], args=args, client=pipe)
         pipe.hset(self.k_counts, worker, json.dumps(counts))
         pipe.hset(self.k_live, worker, str(now))
@@ -178,7 +201,7 @@ class SqliteState(StateStore):
         self.db.execute("BEGIN IMMEDIATE")
         try:
             stored = self._all("health") if dirty else {}
-            self._put("health", {k: v for k, v in dirty.items() if not newer(stored.get(k), v)})
+            self._put("health", {k: v for k, v in dirty.items() if not newer(stored.get(k), v, now, self.longest)})
             self._put("counts", {worker: counts})
             self._put("live", {worker: now})
             self.db.execute("COMMIT")
@@ -200,13 +223,16 @@ class SqliteState(StateStore):
 
 def open_state(settings: Any, job: str) -> StateStore:
     """The state store for a crawl (or a command) with these settings."""
+    from scrapy_scale.egress.settings import QUARANTINE_MAX
     from scrapy_scale.frontier import settings as frontier_settings
 
     url = frontier_settings.URL.get(settings) or ""
     scheme = urlsplit(url).scheme
-    if scheme in ("redis", "rediss"):
-        return RedisState(url, job)
-    return SqliteState(state_path(settings), job)
+    store: StateStore = (
+        RedisState(url, job) if scheme in ("redis", "rediss") else SqliteState(state_path(settings), job)
+    )
+    store.longest = QUARANTINE_MAX.get(settings)
+    return store
 
 
 def sqlite_exists(settings: Any) -> bool:

@@ -2,6 +2,12 @@
 checked for changes, a provider's ``fetch()`` called in a thread, one call at a time,
 and the crawl's start waiting for the first call no longer than
 ``SCALE_EGRESS_PROVIDER_TIMEOUT``. Part of :class:`~.middleware.EgressMiddleware`.
+
+``fetch()`` runs in a :class:`~scrapy_scale.daemon_pool.DaemonThreadPool`, not in the
+reactor's thread pool: the reactor joins its own threads at shutdown, so a ``fetch()``
+that never returns would keep the process from exiting. An empty pool that its provider
+never fills ends the crawl (:meth:`.sources.Refresher.give_up`), reason
+``egress_unavailable``, exit status 1.
 """
 
 from __future__ import annotations
@@ -11,7 +17,9 @@ from typing import Any
 
 from twisted.internet import threads
 
+from scrapy_scale import exitcode
 from scrapy_scale import stats_keys as K
+from scrapy_scale.daemon_pool import DaemonThreadPool
 from scrapy_scale.egress.identity import Egress
 from scrapy_scale.egress.pool import EgressPool
 from scrapy_scale.egress.shared import StateStore
@@ -20,11 +28,22 @@ from scrapy_scale.egress.sources import Refresher
 logger = logging.getLogger("scrapy_scale.egress.middleware")
 
 
+#: the finish reason of a crawl whose pool never had an egress
+GAVE_UP = "egress_unavailable"
+
+
 class SourceGlue:
     refresher: Refresher
     pool: EgressPool
     store: StateStore | None
     stats: Any
+    crawler: Any
+    exhausted: str
+    #: the provider's thread (started at its first call)
+    _fetch_pool: DaemonThreadPool | None = None
+    #: the spider is open (the start's wait for the first fetch is over)
+    _open: bool = False
+    _gave_up: bool = False
 
     def _first_fetch(self, d: Any) -> Any:
         """``d`` (the first provider call), or a timeout of SCALE_EGRESS_PROVIDER_TIMEOUT
@@ -57,6 +76,7 @@ class SourceGlue:
 
     def _refresh(self) -> Any:
         r = self.refresher
+        self._maybe_give_up()
         ran = r.hung()
         if ran is not None:
             logger.warning(
@@ -78,7 +98,12 @@ class SourceGlue:
             return None
         r.next_at = float("inf")  # one call at a time
         r.start_call()
-        d = threads.deferToThread(r.fetch)
+        from twisted.internet import reactor
+
+        if self._fetch_pool is None:
+            self._fetch_pool = DaemonThreadPool(1, 1, name="scale-egress-provider")
+            self._fetch_pool.start()
+        d = threads.deferToThreadPool(reactor, self._fetch_pool, r.fetch)  # type: ignore[arg-type]
 
         def ok(new: list[Egress]) -> None:
             r.end_call()
@@ -91,6 +116,27 @@ class SourceGlue:
             logger.log(logging.WARNING if warn else logging.DEBUG, msg)
 
         return d.addCallbacks(ok, failed)
+
+    def _maybe_give_up(self) -> None:
+        """Close the spider when the pool has waited too long for its first egress."""
+        if not self._open or self._gave_up or self.crawler.engine is None:
+            return
+        why = self.refresher.give_up(not self.pool.egresses, self.exhausted == "close")
+        if why is None:
+            return
+        self._gave_up = True
+        logger.error("egress: closing the spider (reason %s): %s", GAVE_UP, why)
+        exitcode.request(1, f"egress: {why}", self.crawler)
+        from scrapy.utils.defer import deferred_from_coro
+
+        deferred_from_coro(self.crawler.engine.close_spider_async(reason=GAVE_UP))
+
+    def _stop_fetch_pool(self) -> None:
+        """At spider close: stop the provider's thread, unless a call still runs in it
+        (stopping joins the thread; a daemon thread does not hold the exit)."""
+        pool, self._fetch_pool = self._fetch_pool, None
+        if pool is not None and self.refresher.calling is None:
+            pool.stop()
 
     def _replace(self, new: list[Egress]) -> None:
         added, removed = self.pool.set_egresses(new)

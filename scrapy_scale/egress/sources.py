@@ -11,6 +11,9 @@
   that hangs is reported at WARNING once it has run ``SCALE_EGRESS_PROVIDER_TIMEOUT``
   seconds, and the crawl's start waits for the first call no longer than that (it starts
   with an empty pool, whose requests wait; the call's result is taken when it returns).
+  A pool that is still empty ``GIVE_UP_AFTER`` timeouts after the first call started
+  (with ``SCALE_EGRESS_EXHAUSTED = close``: one timeout) ends the crawl with an error
+  (:meth:`Refresher.give_up`): no request can go out without an egress.
 
 The :class:`Refresher` decides (plain Python, clock injected); the glue runs it.
 """
@@ -25,6 +28,10 @@ from typing import Any
 from scrapy_scale.egress.identity import Egress, EgressURLError, parse_egresses
 from scrapy_scale.egress.settings import Source, read_egress_file
 from scrapy_scale.redact import redact_text
+
+#: an empty pool (its provider never gave an egress) ends the crawl this many
+#: SCALE_EGRESS_PROVIDER_TIMEOUTs after the first provider call started
+GIVE_UP_AFTER = 10
 
 
 @dataclass
@@ -42,6 +49,10 @@ class Refresher:
     #: a call in flight longer than this is reported (once per call)
     timeout: float = 30.0
     hung_warned: bool = False
+    #: when the first provider call started (None: not yet)
+    first_call: float | None = None
+    #: the last provider failure, redacted (for the error when the crawl gives up)
+    last_error: str = ""
     _stamp: tuple[float, int] | None = None
 
     def due(self) -> bool:
@@ -77,6 +88,32 @@ class Refresher:
 
     def start_call(self) -> None:
         self.calling, self.hung_warned = self.clock(), False
+        if self.first_call is None:
+            self.first_call = self.calling
+
+    def give_up(self, pool_empty: bool, close: bool) -> str | None:
+        """Why the crawl must end now for want of any egress, or None. Only a provider's
+        pool is ever empty (it had no egress yet): after ``GIVE_UP_AFTER`` timeouts since
+        the first call started, or one timeout with ``close`` (SCALE_EGRESS_EXHAUSTED)."""
+        if self.source.kind != "provider" or not pool_empty or self.first_call is None:
+            return None
+        now = self.clock()
+        waited = now - self.first_call
+        bound = self.timeout * (1 if close else GIVE_UP_AFTER)
+        if waited < bound:
+            return None
+        if self.calling is not None:
+            cause = f"the provider's fetch() has not returned for {now - self.calling:.0f} s"
+        elif self.last_error:
+            cause = f"the provider's fetch() failed {self.failures} time(s) in a row, last: {self.last_error}"
+        else:
+            cause = "the provider gave no egress"
+        rule = (
+            "SCALE_EGRESS_EXHAUSTED = close"
+            if close
+            else f"{GIVE_UP_AFTER} x SCALE_EGRESS_PROVIDER_TIMEOUT ({self.timeout:g} s)"
+        )
+        return f"the egress pool has had no egress for {waited:.1f} s ({rule}): {cause}"
 
     def end_call(self) -> None:
         self.calling = None
@@ -105,4 +142,5 @@ class Refresher:
         if warn:
             self.last_warned = now
         msg = redact_text(f"{type(error).__name__}: {error}")
+        self.last_error = msg[:200]
         return warn, f"egress provider failed ({self.failures} in a row, next try in {delay:.0f} s): {msg}"
