@@ -188,9 +188,20 @@ def test_a_bad_metrics_port_names_the_setting(value) -> None:  # type: ignore[no
         config.validate_all({"SCALE_METRICS_PORT": value})
 
 
-def test_without_an_export_mode_the_extension_is_not_configured() -> None:
+def test_without_an_export_mode_the_extension_is_not_configured_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    """No export mode is the usual case: Scrapy's extension manager must not log a WARNING
+    "Disabled MetricsExtension: ..." in every crawl; the reason is a DEBUG line."""
+    import logging
+
+    from scrapy.extension import ExtensionManager
+
     with pytest.raises(NotConfigured):
         MetricsExtension.from_crawler(get_crawler())
+    crawler = get_crawler(settings_dict={"EXTENSIONS": {MetricsExtension: 0}, "EXTENSIONS_BASE": {}})
+    with caplog.at_level(logging.DEBUG):
+        ExtensionManager.from_crawler(crawler)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert [r for r in caplog.records if r.levelno == logging.DEBUG and "no metrics export mode" in r.getMessage()]
 
 
 @pytest.mark.parametrize("name", ["SCALE_PROGRESS_INTERVAL", "SCALE_WATCH_INTERVAL"])
