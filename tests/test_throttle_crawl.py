@@ -237,3 +237,18 @@ def test_sites_past_the_stats_top_are_summed_under_other(tmp_path: Path) -> None
     assert res.stats[f"{site}{top}/requests"] == sent[top]
     assert res.stats[f"{site}other/requests"] == sum(n for h, n in sent.items() if h != top) > 0
     assert res.stats["scale/throttle/sites"] == 3
+
+
+def test_retry_after_pauses_are_one_info_line_per_site_per_minute(tmp_path: Path) -> None:
+    """Every detail page of one site answers 429 with Retry-After once: many pauses, one INFO
+    line for the site in a run shorter than a minute (the others at DEBUG)."""
+    with Testbed(hosts=1, pages=12, faults="429:/item/*,first=1,retry_after=1", seed=2) as tb:
+        res = run_crawl(tb, {"LOG_LEVEL": "DEBUG"}, tmp_path, timeout=120)
+        assert res.returncode == 0, res.tail()
+        limited = sum(1 for r in tb.log if r.kind == "429")
+    assert len(res.items) == 12 and limited == 12, (len(res.items), limited)
+    info = [ln for ln in res.log.splitlines() if "(Retry-After)" in ln and "] INFO: throttle:" in ln]
+    debug = [ln for ln in res.log.splitlines() if "(Retry-After)" in ln and "] DEBUG: throttle:" in ln]
+    assert len(info) == 1, info
+    assert debug, "the other pauses are logged at DEBUG"
+    assert res.stats["scale/throttle/rate_limited"] == 12
