@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -109,6 +110,18 @@ class Command(ScrapyCommand):
         )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        try:
+            self._run(args, opts)
+            sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+        except BrokenPipeError:
+            # `scrapy scale status JOB | head`: the reader has what it wanted. Quiet, as other
+            # command-line tools are; stdout goes to devnull so the exit's flush says nothing
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            self.exitcode = 1
+
+    def _run(self, args: list[str], opts: argparse.Namespace) -> None:
         from scrapy_scale.frontier import cli_ops
 
         if args and args[0] in QUALITY_SUBCOMMANDS:
