@@ -135,6 +135,12 @@ class Throttle:
 
     # ---- the Pacer interface (asked by the frontier scheduler) ---------------------------
 
+    def paused(self) -> list[tuple[str, float]]:
+        """The sites paused now (by ``Retry-After``) and until when (epoch s): the progress
+        line reads them (``ScaleContext.extra["pacer"]``)."""
+        now = time.time()
+        return sorted((s.key, s.paused_until) for s in self.pacing.sites.values() if s.paused_until > now)
+
     def hold_until(self, domain: str) -> float:
         """0.0: a request to ``domain`` may be handed out now; else the epoch time to ask
         again (``math.inf``: this pacer wakes the engine when it may)."""

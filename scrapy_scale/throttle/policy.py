@@ -55,6 +55,8 @@ class SiteState:
     #: the last slow-down (answers to requests sent before it do not slow down again)
     slowed_at: float = -math.inf
     paused_until: float = 0.0
+    #: when ``paused_until`` last moved (exported for `scrapy scale status`)
+    paused_at: float = 0.0
     last_sent: float = -math.inf
     #: moving average of the spacing between requests handed out
     gap: float | None = None
@@ -215,6 +217,7 @@ class Pacing:
         if until > s.paused_until:
             s.paused_seconds += until - max(now, s.paused_until)
             s.paused_until = until
+            s.paused_at = now
 
     def set_crawl_delay(self, host: str, seconds: float | None) -> None:
         s = self.site(host)
@@ -231,9 +234,17 @@ class Pacing:
     def export(self, since: float = 0.0) -> dict[str, dict[str, float]]:
         """The learned state of sites changed after ``since``, as plain data."""
         return {
-            k: {"delay": s.delay, "too_fast": s.too_fast, "too_fast_at": s.too_fast_at, "at": s.changed_at}
+            k: {
+                "delay": s.delay,
+                "too_fast": s.too_fast,
+                "too_fast_at": s.too_fast_at,
+                "at": s.changed_at,
+                # for `scrapy scale status` / `watch` (which sites are paused, until when);
+                # restore() does not adopt it: a pause is shared by the limiter, if at all
+                "paused_until": s.paused_until,
+            }
             for k, s in self.sites.items()
-            if s.learned and s.changed_at > since
+            if (s.learned and s.changed_at > since) or s.paused_at > since
         }
 
     def restore(self, learned: dict[str, dict[str, float]]) -> int:
