@@ -20,10 +20,10 @@ Worker heartbeats live in ``scale:{JOB}:alive`` (worker -> "last_beat until").
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_scale.frontier import lua
-from scrapy_scale.frontier.store import COUNT_KEYS, Status
+from scrapy_scale.frontier.store import COUNT_KEYS, DELAYED_SAMPLE, Status
 
 if TYPE_CHECKING:
     from scrapy_scale.frontier.redis_store import RedisStore
@@ -61,7 +61,36 @@ def read_status(store: RedisStore) -> Status:
         dead_letters=int(doc["dead"]),
         workers=read_beats(store),
         oldest_pending_exact=exact,
+        **_delayed(store),
     )
+
+
+def _delayed(store: RedisStore) -> dict[str, Any]:
+    """How many delayed records are retries (an estimate from the first DELAYED_SAMPLE by
+    eligible time when there are more), and the latest eligible time."""
+    p = store._run_prefix()
+    key = f"{p}:delayed"
+
+    def read() -> tuple[int, list[str], list[Any], list[tuple[str, float]]]:
+        pipe = store.r.pipeline(transaction=False)
+        pipe.zcard(key)
+        pipe.zrange(key, 0, DELAYED_SAMPLE - 1)
+        pipe.zrange(key, -1, -1, withscores=True)
+        total, fps, last = pipe.execute()
+        attempts = store.r.pipeline(transaction=False)
+        for fp in fps:
+            attempts.hget(f"{p}:r:{fp}", "a")
+        return int(total), list(fps), attempts.execute() if fps else [], last
+
+    total, fps, attempts, last = store._retry(read)
+    tried = 0
+    for a in attempts:
+        try:
+            tried += int(a) > 0
+        except (TypeError, ValueError):
+            continue  # a record gone meanwhile (leased, or garbled): not counted
+    retries = round(tried * total / len(fps)) if fps else 0
+    return {"delayed_retries": retries, "last_eligible_at": float(last[0][1]) if last else None}
 
 
 def _oldest_pending(store: RedisStore, prios: list[list[object]]) -> tuple[float | None, bool]:

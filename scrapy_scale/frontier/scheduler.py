@@ -217,6 +217,7 @@ class Scheduler(BaseScheduler):
         #: held while the store is in use (the store thread, or a flush on the reactor thread)
         self._store_lock = threading.Lock()
         self._warned_unserializable = False
+        self._warned_scheme = False
         #: Scrapy/scrapy-redis scheduler settings the project set (frontier/scrapy_settings.py)
         self.compat = frontier_compat.DEFAULT
         self._remove_gate: Callable[[], None] = lambda: None
@@ -528,7 +529,18 @@ class Scheduler(BaseScheduler):
         self._inc("unserializable")
         self._inc(f"unserializable/{kind}")
         self.scrapy_stats.unserializable()
-        if not self._warned_unserializable:
+        if isinstance(e, codec.SchemeRefused):
+            if not self._warned_scheme:
+                self._warned_scheme = True
+                logger.warning(
+                    "frontier: %s has a URL scheme the frontier does not store (%s); such requests are "
+                    "kept in memory only: deduplicated like the others, but a crash or a stop loses those "
+                    "not finished (they are dead-lettered). Add the scheme to SCALE_FRONTIER_SCHEMES to "
+                    "store them. Counted in scale/frontier/unserializable/refused",
+                    redact_text(str(request)[:200]),
+                    redact_text(str(e)),
+                )
+        elif not self._warned_unserializable:
             self._warned_unserializable = True
             logger.warning(
                 "frontier: %s holds a value the frontier cannot store (%s); such requests are kept in "
