@@ -6,6 +6,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,38 +69,66 @@ def mongo_server(tmp_path: Path) -> Iterator[services.Process]:
     p.kill()
 
 
-# ---- markers: `pytest -m "not crawl"` runs the pure tests alone, in seconds ----------
+# ---- tiers: `pytest -m "not crawl"` runs the pure tests alone, in seconds ----------
+#
+# Each test module declares its tier: ``pytestmark = pytest.mark.crawl`` (it runs real
+# processes or servers: crawls, the testbed, Redis, MongoDB, Prometheus, Chromium...) or
+# ``pytest.mark.pure`` (plain Python in this process). A module with both kinds marks
+# each test function instead. Collection fails for a test with neither or both, so a new
+# module cannot land in the wrong tier by accident; and a pure test may not ask for a
+# service fixture nor start a process or open a network socket (checked while it runs).
+# ``serial`` (with ``crawl``): the test must not share the machine (kills, several workers,
+# timing bounds); tests/run.py runs those after the parallel part, one at a time.
 
-#: a test module that uses one of these runs real processes or servers (crawls, Redis,
-#: MongoDB, Prometheus, Chromium...): its tests are marked ``crawl``
-_REAL_PARTS = (
-    "run_crawl",
-    "start_crawl",
-    "Testbed",
-    "TestbedProcess",
-    "subprocess",
-    "redis_url",
-    "redis_prefix",
-    "redis_server",
-    "mongo_uri",
-    "mongo_server",
-    "services.",
-    "crash_and_resume",
-)
+TIERS = ("crawl", "pure")
+SERVICE_FIXTURES = frozenset({"redis_url", "redis_prefix", "redis_server", "mongo_uri", "mongo_server"})
+
+
+def tier_problem(item: pytest.Item) -> str | None:
+    """Why ``item`` cannot be collected as it is (its tier markers), or None."""
+    tiers = {m.name for m in item.iter_markers() if m.name in TIERS}
+    if len(tiers) != 1:
+        have = " and ".join(sorted(tiers)) or "neither"
+        return (
+            f"{item.nodeid}: has {have} of the markers crawl/pure; declare exactly one "
+            "(`pytestmark = pytest.mark.crawl` or `pytest.mark.pure` in the module, or on "
+            "each test function of a module with both kinds)"
+        )
+    used = SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
+    if tiers == {"pure"} and used:
+        return f"{item.nodeid}: marked pure but uses {', '.join(sorted(used))}: mark it crawl"
+    if item.get_closest_marker("serial") and tiers != {"crawl"}:
+        return f"{item.nodeid}: marked serial but not crawl"
+    return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    real: dict[str, bool] = {}
-    for item in items:
-        path = str(item.fspath)
-        if path not in real:
-            try:
-                text = Path(path).read_text()
-            except OSError:
-                text = ""
-            real[path] = any(word in text for word in _REAL_PARTS)
-        fixtures = set(getattr(item, "fixturenames", ()))
-        if real[path] or fixtures & {"redis_url", "redis_prefix", "redis_server", "mongo_uri", "mongo_server"}:
-            item.add_marker(pytest.mark.crawl)
-        else:
-            item.add_marker(pytest.mark.pure)
+    problems = [p for p in map(tier_problem, items) if p]
+    if problems:
+        raise pytest.UsageError("test tiers:\n  " + "\n  ".join(problems))
+
+
+@pytest.fixture(autouse=True)
+def _pure_stays_in_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test marked pure that starts a process or opens a network socket fails, naming it."""
+    if request.node.get_closest_marker("pure") is None:
+        return
+    import socket
+    import subprocess
+
+    def refuse(what: str) -> Any:
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError(f"a test marked pure {what}: mark it crawl")
+
+        return refused
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse("starts a process"))
+    for name in ("connect", "connect_ex", "bind"):
+        real = getattr(socket.socket, name)
+
+        def guarded(sock: socket.socket, address: Any, *, _real: Any = real) -> Any:
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                raise AssertionError(f"a test marked pure opens a network socket to {address!r}: mark it crawl")
+            return _real(sock, address)
+
+        monkeypatch.setattr(socket.socket, name, guarded)

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from scrapy_scale.frontier import open_store
 from scrapy_scale.testbed import Testbed
 from tests.crash_support import (
@@ -22,6 +24,8 @@ from tests.crash_support import (
     stored_items,
 )
 from tests.crawling import ROOT, run_crawl, start_crawl
+
+pytestmark = pytest.mark.crawl
 
 
 def scale(

@@ -13,6 +13,8 @@ from scrapy_scale import compat
 from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl
 
+pytestmark = pytest.mark.crawl
+
 
 @pytest.mark.parametrize("scheduler", ["scrapy.core.scheduler.Scheduler", "scrapy_scale.frontier.Scheduler"])
 def test_private_engine_api_as_compat_uses_it(tmp_path: Path, scheduler: str) -> None:

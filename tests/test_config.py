@@ -9,6 +9,8 @@ from scrapy.settings import Settings
 from scrapy_scale import config
 from scrapy_scale.addon import Addon
 
+pytestmark = pytest.mark.pure
+
 
 def test_unknown_scale_setting_is_rejected_with_suggestion():
     with pytest.raises(config.ScaleSettingError, match="SCALE_JOBB: unknown setting; did you mean SCALE_JOB"):

@@ -9,7 +9,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.crawling import ROOT
+
+pytestmark = pytest.mark.crawl
 
 SCRAPY = str(Path(sys.executable).with_name("scrapy"))
 

@@ -23,6 +23,8 @@ from tests.crash_support import (
 )
 from tests.crawling import CrawlProcess, start_crawl
 
+pytestmark = pytest.mark.crawl
+
 WORKER_SETTINGS = {
     "CONCURRENT_REQUESTS": 16,
     "CONCURRENT_REQUESTS_PER_DOMAIN": 4,

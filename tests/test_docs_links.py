@@ -11,6 +11,8 @@ import pytest
 
 from tests.crawling import ROOT
 
+pytestmark = pytest.mark.pure
+
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "benchmarks").glob("*.md"))]
 
 #: [text](target) and [text]: target

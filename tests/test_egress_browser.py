@@ -15,7 +15,10 @@ from tests.crawling import run_crawl
 
 pytest.importorskip("scrapy_playwright")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium package")
+pytestmark = [
+    pytest.mark.crawl,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium package"),
+]
 
 BROWSER = {
     "SPIDER_MODULES": ["tests.egress_browser_spiders"],

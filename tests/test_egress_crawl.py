@@ -15,6 +15,8 @@ import pytest
 from scrapy_scale.testbed import ProxySpec, Testbed
 from tests.crawling import run_crawl, start_crawl
 
+pytestmark = pytest.mark.crawl
+
 FAST = {
     "transient": {"base": 0.1, "cap": 0.5},
     "blocked": {"base": 0.1, "cap": 0.5},

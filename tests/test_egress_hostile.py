@@ -18,6 +18,8 @@ from tests.crawling import run_crawl
 from tests.test_commands import scale
 from tests.test_egress_crawl import FAST
 
+pytestmark = pytest.mark.crawl
+
 
 def _ids(tb: Testbed) -> list[str]:
     return [f"127.0.0.1:{port}" for port in tb.proxy_ports.values()]

@@ -18,6 +18,8 @@ from scrapy_scale.egress.identity import (
 )
 from scrapy_scale.egress.pool import EgressPool, PoolOptions
 
+pytestmark = pytest.mark.pure
+
 POLICY = HealthPolicy(min_failures=3, threshold=0.5, half_life=60, base=10, max_quarantine=80, probes=1)
 
 

@@ -15,6 +15,8 @@ from tests.crawling import run_crawl
 from tests.test_commands import scale
 from tests.test_egress_crawl import outcomes, settings
 
+pytestmark = pytest.mark.crawl
+
 PASSWORD, WRONG = "s3cretPW", "wr0ngPW"
 
 

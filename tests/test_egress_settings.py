@@ -12,6 +12,8 @@ from scrapy_scale.clock import FakeClock
 from scrapy_scale.egress.settings import as_egresses
 from scrapy_scale.egress.sources import Refresher
 
+pytestmark = pytest.mark.pure
+
 
 class Vendor:
     calls = 0

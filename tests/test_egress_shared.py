@@ -13,6 +13,8 @@ from scrapy_scale.egress.pool import EgressPool
 from scrapy_scale.egress.shared import RedisState, SqliteState
 from tests.test_egress_policy import POLICY
 
+pytestmark = pytest.mark.crawl
+
 URLS = ["http://127.0.0.1:8001", "http://127.0.0.1:8002"]
 A = "127.0.0.1:8001"
 

@@ -13,6 +13,8 @@ from scrapy_scale.testbed import ProxySpec, Testbed
 from tests.crawling import start_crawl
 from tests.test_egress_crawl import CONCURRENCY, FAST
 
+pytestmark = pytest.mark.crawl
+
 
 @pytest.mark.timeout(300)
 def test_an_egress_evicted_by_one_worker_is_avoided_by_the_other(tmp_path, redis_url, redis_prefix):

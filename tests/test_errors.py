@@ -7,8 +7,12 @@ import importlib
 import inspect
 import pkgutil
 
+import pytest
+
 import scrapy_scale
 from scrapy_scale.errors import ScaleError
+
+pytestmark = pytest.mark.pure
 
 
 def _project_exceptions() -> list[type[BaseException]]:

@@ -9,6 +9,8 @@ import pytest
 
 from scrapy_scale import exitcode
 
+pytestmark = pytest.mark.crawl
+
 
 @pytest.mark.parametrize("scrapy_status,expected", [(0, 3), (None, 3), (1, 1), (2, 2)])
 def test_a_requested_status_replaces_a_zero_exit_only(scrapy_status, expected) -> None:

@@ -20,6 +20,8 @@ from scrapy_scale.storage.feeds import (
     token_alive,
 )
 
+pytestmark = pytest.mark.crawl
+
 
 def test_keys_round_trip_and_bad_lines_are_counted_and_skipped(tmp_path: Path) -> None:
     j = FeedJournal(tmp_path / "j", token="1-1")

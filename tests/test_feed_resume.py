@@ -25,6 +25,8 @@ from tests.crash_support import HOLD
 from tests.crawling import run_crawl, start_crawl
 from tests.test_frontier_disk_full import fill
 
+pytestmark = pytest.mark.crawl
+
 
 def feed_keys(path: Path) -> list[str]:
     """Item keys in a JSON-lines feed; a line cut short by the kill is not an item."""

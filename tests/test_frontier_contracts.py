@@ -24,6 +24,8 @@ from tests.contract_spiders import PRIORITIES
 from tests.crash_support import frontier_counts
 from tests.crawling import CrawlProcess, run_crawl, start_crawl
 
+pytestmark = pytest.mark.crawl
+
 SPIDERS = {"SPIDER_MODULES": ["tests.contract_spiders"], "LOG_LEVEL": "INFO"}
 
 

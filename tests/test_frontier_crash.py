@@ -25,6 +25,8 @@ from tests.crash_support import (
     stored_items,
 )
 
+pytestmark = pytest.mark.crawl
+
 HOSTS, PAGES = 4, 500  # 2,000 detail pages (items) + 100 listing pages
 KILLS = 11
 

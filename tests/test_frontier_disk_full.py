@@ -19,6 +19,8 @@ from scrapy_scale.frontier import open_store
 from scrapy_scale.testbed import Testbed
 from tests.crawling import CrawlProcess, start_crawl
 
+pytestmark = pytest.mark.crawl
+
 FAILED = "frontier sync failed (will retry with backoff)"
 
 

@@ -19,6 +19,8 @@ from scrapy_scale.testbed import Testbed
 from tests.crawling import CrawlProcess, start_crawl
 from tests.test_commands import scale, status_json
 
+pytestmark = pytest.mark.crawl
+
 
 def _poll(pred: Callable[[], Any], timeout: float, what: str, proc: CrawlProcess | None = None) -> Any:
     deadline = time.monotonic() + timeout

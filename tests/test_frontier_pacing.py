@@ -10,6 +10,8 @@ from scrapy_scale.frontier.local import LocalQueue
 from scrapy_scale.frontier.pacing import DEFER_AFTER, take_due
 from scrapy_scale.frontier.store import Leased
 
+pytestmark = pytest.mark.pure
+
 NOW = 1000.0
 
 

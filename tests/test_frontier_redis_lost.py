@@ -15,6 +15,8 @@ from scrapy_scale.testbed import Testbed
 from tests import services
 from tests.crawling import start_crawl
 
+pytestmark = pytest.mark.crawl
+
 
 @pytest.mark.timeout(300)
 def test_a_redis_that_lost_the_job_stops_the_crawl_with_an_error(tmp_path: Path) -> None:

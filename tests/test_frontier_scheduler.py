@@ -18,6 +18,8 @@ from scrapy_scale.frontier.store import FrontierStore, open_store
 from scrapy_scale.testbed import Fault, Testbed
 from tests.crawling import run_crawl, start_crawl
 
+pytestmark = pytest.mark.crawl
+
 
 def pages_served(tb: Testbed) -> set[tuple[str, str]]:
     """(host, path) of every page the crawl fetched (robots.txt is not the frontier's)."""

@@ -23,6 +23,8 @@ from scrapy_scale.frontier.scheduler import HELD_CAP, Scheduler
 from scrapy_scale.frontier.store import State
 from scrapy_scale.outcomes.model import FailureClass, Outcome
 
+pytestmark = pytest.mark.pure
+
 
 class S(Spider):
     name = "unit"

@@ -26,6 +26,8 @@ from scrapy_scale.outcomes.model import FailureClass, Outcome
 from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl
 
+pytestmark = pytest.mark.crawl
+
 
 class S(Spider):
     name = "compat"

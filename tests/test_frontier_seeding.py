@@ -23,6 +23,8 @@ from scrapy_scale.frontier.cli_ops import JobOps, OpError
 from scrapy_scale.frontier.seeding import UrlSeeds
 from scrapy_scale.frontier.store import FrontierStore, open_store
 
+pytestmark = pytest.mark.crawl
+
 ROOT = Path(__file__).resolve().parent.parent
 
 GOOD = [

@@ -33,6 +33,8 @@ from scrapy_scale.frontier.store import (
     open_store,
 )
 
+pytestmark = pytest.mark.crawl
+
 W = "host/0"
 LEASE = 60.0
 

@@ -15,6 +15,8 @@ from scrapy_scale.frontier.policy import SyncTrouble
 from scrapy_scale.frontier.scheduler import Scheduler
 from tests.test_frontier_store import corruption_error
 
+pytestmark = pytest.mark.crawl
+
 
 def test_failures_back_off_log_once_per_period_and_give_up_past_the_deadline() -> None:
     t = SyncTrouble(deadline=100.0, log_every=30.0, base=0.25, cap=5.0)

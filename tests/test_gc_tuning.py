@@ -15,6 +15,8 @@ from scrapy_scale.gc_tuning import GCState, GCTuning
 from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl
 
+pytestmark = pytest.mark.crawl
+
 
 class FakeGC:
     """The part of the ``gc`` module GCState uses, recording what was done."""

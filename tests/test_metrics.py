@@ -29,6 +29,8 @@ from tests.crawling import run_crawl
 from tests.test_outcome_bus import PLAN
 from tests.test_retry_crawl import FAST
 
+pytestmark = pytest.mark.crawl
+
 C = FailureClass
 
 

@@ -10,6 +10,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from prometheus_client import generate_latest
 
 from scrapy_scale.monitor.metrics import CrawlMetrics
@@ -17,6 +18,8 @@ from scrapy_scale.outcomes.model import FailureClass, Outcome
 from scrapy_scale.testbed import Testbed
 from tests.crawling import start_crawl
 from tests.prom_services import http_get, promtool, sd_targets, wait_for
+
+pytestmark = pytest.mark.crawl
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "docs" / "prometheus-alerts.yml"

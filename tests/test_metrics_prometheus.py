@@ -10,11 +10,14 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from scrapy_scale.testbed import Testbed
 from tests.crawling import start_crawl
 from tests.prom_services import Prometheus, Pushgateway, http_get, promtool, sd_targets, wait_for
+
+pytestmark = pytest.mark.crawl
 
 FAULTS = "429:/item/*,p=0.1,retry_after=1; 500:/item/*,p=0.1; 403:/item/*,p=0.05; 404@1:/item/7"
 CLASSES = ("ok", "not_found", "transient", "rate_limited", "blocked", "egress_failed", "parse_failed", "fatal")

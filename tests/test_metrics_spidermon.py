@@ -6,8 +6,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl
+
+pytestmark = pytest.mark.crawl
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "monitor.md"
 

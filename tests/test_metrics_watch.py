@@ -16,6 +16,8 @@ from tests.crawling import start_crawl
 from tests.prom_services import wait_for
 from tests.test_commands import scale, status_json
 
+pytestmark = pytest.mark.crawl
+
 
 def doc(worker: str, until: float, **kw: object) -> dict[str, object]:
     d: dict[str, object] = {

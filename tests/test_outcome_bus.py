@@ -9,12 +9,15 @@ import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import pytest
 from scrapy.utils.response import response_status_message
 
 from scrapy_scale.outcomes.model import CLASSES, FailureClass
 from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl
 from tests.test_retry_crawl import FAST, path_of
+
+pytestmark = pytest.mark.crawl
 
 PLAN = (
     "500@1:/item/3;"  # always 500: transient, 1 + 2 retries, given up

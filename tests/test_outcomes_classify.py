@@ -25,6 +25,8 @@ from scrapy_scale.outcomes.classify import (
 )
 from scrapy_scale.outcomes.model import FailureClass as C
 
+pytestmark = pytest.mark.pure
+
 URL = "http://shop1.example.test/item/1"
 CHALLENGE = b'<html><body><div id="challenge-form">Checking your browser</div></body></html>'
 PRODUCT = b'<html><body><h1 class="title">Lamp</h1><span class="sku">S1</span></body></html>'

@@ -17,6 +17,8 @@ from scrapy_scale.config import ScaleSettingError
 from scrapy_scale.outcomes import GaveUpError, OutcomeDownloaderMiddleware
 from scrapy_scale.outcomes.model import FailureClass as C
 
+pytestmark = pytest.mark.pure
+
 URL = "http://shop1.example.test/item/1"
 
 

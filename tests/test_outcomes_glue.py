@@ -13,6 +13,8 @@ from tests.crawling import run_crawl
 from tests.test_outcomes_spiders import NOT_BEFORE_DELAY
 from tests.test_retry_crawl import EXPLICIT, FAST, crawl, finals_by_path
 
+pytestmark = pytest.mark.crawl
+
 H1 = "shop1.example.test"
 
 

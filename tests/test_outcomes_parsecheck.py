@@ -10,6 +10,8 @@ from scrapy.settings import Settings
 from scrapy_scale import config
 from scrapy_scale.outcomes.parsecheck import ItemCheck, expected_items, expects_items
 
+pytestmark = pytest.mark.pure
+
 
 @dataclass
 class Product:

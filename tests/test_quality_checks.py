@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from scrapy_scale.quality.checks import StoreScan, Thresholds, evaluate, failed
 from scrapy_scale.quality.figures import RunFigures, merge
 from scrapy_scale.quality.history import History, baseline
 from scrapy_scale.quality.reporting import build, scan_rows
 from scrapy_scale.storage.settings import META_FIELDS
+
+pytestmark = pytest.mark.pure
 
 
 def figures(run: str, missing_price: int = 0, items: int = 100, parse_failed: int = 0) -> RunFigures:

@@ -10,11 +10,15 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from scrapy_scale.frontier import cli_ops
 from scrapy_scale.quality.snapshots import SnapshotDir
 from scrapy_scale.storage.backends import open_store
 from scrapy_scale.testbed import Testbed
 from tests.crawling import ROOT, run_crawl
+
+pytestmark = pytest.mark.crawl
 
 ADDON = {"ADDONS": {"scrapy_scale.Addon": 0}}
 

@@ -19,6 +19,8 @@ import pytest
 from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl
 
+pytestmark = pytest.mark.crawl
+
 ADDON = {"ADDONS": {"scrapy_scale.Addon": 0}}
 CRITICAL = {"SCALE_CRITICAL_FIELDS": ["sku", "price"]}
 

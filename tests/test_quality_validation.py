@@ -16,6 +16,8 @@ from scrapy_scale.storage.backends import open_store
 from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl
 
+pytestmark = pytest.mark.crawl
+
 ADDON = {"ADDONS": {"scrapy_scale.Addon": 0}}
 
 

@@ -26,6 +26,8 @@ from scrapy_scale.addon import Addon
 from scrapy_scale.testbed import Testbed
 from tests.crawling import ROOT, run_crawl
 
+pytestmark = pytest.mark.crawl
+
 README = (ROOT / "README.md").read_text()
 SCRAPY = str(Path(sys.executable).with_name("scrapy"))
 

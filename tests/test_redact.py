@@ -15,6 +15,8 @@ from tests import services
 from tests.crawling import run_crawl
 from tests.test_commands import scale
 
+pytestmark = pytest.mark.crawl
+
 FORMS = [
     ("redis://user:s3cret@h:6379/0", "redis://***@h:6379/0"),
     ("redis://:s3cret@h:6379/0", "redis://***@h:6379/0"),

@@ -13,6 +13,8 @@ import pytest
 from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl
 
+pytestmark = pytest.mark.crawl
+
 #: only this package's components, on Scrapy's own scheduler (retries held in reactor timers)
 EXPLICIT = {
     "ADDONS": {},

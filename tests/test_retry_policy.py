@@ -22,6 +22,8 @@ from scrapy_scale.outcomes.policy import (
 )
 from scrapy_scale.outcomes.retry_after import parse_retry_after
 
+pytestmark = pytest.mark.pure
+
 NOW = 1_700_000_000.0
 
 

@@ -1,7 +1,10 @@
 """The service fixtures themselves answer, and private servers survive kill and restart."""
 
 import pymongo
+import pytest
 import redis
+
+pytestmark = pytest.mark.crawl
 
 
 def test_shared_redis_answers(redis_url, redis_prefix):

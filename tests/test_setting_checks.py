@@ -7,6 +7,8 @@ import pytest
 
 from scrapy_scale import config
 
+pytestmark = pytest.mark.crawl
+
 
 def test_a_bad_url_setting_names_the_setting_but_not_its_password():
     """A typo in a store URL must not print the database password into the log."""

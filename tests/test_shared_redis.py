@@ -21,6 +21,8 @@ from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl
 from tests.test_commands import scale
 
+pytestmark = pytest.mark.crawl
+
 # ---- job names (item 11) -------------------------------------------------------------------
 
 

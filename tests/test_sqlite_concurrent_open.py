@@ -12,6 +12,8 @@ import pytest
 
 from scrapy_scale.sqlite_open import setup_retrying
 
+pytestmark = pytest.mark.pure
+
 ROUNDS = 12
 PROCS = 4
 

@@ -16,6 +16,8 @@ from scrapy_scale.storage.keys import declared_key
 from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl
 
+pytestmark = pytest.mark.crawl
+
 #: nothing listens there; the crawl must stop before any request anyway
 NOWHERE = ["http://127.0.0.1:9/"]
 

@@ -15,6 +15,8 @@ from scrapy_scale.testbed import Testbed
 from tests import services
 from tests.crawling import run_crawl
 
+pytestmark = pytest.mark.crawl
+
 SECRET = "pw-s3cr3t-9x"
 
 

@@ -22,6 +22,8 @@ from scrapy_scale.storage.writer import (
     Submission,
 )
 
+pytestmark = pytest.mark.crawl
+
 
 @pytest.fixture(params=["sqlite", "mongodb"])
 def store_url(request, tmp_path: Path) -> str:

@@ -17,6 +17,8 @@ from scrapy_scale.testbed import Testbed
 from tests.crash_support import HOLD
 from tests.crawling import run_crawl, start_crawl
 
+pytestmark = pytest.mark.crawl
+
 ONLY_STORE = {
     # the storage components alone (the add-on enables them too; this keeps the test about them)
     "ITEM_PIPELINES": {"scrapy_scale.storage.StorePipeline": 900},

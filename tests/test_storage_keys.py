@@ -18,6 +18,8 @@ from scrapy_scale.storage import keys
 from scrapy_scale.storage.encode import Unencodable, encode_item, encode_value
 from scrapy_scale.storage.settings import as_item_key, as_meta_fields
 
+pytestmark = pytest.mark.pure
+
 
 def test_page_key_is_the_canonical_url_fingerprint():
     a = keys.page_key("http://shop.test/p?b=2&a=1#reviews")

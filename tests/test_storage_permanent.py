@@ -25,6 +25,8 @@ from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl, start_crawl
 from tests.test_storage_crawl import kill_store_once_stored
 
+pytestmark = pytest.mark.crawl
+
 ONLY_STORE = {
     "ITEM_PIPELINES": {"scrapy_scale.storage.StorePipeline": 900},
     "SPIDER_MIDDLEWARES": {"scrapy_scale.storage.StoreSpiderMiddleware": 50},

@@ -6,9 +6,13 @@ import re
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from scrapy_scale.monitor.summary import RunFacts, redact_url, render
 from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl
+
+pytestmark = pytest.mark.crawl
 
 HEAD = "scrapy-scale summary: job "
 

@@ -14,6 +14,8 @@ import pytest
 from scrapy_scale.testbed import Fault, ProxySpec, Testbed, parse_faults
 from scrapy_scale.testbed.faults import KINDS
 
+pytestmark = pytest.mark.crawl
+
 
 def get(
     tb: Testbed,

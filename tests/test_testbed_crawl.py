@@ -10,9 +10,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from scrapy_scale.testbed import ProxySpec, Testbed
 from tests.crawling import ROOT, run_crawl
 from tests.test_testbed import get
+
+pytestmark = pytest.mark.crawl
 
 
 def test_resolver_in_a_real_crawl_yields_exactly_the_catalog(tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ import pytest
 
 from scrapy_scale.testbed import Fault, ProxySpec, Testbed, parse_proxy
 
+pytestmark = pytest.mark.crawl
+
 
 def via(
     tb: Testbed,

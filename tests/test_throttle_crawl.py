@@ -17,6 +17,8 @@ from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl, start_crawl
 from tests.test_commands import status_json
 
+pytestmark = pytest.mark.crawl
+
 
 def served(tb: Testbed, host: str, robots: bool = False) -> list[Any]:
     return [r for r in tb.log if r.host == host and (robots or r.kind != "robots")]

@@ -10,6 +10,8 @@ from scrapy_scale.clock import FakeClock
 from scrapy_scale.throttle.policy import MARGIN, MEMORY_HALF_LIFE, Pacing, PauseNotes
 from scrapy_scale.throttle.profiles import ProfileError, Profiles, parse_pattern, registrable_domain
 
+pytestmark = pytest.mark.pure
+
 # ---- profiles -------------------------------------------------------------------------
 
 

@@ -11,6 +11,8 @@ import redis
 
 from scrapy_scale.throttle.shared import RedisShared, SqliteShared, open_shared
 
+pytestmark = pytest.mark.crawl
+
 
 def test_gcra_grants_then_says_how_long_to_wait(redis_url: str, redis_prefix: str) -> None:
     sh = RedisShared(redis_url, redis_prefix)

@@ -1,0 +1,78 @@
+"""The test tiers (tests/conftest.py): every test declares crawl or pure, and a pure test
+stays in this process. Checked on small throwaway test modules run by pytester."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.pure
+
+pytest_plugins = ("pytester",)
+
+CONFTEST = "from tests.conftest import _pure_stays_in_process, pytest_collection_modifyitems  # noqa: F401\n"
+
+
+@pytest.fixture
+def tiers(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeconftest(CONFTEST)
+    pytester.makeini("[pytest]\nmarkers =\n    crawl: c\n    pure: p\n    serial: s\n")
+    return pytester
+
+
+def test_a_module_that_declares_no_tier_fails_collection_naming_the_test(tiers: pytest.Pytester) -> None:
+    tiers.makepyfile(test_new="def test_something():\n    pass\n")
+    r = tiers.runpytest()
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(["*test_new.py::test_something: has neither of the markers crawl/pure*"])
+
+
+def test_module_marks_and_function_marks_each_give_one_tier(tiers: pytest.Pytester) -> None:
+    tiers.makepyfile(
+        test_mod="import pytest\npytestmark = pytest.mark.crawl\ndef test_c():\n    pass\n",
+        test_fn=(
+            "import pytest\n@pytest.mark.pure\ndef test_p():\n    pass\n"
+            "@pytest.mark.crawl\n@pytest.mark.serial\ndef test_s():\n    pass\n"
+        ),
+    )
+    tiers.runpytest("-m", "not crawl").assert_outcomes(passed=1, deselected=2)
+    tiers.runpytest("-m", "serial").assert_outcomes(passed=1, deselected=2)
+
+
+def test_both_tiers_or_serial_without_crawl_fail_collection(tiers: pytest.Pytester) -> None:
+    tiers.makepyfile(
+        test_both="import pytest\npytestmark = pytest.mark.crawl\n@pytest.mark.pure\ndef test_x():\n    pass\n",
+        test_ser="import pytest\npytestmark = [pytest.mark.pure, pytest.mark.serial]\ndef test_y():\n    pass\n",
+    )
+    r = tiers.runpytest()
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(
+        ["*test_both.py::test_x: has crawl and pure*", "*test_ser.py::test_y: marked serial but not crawl*"]
+    )
+
+
+def test_a_pure_test_that_asks_for_a_service_fixture_fails_collection(tiers: pytest.Pytester) -> None:
+    tiers.makepyfile(
+        test_svc=(
+            "import pytest\npytestmark = pytest.mark.pure\n"
+            "@pytest.fixture\ndef redis_url():\n    return 'redis://x'\n"
+            "def test_r(redis_url):\n    pass\n"
+        )
+    )
+    r = tiers.runpytest()
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(["*test_svc.py::test_r: marked pure but uses redis_url: mark it crawl*"])
+
+
+def test_a_pure_test_that_starts_a_process_or_opens_a_socket_fails_naming_it(tiers: pytest.Pytester) -> None:
+    tiers.makepyfile(
+        test_leaks=(
+            "import socket, subprocess, sys, pytest\npytestmark = pytest.mark.pure\n"
+            "def test_proc():\n    subprocess.run([sys.executable, '-c', 'pass'])\n"
+            "def test_sock():\n    socket.create_connection(('127.0.0.1', 9))\n"
+            "def test_unix_socketpair_is_fine():\n    a, b = socket.socketpair()\n    a.close(); b.close()\n"
+        )
+    )
+    r = tiers.runpytest()
+    r.assert_outcomes(passed=1, failed=2)
+    r.stdout.fnmatch_lines(["*a test marked pure starts a process: mark it crawl*"])
+    r.stdout.fnmatch_lines(["*a test marked pure opens a network socket to ('127.0.0.1', 9): mark it crawl*"])
