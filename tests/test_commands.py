@@ -1,10 +1,14 @@
-"""`scrapy scale status|seed|reset|requeue`, run as real commands (subprocesses,
-cwd = the repository, example_project settings) against frontiers that real
-`scrapy crawl` runs of the catalog spider wrote."""
+"""`scrapy scale status|seed|reset|requeue`, run through Scrapy's command line (in this
+process, cwd = the repository, example_project settings; the entry point and a closed
+pipe as real subprocesses) against frontiers that real `scrapy crawl` runs of the
+catalog spider wrote."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -14,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import scrapy.cmdline
 
 from scrapy_scale.frontier import open_store
 from scrapy_scale.testbed import Testbed
@@ -31,6 +36,44 @@ pytestmark = pytest.mark.crawl
 def scale(
     *args: str, cwd: Path = ROOT, settings: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
+    """``scrapy scale ARGS -s K=V...`` run in this process, through Scrapy's own command
+    line (``scrapy.cmdline.execute``: the project's settings as found from ``cwd``, the
+    command from the installed entry point, argument errors, exit status); stdout, stderr
+    (with the warnings a process without logging set up prints) and the exit status come
+    back as from a subprocess. ``timeout`` is kept for the callers; it is not enforced."""
+    argv = ["scrapy", "scale", *args]
+    for k, v in (settings or {}).items():
+        argv += ["-s", f"{k}={v}"]
+    out, err = io.StringIO(), io.StringIO()
+    # as a fresh process would have them: no settings module from the environment; what
+    # Scrapy's project lookup sets (environment, sys.path, cwd) is put back afterwards
+    saved_env, saved_path, saved_cwd = dict(os.environ), list(sys.path), os.getcwd()
+    os.environ.pop("SCRAPY_SETTINGS_MODULE", None)
+    warnings = logging.StreamHandler(err)
+    warnings.setLevel(logging.WARNING)
+    logging.getLogger().addHandler(warnings)
+    code: int | str | None = 0
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                scrapy.cmdline.execute(argv)
+            except SystemExit as e:
+                code = e.code
+    finally:
+        logging.getLogger().removeHandler(warnings)
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.path[:] = saved_path
+    returncode = code if isinstance(code, int) else (0 if code is None else 1)
+    return subprocess.CompletedProcess(argv, returncode, out.getvalue(), err.getvalue())
+
+
+def scale_process(
+    *args: str, cwd: Path = ROOT, settings: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``python -m scrapy scale ARGS`` as a real subprocess (the entry point, exit at the OS level)."""
     argv = [sys.executable, "-m", "scrapy", "scale", *args]
     for k, v in (settings or {}).items():
         argv += ["-s", f"{k}={v}"]
@@ -49,15 +92,17 @@ def test_scale_is_a_scrapy_command_from_the_installed_entry_point() -> None:
     p = subprocess.run([sys.executable, "-m", "scrapy"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0
     assert any(line.split()[:1] == ["scale"] for line in p.stdout.splitlines()), p.stdout
-    h = scale("-h")
+    h = scale_process("-h")
     assert h.returncode == 0 and "requeue" in h.stdout
+    p = scale_process("status", "nosuchjob", settings={"SCALE_STATE_DIR": "/nonexistent/state"})
+    assert p.returncode == 1 and "scrapy scale status: error: no frontier at" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
 
 
 def test_bad_input_gives_clear_errors(tmp_path: Path) -> None:
-    with Testbed(hosts=1, pages=10, seed=5) as tb:
-        res = run_crawl(tb, {"SCALE_JOB": "known"}, tmp_path, timeout=90)
-        assert res.returncode == 0, res.tail()
     s = {"SCALE_STATE_DIR": str(tmp_path / "state")}
+    p = scale("seed", "known", "http://shop.example.test/", settings=s)
+    assert p.returncode == 0, p.stderr
 
     p = scale("status", "nosuchjob", settings=s)
     assert p.returncode == 1
