@@ -13,9 +13,8 @@ from scrapy_scale import compat
 from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl
 
-pytestmark = pytest.mark.crawl
 
-
+@pytest.mark.crawl
 @pytest.mark.parametrize("scheduler", ["scrapy.core.scheduler.Scheduler", "scrapy_scale.frontier.Scheduler"])
 def test_private_engine_api_as_compat_uses_it(tmp_path: Path, scheduler: str) -> None:
     out = tmp_path / "compat.json"
@@ -49,6 +48,7 @@ def test_private_engine_api_as_compat_uses_it(tmp_path: Path, scheduler: str) ->
     assert seen["scheduler"] == f"{cls.__module__}.{cls.__qualname__}"
 
 
+@pytest.mark.pure
 def test_outside_a_crawl_every_helper_says_unknown() -> None:
     crawler = get_crawler()
     assert compat.engine_of(crawler) is None
@@ -60,6 +60,7 @@ def test_outside_a_crawl_every_helper_says_unknown() -> None:
     assert compat.feed_exporter(crawler) is None  # in a crawl: test_private_engine_api_as_compat_uses_it
 
 
+@pytest.mark.pure
 def test_scrapy_playwright_private_api_as_compat_uses_it() -> None:
     """compat.playwright_*: the handler's context_wrappers, context_launch_lock,
     _create_browser_context(name=, context_kwargs=, spider=) and browser; and Scrapy's

@@ -18,13 +18,12 @@ from tests.crawling import run_crawl
 from tests.test_commands import scale
 from tests.test_egress_crawl import FAST
 
-pytestmark = pytest.mark.crawl
-
 
 def _ids(tb: Testbed) -> list[str]:
     return [f"127.0.0.1:{port}" for port in tb.proxy_ports.values()]
 
 
+@pytest.mark.pure
 def test_times_are_shown_with_their_date_when_not_today_and_never_raise():
     now = time.time()
     assert when(now, now) == time.strftime("%H:%M:%S", time.localtime(now))
@@ -32,6 +31,7 @@ def test_times_are_shown_with_their_date_when_not_today_and_never_raise():
     assert "epoch seconds" in when(1e18, now)  # time.localtime() raises OSError/OverflowError on it
 
 
+@pytest.mark.pure
 def test_records_that_do_not_decode_raise_and_far_ends_are_clamped():
     now = 1_000_000.0
     for bad in ({"g": "x"}, {"u": float("nan")}, {"u": "inf"}, {"c": now + 1e9}, [1, 2], None, {"l": True}):
@@ -59,6 +59,7 @@ def _rng():
     return Randomness(1)
 
 
+@pytest.mark.crawl
 def test_a_far_future_quarantine_and_a_record_that_does_not_decode_in_egress_db(tmp_path: Path):
     """1e18 as a quarantine end made every request fail (OSError formatting it): 0 pages,
     exit 0; {"g": "x"} made spider_opened fail so the sync never ran."""
@@ -90,6 +91,7 @@ def test_a_far_future_quarantine_and_a_record_that_does_not_decode_in_egress_db(
     assert f"health record '{a}|x.test' skipped" in p.stderr and a in p.stdout
 
 
+@pytest.mark.crawl
 def test_a_non_numeric_live_field_in_redis_does_not_break_the_sync(tmp_path: Path, redis_url, redis_prefix):
     with Testbed(hosts=1, pages=20, seed=3, proxies=[ProxySpec("p1"), ProxySpec("p2")]) as tb:
         st = RedisState(redis_url, redis_prefix)
@@ -118,6 +120,7 @@ def test_a_non_numeric_live_field_in_redis_does_not_break_the_sync(tmp_path: Pat
     assert sum(sum(c["requests"].values()) for c in mine) >= len(expected)  # this worker's counts were shared
 
 
+@pytest.mark.crawl
 def test_read_only_commands_and_the_run_summary_do_not_open_the_egress_file(tmp_path: Path):
     egress_file = tmp_path / "egresses.txt"
     with Testbed(hosts=1, pages=10, seed=3, proxies=[ProxySpec("p1")]) as tb:
@@ -140,6 +143,7 @@ def test_read_only_commands_and_the_run_summary_do_not_open_the_egress_file(tmp_
         assert "egress" in p.stdout
 
 
+@pytest.mark.crawl
 def test_a_provider_whose_first_fetch_hangs_does_not_stop_the_crawl_at_start(tmp_path: Path):
     with Testbed(hosts=1, pages=10, seed=3, proxies=[ProxySpec("p1")]) as tb:
         s = {
@@ -158,6 +162,7 @@ def test_a_provider_whose_first_fetch_hangs_does_not_stop_the_crawl_at_start(tmp
     assert res.log.index("has not returned after 1 s") < res.log.index("egress: pool now 1 egress(es)")
 
 
+@pytest.mark.crawl
 @pytest.mark.parametrize("exhausted", ["wait", "close"])
 def test_a_provider_whose_fetch_never_returns_ends_the_crawl_with_an_error(tmp_path: Path, exhausted: str):
     """fetch() ran in the reactor's thread pool, which the reactor joins at shutdown, and
@@ -183,6 +188,7 @@ def test_a_provider_whose_fetch_never_returns_ends_the_crawl_with_an_error(tmp_p
     assert res.log.count("closing the spider (reason egress_unavailable)") == 1, res.tail()
 
 
+@pytest.mark.crawl
 def test_the_commands_clamp_a_far_quarantine_as_the_crawl_does(tmp_path: Path):
     """report.clean_health decoded records without now/longest: `scrapy scale egress` and
     `status` showed "quarantined until 2058" while the crawl clamps it to now + max."""
@@ -206,6 +212,7 @@ def test_the_commands_clamp_a_far_quarantine_as_the_crawl_does(tmp_path: Path):
     assert time.strftime("%Y", time.localtime(now + 1e9)) not in line and "until" in line, line
 
 
+@pytest.mark.pure
 def test_an_empty_pool_gives_up_after_its_bound_and_says_why():
     from scrapy_scale.clock import FakeClock
     from scrapy_scale.egress.settings import Source

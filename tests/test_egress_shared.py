@@ -13,8 +13,6 @@ from scrapy_scale.egress.pool import EgressPool
 from scrapy_scale.egress.shared import RedisState, SqliteState
 from tests.test_egress_policy import POLICY
 
-pytestmark = pytest.mark.crawl
-
 URLS = ["http://127.0.0.1:8001", "http://127.0.0.1:8002"]
 A = "127.0.0.1:8001"
 
@@ -36,6 +34,7 @@ def stores(request, tmp_path):
         s.close()
 
 
+@pytest.mark.crawl
 def test_a_quarantine_reaches_a_worker_that_keeps_failing_through_that_egress(stores):
     clock = FakeClock()
     s0, s1 = stores
@@ -68,6 +67,7 @@ def test_a_quarantine_reaches_a_worker_that_keeps_failing_through_that_egress(st
     assert set(state["counts"]) == {"w0", "w1"}
 
 
+@pytest.mark.crawl
 def test_one_sync_is_a_handful_of_redis_commands_whatever_the_traffic(redis_server):
     url = f"redis://127.0.0.1:{redis_server.port}/0"  # a private server: its command counts are ours
     clock = FakeClock()
@@ -94,6 +94,7 @@ def test_one_sync_is_a_handful_of_redis_commands_whatever_the_traffic(redis_serv
 NOW = 1_700_000_000.0
 
 
+@pytest.mark.crawl
 @pytest.mark.parametrize(
     "bad",
     [{"c": NOW + 1e6}, {"c": "1e12"}, {"c": NOW + 5, "u": "x"}, {"c": NOW + 5, "r": NOW + 1e6}],

@@ -20,9 +20,8 @@ from scrapy_scale.storage.feeds import (
     token_alive,
 )
 
-pytestmark = pytest.mark.crawl
 
-
+@pytest.mark.pure
 def test_keys_round_trip_and_bad_lines_are_counted_and_skipped(tmp_path: Path) -> None:
     j = FeedJournal(tmp_path / "j", token="1-1")
     j.open()
@@ -43,6 +42,7 @@ def test_keys_round_trip_and_bad_lines_are_counted_and_skipped(tmp_path: Path) -
     assert list(j.keys_in(tmp_path / "missing.keys")) == [] and j.bad_lines == 9
 
 
+@pytest.mark.pure
 def test_hostile_lines_are_skipped_one_by_one(tmp_path: Path) -> None:
     """Before: ``[[[[...`` raised RecursionError out of the read (the journal was abandoned
     and re-read forever), and a line had no length limit."""
@@ -55,6 +55,7 @@ def test_hostile_lines_are_skipped_one_by_one(tmp_path: Path) -> None:
     assert j.bad_lines == 5  # nested, too long, wrong length, key not a string, too long at the end
 
 
+@pytest.mark.pure
 def test_job_names_that_clean_alike_get_folders_of_their_own(tmp_path: Path) -> None:
     a, b = journal_folder(str(tmp_path), "shop/de"), journal_folder(str(tmp_path), "shop_de")
     assert a != b and a.parent == b.parent == tmp_path / "feed_journal"
@@ -62,6 +63,7 @@ def test_job_names_that_clean_alike_get_folders_of_their_own(tmp_path: Path) -> 
     assert journal_folder(str(tmp_path), "x" * 500).name.startswith("x" * 80 + "-")
 
 
+@pytest.mark.crawl
 def test_a_journal_held_by_a_live_owner_is_never_adopted(tmp_path: Path) -> None:
     """Two processes: the owner's pid means nothing here (as for a worker of another host
     sharing the state folder), only its lock keeps its journal from being taken."""
@@ -96,6 +98,7 @@ def test_a_journal_held_by_a_live_owner_is_never_adopted(tmp_path: Path) -> None
     me.close()
 
 
+@pytest.mark.pure
 def test_a_failed_write_raises_and_a_short_write_is_completed(tmp_path: Path) -> None:
     j = FeedJournal(tmp_path / "j", token="1-1")
     j.open()
@@ -105,6 +108,7 @@ def test_a_failed_write_raises_and_a_short_write_is_completed(tmp_path: Path) ->
     j.close()
 
 
+@pytest.mark.crawl
 def test_a_journal_is_an_orphan_only_when_its_process_is_gone(tmp_path: Path) -> None:
     folder = tmp_path / "j"
     me = FeedJournal(folder)
@@ -130,6 +134,7 @@ def test_a_journal_is_an_orphan_only_when_its_process_is_gone(tmp_path: Path) ->
         live.wait()
 
 
+@pytest.mark.pure
 def test_adopt_is_taken_once_and_clear_keeps_what_was_not_resent(tmp_path: Path) -> None:
     folder = tmp_path / "j"
     folder.mkdir()

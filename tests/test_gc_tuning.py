@@ -15,8 +15,6 @@ from scrapy_scale.gc_tuning import GCState, GCTuning
 from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl
 
-pytestmark = pytest.mark.crawl
-
 
 class FakeGC:
     """The part of the ``gc`` module GCState uses, recording what was done."""
@@ -48,6 +46,7 @@ class FakeGC:
         self.threshold = tuple(t)  # type: ignore[assignment]
 
 
+@pytest.mark.pure
 def test_apply_freezes_after_a_collection_and_raises_only_the_first_threshold():
     g = FakeGC()
     st = GCState(g)
@@ -60,6 +59,7 @@ def test_apply_freezes_after_a_collection_and_raises_only_the_first_threshold():
     assert g.calls[-1] == "unfreeze" and g.frozen == 0
 
 
+@pytest.mark.pure
 def test_the_last_of_several_crawls_in_one_process_puts_the_collector_back():
     g = FakeGC()
     st = GCState(g)
@@ -74,6 +74,7 @@ def test_the_last_of_several_crawls_in_one_process_puts_the_collector_back():
     assert g.threshold == (700, 10, 10) and g.calls.count("unfreeze") == 1
 
 
+@pytest.mark.pure
 def test_each_half_can_be_turned_off():
     g = FakeGC()
     st = GCState(g)
@@ -88,6 +89,7 @@ def test_each_half_can_be_turned_off():
     assert g2.calls == ["collect", "freeze", "unfreeze"]
 
 
+@pytest.mark.pure
 def test_both_off_is_not_configured_and_bad_values_are_setting_errors():
     with pytest.raises(NotConfigured):
         GCTuning.from_crawler(get_crawler(settings_dict={"SCALE_GC_FREEZE": False, "SCALE_GC_THRESHOLD": 0}))
@@ -97,6 +99,7 @@ def test_both_off_is_not_configured_and_bad_values_are_setting_errors():
         GCTuning.from_crawler(get_crawler(settings_dict={"SCALE_GC_THRESHOLD": -1}))
 
 
+@pytest.mark.pure
 def test_the_extension_applies_once_on_engine_start_and_releases_on_stop():
     g = FakeGC()
     st = GCState(g)
@@ -109,6 +112,7 @@ def test_the_extension_applies_once_on_engine_start_and_releases_on_stop():
     assert st.active == 0 and g.threshold[0] == 700
 
 
+@pytest.mark.crawl
 def test_a_real_crawl_runs_with_the_collector_tuned_and_can_turn_it_off(tmp_path: Path):
     """The add-on enables it (README settings table: SCALE_GC_FREEZE, SCALE_GC_THRESHOLD)."""
     before = gc.get_threshold()
@@ -129,6 +133,7 @@ def test_a_real_crawl_runs_with_the_collector_tuned_and_can_turn_it_off(tmp_path
     assert gc.get_threshold() == before  # the crawls ran in their own processes
 
 
+@pytest.mark.crawl
 def test_the_extension_alone_without_the_addon(tmp_path: Path):
     """README, components table: `scrapy_scale.gc_tuning.GCTuning` in EXTENSIONS works without the add-on."""
     with Testbed(hosts=1, pages=5, seed=2) as tb:

@@ -29,8 +29,6 @@ from tests.crawling import run_crawl
 from tests.test_outcome_bus import PLAN
 from tests.test_retry_crawl import FAST
 
-pytestmark = pytest.mark.crawl
-
 C = FailureClass
 
 
@@ -67,6 +65,7 @@ def outcomes_sequence() -> list[Outcome]:
     return o
 
 
+@pytest.mark.pure
 def test_the_subscriber_counts_exactly_what_the_stats_count() -> None:
     crawler = get_crawler()
     crawler.stats.open_spider()
@@ -95,6 +94,7 @@ def test_the_subscriber_counts_exactly_what_the_stats_count() -> None:
     assert by_label(smp, "scrapy_scale_egress_failures_total", "class") == {"blocked": 1.0}
 
 
+@pytest.mark.pure
 def test_every_sample_carries_job_spider_worker_and_names_follow_the_conventions() -> None:
     m = CrawlMetrics("catalog", "catalog", "host/0")
     for o in outcomes_sequence():
@@ -119,6 +119,7 @@ def test_every_sample_carries_job_spider_worker_and_names_follow_the_conventions
     assert smp[("scrapy_scale_queue_oldest_pending_age_seconds", ())] == 0  # nothing pending: 0, not absent
 
 
+@pytest.mark.pure
 def test_dead_lettered_items_are_counted_from_the_item_signals() -> None:
     m = CrawlMetrics("j", "s", "w")
     m.on_item_stored(item={})
@@ -129,6 +130,7 @@ def test_dead_lettered_items_are_counted_from_the_item_signals() -> None:
     assert smp[("scrapy_scale_items_dead_lettered_total", ())] == 1
 
 
+@pytest.mark.pure
 def test_quality_series_appear_only_when_the_quality_layer_counts() -> None:
     m = CrawlMetrics("j", "s", "w")
     assert not any(n.startswith(("scrapy_scale_items_validated", "scrapy_scale_quality")) for n, _ in samples(_text(m)))
@@ -145,6 +147,7 @@ def _text(m: CrawlMetrics) -> str:
     return generate_latest(m.registry()).decode()
 
 
+@pytest.mark.pure
 def test_per_domain_series_stay_bounded_over_50000_domains() -> None:
     top = TopDomains(20)
     m = CrawlMetrics("j", "s", "w", top_domains=20)
@@ -165,6 +168,7 @@ def test_per_domain_series_stay_bounded_over_50000_domains() -> None:
     assert len(top._traffic) <= top.cap
 
 
+@pytest.mark.pure
 def test_a_named_domain_keeps_its_series_and_counters_never_decrease() -> None:
     top = TopDomains(1)
     assert top.label("a") == OTHER
@@ -176,6 +180,7 @@ def test_a_named_domain_keeps_its_series_and_counters_never_decrease() -> None:
     assert top.label("a") == "a" and top.label("b") == OTHER
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     "value,parsed",
     [(0, (0, 0)), ("0", (0, 0)), (9410, (9410, 9410)), ("9410-9430", (9410, 9430)), (" 9410 - 9411 ", (9410, 9411))],
@@ -184,12 +189,14 @@ def test_metrics_port_accepts_a_port_a_range_or_zero(value, parsed) -> None:  # 
     assert S.PORT.get({"SCALE_METRICS_PORT": value}) == parsed
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("value", ["9430-9410", "http", "70000", "0-10", True])
 def test_a_bad_metrics_port_names_the_setting(value) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ScaleSettingError, match="^SCALE_METRICS_PORT: "):
         config.validate_all({"SCALE_METRICS_PORT": value})
 
 
+@pytest.mark.pure
 def test_without_an_export_mode_the_extension_is_not_configured_quietly(caplog: pytest.LogCaptureFixture) -> None:
     """No export mode is the usual case: Scrapy's extension manager must not log a WARNING
     "Disabled MetricsExtension: ..." in every crawl; the reason is a DEBUG line."""
@@ -206,6 +213,7 @@ def test_without_an_export_mode_the_extension_is_not_configured_quietly(caplog: 
     assert [r for r in caplog.records if r.levelno == logging.DEBUG and "no metrics export mode" in r.getMessage()]
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("name", ["SCALE_PROGRESS_INTERVAL", "SCALE_WATCH_INTERVAL"])
 def test_an_interval_of_0_means_none(name: str) -> None:
     """README: SCALE_PROGRESS_INTERVAL / SCALE_WATCH_INTERVAL "`0` = none": the extension
@@ -221,6 +229,7 @@ def test_an_interval_of_0_means_none(name: str) -> None:
     assert on.interval == config.REGISTRY[name].default
 
 
+@pytest.mark.crawl
 def test_a_port_range_takes_the_next_free_port_and_fails_naming_the_setting_when_full() -> None:
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
@@ -239,6 +248,7 @@ def test_a_port_range_takes_the_next_free_port_and_fails_naming_the_setting_when
         taken.close()
 
 
+@pytest.mark.pure
 def test_file_sd_files_of_dead_processes_are_removed(tmp_path: Path) -> None:
     dead = FileSD(tmp_path, "job", pid=_dead_pid(), hostname="h")
     dead.write("127.0.0.1:1", {})
@@ -261,6 +271,7 @@ def _dead_pid() -> int:
     return pid
 
 
+@pytest.mark.pure
 def test_textfile_is_the_exposition_format(tmp_path: Path) -> None:
     m = CrawlMetrics("j", "s", "w")
     m.on_outcome(Outcome("x", "http://a.test/", "a.test", C.OK))
@@ -269,6 +280,7 @@ def test_textfile_is_the_exposition_format(tmp_path: Path) -> None:
     assert by_label(smp, "scrapy_scale_requests_total", "class")["ok"] == 1
 
 
+@pytest.mark.pure
 def test_rates_and_eta_from_recent_samples() -> None:
     w = RateWindow(window=60)
     assert w.rate() is None
@@ -284,6 +296,7 @@ def test_rates_and_eta_from_recent_samples() -> None:
     assert format_eta(90) == "2 min" and format_eta(None) == "unknown" and format_eta(7200) == "2 h 0 min"
 
 
+@pytest.mark.pure
 def test_progress_line_says_done_pending_failed_rates_and_eta() -> None:
     counts = {"done": 1234, "failed": 5, "pending": 7878, "delayed": 12, "leased": 64}
     line = progress_line(counts, 310 / 60, 280 / 60, 1500)
@@ -293,6 +306,7 @@ def test_progress_line_says_done_pending_failed_rates_and_eta() -> None:
     assert progress_line(None, None, None, None, done=3, failed=1) == ("3 done, 1 failed; - pages/min, - items/min")
 
 
+@pytest.mark.pure
 def test_the_eta_waits_for_delayed_requests_and_paused_sites(caplog: pytest.LogCaptureFixture) -> None:
     """`ETA 12 s` with retries delayed 80 s more: the ETA is no sooner than the latest
     delayed request may go and the last pause ends; bad times from shared state are skipped
@@ -317,6 +331,7 @@ def test_the_eta_waits_for_delayed_requests_and_paused_sites(caplog: pytest.LogC
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
 
 
+@pytest.mark.pure
 def test_progress_line_tells_retries_from_requests_held_by_pacing_and_paused_sites() -> None:
     counts = {"done": 92, "failed": 0, "pending": 0, "delayed": 66, "leased": 2}
     line = progress_line(counts, 1.0, 1.0, 83, retries=34, paused=2)
@@ -324,6 +339,7 @@ def test_progress_line_tells_retries_from_requests_held_by_pacing_and_paused_sit
     assert line.endswith("ETA 1 min"), line
 
 
+@pytest.mark.crawl
 def test_a_faulty_crawl_s_final_textfile_matches_its_stats(tmp_path: Path) -> None:
     """Every class of the outcome bus's plan, counted by the metrics as by the stats."""
     prom = tmp_path / "final.prom"
@@ -362,6 +378,7 @@ def test_a_faulty_crawl_s_final_textfile_matches_its_stats(tmp_path: Path) -> No
     assert "progress: " in res.log and " pages/min, " in res.log
 
 
+@pytest.mark.crawl
 def test_the_egress_pool_and_its_failures_are_exported(tmp_path: Path) -> None:
     """The egress middleware registers itself as ScaleContext.extra["egress_pool"]: its
     pool by state and the failed attempts through egresses reach the metrics."""

@@ -16,8 +16,6 @@ from tests.crawling import start_crawl
 from tests.prom_services import wait_for
 from tests.test_commands import scale, status_json
 
-pytestmark = pytest.mark.crawl
-
 
 def doc(worker: str, until: float, **kw: object) -> dict[str, object]:
     d: dict[str, object] = {
@@ -42,6 +40,7 @@ def doc(worker: str, until: float, **kw: object) -> dict[str, object]:
     return d
 
 
+@pytest.mark.pure
 def test_merge_sums_the_workers_that_are_still_valid() -> None:
     docs = [doc("w1", 100), doc("w2", 100, egress_pool={"quarantined": 1}), doc("gone", 10)]
     m = snapshots.merge(snapshots.valid(docs, now=50))
@@ -59,6 +58,7 @@ def test_merge_sums_the_workers_that_are_still_valid() -> None:
     assert "egress pool: healthy 3, quarantined 1" in lines
 
 
+@pytest.mark.pure
 def test_the_job_rate_comes_from_the_frontier_between_refreshes() -> None:
     rate = RateWindow()
     rate.add(0.0, 0)
@@ -69,6 +69,7 @@ def test_the_job_rate_comes_from_the_frontier_between_refreshes() -> None:
     assert rate.rate() == 5 and watch.view(st, [], now=0)["merged"]["workers"] == []
 
 
+@pytest.mark.pure
 def test_file_sink_round_trip(tmp_path: Path) -> None:
     sink = snapshots.FileSink(tmp_path / "monitor" / "job")
     sink.write("host/0", doc("host/0", 1))
@@ -117,9 +118,11 @@ def _watch_a_running_crawl(tmp_path: Path, settings: dict[str, object], cmd_sett
         sink.close()
 
 
+@pytest.mark.crawl
 def test_watch_and_status_read_a_running_crawl_on_sqlite(tmp_path: Path) -> None:
     _watch_a_running_crawl(tmp_path, {}, {"SCALE_STATE_DIR": str(tmp_path / "state")}, "watched")
 
 
+@pytest.mark.crawl
 def test_watch_and_status_read_a_running_crawl_on_redis(tmp_path: Path, redis_url: str, redis_prefix: str) -> None:
     _watch_a_running_crawl(tmp_path, {"SCALE_FRONTIER_URL": redis_url}, {"SCALE_FRONTIER_URL": redis_url}, redis_prefix)

@@ -18,8 +18,6 @@ from scrapy_scale.storage.backends import open_store
 from scrapy_scale.testbed import Testbed
 from tests.crawling import ROOT, run_crawl
 
-pytestmark = pytest.mark.crawl
-
 ADDON = {"ADDONS": {"scrapy_scale.Addon": 0}}
 
 FIXED_SPIDER = '''
@@ -54,6 +52,7 @@ def stored(tmp_path: Path) -> dict[str, dict]:
         s.close()
 
 
+@pytest.mark.crawl
 def test_replay_after_a_layout_change_stores_the_missing_items_without_a_request(tmp_path: Path) -> None:
     pkg = tmp_path / "spiders_pkg"
     pkg.mkdir()
@@ -117,6 +116,7 @@ def test_replay_after_a_layout_change_stores_the_missing_items_without_a_request
     assert snaps.entries() == [], "replayed snapshots are dropped once their requests are done"
 
 
+@pytest.mark.pure
 def test_snapshots_are_bounded_oldest_dropped_first(tmp_path: Path) -> None:
     d = SnapshotDir(str(tmp_path / "snaps"), max_count=3, max_bytes=10**6)
     dropped = 0

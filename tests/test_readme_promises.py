@@ -26,8 +26,6 @@ from scrapy_scale.addon import Addon
 from scrapy_scale.testbed import Testbed
 from tests.crawling import ROOT, run_crawl
 
-pytestmark = pytest.mark.crawl
-
 README = (ROOT / "README.md").read_text()
 SCRAPY = str(Path(sys.executable).with_name("scrapy"))
 
@@ -49,11 +47,13 @@ def _enabled(settings: Settings, name: str) -> dict[object, object]:
     return {load_object(k) if isinstance(k, str) else k: v for k, v in settings.getdict(name).items()}
 
 
+@pytest.mark.pure
 def test_the_readme_names_the_addon_line_that_is_tested_here():
     assert 'ADDONS = {"scrapy_scale.Addon": 0}' in README
     assert load_object("scrapy_scale.Addon") is Addon
 
 
+@pytest.mark.pure
 def test_one_line_enables_everything():
     s = Settings()
     Addon().update_settings(s)
@@ -66,6 +66,7 @@ def test_one_line_enables_everything():
     assert _enabled(s, "DOWNLOADER_MIDDLEWARES")[load_object(RETRY_MW)] is None
 
 
+@pytest.mark.pure
 def test_polite_defaults():
     assert "`ROBOTSTXT_OBEY = True` and\n`CONCURRENT_REQUESTS_PER_DOMAIN = 4`" in README
     s = Settings()
@@ -76,6 +77,7 @@ def test_polite_defaults():
     assert s.getpriority("ROBOTSTXT_OBEY") == s.getpriority("CONCURRENT_REQUESTS_PER_DOMAIN") == 15  # "addon"
 
 
+@pytest.mark.pure
 def test_anything_the_project_sets_wins():
     ours = "scrapy_scale.outcomes.middleware.OutcomeDownloaderMiddleware"
     project = {
@@ -102,6 +104,7 @@ def test_anything_the_project_sets_wins():
     assert _enabled(s, "SPIDER_MIDDLEWARES")[load_object(EVERYTHING["SPIDER_MIDDLEWARES"][0])] is not None
 
 
+@pytest.mark.pure
 def test_the_master_switch_leaves_plain_scrapy():
     """SCALE_ENABLED = False: "leaves the crawl exactly as plain Scrapy would run it"."""
     s = Settings({"SCALE_ENABLED": False})
@@ -111,6 +114,7 @@ def test_the_master_switch_leaves_plain_scrapy():
     assert after == before
 
 
+@pytest.mark.pure
 def test_the_quick_start_install_line_is_what_ci_runs():
     line = 'pip install -e ".[all,test]"'
     assert line in README
@@ -141,12 +145,14 @@ def _crawl_fails_at_once(*args: str, tmp_path: Path) -> str:
     return out
 
 
+@pytest.mark.crawl
 def test_an_unknown_scale_name_stops_the_crawl_at_once_naming_it(tmp_path: Path):
     out = _crawl_fails_at_once("-s", "SCALE_FRONTIER_BACH=10", tmp_path=tmp_path)
     assert "bad setting SCALE_FRONTIER_BACH = '10': unknown setting; did you mean SCALE_FRONTIER_BATCH?" in out
     assert not (tmp_path / "state").exists(), "state was written by a crawl that should not have started"
 
 
+@pytest.mark.crawl
 @pytest.mark.parametrize(
     "setting,problem",
     [("SCALE_FRONTIER_BATCH=0", "must be >= 1"), ("SCALE_STORE_URL=mysql://db/x", "unknown URL scheme")],
@@ -157,6 +163,7 @@ def test_a_bad_value_stops_the_crawl_at_once_naming_the_setting(tmp_path: Path, 
     assert re.search(rf"bad setting {name} = [^\n]*: [^\n]*{re.escape(problem)}", out), out[-2000:]
 
 
+@pytest.mark.crawl
 def test_polite_defaults_hold_in_a_real_crawl(tmp_path: Path):
     """The example project sets neither: the add-on's robots.txt obedience and per-site
     concurrency are the ones the crawl runs with."""
@@ -176,6 +183,7 @@ def test_polite_defaults_hold_in_a_real_crawl(tmp_path: Path):
     assert not [k for k in res.stats if k.startswith("scale/retry/")]
 
 
+@pytest.mark.pure
 def test_retry_after_max_reaches_the_policy():
     """SCALE_RETRY_AFTER_MAX: "a longer one is clamped to it with a warning" (the clamping
     itself: tests/test_retry_policy.py); here: the setting is the value the policy uses."""
@@ -195,6 +203,7 @@ def _table(db: Path, table: str) -> list[dict[str, object]]:
         return [json.loads(doc) for (doc,) in conn.execute(f'SELECT doc FROM "{table}"')]
 
 
+@pytest.mark.crawl
 def test_store_collection_dead_letter_and_field_names_are_the_settings(tmp_path: Path):
     """SCALE_STORE_COLLECTION, SCALE_STORE_DEAD_LETTER, SCALE_STORE_FIELDS and
     SCALE_ITEM_KEY as the settings table describes them, in real crawls."""

@@ -15,8 +15,6 @@ from tests import services
 from tests.crawling import run_crawl
 from tests.test_commands import scale
 
-pytestmark = pytest.mark.crawl
-
 FORMS = [
     ("redis://user:s3cret@h:6379/0", "redis://***@h:6379/0"),
     ("redis://:s3cret@h:6379/0", "redis://***@h:6379/0"),
@@ -56,17 +54,20 @@ FORMS = [
 ]
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("url,expected", FORMS)
 def test_every_form_of_credentials_is_masked(url: str, expected: str) -> None:
     assert redact_url(url) == expected
     assert "s3" not in redact_url(url)
 
 
+@pytest.mark.pure
 def test_urls_inside_a_message_are_masked() -> None:
     text = "cannot connect to redis://:s3cret@h:1/0 (then mongodb://a:s3cret@m/x?password=s3cret)"
     assert redact_text(text) == "cannot connect to redis://***@h:1/0 (then mongodb://***@m/x?password=***)"
 
 
+@pytest.mark.pure
 def test_no_other_copy_of_the_redaction() -> None:
     """Every module that prints URLs calls scrapy_scale.redact; the old private copies are gone."""
     import scrapy_scale.frontier.cli_ops as cli_ops
@@ -78,6 +79,7 @@ def test_no_other_copy_of_the_redaction() -> None:
     assert not hasattr(backends, "redact")
 
 
+@pytest.mark.crawl
 @pytest.mark.parametrize("form", ["query", "userinfo"])
 def test_scale_status_never_prints_the_redis_password(tmp_path: Path, form: str) -> None:
     from scrapy_scale.frontier import open_store
@@ -104,6 +106,7 @@ def test_scale_status_never_prints_the_redis_password(tmp_path: Path, form: str)
         redis.kill()
 
 
+@pytest.mark.crawl
 def test_the_outcome_log_redacts_request_urls(tmp_path: Path) -> None:
     log = tmp_path / "outcomes.jsonl"
     with Testbed(hosts=1, pages=4, seed=3) as tb:

@@ -21,11 +21,10 @@ from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl
 from tests.test_commands import scale
 
-pytestmark = pytest.mark.crawl
-
 # ---- job names (item 11) -------------------------------------------------------------------
 
 
+@pytest.mark.crawl
 def test_a_job_name_with_glob_characters_never_touches_another_job(redis_url: str, redis_prefix: str) -> None:
     other = RedisStore(redis_url, f"{redis_prefix}-books1")
     other.open()
@@ -42,6 +41,7 @@ def test_a_job_name_with_glob_characters_never_touches_another_job(redis_url: st
         other.close()
 
 
+@pytest.mark.crawl
 def test_the_scan_pattern_is_escaped(redis_url: str, redis_prefix: str) -> None:
     import redis
 
@@ -53,6 +53,7 @@ def test_the_scan_pattern_is_escaped(redis_url: str, redis_prefix: str) -> None:
     assert glob_escape("a*b?c[d]e\\f") == "a\\*b\\?c\\[d\\]e\\\\f"
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("name", ["books[1]", "a*", "a b", "x:y", "{j}", "", ".hidden", "-x", "é", "j" * 101])
 def test_scale_job_is_checked_at_startup(name: str) -> None:
     with pytest.raises(config.ScaleSettingError) as e:
@@ -62,11 +63,13 @@ def test_scale_job_is_checked_at_startup(name: str) -> None:
         assert "letters, digits" in str(e.value)
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("name", ["books1", "catalog", "shop.example-2026_11", "J" * 100])
 def test_ordinary_job_names_are_accepted(name: str) -> None:
     assert config.get({"SCALE_JOB": name}, "SCALE_JOB") == name
 
 
+@pytest.mark.crawl
 def test_scale_reset_refuses_a_glob_job_name(redis_url: str, redis_prefix: str) -> None:
     other = RedisStore(redis_url, f"{redis_prefix}-books1")
     other.open()
@@ -119,6 +122,7 @@ def record(**r: Any) -> str:
     return json.dumps({"v": 1, "r": {"url": "http://shop.example/x", **r}})
 
 
+@pytest.mark.crawl
 def test_a_record_naming_another_class_is_refused_without_importing_it(capsys: pytest.CaptureFixture[str]) -> None:
     assert "this" not in sys.modules  # importing it prints the Zen of Python
     for path in ("this.Request", "os.system", "subprocess.Popen", "scrapy_scale.testbed.Testbed"):
@@ -134,6 +138,7 @@ def test_a_record_naming_another_class_is_refused_without_importing_it(capsys: p
         codec.decode(record(_class="Request"), Shop())
 
 
+@pytest.mark.pure
 def test_scrapy_and_project_request_classes_round_trip() -> None:
     spider = Shop()
     for r in (
@@ -153,6 +158,7 @@ def test_scrapy_and_project_request_classes_round_trip() -> None:
     assert f"{__name__}.NotARequest" not in listed.classes
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     "url",
     ["file:///etc/hostname", "FILE:///etc/passwd", "data:text/plain,hi", "s3://bucket/key", "ftp://ftp.example/x"],
@@ -170,6 +176,7 @@ def test_records_and_seeds_are_http_and_https_only(url: str) -> None:
     assert codec.decode(record(url=url), spider, more).url.lower() == url.lower()
 
 
+@pytest.mark.pure
 def test_callbacks_must_be_public_methods_of_the_spider() -> None:
     spider = Shop()
     Shop.visits = 0  # (Scrapy's Request.to_dict, on encode, reads every member of the spider)
@@ -186,6 +193,7 @@ def test_callbacks_must_be_public_methods_of_the_spider() -> None:
         codec.encode(scrapy.Request("http://shop.example/", callback=spider._stop_testbed), spider)
 
 
+@pytest.mark.pure
 def test_crawlspider_rule_callbacks_are_scrapys_own_and_allowed() -> None:
     from scrapy.linkextractors import LinkExtractor
     from scrapy.spiders import CrawlSpider, Rule
@@ -203,6 +211,7 @@ def test_crawlspider_rule_callbacks_are_scrapys_own_and_allowed() -> None:
     assert back.callback == spider._callback and back.errback == spider._errback
 
 
+@pytest.mark.crawl
 @pytest.mark.timeout(180)
 def test_a_crawl_dead_letters_hostile_records_and_refuses_hostile_seeds(
     tmp_path: Path, redis_url: str, redis_prefix: str

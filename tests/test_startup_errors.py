@@ -16,8 +16,6 @@ from scrapy_scale.storage.keys import declared_key
 from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl
 
-pytestmark = pytest.mark.crawl
-
 #: nothing listens there; the crawl must stop before any request anyway
 NOWHERE = ["http://127.0.0.1:9/"]
 
@@ -38,6 +36,7 @@ def _first_error(log: str) -> str:
     return m.group(2)
 
 
+@pytest.mark.crawl
 @pytest.mark.parametrize(
     "setting,first_error",
     [
@@ -79,6 +78,7 @@ def test_a_bad_setting_is_one_clear_error_line(tmp_path: Path, setting: str, fir
     assert res.stats.get("response_received_count") is None  # nothing was fetched
 
 
+@pytest.mark.crawl
 def test_a_store_file_that_cannot_be_opened_is_one_clear_error_line(tmp_path: Path) -> None:
     """Found when the store is opened (not by parsing the URL): before the engine opens, so
     Scrapy logs no traceback of its own (CoreStats' on a spider closed before it opened)."""
@@ -92,6 +92,7 @@ def test_a_store_file_that_cannot_be_opened_is_one_clear_error_line(tmp_path: Pa
     assert "Spider opened" not in res.log
 
 
+@pytest.mark.crawl
 def test_at_debug_level_the_traceback_follows_the_error_line(tmp_path: Path) -> None:
     res = _crawl(tmp_path, "SCALE_FRONTIER_BATCH=abc", log_level="DEBUG")
     assert res.returncode == 1, (res.returncode, res.tail())
@@ -100,6 +101,7 @@ def test_at_debug_level_the_traceback_follows_the_error_line(tmp_path: Path) -> 
     assert first and "Traceback" in res.log[first.end() :], res.tail()
 
 
+@pytest.mark.crawl
 def test_list_settings_from_the_command_line_work(tmp_path: Path) -> None:
     """`-s SCALE_ITEM_KEY=sku` keys every item type by its sku, and list settings take a
     comma-separated string (SCALE_ITEM_KEY=sku used to fail: "not valid JSON")."""

@@ -25,8 +25,6 @@ from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl, start_crawl
 from tests.test_storage_crawl import kill_store_once_stored
 
-pytestmark = pytest.mark.crawl
-
 ONLY_STORE = {
     "ITEM_PIPELINES": {"scrapy_scale.storage.StorePipeline": 900},
     "SPIDER_MIDDLEWARES": {"scrapy_scale.storage.StoreSpiderMiddleware": 50},
@@ -71,6 +69,7 @@ def batch_with_one_poisoned() -> dict[str, dict]:
     return docs
 
 
+@pytest.mark.pure
 def test_sqlite_errors_are_classified() -> None:
     assert isinstance(sqlite_error("f", sqlite3.OperationalError("database is locked")), StoreUnavailable)
     assert isinstance(sqlite_error("f", sqlite3.OperationalError("disk I/O error")), StoreUnavailable)
@@ -81,6 +80,7 @@ def test_sqlite_errors_are_classified() -> None:
         assert sqlite_error("f", e) is e  # about the row: the writer isolates it
 
 
+@pytest.mark.pure
 def test_sqlite_row_refused_for_good_is_dead_lettered_and_the_rest_stored(tmp_path: Path) -> None:
     path = tmp_path / "items.sqlite"
     with sqlite3.connect(path) as c:
@@ -100,6 +100,7 @@ def test_sqlite_row_refused_for_good_is_dead_lettered_and_the_rest_stored(tmp_pa
     store.close()
 
 
+@pytest.mark.crawl
 def test_mongodb_row_refused_for_good_is_dead_lettered_and_the_rest_stored(mongo_uri: str) -> None:
     url = f"{mongo_uri.rstrip('/')}/permanent_{threading.get_ident()}"
     store = open_store(url, "items")
@@ -128,6 +129,7 @@ def _broken_items_table(path: Path) -> None:
         c.execute("DROP TABLE gone")
 
 
+@pytest.mark.pure
 def test_sqlite_schema_error_stops_the_writer_instead_of_looping(tmp_path: Path) -> None:
     path = tmp_path / "items.sqlite"
     _broken_items_table(path)
@@ -143,6 +145,7 @@ def test_sqlite_schema_error_stops_the_writer_instead_of_looping(tmp_path: Path)
     store.close()
 
 
+@pytest.mark.pure
 def test_dead_letter_refused_for_good_stops_the_writer(tmp_path: Path) -> None:
     path = tmp_path / "items.sqlite"
     with sqlite3.connect(path) as c:
@@ -157,6 +160,7 @@ def test_dead_letter_refused_for_good_stops_the_writer(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.crawl
 def test_crawl_into_a_schema_broken_sqlite_store_ends_loudly(tmp_path: Path) -> None:
     (tmp_path / "state").mkdir()
     db = tmp_path / "state" / "items.sqlite"
@@ -171,6 +175,7 @@ def test_crawl_into_a_schema_broken_sqlite_store_ends_loudly(tmp_path: Path) -> 
     assert res.stats["scale/store/failed"]
 
 
+@pytest.mark.crawl
 def test_crawl_into_a_sqlite_table_of_another_schema_fails_at_startup(tmp_path: Path) -> None:
     (tmp_path / "state").mkdir()
     db = tmp_path / "state" / "items.sqlite"
@@ -188,6 +193,7 @@ def test_crawl_into_a_sqlite_table_of_another_schema_fails_at_startup(tmp_path: 
     assert "SCALE_STORE_URL: cannot open the SQLite file" in res.log and "no such column" in res.log
 
 
+@pytest.mark.crawl
 def test_ctrl_c_during_a_mongodb_outage_ends_the_crawl(tmp_path: Path, mongo_server) -> None:
     """Shutdown while the store is down: the waiting items fail loudly (logged and
     counted) instead of holding the shutdown until the store returns."""

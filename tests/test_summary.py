@@ -12,8 +12,6 @@ from scrapy_scale.monitor.summary import RunFacts, redact_url, render
 from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl
 
-pytestmark = pytest.mark.crawl
-
 HEAD = "scrapy-scale summary: job "
 
 
@@ -29,6 +27,7 @@ def row(summary: str, label: str) -> str:
     return m.group(1)
 
 
+@pytest.mark.crawl
 def test_summary_with_the_add_on_tells_what_happened(tmp_path: Path) -> None:
     faults = "429@1:/item/2,first=1,retry_after=1; 404@2:/item/5; 500@1:/item/7,first=99"
     settings = {"SCALE_RETRY_POLICY": {"transient": {"retries": 2, "base": 0.05, "cap": 0.1}}}
@@ -67,6 +66,7 @@ def test_summary_with_the_add_on_tells_what_happened(tmp_path: Path) -> None:
         assert conn.execute("SELECT COUNT(*) FROM items").fetchone()[0] == items
 
 
+@pytest.mark.crawl
 def test_summary_of_a_plain_scrapy_crawl_leaves_out_what_is_not_there(tmp_path: Path) -> None:
     # no add-on: only the summary extension, next to Scrapy's own retry middleware
     settings = {"ADDONS": {}, "EXTENSIONS": {"scrapy_scale.monitor.summary.RunSummary": 0}, "RETRY_TIMES": 1}
@@ -79,6 +79,7 @@ def test_summary_of_a_plain_scrapy_crawl_leaves_out_what_is_not_there(tmp_path: 
     assert "frontier" not in s and "look further" not in s and "requests " not in s
 
 
+@pytest.mark.pure
 def test_stopped_run_with_work_left_says_how_to_resume() -> None:
     lines = render(
         {"downloader/response_count": 10, "item_scraped_count": 4, "log_count/ERROR": 2},
@@ -97,6 +98,7 @@ def test_stopped_run_with_work_left_says_how_to_resume() -> None:
     assert "2 ERROR lines" in text
 
 
+@pytest.mark.pure
 def test_store_urls_lose_their_credentials() -> None:
     assert (
         redact_url("mongodb://app:s3cret@db1:27017/shop?authSource=admin")
@@ -108,6 +110,7 @@ def test_store_urls_lose_their_credentials() -> None:
     assert redact_url("sqlite:///rel/items.sqlite") == "sqlite:///rel/items.sqlite"
 
 
+@pytest.mark.pure
 def test_summary_shows_frontier_dead_letters_and_the_exit_status() -> None:
     # before: 8 records dead-lettered and the summary said "530 done, 0 failed, 0 pending"
     facts = RunFacts(
@@ -126,6 +129,7 @@ def test_summary_shows_frontier_dead_letters_and_the_exit_status() -> None:
     assert lines[-1] == "  exit status   3: the run has 8 dead letters (SCALE_EXIT_CODE_DEAD_LETTERS)"
 
 
+@pytest.mark.pure
 def test_summary_counts_the_requests_kept_in_memory_by_type() -> None:
     lines = render(
         {
@@ -139,6 +143,7 @@ def test_summary_counts_the_requests_kept_in_memory_by_type() -> None:
     assert "7 requests kept in memory only" in line and "Opaque 5, refused 2" in line, line
 
 
+@pytest.mark.pure
 def test_a_request_whose_item_was_dead_lettered_counts_as_parse_failed_either_order() -> None:
     """Item 22: the frontier fails such a request (parse_failed); the summary's requests
     line said ok. The item's verdict can come after the outcome, or before it."""
@@ -175,6 +180,7 @@ def test_a_request_whose_item_was_dead_lettered_counts_as_parse_failed_either_or
     assert not tally._early and not tally._waiting
 
 
+@pytest.mark.crawl
 def test_blocked_without_an_egress_pool_does_not_promise_another_egress(tmp_path: Path) -> None:
     """An all-403 run without SCALE_EGRESSES: the retries went out the same way, and the
     summary's line for the class says so (it said "retried through another egress")."""

@@ -11,9 +11,8 @@ import redis
 
 from scrapy_scale.throttle.shared import RedisShared, SqliteShared, open_shared
 
-pytestmark = pytest.mark.crawl
 
-
+@pytest.mark.crawl
 def test_gcra_grants_then_says_how_long_to_wait(redis_url: str, redis_prefix: str) -> None:
     sh = RedisShared(redis_url, redis_prefix)
     assert sh.acquire("a.com", 0.5) == 0.0
@@ -25,6 +24,7 @@ def test_gcra_grants_then_says_how_long_to_wait(redis_url: str, redis_prefix: st
     sh.close()
 
 
+@pytest.mark.crawl
 def test_many_workers_together_never_beat_the_interval(redis_url: str, redis_prefix: str) -> None:
     """Four clients racing for one site: grants are at least the interval apart (Redis clock)."""
     import threading
@@ -57,6 +57,7 @@ def test_many_workers_together_never_beat_the_interval(redis_url: str, redis_pre
     assert min(b - a for a, b in zip(grants, grants[1:], strict=False)) > 0.1 - 0.03
 
 
+@pytest.mark.crawl
 def test_pause_holds_every_worker_and_one_key_per_site(redis_url: str, redis_prefix: str) -> None:
     a, b = RedisShared(redis_url, redis_prefix), RedisShared(redis_url, redis_prefix)
     assert a.pause("slow.com", 5.0) == pytest.approx(5.0, abs=0.05)
@@ -69,6 +70,7 @@ def test_pause_holds_every_worker_and_one_key_per_site(redis_url: str, redis_pre
     b.close()
 
 
+@pytest.mark.crawl
 def test_learned_delays_round_trip(redis_url: str, redis_prefix: str, tmp_path: Path) -> None:
     state = {"a.com": {"delay": 0.5, "too_fast": 0.4, "too_fast_at": 10.0, "at": 11.0}}
     for sh in (open_shared(redis_url, redis_prefix), open_shared(f"sqlite:///{tmp_path}/t/throttle.db", "job")):
@@ -81,6 +83,7 @@ def test_learned_delays_round_trip(redis_url: str, redis_prefix: str, tmp_path: 
     other.close()
 
 
+@pytest.mark.pure
 def test_status_names_the_paused_sites_and_until_when(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A site paused by Retry-After was invisible in `scrapy scale status`: the learned state
     the workers save now carries the pause; status reads it back as untrusted input (a time
