@@ -177,6 +177,7 @@ def test_status_requeue_blocked_then_resume_gets_every_item(tmp_path: Path) -> N
         check_items_exact(tb, stored_items(f"sqlite:///{tmp_path}/state/items.sqlite"))
 
 
+@pytest.mark.serial
 def test_seed_then_crawl_takes_the_seeds_and_reset_starts_over(tmp_path: Path) -> None:
     job = "seeded"
     s = {"SCALE_STATE_DIR": str(tmp_path / "state")}
@@ -221,6 +222,7 @@ def test_seed_then_crawl_takes_the_seeds_and_reset_starts_over(tmp_path: Path) -
         assert {r.path for r in tb.log if r.path.startswith("/item/")} == {f"/item/{n}" for n in range(1, 21)}
 
 
+@pytest.mark.serial
 def test_status_of_a_running_redis_job_from_outside_the_project(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:

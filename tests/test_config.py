@@ -103,6 +103,7 @@ def _normal(name, value):
 @pytest.mark.parametrize("name", sorted(LIST_SETTINGS))
 def test_list_settings_take_what_scrapys_getlist_takes(name):
     """A list, a tuple, a comma-separated string (as `-s NAME=a,b` gives), one name, a JSON list."""
+    config._load_declarations()  # run alone (or first on an xdist worker) the registry is not complete yet
     a, b = LIST_SETTINGS[name]
     for value in ([a, b], (a, b), f"{a},{b}", f" {a} , {b} ", f'["{a}", "{b}"]'):
         assert _normal(name, value) == [a, b], value

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.crawl
 SCRAPY = str(Path(sys.executable).with_name("scrapy"))
 
 
+@pytest.mark.serial
 def test_scrapy_crawl_catalog_runs_the_demo_and_ends_with_the_summary(tmp_path: Path) -> None:
     state = tmp_path / "state"  # only so that tests do not share (or leave) a .scale folder
     t0 = time.monotonic()

@@ -62,6 +62,7 @@ def _finish_all(procs: list[CrawlProcess], timeout: float) -> list:
     return results
 
 
+@pytest.mark.serial
 @pytest.mark.timeout(240)
 def test_three_workers_one_killed_every_page_done_once_and_the_others_exit(
     tmp_path: Path, redis_url: str, redis_prefix: str, mongo_uri: str
@@ -106,6 +107,7 @@ def test_three_workers_one_killed_every_page_done_once_and_the_others_exit(
             assert r.stats.get("scale/frontier/acked", 0) > 0
 
 
+@pytest.mark.serial
 @pytest.mark.timeout(240)
 def test_redis_restart_mid_crawl_workers_wait_reconnect_and_finish(tmp_path: Path, redis_server) -> None:
     job = "restart"
@@ -142,6 +144,7 @@ def test_redis_restart_mid_crawl_workers_wait_reconnect_and_finish(tmp_path: Pat
         assert downtime >= 3.0
 
 
+@pytest.mark.serial
 @pytest.mark.timeout(240)
 def test_a_frozen_worker_back_after_its_leases_expired_counts_stale_acks_not_acks(
     tmp_path: Path, redis_url: str, redis_prefix: str

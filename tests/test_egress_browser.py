@@ -131,6 +131,7 @@ def test_contexts_live_in_the_handler_of_each_scheme_and_all_close(tmp_path, tls
     assert final and float(final.group(1)) == 0.0, textfile.read_text()  # written after the contexts closed
 
 
+@pytest.mark.serial
 def test_a_context_whose_close_hangs_does_not_hang_spider_close(caplog):
     """close_all() gathered every close() with no time limit: a Playwright context whose
     close never finished hung spider_closed. A fake of the handler's interface (the

@@ -16,6 +16,7 @@ from tests.test_egress_crawl import CONCURRENCY, FAST
 pytestmark = pytest.mark.crawl
 
 
+@pytest.mark.serial
 @pytest.mark.timeout(300)
 def test_an_egress_evicted_by_one_worker_is_avoided_by_the_other(tmp_path, redis_url, redis_prefix):
     specs = [ProxySpec("a"), ProxySpec("b"), ProxySpec("dead", mode="dead")]

@@ -25,7 +25,7 @@ from tests.crash_support import (
     stored_items,
 )
 
-pytestmark = pytest.mark.crawl
+pytestmark = [pytest.mark.crawl, pytest.mark.serial]
 
 HOSTS, PAGES = 4, 500  # 2,000 detail pages (items) + 100 listing pages
 KILLS = 11

@@ -19,7 +19,7 @@ from scrapy_scale.testbed import Testbed
 from tests.crawling import CrawlProcess, start_crawl
 from tests.test_commands import scale, status_json
 
-pytestmark = pytest.mark.crawl
+pytestmark = [pytest.mark.crawl, pytest.mark.serial]
 
 
 def _poll(pred: Callable[[], Any], timeout: float, what: str, proc: CrawlProcess | None = None) -> Any:

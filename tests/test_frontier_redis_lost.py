@@ -15,7 +15,7 @@ from scrapy_scale.testbed import Testbed
 from tests import services
 from tests.crawling import start_crawl
 
-pytestmark = pytest.mark.crawl
+pytestmark = [pytest.mark.crawl, pytest.mark.serial]
 
 
 @pytest.mark.timeout(300)

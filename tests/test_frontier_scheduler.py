@@ -18,7 +18,7 @@ from scrapy_scale.frontier.store import FrontierStore, open_store
 from scrapy_scale.testbed import Fault, Testbed
 from tests.crawling import run_crawl, start_crawl
 
-pytestmark = pytest.mark.crawl
+pytestmark = [pytest.mark.crawl, pytest.mark.serial]
 
 
 def pages_served(tb: Testbed) -> set[tuple[str, str]]:

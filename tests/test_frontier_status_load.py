@@ -18,7 +18,7 @@ from scrapy_scale.frontier.redis_store import RedisStore
 from scrapy_scale.frontier.store import NewRequest
 from tests import services
 
-pytestmark = pytest.mark.crawl
+pytestmark = [pytest.mark.crawl, pytest.mark.serial]
 
 DOMAINS = 100_000  # ten times what status looks at (redis_status.STATUS_DOMAINS)
 DATA = '{"v":1,"r":{"url":"http://d.example/"}}'

@@ -93,6 +93,7 @@ def test_prometheus_scrapes_a_faulty_crawl_and_its_numbers_match_the_stats(tmp_p
     assert seen["rate_limited"] == attempts_429
 
 
+@pytest.mark.serial
 def test_two_crawls_on_one_host_with_a_port_range_are_both_scraped(tmp_path: Path) -> None:
     sd = tmp_path / "sd"
     settings = metrics_settings(sd, SCALE_METRICS_PORT="9410-9430")

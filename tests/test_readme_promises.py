@@ -128,6 +128,16 @@ def test_the_quick_start_install_line_is_what_ci_runs():
     assert {"all", "test"} <= names, names
 
 
+@pytest.mark.pure
+def test_the_readme_test_command_is_what_ci_runs():
+    """The README's test command is the one .ci/run (and tox) calls: the parallel part, then the serial one."""
+    shown = re.search(r"^(python -m \S+) +# the tests", README, re.M)
+    assert shown and shown.group(1) == "python -m tests", shown
+    assert re.search(r"^python -m tests\b", (ROOT / ".ci" / "run").read_text(), re.M)
+    assert "python -m tests {posargs}" in (ROOT / "tox.ini").read_text()
+    assert (ROOT / "tests" / "__main__.py").exists()
+
+
 def _crawl_fails_at_once(*args: str, tmp_path: Path) -> str:
     t0 = time.monotonic()
     proc = subprocess.run(
@@ -145,6 +155,7 @@ def _crawl_fails_at_once(*args: str, tmp_path: Path) -> str:
     return out
 
 
+@pytest.mark.serial
 @pytest.mark.crawl
 def test_an_unknown_scale_name_stops_the_crawl_at_once_naming_it(tmp_path: Path):
     out = _crawl_fails_at_once("-s", "SCALE_FRONTIER_BACH=10", tmp_path=tmp_path)
@@ -152,6 +163,7 @@ def test_an_unknown_scale_name_stops_the_crawl_at_once_naming_it(tmp_path: Path)
     assert not (tmp_path / "state").exists(), "state was written by a crawl that should not have started"
 
 
+@pytest.mark.serial
 @pytest.mark.crawl
 @pytest.mark.parametrize(
     "setting,problem",

@@ -270,6 +270,7 @@ def test_mongodb_refusing_one_row_dead_letters_it_and_stores_the_rest(mongo_uri:
     s.close()
 
 
+@pytest.mark.serial
 @pytest.mark.crawl
 def test_mongodb_killed_and_restarted_nothing_lost(mongo_server):
     """The server dies mid-stream: items wait (not done, not dropped), the writer retries

@@ -193,6 +193,7 @@ def test_crawl_into_a_sqlite_table_of_another_schema_fails_at_startup(tmp_path: 
     assert "SCALE_STORE_URL: cannot open the SQLite file" in res.log and "no such column" in res.log
 
 
+@pytest.mark.serial
 @pytest.mark.crawl
 def test_ctrl_c_during_a_mongodb_outage_ends_the_crawl(tmp_path: Path, mongo_server) -> None:
     """Shutdown while the store is down: the waiting items fail loudly (logged and

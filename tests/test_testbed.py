@@ -177,6 +177,7 @@ def test_429_retry_after_seconds_and_date() -> None:
         assert [r.kind for r in tb.log] == ["429", "429", "503", "503"]
 
 
+@pytest.mark.serial
 @pytest.mark.crawl
 def test_reset_and_hang() -> None:
     faults = [Fault("reset", path="/item/1", first=1), Fault("hang", path="/item/2", first=1)]
@@ -192,6 +193,7 @@ def test_reset_and_hang() -> None:
         assert [(r.kind, r.status) for r in tb.log] == [("reset", None), ("ok", 200), ("hang", None), ("ok", 200)]
 
 
+@pytest.mark.serial
 @pytest.mark.crawl
 def test_slow_response() -> None:
     with Testbed(hosts=1, pages=10, faults=[Fault("slow", path="/item/1", delay=0.6)]) as tb:
@@ -282,6 +284,7 @@ def test_fault_spec_parsing_and_errors() -> None:
             parse_faults(bad)
 
 
+@pytest.mark.serial
 @pytest.mark.crawl
 def test_rate_limit_per_client() -> None:
     rate = 4

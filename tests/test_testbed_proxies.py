@@ -85,6 +85,7 @@ def test_dead_proxy_refuses(tb: Testbed) -> None:
     assert tb.log == [] and tb.proxy_log == []
 
 
+@pytest.mark.serial
 @pytest.mark.crawl
 def test_slow_proxy(tb: Testbed) -> None:
     t0 = time.monotonic()

@@ -56,6 +56,7 @@ def test_one_worker_learns_a_5_per_second_limit(tmp_path: Path) -> None:
     assert res.stats["scale/throttle/rate_limited"] >= 1
 
 
+@pytest.mark.serial
 def test_retry_after_pauses_one_host_while_the_others_keep_their_pace(tmp_path: Path) -> None:
     log_path = tmp_path / "outcomes.jsonl"
     with Testbed(hosts=3, pages=60, faults="429@1:/item/5,first=1,retry_after=10", seed=4) as tb:
@@ -144,6 +145,7 @@ def test_a_restarted_worker_starts_at_the_learned_delay(tmp_path: Path) -> None:
     assert min(gaps) >= 0.8 * learned, (gaps, learned)
 
 
+@pytest.mark.serial
 def test_four_workers_on_one_redis_share_one_max_rate(tmp_path: Path, redis_url: str, redis_prefix: str) -> None:
     from tests.crawling import start_crawl
 
@@ -169,6 +171,7 @@ def test_four_workers_on_one_redis_share_one_max_rate(tmp_path: Path, redis_url:
     assert sum(r.stats.get("item_scraped_count", 0) for r in results) == 160
 
 
+@pytest.mark.serial
 def test_a_shared_limiter_that_goes_down_never_stalls_a_site(tmp_path: Path, redis_server) -> None:
     """The limiter's Redis killed mid-crawl, then back: the worker paces alone meanwhile and
     the crawl finishes. A failed acquire used to leave its site marked "asking" for good, so

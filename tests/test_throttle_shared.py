@@ -24,6 +24,7 @@ def test_gcra_grants_then_says_how_long_to_wait(redis_url: str, redis_prefix: st
     sh.close()
 
 
+@pytest.mark.serial
 @pytest.mark.crawl
 def test_many_workers_together_never_beat_the_interval(redis_url: str, redis_prefix: str) -> None:
     """Four clients racing for one site: grants are at least the interval apart (Redis clock)."""
