@@ -5,7 +5,6 @@ rendered in headless Chromium."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import struct
 import subprocess
@@ -18,6 +17,7 @@ import pytest
 
 from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl
+from tests.test_commands import scale
 
 pytestmark = pytest.mark.crawl
 
@@ -176,16 +176,8 @@ def test_report_command_rebuilds_the_report_of_a_finished_run(tmp_path: Path) ->
 
 
 def scale_command(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONPATH=str(root))
-    return subprocess.run(
-        [os.environ.get("PYTHON", "python"), "-m", "scrapy", "scale", *args, "-s", f"SCALE_STATE_DIR={tmp_path}/state"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """``scrapy scale ARGS`` from ``tmp_path`` (no project there), in this process (tests/test_commands.py)."""
+    return scale(*args, cwd=tmp_path, settings={"SCALE_STATE_DIR": f"{tmp_path}/state"})
 
 
 # ---- headless Chromium -------------------------------------------------------------------

@@ -315,6 +315,7 @@ def kill_store_once_stored(proc, url: str, server, rows: int, down: float) -> No
     assert proc.poll() is None, "the crawl ended while the store was down"
 
 
+@pytest.mark.serial
 def test_mongodb_killed_and_restarted_mid_crawl_nothing_lost(tmp_path: Path, mongo_server) -> None:
     # a short server selection timeout (a URI option wins over the store's 5 s default), so the
     # 4 s outage shows up as failed attempts that the writer retries, not one long wait
