@@ -38,6 +38,7 @@ def outcomes(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.serial
 def test_one_worker_learns_a_5_per_second_limit(tmp_path: Path) -> None:
     with Testbed(hosts=1, pages=300, per_page=20, rate_limit=5.0, seed=3) as tb:
         res = run_crawl(tb, {"SCALE_DOMAIN_PROFILES": {"default": {"start_delay": 0.5}}}, tmp_path, timeout=300)
@@ -98,6 +99,7 @@ def test_robots_crawl_delay_is_honoured(tmp_path: Path) -> None:
     assert sorted(b - a for a, b in zip(fast, fast[1:], strict=False))[len(fast) // 2] < 1.0
 
 
+@pytest.mark.serial
 def test_fifty_hosts_with_their_own_limits_each_paced_alone(tmp_path: Path) -> None:
     limits = {n: 2.0 + n % 4 for n in range(2, 51)}
     limits[1] = 0.5  # one slow host
