@@ -1,6 +1,6 @@
 """``python -m tests [PYTEST ARGS]``: the whole suite as CI runs it, in two parts.
 
-1. every test not marked ``serial``, spread over pytest-xdist workers (``-n``, default 3;
+1. every test not marked ``serial``, spread over pytest-xdist workers (``-n``, default 4;
    ``SCALE_TEST_WORKERS`` sets it, ``0`` runs this part in one process too);
 2. the ``serial`` tests (kills, several workers, timing bounds), one at a time, with
    nothing else running beside them.
@@ -25,7 +25,7 @@ def main(args: list[str]) -> int:
     if any(a == "-m" or a.startswith("-m") and not a.startswith("--") for a in args):
         print("python -m tests: -m is set by this script; run python -m pytest -m ... for one tier", file=sys.stderr)
         return 4
-    workers = os.environ.get("SCALE_TEST_WORKERS", "3")
+    workers = os.environ.get("SCALE_TEST_WORKERS", "4")
     parts = [
         ["-m", "not serial", *(["-n", workers] if workers != "0" else []), *args],
         ["-m", "serial", "-p", "no:xdist", *args],

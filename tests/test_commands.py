@@ -222,7 +222,6 @@ def test_seed_then_crawl_takes_the_seeds_and_reset_starts_over(tmp_path: Path) -
         assert {r.path for r in tb.log if r.path.startswith("/item/")} == {f"/item/{n}" for n in range(1, 21)}
 
 
-@pytest.mark.serial
 def test_status_of_a_running_redis_job_from_outside_the_project(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:

@@ -79,7 +79,6 @@ def test_no_other_copy_of_the_redaction() -> None:
     assert not hasattr(backends, "redact")
 
 
-@pytest.mark.serial
 @pytest.mark.crawl
 @pytest.mark.parametrize("form", ["query", "userinfo"])
 def test_scale_status_never_prints_the_redis_password(tmp_path: Path, form: str) -> None:
