@@ -95,3 +95,53 @@ def _every_fault_shows_in_the_summary(out: str, summary: str) -> None:
     assert final.get("not_found", 0) == gone, (faults, summary)
     no_answer = re.search(r"; (\d+) attempts got no response \(refused, reset, timed out\)$", summary, re.M)
     assert no_answer and int(no_answer.group(1)) == faults["reset"], (faults, summary)
+
+
+def test_a_demo_rerun_on_another_port_updates_its_items_instead_of_adding_new_ones(tmp_path: Path) -> None:
+    """Issue 19 item 18: the demo's testbed falls back to a free port when 8370 is taken, and
+    its items were keyed by URL (which holds the port): a rerun stored every item again. The
+    port is held here for both runs (or is held by someone else), so each run gets a free
+    port of its own."""
+    import socket
+
+    state = tmp_path / "state"
+    holder = socket.socket()
+    try:
+        try:
+            holder.bind(("127.0.0.1", 8370))
+            holder.listen(1)
+        except OSError:
+            pass  # taken already: just as good
+        ports = []
+        for _ in range(2):
+            proc = subprocess.run(
+                [
+                    SCRAPY,
+                    "crawl",
+                    "catalog",
+                    "-a",
+                    "hosts=2",
+                    "-a",
+                    "pages=4",
+                    "-a",
+                    "faults=",
+                    "-s",
+                    f"SCALE_STATE_DIR={state}",
+                    "-s",
+                    "DOWNLOAD_DELAY=0",
+                ],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            out = proc.stdout + proc.stderr
+            assert proc.returncode == 0, out[-3000:]
+            with sqlite3.connect(state / "items.sqlite") as conn:
+                docs = [row[0] for row in conn.execute("SELECT doc FROM items")]
+            ports.append({m for d in docs for m in re.findall(r"\.example\.test:(\d+)/", d)})
+    finally:
+        holder.close()
+    assert ports[0] and ports[1] and ports[0] != ports[1] and "8370" not in ports[0] | ports[1], ports
+    with sqlite3.connect(state / "items.sqlite") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM items").fetchone()[0] == 2 * 4
