@@ -220,6 +220,46 @@ def test_learned_state_exports_and_restores_newest_first() -> None:
     assert fresh.restore(data) == 0  # not newer than what it has
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"delay": math.nan, "at": 1.0},
+        {"delay": math.inf, "at": 1.0},
+        {"delay": -1.0, "at": 1.0},
+        {"delay": "x", "at": 1.0},
+        {"delay": 1.0, "at": math.nan},
+        {"at": 1.0},
+        [1, 2],
+    ],
+)
+def test_learned_state_that_is_not_finite_is_not_restored_and_is_written_over(bad: object) -> None:
+    """Issue 19 item 4: a NaN delay read back turned the site's pacing off (NaN compares
+    false with everything), and stayed in the file."""
+    pc, clk = pacing({"default": {"min_delay": 0.3, "start_delay": 0.5}})
+    clk.now = 1000.0
+    assert pc.restore({"h": bad}) == 0  # type: ignore[dict-item]
+    assert pc.rejected and pc.rejected[0][0] == "h" and "not used" in pc.rejected[0][1]
+    s = pc.site("h")
+    assert s.delay == 0.5 and pc.interval(s) == 0.5
+    pc.handed_out("h")
+    assert pc.hold_until("h") == pytest.approx(1000.5)  # paced as the profile says
+    assert pc.export() == {"h": {"delay": 0.5, "too_fast": 0.0, "too_fast_at": 0.0, "at": 1000.0}}  # saved over it
+
+
+def test_learned_times_in_the_future_are_brought_back_to_now() -> None:
+    pc, clk = pacing({"default": {"start_delay": 0.5}})
+    clk.now = 1000.0
+    far = 99999999999.0
+    assert pc.restore({"h": {"delay": 2.0, "at": far, "too_fast": 1.5, "too_fast_at": far}}) == 1
+    s = pc.site("h")
+    assert (s.delay, s.changed_at, s.too_fast_at) == (2.0, 1000.0, 1000.0)
+    assert pc.rejected == [("h", "time 99999999999 is in the future; taken as now")]
+    clk.advance(MEMORY_HALF_LIFE)
+    assert pc.too_fast(s) == pytest.approx(0.75)  # its memory fades again
+    assert pc.restore({"h": {"delay": 2.0, "at": 1001.0, "too_fast": math.nan}}) == 1
+    assert (s.too_fast, pc.rejected[-1]) == (0.0, ("h", "too-fast spacing nan is unusable; dropped"))
+
+
 def simulate(rate: float, seconds: float, latency: float = 0.005, conc: int = 4) -> list[tuple[float, bool]]:
     """A site allowing ``rate`` requests/s (token bucket, burst ``rate``, 429 + Retry-After: 1
     beyond, as the testbed's rate limit) and a crawler that sends whenever the gate lets it."""

@@ -84,6 +84,9 @@ class Throttle:
         self._loop: task.LoopingCall | None = None
         self._saved_at = 0.0
         self._warned_cap = False
+        #: sites already warned about (bad learned state read back; a shared wait capped)
+        self._warned_bad: set[str] = set()
+        self._warned_far: set[str] = set()
         self.restored = 0
 
     @classmethod
@@ -117,7 +120,7 @@ class Throttle:
             )
             shared, learned = None, {}
         ext = cls(crawler, pacing, shared, top=throttle_settings.STATS_TOP.get(s))
-        ext.restored = pacing.restore(learned)
+        ext.restored = ext._restore(learned)
         if s.getbool("AUTOTHROTTLE_ENABLED"):
             logger.warning(
                 "throttle: AUTOTHROTTLE_ENABLED is on as well; scrapy-scale's per-site pacing "
@@ -158,7 +161,7 @@ class Throttle:
             return nxt
         if s.key not in self._acquiring:
             self._acquiring.add(s.key)
-            d = self._in_thread(self._acquire, s.key, interval)
+            d = self._in_thread(self._acquire, s.key, interval, self.pacing.wait_cap(s))
             d.addCallbacks(self._acquired, self._shared_failed, callbackArgs=(s.key,), errbackArgs=(s.key,))
         return math.inf
 
@@ -182,15 +185,29 @@ class Throttle:
 
     # ---- the shared limiter's answers (reactor thread) -------------------------------------
 
-    def _acquire(self, key: str, interval: float) -> tuple[float, float, float]:
+    def _acquire(self, key: str, interval: float, cap: float) -> tuple[float, float, float]:
         """In the throttle's thread: ask the limiter; the answer is timed here, since the
         reactor may take a while to read it (a grant read late must not be used late)."""
-        wait = self.shared.acquire(key, interval, min(TOLERANCE, interval / 4))
+        wait = self.shared.acquire(key, interval, min(TOLERANCE, interval / 4), max_wait=cap)
         return wait, time.monotonic(), time.time()
 
     def _acquired(self, answer: tuple[float, float, float], key: str) -> None:
         wait, granted_mono, granted_wall = answer
         self._acquiring.discard(key)
+        if not math.isfinite(wait) or wait > (cap := self.pacing.wait_cap(self.pacing.site(key))):
+            # the limiter's key held a time too far ahead (the script brought it back): a
+            # wait from shared state never exceeds the cap, nor reaches the frontier's records
+            if key not in self._warned_far:
+                self._warned_far.add(key)
+                logger.warning(
+                    "throttle: the shared limiter of %s said to wait %s s; waiting %.0f s at most "
+                    "(the larger of its max_delay and SCALE_RETRY_AFTER_MAX)",
+                    key,
+                    f"{wait:.0f}" if math.isfinite(wait) else wait,
+                    cap,
+                )
+            self.stats.inc_value(keys.THROTTLE_WAIT_CAPPED)
+            wait = cap
         if wait <= 0:
             self._permits[key] = granted_mono
             compat.wake_engine(self.crawler)
@@ -333,7 +350,18 @@ class Throttle:
             shared.save(changed)
             return shared.load() if shared.shared_limiter else {}
 
-        self._in_thread(sync).addCallbacks(self.pacing.restore, lambda f: None)
+        self._in_thread(sync).addCallbacks(self._restore, lambda f: None)
+
+    def _restore(self, learned: dict[str, dict[str, float]]) -> int:
+        """Adopt learned state read back; warn once per site about state that was unusable."""
+        n = self.pacing.restore(learned)
+        for site, why in self.pacing.rejected:
+            if site not in self._warned_bad:
+                self._warned_bad.add(site)
+                logger.warning("throttle: learned pacing of %s read back: %s", site, why)
+            self.stats.inc_value(keys.THROTTLE_LEARNED_REJECTED)
+        self.pacing.rejected.clear()
+        return n
 
     def _write_stats(self) -> None:
         sites = sorted(self.pacing.sites.values(), key=lambda s: -s.sent)

@@ -40,6 +40,8 @@ MARGIN = 0.1
 MEMORY_HALF_LIFE = 300.0
 #: weight of the newest gap in the moving average of the spacing actually sent
 GAP_WEIGHT = 0.2
+#: seconds a time read back from shared state may be ahead of ours (clocks of workers differ)
+FUTURE_SLACK = 60.0
 
 
 @dataclass
@@ -85,6 +87,8 @@ class Pacing:
         self.sites: dict[str, SiteState] = {}
         #: Retry-After values above the cap seen (the glue warns once)
         self.capped: list[tuple[str, float]] = []
+        #: (site, what was wrong) for learned state read back that was unusable or repaired
+        self.rejected: list[tuple[str, str]] = []
 
     # ---- sites ----------------------------------------------------------------------
 
@@ -102,6 +106,11 @@ class Pacing:
         if s.crawl_delay is not None and "min_delay" not in s.match.explicit:
             return min(max(p.min_delay, s.crawl_delay), p.max_delay)
         return p.min_delay
+
+    def wait_cap(self, s: SiteState) -> float:
+        """The longest wait shared state (another worker, a file, Redis) may impose on the
+        site: the larger of its ``max_delay`` and the Retry-After cap."""
+        return max(s.profile.max_delay, self.retry_after_cap)
 
     def interval(self, s: SiteState) -> float:
         """Seconds between two requests to the site, as enforced."""
@@ -237,19 +246,60 @@ class Pacing:
         }
 
     def restore(self, learned: dict[str, dict[str, float]]) -> int:
-        """Adopt learned state that is newer than ours (a restart, another worker). Returns how many."""
+        """Adopt learned state that is newer than ours (a restart, another worker). Returns how many.
+
+        What is read back is checked first (:func:`check_learned`); a site whose state is
+        unusable keeps its profile's pacing and is marked changed, so that the next save
+        writes sane state over the bad one. Each problem is added to :attr:`rejected`."""
         n = 0
-        for key, v in learned.items():
-            try:
-                delay, at = float(v["delay"]), float(v["at"])
-                tf, tf_at = float(v.get("too_fast", 0.0)), float(v.get("too_fast_at", at))
-            except (KeyError, TypeError, ValueError):
-                continue
+        now = self.clock()
+        for key, raw in learned.items():
+            v, why = check_learned(raw, now)
+            if why is not None:
+                self.rejected.append((key, why))
             s = self.site(key)
-            if s.key != key or at <= s.changed_at:
+            if s.key != key:
                 continue
-            s.delay = self._bound(s, delay)
-            s.too_fast, s.too_fast_at = tf, tf_at
-            s.learned, s.changed_at = True, at
+            if v is None:
+                s.learned, s.changed_at = True, max(s.changed_at, now)
+                continue
+            if v["at"] <= s.changed_at:
+                continue
+            s.delay = self._bound(s, v["delay"])
+            s.too_fast, s.too_fast_at = v["too_fast"], v["too_fast_at"]
+            s.learned, s.changed_at = True, v["at"]
             n += 1
         return n
+
+
+def _finite(v: Any) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def check_learned(raw: Any, now: float) -> tuple[dict[str, float] | None, str | None]:
+    """A site's learned state as read back from shared state (a file, Redis), checked.
+
+    Returns ``(state, None)`` when usable; ``(state, why)`` when something was repaired
+    (a time in the future is brought back to ``now``, an unusable too-fast spacing is
+    dropped); ``(None, why)`` when the delay or its time is missing, not a number,
+    infinite, NaN or negative: the state is not used at all."""
+    if not isinstance(raw, dict):
+        return None, f"not a record: {str(raw)[:40]!r}; not used"
+    delay, at = _finite(raw.get("delay")), _finite(raw.get("at"))
+    if delay is None or delay < 0:
+        return None, f"delay {raw.get('delay')!r} is not a finite number of seconds; not used"
+    if at is None:
+        return None, f"time {raw.get('at')!r} is not a finite time; not used"
+    why = None
+    if at > now + FUTURE_SLACK:
+        why, at = f"time {at:.0f} is in the future; taken as now", now
+    tf, tf_at = _finite(raw.get("too_fast", 0.0)), _finite(raw.get("too_fast_at", at))
+    if tf is None or tf < 0 or tf_at is None:
+        why, tf, tf_at = why or f"too-fast spacing {raw.get('too_fast')!r} is unusable; dropped", 0.0, 0.0
+    elif tf_at > now:
+        tf_at = now  # its memory would never fade
+    return {"delay": delay, "at": at, "too_fast": tf, "too_fast_at": tf_at}, why

@@ -7,6 +7,7 @@ import os
 import time
 from typing import Any
 
+from scrapy_scale.throttle.policy import check_learned
 from scrapy_scale.throttle.settings import throttle_url
 from scrapy_scale.throttle.shared import open_shared, sqlite_path
 
@@ -30,11 +31,11 @@ def read(settings: Any, job: str) -> list[dict[str, Any]]:
     finally:
         shared.close()
     rows = []
-    for site, v in learned.items():
-        try:
-            rows.append({"site": site, "delay": float(v["delay"]), "learned_at": float(v["at"])})
-        except (KeyError, TypeError, ValueError):
-            continue
+    now = time.time()
+    for site, raw in learned.items():
+        v, _ = check_learned(raw, now)  # what a worker would not use is not shown
+        if v is not None:
+            rows.append({"site": site, "delay": v["delay"], "learned_at": v["at"]})
     return sorted(rows, key=lambda r: (-r["delay"], r["site"]))
 
 
