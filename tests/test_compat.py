@@ -48,6 +48,7 @@ def test_outside_a_crawl_every_helper_says_unknown() -> None:
     assert compat.wake_engine(crawler) is False
     assert compat.engine_scheduler(crawler) is None
     assert compat.slot_full_check(crawler) is None
+    assert compat.drop_slot_delay(crawler, "shop1.example.test") is False
 
 
 def test_scrapy_playwright_private_api_as_compat_uses_it() -> None:

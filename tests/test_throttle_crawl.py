@@ -300,3 +300,26 @@ def test_a_shared_limiter_key_far_in_the_future_is_capped_and_said(
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     assert min(gaps) >= 0.3 - 0.03, gaps
     assert float(r.get(key) or 0) < 99999999999  # brought back (or expired)
+
+
+def test_a_download_slots_delay_is_a_floor_of_the_pacing_not_an_extra(tmp_path: Path) -> None:
+    """Issue 19 item 14: a slot with `delay: 2` measured 5.0 s and 3.0 s between requests:
+    the downloader waited its delay on top of the pacing. The delay is the pacing's floor;
+    the second host has no slot delay (the control)."""
+    with Testbed(hosts=2, pages=8, per_page=20, seed=12) as tb:
+        slow, fast = tb.hosts
+        settings = {
+            "DOWNLOAD_SLOTS": {slow: {"delay": 1.0}},
+            "SCALE_DOMAIN_PROFILES": {"default": {"min_delay": 0.5, "start_delay": 0.5}},
+            "ROBOTSTXT_OBEY": False,
+        }
+        res = run_crawl(tb, settings, tmp_path, timeout=120)
+        assert res.returncode == 0, res.tail()
+        times = {h: [r.time for r in served(tb, h)] for h in tb.hosts}
+    assert len(res.items) == 16
+    gaps = [b - a for a, b in zip(times[slow], times[slow][1:], strict=False)]
+    assert min(gaps) >= 1.0 - 0.03, gaps  # the user's delay holds...
+    assert sorted(gaps)[len(gaps) // 2] < 1.25, gaps  # ...and is not added to the pacing
+    assert res.stats[f"scale/throttle/site/{slow}/delay"] == 1.0
+    fast_gaps = [b - a for a, b in zip(times[fast], times[fast][1:], strict=False)]
+    assert sorted(fast_gaps)[len(fast_gaps) // 2] < 0.75, fast_gaps

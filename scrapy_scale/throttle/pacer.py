@@ -64,6 +64,19 @@ TOLERANCE = 0.03
 SHARED_BACKOFF = 5.0
 
 
+def slot_delays(settings: Any) -> dict[str, float]:
+    """The ``delay`` of each ``DOWNLOAD_SLOTS`` entry the user set (finite, > 0)."""
+    out = {}
+    for key, conf in (settings.getdict("DOWNLOAD_SLOTS") or {}).items():
+        try:
+            d = float(conf.get("delay", 0.0))
+        except (AttributeError, TypeError, ValueError):
+            continue
+        if math.isfinite(d) and d > 0:
+            out[str(key)] = d
+    return out
+
+
 class Throttle:
     """Per-site pacing; see docs/throttle.md."""
 
@@ -108,7 +121,7 @@ class Throttle:
                 )
             )
         cap = float(outcomes_settings.RETRY_AFTER_MAX.get(s))
-        pacing = Pacing(profiles, time.time, retry_after_cap=cap)
+        pacing = Pacing(profiles, time.time, retry_after_cap=cap, slot_delays=slot_delays(s))
         job = settings_core.JOB.get(s) or getattr(crawler.spidercls, "name", None) or "default"
         url = throttle_settings.throttle_url(s)
         try:
@@ -131,6 +144,8 @@ class Throttle:
         sig = crawler.signals
         sig.connect(ext._on_outcome, signal=scale_signals.outcome)
         sig.connect(ext._on_robots, signal=signals.robots_parsed)
+        if pacing.slot_delays:
+            sig.connect(ext._reached_downloader, signal=signals.request_reached_downloader)
         sig.connect(ext._open, signal=signals.spider_opened)
         sig.connect(ext._close, signal=signals.spider_closed)
         return ext
@@ -287,6 +302,14 @@ class Throttle:
         if delay is not None and delay >= 0:
             self.pacing.set_crawl_delay(host, float(delay))
             logger.info("throttle: %s has robots.txt Crawl-delay %.3g s", host, float(delay))
+
+    def _reached_downloader(self, request: Request, **kw: Any) -> None:
+        """A request whose download slot is its host, with a ``DOWNLOAD_SLOTS`` delay: the
+        pacing already spaces the host by at least that delay (a floor), so the slot must not
+        wait it again. A slot named otherwise (``download_slot`` meta) keeps its delay."""
+        key = request.meta.get("download_slot")
+        if key in self.pacing.slot_delays and key == urlsplit(request.url).hostname:
+            compat.drop_slot_delay(self.crawler, key)
 
     # ---- waking the engine -------------------------------------------------------------------
 

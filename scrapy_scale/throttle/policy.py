@@ -63,6 +63,8 @@ class SiteState:
     inflight: int = 0
     #: robots.txt Crawl-delay (seconds), when known
     crawl_delay: float | None = None
+    #: the largest ``DOWNLOAD_SLOTS`` delay of the site's hosts seen (0: none): a floor
+    slot_delay: float = 0.0
     #: the delay was learned (changed by an answer, or restored), not the start delay
     learned: bool = False
     #: last time the learned state changed (for sharing: newest wins)
@@ -80,8 +82,17 @@ class SiteState:
 class Pacing:
     """The pacing state of every site seen, and the decisions on it."""
 
-    def __init__(self, profiles: Profiles, clock: clock_mod.Clock = clock_mod.wall, *, retry_after_cap: float = 3600.0):
+    def __init__(
+        self,
+        profiles: Profiles,
+        clock: clock_mod.Clock = clock_mod.wall,
+        *,
+        retry_after_cap: float = 3600.0,
+        slot_delays: dict[str, float] | None = None,
+    ):
         self.profiles = profiles
+        #: ``DOWNLOAD_SLOTS`` delays by host: floors of the pacing, not added to it
+        self.slot_delays = dict(slot_delays or {})
         self.clock = clock
         self.retry_after_cap = retry_after_cap
         self.sites: dict[str, SiteState] = {}
@@ -98,14 +109,17 @@ class Pacing:
         if s is None:
             p = m.profile
             s = self.sites[m.key] = SiteState(m.key, m, delay=min(max(p.start_delay, p.min_delay), p.max_delay))
+        if self.slot_delays and self.slot_delays.get(host, 0.0) > s.slot_delay:
+            s.slot_delay = self.slot_delays[host]
         return s
 
     def floor(self, s: SiteState) -> float:
-        """The delay no decision undercuts: min_delay, or a Crawl-delay the profile does not override."""
+        """The delay no decision undercuts: min_delay, or a Crawl-delay the profile does not
+        override; and a ``DOWNLOAD_SLOTS`` delay the user set for one of the site's hosts."""
         p = s.profile
         if s.crawl_delay is not None and "min_delay" not in s.match.explicit:
-            return min(max(p.min_delay, s.crawl_delay), p.max_delay)
-        return p.min_delay
+            return max(min(max(p.min_delay, s.crawl_delay), p.max_delay), s.slot_delay)
+        return max(p.min_delay, s.slot_delay)
 
     def wait_cap(self, s: SiteState) -> float:
         """The longest wait shared state (another worker, a file, Redis) may impose on the
