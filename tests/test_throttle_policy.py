@@ -7,7 +7,7 @@ import math
 import pytest
 
 from scrapy_scale.clock import FakeClock
-from scrapy_scale.throttle.policy import MARGIN, MEMORY_HALF_LIFE, Pacing
+from scrapy_scale.throttle.policy import MARGIN, MEMORY_HALF_LIFE, STEP_AFTER_GOOD, SUCCESS_FADE, Pacing
 from scrapy_scale.throttle.profiles import ProfileError, Profiles, parse_pattern, registrable_domain
 
 # ---- profiles -------------------------------------------------------------------------
@@ -121,8 +121,16 @@ def test_answers_to_requests_sent_before_the_slowdown_do_not_slow_down_again() -
     assert pc.site("h").delay == d
     assert pc.site("h").rate_limited == 2
     clk.advance(1.0)
-    pc.on_rate_limited("h", latency=0.01, retry_after=None)  # sent after it, at the learned safe pace
-    assert pc.site("h").delay == pytest.approx(d * (1 + MARGIN))  # a small step, not x slowdown
+    pc.on_rate_limited("h", latency=0.01, retry_after=None)  # sent after it, at the learned safe pace,
+    assert pc.site("h").delay == d  # but before any good answer there: the same cluster, no step
+    for _ in range(STEP_AFTER_GOOD):
+        clk.advance(0.3)
+        pc.on_success("h", latency=0.01)
+    before = pc.site("h").delay
+    assert before < d  # recovering towards the safe pace
+    clk.advance(1.0)
+    pc.on_rate_limited("h", latency=0.01, retry_after=None)  # refused at the safe pace after good answers
+    assert pc.site("h").delay == pytest.approx(before * (1 + MARGIN))  # a small step, not x slowdown
     pc.site("h").delay = 0.1  # faster than the learned safe pace: a full slow-down
     clk.advance(1.0)
     pc.on_rate_limited("h", latency=0.01, retry_after=None)
@@ -150,11 +158,12 @@ def test_recovery_settles_above_the_too_fast_spacing_and_the_memory_decays() -> 
     s = pc.site("h")
     for _ in range(50):
         pc.on_success("h", latency=0.001)
-    assert s.delay == pytest.approx(0.2 * (1 + MARGIN), rel=1e-3)
+    # the memory fades with good answers as well as with time
+    assert s.delay == pytest.approx(0.2 * SUCCESS_FADE**50 * (1 + MARGIN), rel=1e-3)
     clk.advance(MEMORY_HALF_LIFE)
     for _ in range(50):
         pc.on_success("h", latency=0.001)
-    assert s.delay == pytest.approx(0.1 * (1 + MARGIN), rel=1e-3)
+    assert s.delay == pytest.approx(0.1 * SUCCESS_FADE**100 * (1 + MARGIN), rel=1e-3)
 
 
 def test_bounds_min_delay_max_delay_and_crawl_delay() -> None:
@@ -308,3 +317,53 @@ def test_a_bad_profile_setting_fails_naming_the_setting() -> None:
         .profile.max_rate
         == 5.0
     )
+
+
+def demo_like_run(pc: Pacing, clk: FakeClock, pages: int = 60) -> float:
+    """One run of the demo's plan against one host that has no rate limit: the first attempt
+    of /item/1 and /item/10../item/19 answers 429 + Retry-After: 1 (planned faults), the
+    retries come 1.5 s later. Returns how long the run took (seconds)."""
+    queue = ["/"] + [f"/item/{i}" for i in range(1, pages + 1)]
+    planned = {"/item/1"} | {f"/item/{i}" for i in range(10, 20)}
+    retries: list[tuple[float, str]] = []
+    start = clk.now
+    while queue or retries:
+        retries.sort()
+        due = retries[0] if retries and retries[0][0] <= clk.now else None
+        if pc.hold_until("h") != 0.0 or not (due or queue):
+            clk.advance(0.01)
+            continue
+        if due:
+            retries.remove(due)
+            path = due[1]
+        else:
+            path = queue.pop(0)
+        pc.handed_out("h")
+        clk.advance(0.005)
+        pc.ended("h")
+        if path in planned:
+            planned.discard(path)
+            pc.on_rate_limited("h", 0.005, 1.0)
+            retries.append((clk.now + 1.5, path))
+        else:
+            pc.on_success("h", 0.005)
+    return clk.now - start
+
+
+def test_planned_429s_do_not_ratchet_the_learned_delay_up_run_after_run() -> None:
+    """Issue 19 item 17: the demo got slower every run (54 s, 1 min 44 s, 3 min 24 s, ...):
+    each run's planned 429s stepped the restored delay up again, and nothing brought it
+    down. Six runs back to back, each starting from what the one before learned."""
+    clk = FakeClock(1000.0)
+    learned: dict = {}
+    took, delays = [], []
+    for _ in range(6):
+        pc = Pacing(Profiles.parse({"default": {"min_delay": 0.2, "start_delay": 0.25}}), clk)
+        pc.restore(learned)
+        took.append(demo_like_run(pc, clk))
+        delays.append(pc.site("h").delay)
+        learned = pc.export()
+        clk.advance(5.0)
+    assert max(took) <= 1.2 * min(took), took
+    assert max(delays[1:]) <= delays[0] * 1.05, delays  # no ratchet
+    assert delays[-1] < 0.35, delays  # and near the floor (0.2): the site has no limit

@@ -38,6 +38,12 @@ from scrapy_scale.throttle.profiles import Match, Profiles
 MARGIN = 0.1
 #: seconds for the memory of a too-fast spacing to halve
 MEMORY_HALF_LIFE = 300.0
+#: good answers at the safe pace before a rate-limited answer there raises the delay again
+STEP_AFTER_GOOD = 10
+#: good answers for the memory of a too-fast spacing to halve (besides the time)
+SUCCESS_HALF_LIFE = 1000.0
+#: what each good answer leaves of that memory
+SUCCESS_FADE = 0.5 ** (1 / SUCCESS_HALF_LIFE)
 #: weight of the newest gap in the moving average of the spacing actually sent
 GAP_WEIGHT = 0.2
 #: seconds a time read back from shared state may be ahead of ours (clocks of workers differ)
@@ -56,6 +62,8 @@ class SiteState:
     too_fast_at: float = 0.0
     #: the last slow-down (answers to requests sent before it do not slow down again)
     slowed_at: float = -math.inf
+    #: good answers since the last slow-down
+    good_since_slowed: int = 0
     paused_until: float = 0.0
     last_sent: float = -math.inf
     #: moving average of the spacing between requests handed out
@@ -185,9 +193,15 @@ class Pacing:
         goal = (latency or 0.0) / p.target_concurrency
         tf = self.too_fast(s, now)
         if tf:
+            # a good answer is evidence the site takes more than the memory says: the memory
+            # fades with good answers too, so the delay comes back down towards the site's
+            # real capacity (one rate-limited answer at a time), instead of only growing
+            tf *= SUCCESS_FADE
+            s.too_fast, s.too_fast_at = tf, now
             goal = max(goal, tf * (1 + MARGIN))
         goal = self._bound(s, goal)
         old = s.delay
+        s.good_since_slowed += 1
         s.delay = goal if goal >= s.delay else s.delay - (s.delay - goal) * p.recovery
         self._changed(s, old, now)
         return s
@@ -216,7 +230,10 @@ class Pacing:
             if tf and spacing >= tf * (1 + MARGIN) * 0.99:
                 # refused at the pace learned to be safe: the limit tightened a little, or a
                 # stray 429 (a fault, not the rate): one small step, so stray ones cannot
-                # ratchet the delay up by ``slowdown`` each
+                # ratchet the delay up by ``slowdown`` each; and none before a few good
+                # answers at this pace, so a cluster of stray ones is one step, not one each
+                if s.good_since_slowed < STEP_AFTER_GOOD:
+                    return self._pause_for(s, now, retry_after)
                 s.too_fast = spacing
                 s.delay = self._bound(s, max(s.delay, spacing * (1 + MARGIN)))
             else:
@@ -224,8 +241,13 @@ class Pacing:
                 s.delay = self._bound(s, max(spacing, 0.05) * p.slowdown)
             s.too_fast_at = now
             s.slowed_at = now
+            s.good_since_slowed = 0
             self._changed(s, old, now, force=True)
-        if retry_after is None or retry_after <= 0 or not p.retry_after:
+        return self._pause_for(s, now, retry_after)
+
+    def _pause_for(self, s: SiteState, now: float, retry_after: float | None) -> float:
+        """Pause the site for a Retry-After (capped); returns the pause (seconds, 0: none)."""
+        if retry_after is None or retry_after <= 0 or not s.profile.retry_after:
             return 0.0
         if retry_after > self.retry_after_cap:
             self.capped.append((s.key, retry_after))

@@ -1,5 +1,5 @@
-"""Per-site pacing in ``scrapy scale status JOB``: the learned delays, read from where the
-workers persist them (Redis or ``throttle.db``)."""
+"""Per-site pacing in ``scrapy scale status JOB`` (the learned delays, read from where the
+workers persist them: Redis or ``throttle.db``) and ``scrapy scale reset JOB`` (forgets them)."""
 
 from __future__ import annotations
 
@@ -50,3 +50,15 @@ def format_text(rows: list[dict[str, Any]], now: float | None = None) -> str:
     if len(rows) > SHOWN:
         lines.append(f"  ... and {len(rows) - SHOWN} more (--json lists all)")
     return "\n" + "\n".join(lines)
+
+
+def forget(settings: Any, job: str) -> None:
+    """Forget ``job``'s learned pacing (and, on Redis, its limiter keys); nothing to do without any."""
+    url = throttle_url(settings)
+    if url.startswith("sqlite:") and not os.path.exists(sqlite_path(url)):
+        return
+    shared = open_shared(url, job)
+    try:
+        shared.reset()
+    finally:
+        shared.close()
