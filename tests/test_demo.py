@@ -165,9 +165,9 @@ def test_five_reruns_of_the_demo_take_the_same_time(tmp_path: Path) -> None:
         )
         out = proc.stdout + proc.stderr
         assert proc.returncode == 0, out[-3000:]
-        m = re.search(r"scrapy-scale summary: job 'catalog' finished in ([\d.]+) s", out)
+        m = re.search(r"scrapy-scale summary: job 'catalog' finished in (?:(\d+) min )?([\d.]+) s", out)
         assert m, out[-3000:]
-        took.append(float(m.group(1)))
+        took.append(60 * int(m.group(1) or 0) + float(m.group(2)))
         st = status_json("catalog", {"SCALE_STATE_DIR": str(state)})
         delays.append(max((r["delay"] for r in st["pacing"]), default=0.0))
     print("took", took, "slowest learned delay", delays)

@@ -64,6 +64,8 @@ class SiteState:
     slowed_at: float = -math.inf
     #: good answers since the last slow-down
     good_since_slowed: int = 0
+    #: the spacing of the last run of STEP_AFTER_GOOD good answers since a slow-down (0: none)
+    proven: float = 0.0
     paused_until: float = 0.0
     last_sent: float = -math.inf
     #: moving average of the spacing between requests handed out
@@ -203,6 +205,8 @@ class Pacing:
         old = s.delay
         s.good_since_slowed += 1
         s.delay = goal if goal >= s.delay else s.delay - (s.delay - goal) * p.recovery
+        if s.good_since_slowed % STEP_AFTER_GOOD == 0:
+            s.proven = self.interval(s)  # a run of good answers at (about) this pace
         self._changed(s, old, now)
         return s
 
@@ -230,9 +234,11 @@ class Pacing:
             if tf and spacing >= tf * (1 + MARGIN) * 0.99:
                 # refused at the pace learned to be safe: the limit tightened a little, or a
                 # stray 429 (a fault, not the rate): one small step, so stray ones cannot
-                # ratchet the delay up by ``slowdown`` each; and none before a few good
-                # answers at this pace, so a cluster of stray ones is one step, not one each
-                if s.good_since_slowed < STEP_AFTER_GOOD:
+                # ratchet the delay up by ``slowdown`` each. At a pace the site has proven
+                # (a run of good answers there), no second step before a few good answers
+                # again: a cluster of stray ones is one step, not one each
+                proven = s.proven and spacing >= s.proven * (1 - MARGIN)
+                if proven and s.good_since_slowed < STEP_AFTER_GOOD:
                     return self._pause_for(s, now, retry_after)
                 s.too_fast = spacing
                 s.delay = self._bound(s, max(s.delay, spacing * (1 + MARGIN)))
@@ -276,7 +282,13 @@ class Pacing:
     def export(self, since: float = 0.0) -> dict[str, dict[str, float]]:
         """The learned state of sites changed after ``since``, as plain data."""
         return {
-            k: {"delay": s.delay, "too_fast": s.too_fast, "too_fast_at": s.too_fast_at, "at": s.changed_at}
+            k: {
+                "delay": s.delay,
+                "too_fast": s.too_fast,
+                "too_fast_at": s.too_fast_at,
+                "proven": s.proven,
+                "at": s.changed_at,
+            }
             for k, s in self.sites.items()
             if s.learned and s.changed_at > since
         }
@@ -302,7 +314,7 @@ class Pacing:
             if v["at"] <= s.changed_at:
                 continue
             s.delay = self._bound(s, v["delay"])
-            s.too_fast, s.too_fast_at = v["too_fast"], v["too_fast_at"]
+            s.too_fast, s.too_fast_at, s.proven = v["too_fast"], v["too_fast_at"], v["proven"]
             s.learned, s.changed_at = True, v["at"]
             n += 1
         return n
@@ -338,4 +350,7 @@ def check_learned(raw: Any, now: float) -> tuple[dict[str, float] | None, str | 
         why, tf, tf_at = why or f"too-fast spacing {raw.get('too_fast')!r} is unusable; dropped", 0.0, 0.0
     elif tf_at > now:
         tf_at = now  # its memory would never fade
-    return {"delay": delay, "at": at, "too_fast": tf, "too_fast_at": tf_at}, why
+    proven = _finite(raw.get("proven", 0.0))
+    if proven is None or proven < 0:
+        why, proven = why or f"proven spacing {raw.get('proven')!r} is unusable; dropped", 0.0
+    return {"delay": delay, "at": at, "too_fast": tf, "too_fast_at": tf_at, "proven": proven}, why
