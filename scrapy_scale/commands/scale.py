@@ -6,7 +6,7 @@ Thin glue: argument parsing and printing. The operations live in
     scrapy scale status JOB [--json]
     scrapy scale watch JOB [--interval S] [--count N]
     scrapy scale seed JOB [URL ...] [--file FILE] [--priority N]
-    scrapy scale reset JOB
+    scrapy scale reset JOB [--keep-learned]
     scrapy scale requeue JOB --class CLASS
     scrapy scale egress JOB [--json]
     scrapy scale report JOB [--run RUN]            (scrapy_scale.quality.cli)
