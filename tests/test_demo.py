@@ -109,7 +109,7 @@ def test_a_demo_rerun_on_another_port_updates_its_items_instead_of_adding_new_on
     holder = socket.socket()
     try:
         try:
-            holder.bind(("127.0.0.1", 8370))
+            holder.bind(("127.0.0.2", 8370))  # the first testbed host's address
             holder.listen(1)
         except OSError:
             pass  # taken already: just as good

@@ -7,7 +7,14 @@ import math
 import pytest
 
 from scrapy_scale.clock import FakeClock
-from scrapy_scale.throttle.policy import MARGIN, MEMORY_HALF_LIFE, STEP_AFTER_GOOD, SUCCESS_FADE, Pacing
+from scrapy_scale.throttle.policy import (
+    MARGIN,
+    MEMORY_HALF_LIFE,
+    PROVEN_AFTER_GOOD,
+    STEP_AFTER_GOOD,
+    SUCCESS_FADE,
+    Pacing,
+)
 from scrapy_scale.throttle.profiles import ProfileError, Profiles, parse_pattern, registrable_domain
 
 # ---- profiles -------------------------------------------------------------------------
@@ -135,7 +142,9 @@ def test_at_a_proven_pace_a_cluster_of_stray_429s_is_one_step() -> None:
     pc, clk = pacing({"default": {"start_delay": 0.2}})
     pc.on_rate_limited("h", latency=0.01, retry_after=None)
     s = pc.site("h")
-    for _ in range(STEP_AFTER_GOOD):
+    for i in range(STEP_AFTER_GOOD):
+        if i == PROVEN_AFTER_GOOD:
+            assert s.proven  # a few good answers in a row prove a pace
         clk.advance(0.3)
         pc.on_success("h", latency=0.01)
     assert s.proven == pytest.approx(pc.interval(s))
@@ -144,13 +153,13 @@ def test_at_a_proven_pace_a_cluster_of_stray_429s_is_one_step() -> None:
     pc.on_rate_limited("h", latency=0.01, retry_after=1.0)  # at the proven pace, after good answers
     stepped = s.delay
     assert stepped == pytest.approx(before * (1 + MARGIN))  # one small step
-    for _ in range(STEP_AFTER_GOOD - 1):
+    for _ in range(9):
         clk.advance(1.5)
         pc.on_rate_limited("h", latency=0.01, retry_after=1.0)  # the rest of the cluster
         clk.advance(0.3)
         pc.on_success("h", latency=0.01)  # a retry or another page goes through meanwhile
     assert s.delay <= stepped  # no step for them (recovering, if anything)
-    assert s.rate_limited == 1 + STEP_AFTER_GOOD and s.paused_seconds > 0  # but each paused the site
+    assert s.rate_limited == 11 and s.paused_seconds > 0  # but each paused the site
 
 
 def test_stray_429s_at_a_safe_pace_do_not_ratchet_the_delay_up() -> None:

@@ -38,8 +38,10 @@ from scrapy_scale.throttle.profiles import Match, Profiles
 MARGIN = 0.1
 #: seconds for the memory of a too-fast spacing to halve
 MEMORY_HALF_LIFE = 300.0
+#: good answers in a row that prove a pace
+PROVEN_AFTER_GOOD = 5
 #: good answers at the safe pace before a rate-limited answer there raises the delay again
-STEP_AFTER_GOOD = 10
+STEP_AFTER_GOOD = 20
 #: good answers for the memory of a too-fast spacing to halve (besides the time)
 SUCCESS_HALF_LIFE = 1000.0
 #: what each good answer leaves of that memory
@@ -64,7 +66,7 @@ class SiteState:
     slowed_at: float = -math.inf
     #: good answers since the last slow-down
     good_since_slowed: int = 0
-    #: the spacing of the last run of STEP_AFTER_GOOD good answers since a slow-down (0: none)
+    #: the spacing of the last run of PROVEN_AFTER_GOOD good answers since a slow-down (0: none)
     proven: float = 0.0
     paused_until: float = 0.0
     last_sent: float = -math.inf
@@ -205,7 +207,7 @@ class Pacing:
         old = s.delay
         s.good_since_slowed += 1
         s.delay = goal if goal >= s.delay else s.delay - (s.delay - goal) * p.recovery
-        if s.good_since_slowed % STEP_AFTER_GOOD == 0:
+        if s.good_since_slowed % PROVEN_AFTER_GOOD == 0:
             s.proven = self.interval(s)  # a run of good answers at (about) this pace
         self._changed(s, old, now)
         return s
