@@ -162,6 +162,25 @@ def test_at_a_proven_pace_a_cluster_of_stray_429s_is_one_step() -> None:
     assert s.rate_limited == 11 and s.paused_seconds > 0  # but each paused the site
 
 
+def test_a_refusal_of_the_first_request_after_a_pause_is_no_step() -> None:
+    """Issue 19 item 17: after a Retry-After pause the site is rested; refusing the very
+    first request then is not the rate's doing (the demo's planned 429s, one after the
+    other), while a refusal after good answers is (the rested site had its fill)."""
+    pc, clk = pacing({"default": {"start_delay": 0.2}})
+    pc.on_rate_limited("h", latency=0.01, retry_after=1.0)  # the first: a full slow-down
+    s = pc.site("h")
+    d = s.delay
+    clk.advance(1.5)
+    pc.on_rate_limited("h", latency=0.01, retry_after=1.0)  # the first request after the pause
+    assert s.delay == d and s.rate_limited == 2
+    clk.advance(1.5)
+    pc.on_success("h", latency=0.01)
+    before = s.delay
+    clk.advance(0.3)
+    pc.on_rate_limited("h", latency=0.01, retry_after=1.0)  # after a good answer: the rate
+    assert s.delay == pytest.approx(before * (1 + MARGIN))
+
+
 def test_stray_429s_at_a_safe_pace_do_not_ratchet_the_delay_up() -> None:
     """A site answering 429 to 40% of first requests whatever the pace (faults, not a rate):
     the delay grows by small steps, not by ``slowdown`` per 429."""

@@ -64,8 +64,9 @@ class SiteState:
     too_fast_at: float = 0.0
     #: the last slow-down (answers to requests sent before it do not slow down again)
     slowed_at: float = -math.inf
-    #: good answers since the last slow-down
+    #: good answers since the last slow-down, and since the last pause began
     good_since_slowed: int = 0
+    good_since_pause: int = 0
     #: the spacing of the last run of PROVEN_AFTER_GOOD good answers since a slow-down (0: none)
     proven: float = 0.0
     paused_until: float = 0.0
@@ -206,6 +207,7 @@ class Pacing:
         goal = self._bound(s, goal)
         old = s.delay
         s.good_since_slowed += 1
+        s.good_since_pause += 1
         s.delay = goal if goal >= s.delay else s.delay - (s.delay - goal) * p.recovery
         if s.good_since_slowed % PROVEN_AFTER_GOOD == 0:
             s.proven = self.interval(s)  # a run of good answers at (about) this pace
@@ -242,6 +244,10 @@ class Pacing:
                 proven = s.proven and spacing >= s.proven * (1 - MARGIN)
                 if proven and s.good_since_slowed < STEP_AFTER_GOOD:
                     return self._pause_for(s, now, retry_after)
+                if s.good_since_pause == 0 and s.paused_until > 0:
+                    # refused the first thing after a Retry-After pause, however rested:
+                    # not the rate's doing (that refuses once the rested site had its fill)
+                    return self._pause_for(s, now, retry_after)
                 s.too_fast = spacing
                 s.delay = self._bound(s, max(s.delay, spacing * (1 + MARGIN)))
             else:
@@ -268,6 +274,7 @@ class Pacing:
         if until > s.paused_until:
             s.paused_seconds += until - max(now, s.paused_until)
             s.paused_until = until
+            s.good_since_pause = 0
 
     def set_crawl_delay(self, host: str, seconds: float | None) -> None:
         s = self.site(host)
