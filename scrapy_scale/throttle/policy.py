@@ -15,8 +15,14 @@ The delay of a site (seconds between two requests to it):
   remembered;
 - **recovery**: each success moves the delay ``recovery`` of the way down to its
   goal, which stays :data:`MARGIN` above the remembered too-fast spacing. That
-  memory halves every :data:`MEMORY_HALF_LIFE` seconds, so a site that raised its
-  limit is found again, one rate-limited answer at a time;
+  memory halves every :data:`MEMORY_HALF_LIFE` seconds and every
+  :data:`SUCCESS_HALF_LIFE` good answers, so a site that raised its limit is found
+  again, one rate-limited answer at a time, and stray ones do not keep it slow;
+- **stray refusals**: a rate-limited answer at the pace learned to be safe is one
+  small step; at a pace proven by :data:`PROVEN_AFTER_GOOD` good answers in a row,
+  at most one per :data:`STEP_AFTER_GOOD` good answers; none for the first request
+  after a Retry-After pause. So planned or stray 429s do not ratchet the learned
+  delay up run after run;
 - **bounds**: never below ``min_delay`` (or the robots.txt Crawl-delay, unless the
   profile sets ``min_delay``), never above ``max_delay``.
 
