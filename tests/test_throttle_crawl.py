@@ -259,7 +259,9 @@ def test_a_nan_learned_delay_in_throttle_db_is_not_used_and_is_written_over(tmp_
     assert len(res.items) == 30
     assert res.log.count(f"throttle: learned pacing of {host} read back: delay nan") == 1, res.tail()
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-    assert min(gaps) >= 0.3 - 0.03, gaps  # paced as the profile says
+    # paced as the profile says (the bad value gave gaps of 0 s): on average no faster than
+    # min_delay, and no gap near 0 (arrival times jitter by some 50 ms on a loaded machine)
+    assert (times[-1] - times[0]) / (len(times) - 1) >= 0.3 - 0.01 and min(gaps) >= 0.2, gaps
     db = SqliteShared(str(tmp_path / "state" / "throttle.db"), "catalog")
     assert math.isfinite(db.load()[host]["delay"])  # sane state was written over it
     db.close()
@@ -298,7 +300,7 @@ def test_a_shared_limiter_key_far_in_the_future_is_capped_and_said(
     assert "waiting 2 s at most" in res.log
     assert res.stats["scale/throttle/wait_capped"] >= 1
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-    assert min(gaps) >= 0.3 - 0.03, gaps
+    assert (times[-1] - times[0]) / (len(times) - 1) >= 0.3 - 0.01 and min(gaps) >= 0.2, gaps
     assert float(r.get(key) or 0) < 99999999999  # brought back (or expired)
 
 
