@@ -297,7 +297,7 @@ def test_learned_state_that_is_not_finite_is_not_restored_and_is_written_over(ba
     assert s.delay == 0.5 and pc.interval(s) == 0.5
     pc.handed_out("h")
     assert pc.hold_until("h") == pytest.approx(1000.5)  # paced as the profile says
-    saved = {"delay": 0.5, "too_fast": 0.0, "too_fast_at": 0.0, "proven": 0.0, "at": 1000.0}
+    saved = {"delay": 0.5, "too_fast": 0.0, "too_fast_at": 0.0, "proven": 0.0, "at": 1000.0, "paused_until": 0.0}
     assert pc.export() == {"h": saved}  # sane state is saved over the bad one
 
 
