@@ -24,10 +24,12 @@ ADDONS = {"scrapy_scale.Addon": 0}
 DOWNLOAD_DELAY = 0.2
 USER_AGENT = "scrapy-scale-example (+https://example.com/bot)"  # say who you are
 
-# INFO shows Scrapy's startup, a progress line every 10 s, the faults the crawl
-# handled and, at the end, scrapy-scale's run summary. DEBUG shows every request.
+# INFO shows Scrapy's startup, every 10 s Scrapy's stats line and scrapy-scale's
+# progress line (done, pending, failed, rates, ETA), the faults the crawl handled and,
+# at the end, scrapy-scale's run summary. DEBUG shows every request.
 LOG_LEVEL = "INFO"
 LOGSTATS_INTERVAL = 10.0
+SCALE_PROGRESS_INTERVAL = 10.0  # the default is a line a minute, for long runs
 
 # The telnet console is a debugging tool; this demo does not need an open port.
 TELNETCONSOLE_ENABLED = False

@@ -142,3 +142,13 @@ def export_to_feeds(exporter: Any, item: Any, spider: Any) -> None:
     """Write ``item`` to the open feeds of ``exporter`` (its ``item_scraped`` handler: each
     feed's item filter applies, batches roll over), without sending ``item_scraped``."""
     exporter.item_scraped(item, spider)
+
+
+def feeds_accepting(exporter: Any, item: Any) -> int:
+    """How many of the open feeds of ``exporter`` take ``item`` (each feed's ``item_classes``
+    and ``item_filter``; read from its ``slots``, Scrapy has no public API for it)."""
+    n = 0
+    for slot in getattr(exporter, "slots", None) or ():
+        accepts = getattr(getattr(slot, "filter", None), "accepts", None)
+        n += bool(accepts is None or accepts(item))
+    return n

@@ -29,6 +29,7 @@ class Probe:
         exporter = compat.feed_exporter(self.crawler)
         self.seen["feed_exporter"] = type(exporter).__name__
         if exporter is not None:
+            self.seen["feeds_accepting"] = compat.feeds_accepting(exporter, {"probe": 1})
             compat.export_to_feeds(exporter, {"probe": "written through export_to_feeds"}, spider)
 
     def response_received(self, response: Any, request: Any, spider: Any) -> None:

@@ -221,3 +221,22 @@ def test_status_of_a_running_redis_job_from_outside_the_project(
         assert res.returncode == 0, res.tail()
         st = status_json(job, s, cwd=elsewhere)
         assert st["counts"]["done"] == expected_requests(tb) and st["run"]["state"] == "finished"
+
+
+def test_status_into_a_reader_that_closed_its_end_exits_quietly(tmp_path: Path) -> None:
+    """`scrapy scale status JOB | head`: no BrokenPipeError traceback, as other CLI tools.
+    The pipe's read end is closed before the command starts, so its first write fails."""
+    where = {"SCALE_STATE_DIR": str(tmp_path / "state")}
+    urls = [f"http://shop{i}.example.test/item/{n}" for i in range(3) for n in range(50)]
+    assert scale("seed", "piped", *urls, settings=where).returncode == 0
+    for args in (["status", "piped"], ["status", "piped", "--json"]):
+        r, w = os.pipe()
+        os.close(r)
+        argv = [sys.executable, "-m", "scrapy", "scale", *args, "-s", f"SCALE_STATE_DIR={where['SCALE_STATE_DIR']}"]
+        env = {k: v for k, v in os.environ.items() if k != "SCRAPY_SETTINGS_MODULE"}
+        try:
+            p = subprocess.run(argv, cwd=ROOT, env=env, stdout=w, stderr=subprocess.PIPE, text=True, timeout=60)
+        finally:
+            os.close(w)
+        assert "Traceback" not in p.stderr and "BrokenPipeError" not in p.stderr, p.stderr
+        assert p.returncode == 1, (p.returncode, p.stderr)

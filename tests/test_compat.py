@@ -38,6 +38,9 @@ def test_private_engine_api_as_compat_uses_it(tmp_path: Path, scheduler: str) ->
     # the FeedExporter extension instance, and its item_scraped writes to the crawl's feeds
     assert seen["feed_exporter"] == "FeedExporter"
     assert {"probe": "written through export_to_feeds"} in res.items
+    # FeedExporter.slots[i].filter.accepts: the crawl's one feed (no filter) takes a dict
+    # (a feed that filters by class: tests/test_feed_resume.py, item_classes)
+    assert seen["feeds_accepting"] == 1
     from scrapy.utils.misc import load_object
 
     cls = load_object(scheduler)
@@ -51,6 +54,7 @@ def test_outside_a_crawl_every_helper_says_unknown() -> None:
     assert compat.wake_engine(crawler) is False
     assert compat.engine_scheduler(crawler) is None
     assert compat.slot_full_check(crawler) is None
+    assert compat.feeds_accepting(None, {}) == 0
     assert compat.feed_exporter(crawler) is None  # in a crawl: test_private_engine_api_as_compat_uses_it
 
 

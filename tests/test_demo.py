@@ -56,6 +56,9 @@ def test_scrapy_crawl_catalog_runs_the_demo_and_ends_with_the_summary(tmp_path: 
     # about a minute on a quiet machine; the bound leaves room for a loaded one (it took 98 s
     # while the rest of the suite ran beside it), and still catches pacing that runs away
     assert 10 < took < 140, f"the demo took {took:.0f}s"
+    # example_project/settings.py promises a progress line every 10 s
+    progress = re.findall(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \[scrapy_scale\S*\] INFO: progress: ", out, re.M)
+    assert len(progress) >= max(1, int(took // 10) - 2), (len(progress), took)
 
 
 #: how each fault kind the demo's testbed plays shows in the summary: (retry class, or the
@@ -95,3 +98,20 @@ def _every_fault_shows_in_the_summary(out: str, summary: str) -> None:
     assert final.get("not_found", 0) == gone, (faults, summary)
     no_answer = re.search(r"; (\d+) attempts got no response \(refused, reset, timed out\)$", summary, re.M)
     assert no_answer and int(no_answer.group(1)) == faults["reset"], (faults, summary)
+
+
+def test_a_bad_setting_stops_the_demo_before_its_testbed_starts(tmp_path: Path) -> None:
+    """Scrapy builds the spider before the add-on checks the settings: the demo's testbed
+    starts with the crawl, so a bad setting is the one error and nothing was started."""
+    proc = subprocess.run(
+        [SCRAPY, "crawl", "catalog", "-s", f"SCALE_STATE_DIR={tmp_path}", "-s", "SCALE_FRONTIER_BATCH=abc"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "Cannot start: bad setting SCALE_FRONTIER_BATCH = 'abc': expected an integer" in out, out[-3000:]
+    assert "started a testbed" not in out, out[-3000:]
+    assert "Testbed served" not in out, out[-3000:]

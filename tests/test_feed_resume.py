@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,12 @@ from typing import Any
 import pytest
 
 from scrapy_scale.storage.backends import open_store
+from scrapy_scale.storage.feeds import journal_folder
 from scrapy_scale.storage.keys import page_key
 from scrapy_scale.testbed import Testbed
 from tests.crash_support import HOLD
 from tests.crawling import run_crawl, start_crawl
+from tests.test_frontier_disk_full import fill
 
 
 def feed_keys(path: Path) -> list[str]:
@@ -53,32 +56,40 @@ def kill_once_stored(proc: Any, store_url: str, rows: int) -> int:
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("how", ["FEEDS", "-o"])
+@pytest.mark.parametrize("how", ["FEEDS", "-o", "item_classes"])
 def test_every_stored_item_reaches_the_feeds_across_kill_9_and_resume(tmp_path: Path, how: str) -> None:
     store_url = f"sqlite:///{tmp_path}/state/items.sqlite"
     out = tmp_path / "out.jsonl"
     # FEEDS: start_crawl gives each run its own crawlN/items.jsonl (as scrapyd gives each
-    # schedule its own items file); -o: both runs append to one file, as a user would
+    # schedule its own items file); -o: both runs append to one file, as a user would;
+    # item_classes: items of a scrapy.Item class, to one file whose feed takes only that class
+    # (before: the re-sent items were plain dicts, which that feed refused)
     settings: dict[str, Any] = {"LOG_LEVEL": "INFO"}
     args: list[str] = []
+    spider = "catalog"
     if how == "-o":
         settings["FEEDS"] = None
         args = ["-o", str(out)]
+    elif how == "item_classes":
+        spider = "catalog_items"
+        settings["SPIDER_MODULES"] = ["tests.variant_spiders"]
+        settings["SCALE_JOB"] = "catalog"
+        settings["FEEDS"] = {str(out): {"format": "jsonlines", "item_classes": ["tests.variant_spiders.CatalogItem"]}}
     with Testbed(hosts=2, pages=150, seed=11, faults=HOLD) as tb:  # HOLD: the run cannot end before its kill
         expected = {page_key(u) for u in tb.detail_urls()}
-        proc = start_crawl(tb, settings, tmp_path, extra_args=args)
+        proc = start_crawl(tb, settings, tmp_path, spider=spider, extra_args=args)
         killed_at = kill_once_stored(proc, store_url, 60)
         assert 0 < killed_at < len(expected)
         first_run = proc.run_dir
         tb.set_faults("")
-        second = start_crawl(tb, settings, tmp_path, extra_args=args).finish(240)
+        second = start_crawl(tb, settings, tmp_path, spider=spider, extra_args=args).finish(240)
         assert second.returncode == 0, second.tail()
     s = open_store(store_url, "items")
     s.open()
     stored = {d["_id"] for d in s.documents()}
     s.close()
     assert stored == expected
-    if how == "-o":
+    if how != "FEEDS":
         in_feeds = feed_keys(out)
     else:
         in_feeds = feed_keys(first_run / "items.jsonl") + feed_keys(second.run_dir / "items.jsonl")
@@ -86,6 +97,7 @@ def test_every_stored_item_reaches_the_feeds_across_kill_9_and_resume(tmp_path: 
     assert not missing, f"{len(missing)} of {len(stored)} stored items are in no feed"
     # the resumed run said what it re-sent, and its own feed was closed cleanly: no journal left
     assert "feeds: re-sent" in second.log, second.tail()
+    assert second.stats["scale/store/feed_resent"] > 0, second.tail()
     assert not list((tmp_path / "state").glob("feed_journal/**/*.keys")), "a journal outlived a clean close"
 
 
@@ -99,7 +111,7 @@ def test_a_bad_journal_line_or_an_unknown_key_is_skipped_with_one_warning(tmp_pa
         assert "feeds: re-sent" not in first.log  # nothing to re-send: no journal read, no cost
         assert not list((tmp_path / "state").glob("feed_journal/*/*.keys"))
         kept = first.items[0]
-        folder = tmp_path / "state" / "feed_journal" / "catalog"
+        folder = journal_folder(str(tmp_path / "state"), "catalog")
         # a dead process's journal: a garbled line, a key the store never had, a real key twice
         (folder / "999999999-1.keys").write_text(
             "\n".join([json.dumps(page_key(kept["url"])), "\x00garbage{", json.dumps("no-such-key")])
@@ -117,3 +129,35 @@ def test_a_bad_journal_line_or_an_unknown_key_is_skipped_with_one_warning(tmp_pa
     assert [i["url"] for i in second.items].count(kept["url"]) == 2  # re-sent, then crawled again
     assert second.stats["scale/store/feed_resent"] == 1
     assert not list(folder.glob("*.keys")), "the adopted journal outlived a clean close"
+
+
+@pytest.mark.timeout(300)
+def test_a_journal_that_cannot_be_written_stops_the_crawl_and_nothing_is_lost(tmp_path: Path) -> None:
+    """The job's journal folder is a full 64 KB tmpfs (needs root, as CI has). Before: the
+    failed write was raised inside the reactor's callFromThread, no waiting item was
+    resolved and the crawl hung for ever (even Ctrl-C did)."""
+    folder = journal_folder(str(tmp_path / "state"), "catalog")
+    folder.mkdir(parents=True)
+    mount = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], capture_output=True, text=True
+    )
+    if mount.returncode != 0:
+        pytest.fail(f"cannot mount a tmpfs (this test needs root, as CI has): {mount.stderr.strip()}")
+    try:
+        filler = fill(folder)
+        with Testbed(hosts=1, pages=30, seed=5) as tb:
+            expected = {page_key(u) for u in tb.detail_urls()}
+            first = run_crawl(tb, {"LOG_LEVEL": "INFO"}, tmp_path, timeout=120)
+            assert first.returncode == 1, first.tail()
+            # one line of ours; Scrapy logs each failed item (item_error) as it does for store_failed
+            errors = [x for x in first.log.splitlines() if " ERROR: " in x and "[scrapy.core.scraper]" not in x]
+            assert len(errors) == 1 and "cannot write the feed journal" in errors[0], errors
+            assert "No space left on device" in errors[0] and "not acked" in errors[0]
+            assert first.stats["finish_reason"] == "feed_journal_failed"
+            assert not first.items and first.stats.get("item_scraped_count", 0) == 0  # nothing acked
+            filler.unlink()  # space again: the next run crawls the unacked pages again
+            second = run_crawl(tb, {"LOG_LEVEL": "INFO"}, tmp_path, timeout=120)
+        assert second.returncode == 0, second.tail()
+        assert expected <= set(feed_keys(first.run_dir / "items.jsonl") + feed_keys(second.run_dir / "items.jsonl"))
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)

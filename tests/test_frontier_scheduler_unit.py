@@ -620,3 +620,22 @@ def test_a_backed_out_engine_gets_a_batch_leased_without_a_sync(sched: Scheduler
         sched.enqueue_request(Request(f"http://a.test/{i}"))
     assert len(sched.buffer) > 0 and not sched.outbox  # leased without a sync
     assert sched.next_request() is not None
+
+
+def test_a_url_scheme_not_allowed_is_advised_about_the_schemes_setting(
+    sched: Scheduler, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A `data:` URL is kept in memory like an unstorable value, but the warning's advice is
+    SCALE_FRONTIER_SCHEMES (it was "put plain data in meta/cb_kwargs")."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="scrapy_scale"):
+        sched.enqueue_request(Request("data:,hello"))
+        sched.enqueue_request(Request("data:,again"))
+        sched.enqueue_request(Request("http://a.test/o", cb_kwargs={"o": Opaque()}))
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 2, warned  # once for schemes, once for values
+    scheme, value = warned
+    assert "SCALE_FRONTIER_SCHEMES" in scheme and "'data'" in scheme and "cb_kwargs" not in scheme, scheme
+    assert "meta/cb_kwargs" in value, value
+    assert sched.crawler.stats.get_value("scale/frontier/unserializable/refused") == 2

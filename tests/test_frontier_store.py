@@ -293,6 +293,29 @@ def test_delayed_new_request_is_held(store: FrontierStore, clock: FakeClock) -> 
     assert [x.fingerprint for x in store.lease(W, 1, LEASE)] == ["f1"]
 
 
+def test_status_tells_delayed_retries_from_requests_held_by_pacing(store: FrontierStore, clock: FakeClock) -> None:
+    """`delayed` counted retries and the pacer's deferrals together (66 delayed for about
+    34 retries): status tells them apart by the attempts made, and gives the latest
+    next-eligible time (the ETA is no sooner)."""
+    a, b, c = req("http://a.test/1"), req("http://b.test/1"), req("http://c.test/1")
+    store.enqueue([a, b, c])
+    leased = {x.fingerprint: x for x in store.lease(W, 3, LEASE)}
+    assert len(leased) == 3
+    # a: a retry after its backoff; b: a first attempt the pacer put back until its site's turn
+    retry = NewRequest(a.fingerprint, a.data, a.domain, not_before=clock.now + 30, attempts=1, update=True)
+    paced = NewRequest(b.fingerprint, b.data, b.domain, not_before=clock.now + 90, attempts=0, update=True)
+    store.enqueue([retry, paced])
+    st = store.status()
+    assert st.counts["delayed"] == 2
+    assert st.delayed_retries == 1
+    assert st.last_eligible_at == clock.now + 90
+    store.ack(W, [(c.fingerprint, leased[c.fingerprint].token)])
+    clock.advance(100)
+    store.lease(W, 10, LEASE)
+    st = store.status()
+    assert st.counts["delayed"] == 0 and st.delayed_retries == 0 and st.last_eligible_at is None
+
+
 # ---- order ----------------------------------------------------------------------------
 
 

@@ -188,9 +188,20 @@ def test_a_bad_metrics_port_names_the_setting(value) -> None:  # type: ignore[no
         config.validate_all({"SCALE_METRICS_PORT": value})
 
 
-def test_without_an_export_mode_the_extension_is_not_configured() -> None:
+def test_without_an_export_mode_the_extension_is_not_configured_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    """No export mode is the usual case: Scrapy's extension manager must not log a WARNING
+    "Disabled MetricsExtension: ..." in every crawl; the reason is a DEBUG line."""
+    import logging
+
+    from scrapy.extension import ExtensionManager
+
     with pytest.raises(NotConfigured):
         MetricsExtension.from_crawler(get_crawler())
+    crawler = get_crawler(settings_dict={"EXTENSIONS": {MetricsExtension: 0}, "EXTENSIONS_BASE": {}})
+    with caplog.at_level(logging.DEBUG):
+        ExtensionManager.from_crawler(crawler)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert [r for r in caplog.records if r.levelno == logging.DEBUG and "no metrics export mode" in r.getMessage()]
 
 
 @pytest.mark.parametrize("name", ["SCALE_PROGRESS_INTERVAL", "SCALE_WATCH_INTERVAL"])
@@ -278,6 +289,37 @@ def test_progress_line_says_done_pending_failed_rates_and_eta() -> None:
         "1,234 done, 5 failed, 7,890 pending (12 delayed, 64 leased); 310 pages/min, 280 items/min; ETA 25 min"
     )
     assert progress_line(None, None, None, None, done=3, failed=1) == ("3 done, 1 failed; - pages/min, - items/min")
+
+
+def test_the_eta_waits_for_delayed_requests_and_paused_sites(caplog: pytest.LogCaptureFixture) -> None:
+    """`ETA 12 s` with retries delayed 80 s more: the ETA is no sooner than the latest
+    delayed request may go and the last pause ends; bad times from shared state are skipped
+    or clamped with one warning."""
+    import logging
+
+    from scrapy_scale.monitor import progress
+
+    now = 1_000_000.0
+    st = {"last_eligible_at": now + 83}
+    assert progress.waiting(st, [], now) == 83
+    assert progress.waiting(st, [now + 120], now) == 120  # a site paused longer
+    assert eta_seconds(24, 2.0, progress.waiting(st, [], now)) == 83  # not 12 s
+    assert eta_seconds(1000, 2.0, 83) == 500  # the work itself takes longer
+    assert eta_seconds(5, None, 83) == 83 and eta_seconds(5, None, 0) is None
+    assert eta_seconds(0, 2.0, 83) == 0
+    progress._warned_wait = False
+    with caplog.at_level(logging.WARNING, logger="scrapy_scale.monitor.progress"):
+        assert progress.waiting({"last_eligible_at": float("nan")}, [float("inf"), "x"], now) == 0  # type: ignore[list-item]
+        far = progress.waiting({"last_eligible_at": now + 1e12}, [], now)
+    assert far == progress.WAIT_MAX
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+
+
+def test_progress_line_tells_retries_from_requests_held_by_pacing_and_paused_sites() -> None:
+    counts = {"done": 92, "failed": 0, "pending": 0, "delayed": 66, "leased": 2}
+    line = progress_line(counts, 1.0, 1.0, 83, retries=34, paused=2)
+    assert "(66 delayed: 34 retry backoff, 32 held by pacing, 2 leased), 2 sites paused;" in line, line
+    assert line.endswith("ETA 1 min"), line
 
 
 def test_a_faulty_crawl_s_final_textfile_matches_its_stats(tmp_path: Path) -> None:

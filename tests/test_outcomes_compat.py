@@ -208,8 +208,10 @@ def test_retry_times_zero_gives_up_logged_at_the_give_up_level_and_counted(caplo
     with caplog.at_level(logging.DEBUG, logger="scrapy_scale.outcomes"):
         assert isinstance(respond(mw, Request(URL), 500), HtmlResponse)
         assert isinstance(respond(mw, Request(URL + "?b", meta={"give_up_log_level": "INFO"}), 503), HtmlResponse)
-    lines = [(r.levelname, r.getMessage()) for r in caplog.records if "Gave up on" in r.getMessage()]
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if "Gave up" in r.getMessage()]
     assert [lv for lv, _ in lines] == ["ERROR", "INFO"], lines
+    # Scrapy's wording, which users grep for: "Gave up retrying %(request)s (failed %(retry_times)d times): %(reason)s"
+    assert lines[0][1] == f"Gave up retrying <GET {URL}> (failed 1 times): transient (HTTP 500)", lines
     assert stats.get_value("scale/gave_up/transient") == 2
     assert stats.get_value("retry/max_reached") == 2
     assert not [o for o in outcomes if not o.final]

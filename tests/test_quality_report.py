@@ -338,3 +338,31 @@ def test_the_sample_is_the_same_each_time_the_report_of_a_run_is_built(tmp_path:
     again = report_of(tmp_path)
     assert again["run_id"] == written["run_id"] and again["generated_at"] > written["generated_at"]
     assert again["sample"] == written["sample"]
+
+
+def test_a_first_run_is_judged_by_absolute_thresholds(tmp_path: Path) -> None:
+    """No history to compare with: half the detail pages changed layout (no sku: the callback
+    yields nothing, `parse_failed` no_items) fails the first run; one page in 40 does not.
+    (Before: "every check passed", all info for want of history.)"""
+    settings = {**ADDON, **CRITICAL, "SCALE_QUALITY_EXIT_CODE": 4}
+    with Testbed(hosts=1, pages=40, seed=3, faults="layout:/item/*,after=20,variant=renamed") as tb:
+        bad = run_crawl(tb, settings, tmp_path / "bad")
+    assert bad.returncode == 4, bad.tail()
+    r = report_of(tmp_path / "bad")
+    assert not r["ok"] and r["baseline_runs"] == []
+    c = checks(r)
+    empty, pf = c["empty_parses:parse_item"], c["class_share:parse_failed"]
+    assert empty["ok"] is False and empty["value"] == 0.5 and empty["compared_with"] == 0.1, empty
+    assert pf["ok"] is False and pf["value"] > 0.4 and pf["compared_with"] == 0.05, pf
+    assert "more than the limit of 10.0%" in empty["message"]
+    assert c["empty_parses:parse"]["ok"] is None  # listing pages yield no items: not judged
+    assert "FAILED empty_parses:parse_item" in bad.log and "FAILED class_share:parse_failed" in bad.log
+
+    with Testbed(hosts=1, pages=40, seed=3, faults="layout:/item/*,after=39,variant=renamed") as tb:
+        good = run_crawl(tb, settings, tmp_path / "good")
+    assert good.returncode == 0, good.tail()
+    r = report_of(tmp_path / "good")
+    c = checks(r)
+    assert r["ok"], r["summary"]
+    assert c["empty_parses:parse_item"]["ok"] is True and c["empty_parses:parse_item"]["value"] == 0.025
+    assert c["class_share:parse_failed"]["ok"] is True and 0 < c["class_share:parse_failed"]["value"] < 0.05

@@ -150,7 +150,7 @@ def test_fault_plan_served_exactly_what_the_policy_allows(tmp_path, mode):
     assert depth == {"scale/retry_depth/1": len(requested) - 5, "scale/retry_depth/2": 1, "scale/retry_depth/3": 4}
     assert st["scale/error_group/transient/HTTP 500"] == 3
     # giving up: one line each, at WARNING, no traceback for these expected classes
-    gave_up = [line for line in res.log.splitlines() if "Gave up on" in line]
+    gave_up = [line for line in res.log.splitlines() if "Gave up retrying <GET " in line]
     assert len(gave_up) == 3 and all("WARNING" in line for line in gave_up), gave_up
     assert "Traceback" not in res.log
     assert "Top error groups" in res.log

@@ -70,6 +70,15 @@ def test_first_seen_stays_last_seen_moves_and_old_fields_are_kept(store: Store):
     assert store.get("missing") is None
 
 
+def test_get_many_reads_back_what_get_reads_in_bulk(store: Store):
+    store.write(rows(1203), now=100.0)  # more keys than one SQLite statement may bind
+    wanted = [f"k{i:03d}" for i in range(0, 1203, 2)] + ["missing", "k000"]
+    got = store.get_many(wanted)
+    assert set(got) == {f"k{i:03d}" for i in range(0, 1203, 2)}  # unknown keys left out, each once
+    assert all(got[k] == store.get(k) for k in ("k000", "k602", "k1202"))
+    assert store.get_many([]) == {}
+
+
 def test_configured_bookkeeping_field_names(store_url: str):
     s = open_store(
         store_url,

@@ -169,3 +169,18 @@ def test_a_request_whose_item_was_dead_lettered_counts_as_parse_failed_either_or
     tally.on_item({}, response("c"))
     assert tally.ordered(tally.outcomes) == {"ok": 1, "parse_failed": 2}
     assert not tally._early and not tally._waiting
+
+
+def test_blocked_without_an_egress_pool_does_not_promise_another_egress(tmp_path: Path) -> None:
+    """An all-403 run without SCALE_EGRESSES: the retries went out the same way, and the
+    summary's line for the class says so (it said "retried through another egress")."""
+    settings = {"SCALE_RETRY_POLICY": {"blocked": {"retries": 1, "base": 0.01, "cap": 0.02}}}
+    with Testbed(hosts=1, pages=3, seed=1, faults="403:/*") as tb:
+        res = run_crawl(tb, settings, tmp_path, timeout=90)
+    s = summary_of(res.log)
+    line = re.search(r"blocked: +(.*)$", s, re.M)
+    assert line, s
+    assert "another egress" not in line.group(1) and "no egress pool" in line.group(1), s
+    # with a pool the line keeps its meaning
+    with_pool = render({"scale/outcome/blocked": 1}, RunFacts(job="j", reason="finished", duration=1.0))
+    assert any("blocked:" in x and "through another egress" in x for x in with_pool), with_pool

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from scrapy_scale.testbed import Testbed
-from tests.crawling import run_crawl
+from tests.crawling import run_crawl, start_crawl
 from tests.test_commands import status_json
 
 
@@ -237,3 +237,55 @@ def test_sites_past_the_stats_top_are_summed_under_other(tmp_path: Path) -> None
     assert res.stats[f"{site}{top}/requests"] == sent[top]
     assert res.stats[f"{site}other/requests"] == sum(n for h, n in sent.items() if h != top) > 0
     assert res.stats["scale/throttle/sites"] == 3
+
+
+def test_retry_after_pauses_are_one_info_line_per_site_per_minute(tmp_path: Path) -> None:
+    """Every detail page of one site answers 429 with Retry-After once: many pauses, one INFO
+    line for the site in a run shorter than a minute (the others at DEBUG)."""
+    with Testbed(hosts=1, pages=12, faults="429:/item/*,first=1,retry_after=1", seed=2) as tb:
+        res = run_crawl(tb, {"LOG_LEVEL": "DEBUG"}, tmp_path, timeout=120)
+        assert res.returncode == 0, res.tail()
+        limited = sum(1 for r in tb.log if r.kind == "429")
+    assert len(res.items) == 12 and limited == 12, (len(res.items), limited)
+    info = [ln for ln in res.log.splitlines() if "(Retry-After)" in ln and "] INFO: throttle:" in ln]
+    debug = [ln for ln in res.log.splitlines() if "(Retry-After)" in ln and "] DEBUG: throttle:" in ln]
+    assert len(info) == 1, info
+    assert debug, "the other pauses are logged at DEBUG"
+    assert res.stats["scale/throttle/rate_limited"] == 12
+
+
+def test_status_and_progress_name_a_site_paused_by_retry_after(tmp_path: Path) -> None:
+    """A site paused by Retry-After was invisible in `scrapy scale status`, and the ETA
+    ignored the wait: now status names it and until when, tells the delayed retry apart,
+    and the progress line counts the paused site and waits for it."""
+    import re
+
+    from tests.prom_services import wait_for
+    from tests.test_commands import scale
+
+    settings = {"SCALE_PROGRESS_INTERVAL": 0.5, "SCALE_DOMAIN_PROFILES": {"default": {"max_rate": 4.0}}}
+    with Testbed(hosts=2, pages=30, faults="429@1:/item/3,first=1,retry_after=25", seed=4) as tb:
+        proc = start_crawl(tb, settings, tmp_path)
+        try:
+            log = proc.run_dir / "crawl.log"
+            wait_for(lambda: "(Retry-After)" in log.read_text(), 60, "the 429's pause")
+            where = {"SCALE_STATE_DIR": str(tmp_path / "state")}
+
+            def paused_in_status() -> str | None:
+                out = scale("status", "catalog", settings=where).stdout
+                return out if "paused sites (Retry-After): shop1" in out else None
+
+            out = wait_for(paused_in_status, 20, "the paused site in status", interval=0.5)
+            m = re.search(r"shop1\S* until \d\d:\d\d:\d\d UTC \(in (\d+) s\)", out)
+            assert m and 0 <= int(m.group(1)) <= 25, out
+            assert re.search(r"^  retries +1 ", out, re.M), out  # the 429's retry, apart from paced ones
+            line = wait_for(
+                lambda: re.search(r"progress: .*1 site paused.*ETA (.*); paused: shop1", log.read_text()),
+                20,
+                "the paused site in the progress line",
+            )
+            assert line.group(1) != "0 s", line.group(0)
+        finally:
+            res = proc.finish(180)
+    assert res.returncode == 0, res.tail()
+    assert len(res.items) == 60

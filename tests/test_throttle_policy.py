@@ -7,7 +7,7 @@ import math
 import pytest
 
 from scrapy_scale.clock import FakeClock
-from scrapy_scale.throttle.policy import MARGIN, MEMORY_HALF_LIFE, Pacing
+from scrapy_scale.throttle.policy import MARGIN, MEMORY_HALF_LIFE, Pacing, PauseNotes
 from scrapy_scale.throttle.profiles import ProfileError, Profiles, parse_pattern, registrable_domain
 
 # ---- profiles -------------------------------------------------------------------------
@@ -268,3 +268,18 @@ def test_a_bad_profile_setting_fails_naming_the_setting() -> None:
         .profile.max_rate
         == 5.0
     )
+
+
+def test_pause_notes_one_info_line_per_site_per_minute() -> None:
+    clk = FakeClock()
+    notes = PauseNotes(clk, every=60.0)
+    assert notes.note("a") == 0  # the first pause of a site: INFO
+    assert notes.note("b") == 0  # sites are counted apart
+    for _ in range(5):
+        clk.advance(5)
+        assert notes.note("a") is None  # within the minute: DEBUG
+    clk.advance(35)
+    assert notes.note("a") == 5  # a minute after the last INFO line: INFO, with what went to DEBUG
+    assert notes.note("a") is None
+    clk.advance(-3600)  # a clock that went back: not a reason for silence forever
+    assert notes.note("a") == 1

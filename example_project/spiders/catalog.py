@@ -68,20 +68,22 @@ class CatalogSpider(scrapy.Spider):
         spider = super().from_crawler(crawler, *args, **kwargs)
         if not spider.start_urls:
             spider.start_urls = crawler.settings.getlist("CATALOG_START_URLS")
-        if not spider.start_urls:
-            spider.testbed = _start_demo_testbed(spider.testbed_options)
-            spider.start_urls = spider.testbed.start_urls
-            crawler.signals.connect(spider._stop_testbed, signal=signals.spider_closed)
-            spider.logger.info(
-                "No target given: started a testbed of %d hosts x %d pages (faults: %s)",
-                len(spider.testbed.hosts),
-                spider.testbed.pages,
-                spider.testbed_options["faults"] or "none",
-            )
+        # the demo testbed starts with the crawl (in start()), not here: Scrapy builds the
+        # spider before the add-on checks the settings, and a bad setting must stop the
+        # crawl before anything was started
+        crawler.signals.connect(spider._stop_testbed, signal=signals.spider_closed)
         return spider
 
     async def start(self) -> AsyncIterator[Any]:
-        if self.testbed is not None:
+        if not self.start_urls:
+            self.testbed = _start_demo_testbed(self.testbed_options)
+            self.start_urls = self.testbed.start_urls
+            self.logger.info(
+                "No target given: started a testbed of %d hosts x %d pages (faults: %s)",
+                len(self.testbed.hosts),
+                self.testbed.pages,
+                self.testbed_options["faults"] or "none",
+            )
             # Scrapy installed its resolver when the reactor started; ours goes on top now
             install_resolver(hosts=self.testbed.addresses)
         for url in self.start_urls:

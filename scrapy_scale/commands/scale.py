@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from typing import Any
 
 from scrapy.commands import ScrapyCommand
@@ -109,6 +111,18 @@ class Command(ScrapyCommand):
         )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        try:
+            self._run(args, opts)
+            sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+        except BrokenPipeError:
+            # `scrapy scale status JOB | head`: the reader has what it wanted. Quiet, as other
+            # command-line tools are; stdout goes to devnull so the exit's flush says nothing
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            self.exitcode = 1
+
+    def _run(self, args: list[str], opts: argparse.Namespace) -> None:
         from scrapy_scale.frontier import cli_ops
 
         if args and args[0] in QUALITY_SUBCOMMANDS:
@@ -137,6 +151,7 @@ class Command(ScrapyCommand):
 
                     st = ops.status()
                     st["pacing"] = pacing_status.read(self.settings, job)
+                    st["paused"] = _paused(self.settings, st["pacing"])
                     pool = self._egress_rows(job)
                     progress = _progress(self.settings, job, st)
                     if opts.as_json:
@@ -145,7 +160,9 @@ class Command(ScrapyCommand):
                             more["progress"] = progress
                         print(json.dumps(dict(st, **more), indent=2, sort_keys=True))
                     else:
-                        print(cli_ops.format_status(st) + pacing_status.format_text(st["pacing"]))
+                        paused = pacing_status.format_paused(st["paused"], time.time())
+                        print(cli_ops.format_status(st) + (f"\n{paused}" if paused else ""), end="")
+                        print(pacing_status.format_text(st["pacing"]))
                         if pool is not None:
                             print(format_rows(pool[:STATUS_EGRESSES]))
                         if progress is not None:
@@ -241,6 +258,14 @@ def _warn_skipped(sub: str, problems: list[str]) -> None:
         )
 
 
+def _paused(settings: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The job's paused sites from the throttle's shared rows (clamped to SCALE_RETRY_AFTER_MAX)."""
+    from scrapy_scale.outcomes import settings as outcomes_settings
+    from scrapy_scale.throttle import status as pacing_status
+
+    return pacing_status.paused(rows, time.time(), float(outcomes_settings.RETRY_AFTER_MAX.get(settings)))
+
+
 def _progress(settings: object, job: str, st: dict[str, object]) -> dict[str, object] | None:
     """The workers' published numbers (scrapy_scale.monitor.watch), or None if unreadable."""
     try:
@@ -270,7 +295,7 @@ def _progress(settings: object, job: str, st: dict[str, object]) -> dict[str, ob
     }
 
 
-def _watch(settings: object, job: str, ops: object, interval: float, count: int | None) -> None:
+def _watch(settings: Any, job: str, ops: object, interval: float, count: int | None) -> None:
     try:
         import rich  # noqa: F401
     except ImportError:
@@ -278,10 +303,14 @@ def _watch(settings: object, job: str, ops: object, interval: float, count: int 
             "watch needs rich: pip install 'scrapy-scale[all]' (or pip install rich)", print_help=False
         ) from None
     from scrapy_scale.monitor import snapshots, watch
+    from scrapy_scale.throttle import status as pacing_status
+
+    def paused() -> list[dict[str, Any]]:
+        return _paused(settings, pacing_status.read(settings, job))
 
     sink = snapshots.sink_for(settings, job)
     try:
-        watch.run(ops, sink, interval=interval, count=count)
+        watch.run(ops, sink, interval=interval, count=count, paused=paused)
     except KeyboardInterrupt:
         pass
     finally:

@@ -14,6 +14,7 @@ The store is the one a crawl with the same settings would use:
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -190,6 +191,9 @@ def format_status(st: dict[str, Any], now: float | None = None) -> str:
     lines.append("state     count")
     for k in COUNT_KEYS:
         lines.append(f"{k:<9} {c[k]:>7}")
+        if k == "delayed" and c[k] and st.get("delayed_retries") is not None:
+            lines.append(f"  {'retries':<16} {st['delayed_retries']:>7}  (waiting for their backoff)")
+            lines.append(f"  {'held by pacing':<16} {st['delayed_paced']:>7}  (waiting for their site's turn)")
     lines.append(f"{'total':<9} {st['total']:>7}")
     if st["failed_by_class"]:
         lines.append("failed by class: " + ", ".join(f"{k} {v}" for k, v in st["failed_by_class"].items()))
@@ -197,6 +201,9 @@ def format_status(st: dict[str, Any], now: float | None = None) -> str:
     if st["oldest_pending_age"] is not None and not st.get("oldest_pending_exact", True):
         oldest = f">= {oldest}"  # many domains: the first ones in service order were looked at
     lines.append(f"oldest pending: {oldest}   average wait: {_age(st['average_wait'])}")
+    last = st.get("last_eligible_at")
+    if c["delayed"] and isinstance(last, int | float) and math.isfinite(last):
+        lines.append(f"last delayed request eligible: in {_age(max(0.0, last - now))}")
     leases = st["leases_by_worker"]
     if leases:
         lines.append("leases by worker: " + ", ".join(f"{w} {n}" for w, n in leases.items()))

@@ -85,6 +85,7 @@ class LeaseBuffer:
         self._due_timer: Any = None
         self._due_at = math.inf
         self._warned_unserializable = False
+        self._warned_scheme = False
 
     # ---- what it holds -------------------------------------------------------------------
 
@@ -146,7 +147,18 @@ class LeaseBuffer:
         self.stats.inc(keys.FRONTIER_UNSERIALIZABLE)
         self.stats.inc(f"{keys.FRONTIER_UNSERIALIZABLE}/{kind}")
         self.scrapy_stats.unserializable()
-        if not self._warned_unserializable:
+        if isinstance(error, codec.SchemeRefused):
+            if not self._warned_scheme:
+                self._warned_scheme = True
+                logger.warning(
+                    "frontier: %s has a URL scheme the frontier does not store (%s); such requests are "
+                    "kept in memory only: deduplicated like the others, but a crash or a stop loses those "
+                    "not finished (they are dead-lettered). Add the scheme to SCALE_FRONTIER_SCHEMES to "
+                    "store them. Counted in scale/frontier/unserializable/refused",
+                    redact_text(str(request)[:200]),
+                    redact_text(str(error)),
+                )
+        elif not self._warned_unserializable:
             self._warned_unserializable = True
             logger.warning(
                 "frontier: %s holds a value the frontier cannot store (%s); such requests are kept in "

@@ -29,6 +29,10 @@ class CodecError(ScaleError, ValueError):
     """A request cannot be written as data, or a stored record cannot be read back."""
 
 
+class SchemeRefused(CodecError):
+    """A request's URL is of a scheme ``SCALE_FRONTIER_SCHEMES`` does not allow."""
+
+
 class NotStorable(CodecError):
     """A request holds a value that cannot be stored as data; ``type_name`` names it."""
 
@@ -149,7 +153,7 @@ def check_url(url: Any, rules: RecordRules) -> None:
     scheme = urlsplit(url).scheme.lower()
     if scheme not in rules.schemes:
         allowed = ", ".join(sorted(rules.schemes))
-        raise CodecError(
+        raise SchemeRefused(
             f"URL scheme {scheme or 'none'!r} is not allowed ({url[:200]!r}); allowed: {allowed}"
             " (SCALE_FRONTIER_SCHEMES)"
         )

@@ -172,6 +172,13 @@ class Status:
     #: False when ``oldest_pending_age`` is a lower bound: on Redis with very many
     #: domains, status looks at the first ``STATUS_DOMAINS`` in service order only
     oldest_pending_exact: bool = True
+    #: delayed records of requests already tried (retries waiting for their backoff, or
+    #: for their site's turn after it); the other delayed records are first attempts the
+    #: pacer put back until their site's turn. None: not known (on Redis with very many
+    #: delayed records, an estimate from the first :data:`DELAYED_SAMPLE` of them)
+    delayed_retries: int | None = None
+    #: the latest next-eligible time among the delayed records (None: none)
+    last_eligible_at: float | None = None
 
     def live_workers(self, now: float) -> list[str]:
         """Workers whose last heartbeat still holds at ``now``."""
@@ -192,6 +199,8 @@ class Status:
 
 
 COUNT_KEYS = ("pending", "delayed", "leased", "done", "failed")
+#: delayed records status looks at, at most, to tell retries from requests held by pacing
+DELAYED_SAMPLE = 2_000
 
 
 def domain_of(url: str) -> str:

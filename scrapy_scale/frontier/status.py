@@ -137,6 +137,13 @@ def status_of(store: FrontierStore, where: str) -> dict[str, Any]:
         "leases_by_worker": dict(sorted(st.leases_by_worker.items())),
         "dead_letters": st.dead_letters,
         "drained": st.drained,
+        # of the delayed: retries waiting for their backoff (or their site's turn after
+        # it); the rest are first attempts the pacer put back until their site's turn
+        "delayed_retries": st.delayed_retries,
+        "delayed_paced": None
+        if st.delayed_retries is None
+        else max(0, int(st.counts.get("delayed", 0)) - st.delayed_retries),
+        "last_eligible_at": st.last_eligible_at,
     }
 
 

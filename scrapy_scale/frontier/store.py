@@ -41,6 +41,7 @@ from scrapy_scale import clock as clock_mod
 from scrapy_scale.frontier.records import (
     AGAIN_SEP,
     COUNT_KEYS,
+    DELAYED_SAMPLE,
     DeadLetter,
     EnqueueResult,
     FrontierError,
@@ -324,6 +325,7 @@ class FrontierStore(abc.ABC):
 __all__ = [
     "AGAIN_SEP",
     "COUNT_KEYS",
+    "DELAYED_SAMPLE",
     "DeadLetter",
     "EnqueueResult",
     "FrontierError",

@@ -76,7 +76,12 @@ class MetricsExtension:
     def from_crawler(cls, crawler: Any) -> MetricsExtension:
         s = crawler.settings
         if not any(x.get(s) is not None for x in (S.PORT, S.PUSHGATEWAY, S.TEXTFILE)):
-            raise NotConfigured("no metrics export mode (SCALE_METRICS_PORT / _PUSHGATEWAY / _TEXTFILE)")
+            # the usual case (the add-on enables the extension in every crawl): a DEBUG line,
+            # and NotConfigured without a message, which Scrapy would log at WARNING
+            logger.debug(
+                "Disabled MetricsExtension: no metrics export mode (SCALE_METRICS_PORT / _PUSHGATEWAY / _TEXTFILE)"
+            )
+            raise NotConfigured()
         try:
             import prometheus_client  # noqa: F401
         except ImportError:

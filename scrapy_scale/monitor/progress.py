@@ -13,12 +13,14 @@ done / failed / pending are the job's (every worker's, from the frontier); pages
 items/min are this process's final outcomes and stored items over the last minutes (as
 the one :class:`~.metrics.CrawlMetrics` of the crawler counts them);
 the ETA divides what is left (pending, delayed, leased) by the job's recent rate of
-finished requests (done + failed).
+finished requests (done + failed), and is no sooner than the latest delayed request may
+go or the last paused site's pause ends (:func:`waiting`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -61,14 +63,51 @@ class RateWindow:
         return max(0.0, (v1 - v0) / (t1 - t0))
 
 
-def eta_seconds(remaining: int, rate: float | None) -> float | None:
-    """Seconds until ``remaining`` requests are finished at ``rate`` per second; 0 when
-    nothing is left, None when the rate is unknown or zero."""
+#: the longest wait an ETA counts (a next-eligible or pause time further ahead is clamped)
+WAIT_MAX = 7 * 86_400.0
+_warned_wait = False
+
+
+def eta_seconds(remaining: int, rate: float | None, wait: float = 0.0) -> float | None:
+    """Seconds until ``remaining`` requests are finished at ``rate`` per second, and no
+    sooner than ``wait`` (:func:`waiting`: the last delayed request, the last paused site);
+    0 when nothing is left, None when the rate is unknown or zero and nothing waits."""
     if remaining <= 0:
         return 0.0
     if not rate:
-        return None
-    return remaining / rate
+        return wait or None
+    return max(remaining / rate, wait)
+
+
+def waiting(status: Mapping[str, Any] | None, paused_until: list[float], now: float) -> float:
+    """Seconds until the job's waiting work may go: its latest delayed request (a retry's
+    backoff, a request the pacer put back) and its paused sites. The times are read from
+    shared state: one that is not a finite number is skipped, one more than
+    :data:`WAIT_MAX` ahead is clamped (one warning per process)."""
+    times = list(paused_until)
+    last = (status or {}).get("last_eligible_at")
+    if last is not None:
+        times.append(last)
+    wait = 0.0
+    for t in times:
+        try:
+            t = float(t)
+        except (TypeError, ValueError):
+            t = math.nan
+        if not math.isfinite(t) or t - now > WAIT_MAX:
+            _warn_wait(t)
+            if not math.isfinite(t):
+                continue
+            t = now + WAIT_MAX
+        wait = max(wait, t - now)
+    return wait
+
+
+def _warn_wait(t: float) -> None:
+    global _warned_wait
+    if not _warned_wait:
+        _warned_wait = True
+        logger.warning("progress: a wait time %r in the shared state is not usable; the ETA skips or clamps it", t)
 
 
 def format_eta(seconds: float | None) -> str:
@@ -95,20 +134,33 @@ def progress_line(
     eta: float | None,
     done: int = 0,
     failed: int = 0,
+    retries: int | None = None,
+    paused: int = 0,
 ) -> str:
     """One line: the job's counts (or this process's ``done``/``failed`` when ``counts`` is
-    None: no frontier), rates per minute and the ETA."""
+    None: no frontier), rates per minute and the ETA. ``retries``: how many of the delayed
+    are retries (the rest are held by pacing; None: not known); ``paused``: sites paused."""
     if counts is not None:
         c = {k: int(counts.get(k, 0)) for k in ("done", "failed", "pending", "delayed", "leased")}
         text = f"{c['done']:,} done, {c['failed']:,} failed, {c['pending'] + c['delayed']:,} pending"
         if c["delayed"] or c["leased"]:
-            text += f" ({c['delayed']:,} delayed, {c['leased']:,} leased)"
+            text += f" ({delayed_text(c['delayed'], retries)}, {c['leased']:,} leased)"
+        if paused:
+            text += f", {paused} site{'s' if paused > 1 else ''} paused"
     else:
         text = f"{done:,} done, {failed:,} failed"
     text += f"; {_per_min(pages_rate)} pages/min, {_per_min(items_rate)} items/min"
     if counts is not None:
         text += f"; ETA {format_eta(eta)}"
     return text
+
+
+def delayed_text(delayed: int, retries: int | None) -> str:
+    """``12 delayed`` or, when known, ``12 delayed: 8 retry backoff, 4 held by pacing``."""
+    if retries is None or not delayed:
+        return f"{delayed:,} delayed"
+    retries = min(max(0, retries), delayed)
+    return f"{delayed:,} delayed: {retries:,} retry backoff, {delayed - retries:,} held by pacing"
 
 
 def remaining(counts: Mapping[str, int]) -> int:
@@ -177,9 +229,23 @@ class ProgressLog:
         self.pages.add(now, done + failed)
         self.item_rate.add(now, items)
         counts = status.get("counts") if status else None
+        pauses = self.pauses()
         if counts is not None:
             self.finished.add(now, int(counts.get("done", 0)) + int(counts.get("failed", 0)))
-            eta = eta_seconds(remaining(counts), self.finished.rate())
+            wait = waiting(status, [until for _, until in pauses], time.time())
+            eta = eta_seconds(remaining(counts), self.finished.rate(), wait)
         else:
             eta = None
-        return progress_line(counts, self.pages.rate(), self.item_rate.rate(), eta, done, failed)
+        retries = status.get("delayed_retries") if status else None
+        line = progress_line(counts, self.pages.rate(), self.item_rate.rate(), eta, done, failed, retries, len(pauses))
+        if pauses:
+            line += "; paused: " + ", ".join(f"{site} for {max(0.0, u - time.time()):.0f} s" for site, u in pauses[:5])
+        return line
+
+    def pauses(self) -> list[tuple[str, float]]:
+        """The sites this process's throttle has paused now, and until when."""
+        from scrapy_scale.context import ScaleContext
+
+        pacer = ScaleContext.of(self.crawler).extra.get("pacer")
+        paused = getattr(pacer, "paused", None)
+        return list(paused()) if callable(paused) else []

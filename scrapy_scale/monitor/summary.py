@@ -43,6 +43,12 @@ _ALWAYS_SHOWN = ("done", "failed", "pending")
 _CLASSES = tuple(c.value for c in FailureClass)
 #: one line per failure class, for a reader who sees the class names for the first time
 MEANING = {c.value: i.meaning for c, i in CLASSES.items() if c is not FailureClass.OK}
+#: the classes whose line names another egress, for a run without an egress pool (the
+#: retry then goes out the same way, after its backoff)
+MEANING_WITHOUT_POOL = {
+    FailureClass.BLOCKED.value: "403 or a block page: retried after a backoff (no egress pool: SCALE_EGRESSES)",
+    FailureClass.EGRESS_FAILED.value: "the proxy failed: retried at once (no egress pool: SCALE_EGRESSES)",
+}
 
 
 def format_duration(seconds: float) -> str:
@@ -104,6 +110,9 @@ class RunFacts:
     outcomes: Mapping[str, int] | None = None
     retries: Mapping[str, int] | None = None
     gave_up: Mapping[str, int] | None = None
+    #: an egress pool is in use (SCALE_EGRESSES): the retries of blocked and egress_failed
+    #: requests go through another egress
+    egress_pool: bool = True
 
 
 def dead_letters(stats: Mapping[str, Any], facts: RunFacts) -> int:
@@ -227,7 +236,8 @@ def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
 
     seen = [c for c in MEANING if outcomes.get(c) or retries.get(c) or gave_up.get(c)]
     for i, c in enumerate(seen):
-        lines.append(row("" if i else "classes", f"{c + ':':<14}{MEANING[c]}"))
+        meaning = MEANING[c] if facts.egress_pool else MEANING_WITHOUT_POOL.get(c, MEANING[c])
+        lines.append(row("" if i else "classes", f"{c + ':':<14}{meaning}"))
 
     if facts.frontier is not None:
         shown = {
@@ -386,6 +396,7 @@ class RunSummary:
             status_command=status_command(self.crawler, job) if frontier else None,
             frontier_dead=frontier[2] if frontier and len(frontier) > 2 else 0,
             item_dead_letter=_dead_letter_table(self.crawler) if store else None,
+            egress_pool="egress_pool" in ScaleContext.of(self.crawler).extra,
         )
         if ScaleContext.of(self.crawler).outcomes_on:
             t = self.tally

@@ -7,7 +7,8 @@ wait, workers), and the snapshots the workers publish next to it
 attempts, blocks and rate limits, the egress pool, live browser contexts). The job's rate
 of finished requests comes from the frontier's done + failed counts between refreshes
 (:class:`~scrapy_scale.monitor.progress.RateWindow`), and before the second refresh from
-the workers' own rates; the ETA divides what is left by it.
+the workers' own rates; the ETA divides what is left by it, and is no sooner than the
+latest delayed request may go and the last paused site's pause ends.
 
 :func:`view` gathers one refresh as plain data and :func:`text_lines` turns it into
 lines (for ``status``), both testable without a terminal; :func:`renderable` draws it with
@@ -17,17 +18,20 @@ rich (the ``all`` extra), which the live view redraws in place.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from scrapy_scale.monitor.progress import (
     RateWindow,
+    delayed_text,
     eta_seconds,
     format_eta,
     progress_line,
     remaining,
+    waiting,
 )
 from scrapy_scale.monitor.snapshots import Sink, merge, valid
+from scrapy_scale.throttle.status import format_paused
 
 #: domains shown in each "top" table
 TOP = 5
@@ -40,6 +44,8 @@ def view(
     now = time.time() if now is None else now
     merged = merge(valid(docs, now))
     counts = dict(status.get("counts") or {})
+    #: the paused sites (scrapy_scale.throttle.status.paused), when the caller read them
+    paused = list(status.get("paused") or [])
     finished_rate: float | None = None
     if rate is not None:
         rate.add(time.monotonic(), int(counts.get("done", 0)) + int(counts.get("failed", 0)))
@@ -52,7 +58,10 @@ def view(
         "counts": counts,
         "merged": merged,
         "finished_rate": finished_rate,
-        "eta": eta_seconds(remaining(counts), finished_rate) if counts else None,
+        "eta": eta_seconds(remaining(counts), finished_rate, waiting(status, [p["until"] for p in paused], now))
+        if counts
+        else None,
+        "paused": paused,
     }
 
 
@@ -72,7 +81,9 @@ def text_lines(v: Mapping[str, Any]) -> list[str]:
     m = v["merged"]
     pages = m["pages_per_min"] / 60 if m["pages_per_min"] is not None else None
     items = m["items_per_min"] / 60 if m["items_per_min"] is not None else None
-    lines = ["progress: " + progress_line(v["counts"] or None, pages, items, v["eta"])]
+    paused = v.get("paused") or []
+    retries = v["status"].get("delayed_retries")
+    lines = ["progress: " + progress_line(v["counts"] or None, pages, items, v["eta"], 0, 0, retries, len(paused))]
     if not m["workers"]:
         lines.append("workers' numbers: none published (no worker running, or SCALE_WATCH_INTERVAL = 0)")
         return lines
@@ -111,7 +122,9 @@ def renderable(v: Mapping[str, Any]) -> Any:
     for col in ("pending", "delayed", "leased", "done", "failed", "dead letters"):
         queue.add_column(col, justify="right")
     queue.add_row(
-        *(f"{int(c.get(k, 0)):,}" for k in ("pending", "delayed", "leased", "done", "failed")),
+        f"{int(c.get('pending', 0)):,}",
+        delayed_text(int(c.get("delayed", 0)), st.get("delayed_retries")),
+        *(f"{int(c.get(k, 0)):,}" for k in ("leased", "done", "failed")),
         f"{int(st.get('dead_letters') or 0):,}",
     )
     rate = v["finished_rate"]
@@ -121,6 +134,9 @@ def renderable(v: Mapping[str, Any]) -> Any:
         f"oldest pending {_secs(st.get('oldest_pending_age'))}   average wait {_secs(st.get('average_wait'))}"
     )
     parts: list[Any] = [head, queue, pace]
+    paused = format_paused(v.get("paused") or [], time.time())
+    if paused:
+        parts.append(Text(paused))
     if st.get("failed_by_class"):
         parts.append(Text("failed by class: " + ", ".join(f"{k} {n:,}" for k, n in st["failed_by_class"].items())))
     req = Table(title=f"requests by class ({len(m['workers'])} workers publishing)", show_edge=False)
@@ -154,8 +170,16 @@ def _secs(x: Any) -> str:
     return "-" if x is None else f"{float(x):.1f}s"
 
 
-def run(ops: Any, sink: Sink, interval: float = 2.0, count: int | None = None, out: Any = None) -> None:
-    """Refresh every ``interval`` seconds (``count`` times; forever when None) until Ctrl-C."""
+def run(
+    ops: Any,
+    sink: Sink,
+    interval: float = 2.0,
+    count: int | None = None,
+    out: Any = None,
+    paused: Callable[[], list[dict[str, Any]]] | None = None,
+) -> None:
+    """Refresh every ``interval`` seconds (``count`` times; forever when None) until Ctrl-C.
+    ``paused``: reads the job's paused sites (``scrapy_scale.throttle.status.paused``)."""
     from rich.console import Console
     from rich.live import Live
 
@@ -164,7 +188,10 @@ def run(ops: Any, sink: Sink, interval: float = 2.0, count: int | None = None, o
     n = 0
 
     def frame() -> Any:
-        return renderable(view(ops.status(), sink.read(), rate))
+        st = ops.status()
+        if paused is not None:
+            st["paused"] = paused()
+        return renderable(view(st, sink.read(), rate))
 
     if console.is_terminal:
         with Live(frame(), console=console, refresh_per_second=4, screen=False) as live:

@@ -162,9 +162,12 @@ class OutcomeDownloaderMiddleware:
             core.emitter.send(o, request)
 
     def _log_give_up(self, o: Outcome, decision: Decision, request: Request) -> None:
+        # Scrapy's RetryMiddleware wording ("Gave up retrying <GET url> (failed N times): reason"),
+        # which users grep for; the reason is our class and its reason
         logger.log(
             self.core.decider.give_up_level(o, decision, request),
-            "Gave up on %s after %d attempt(s): %s (%s)%s",
+            "Gave up retrying <%s %s> (failed %d times): %s (%s)%s",
+            request.method,
             o.url,
             o.attempt,
             o.cls.value,

@@ -27,6 +27,10 @@ class Thresholds:
     max_rise: float = 0.05
     max_invalid_rate: float = 0.05
     max_duplicate_rate: float = 0.01
+    #: with no earlier run to compare with (a first run, a new callback): the absolute
+    #: limits of a callback's empty-parse share and of the parse_failed share
+    max_empty_rate: float = 0.1
+    max_parse_failed_rate: float = 0.05
 
 
 @dataclass
@@ -115,8 +119,23 @@ def _ratios(cur: RunFigures, base: list[RunFigures], t: Thresholds) -> list[Chec
     return out
 
 
-def _rise_check(name: str, what: str, value: float, earlier: list[float], t: Thresholds, detail: str) -> Check:
+def _rise_check(
+    name: str, what: str, value: float, earlier: list[float], t: Thresholds, detail: str, limit: float | None = None
+) -> Check:
+    """``value`` against the mean of ``earlier``; with no earlier value, against ``limit``
+    (an absolute threshold) when there is one, else shown only (``ok`` None)."""
     base = _mean(earlier)
+    if base is None and limit is not None:
+        ok = value <= limit
+        return Check(
+            name,
+            ok,
+            round(value, 4),
+            limit,
+            "threshold (no earlier run)",
+            f"{what}: {_pct(value)} ({detail}); no earlier run, "
+            + (f"within the limit of {_pct(limit)}" if ok else f"more than the limit of {_pct(limit)}"),
+        )
     if base is None:
         return Check(name, None, round(value, 4), None, "no earlier run", f"{what}: {_pct(value)} ({detail})")
     ok = value - base <= t.max_rise
@@ -141,20 +160,31 @@ def _shares(
     attr: tuple[str, str],
     unit: str,
     t: Thresholds,
+    limits: dict[str, float] | None = None,
 ) -> list[Check]:
-    """One rise check per key of ``den``: the share ``num[k] / den[k]`` against the baseline's."""
+    """One rise check per key of ``den``: the share ``num[k] / den[k]`` against the baseline's
+    (against ``limits[k]``, when given, for a key no earlier run has)."""
     out = []
     for k, n in sorted(den.items()):
         if not n:
             continue
         share = num.get(k, 0) / n
         earlier = [getattr(b, attr[0]).get(k, 0) / getattr(b, attr[1])[k] for b in base if getattr(b, attr[1]).get(k)]
-        out.append(_rise_check(f"{prefix}:{k}", what.format(k), share, earlier, t, f"{num.get(k, 0)} of {n}{unit}"))
+        limit = (limits or {}).get(k)
+        out.append(
+            _rise_check(f"{prefix}:{k}", what.format(k), share, earlier, t, f"{num.get(k, 0)} of {n}{unit}", limit)
+        )
     return out
 
 
 def _empty(cur: RunFigures, base: list[RunFigures], t: Thresholds) -> list[Check]:
-    return _shares("empty_parses", "{} empty parses", cur.empty, cur.completed, base, ("empty", "completed"), "", t)
+    # a callback that never yields items (a listing page) is all empty parses: the absolute
+    # limit is for callbacks known to yield items (they stored some, or are declared)
+    yielding = {cb for cb, n in cur.stored.items() if n} | {cb for cb, n in t.expect.items() if n}
+    limits = {cb: t.max_empty_rate for cb in yielding}
+    return _shares(
+        "empty_parses", "{} empty parses", cur.empty, cur.completed, base, ("empty", "completed"), "", t, limits
+    )
 
 
 def _missing(cur: RunFigures, base: list[RunFigures], t: Thresholds) -> list[Check]:
@@ -241,6 +271,7 @@ def _classes(cur: RunFigures, base: list[RunFigures], t: Thresholds) -> list[Che
                 earlier,
                 t,
                 f"{cur.classes.get(cls, 0)} of {cur.final} requests",
+                t.max_parse_failed_rate if cls == "parse_failed" else None,
             )
         )
     return out

@@ -57,6 +57,8 @@ def thresholds(settings: Any) -> Thresholds:
         max_rise=quality_settings.MAX_RISE.get(settings),
         max_invalid_rate=quality_settings.MAX_INVALID.get(settings),
         max_duplicate_rate=quality_settings.MAX_DUPLICATES.get(settings),
+        max_empty_rate=quality_settings.MAX_EMPTY.get(settings),
+        max_parse_failed_rate=quality_settings.MAX_PARSE_FAILED.get(settings),
     )
 
 

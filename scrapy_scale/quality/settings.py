@@ -143,6 +143,21 @@ MAX_INVALID = declare(
     "Share of items quarantined by validation above which the run fails its check.",
     COMPONENT,
 )
+MAX_EMPTY = declare(
+    "SCALE_QUALITY_MAX_EMPTY_RATE",
+    0.1,
+    as_rate,
+    "Share of a callback's completed requests that yielded no item above which a run with no earlier "
+    "run to compare with fails (callbacks that stored items, or declared in SCALE_QUALITY_EXPECT).",
+    COMPONENT,
+)
+MAX_PARSE_FAILED = declare(
+    "SCALE_QUALITY_MAX_PARSE_FAILED_RATE",
+    0.05,
+    as_rate,
+    "Share of requests ending parse_failed above which a run with no earlier run to compare with fails.",
+    COMPONENT,
+)
 MAX_DUPLICATES = declare(
     "SCALE_QUALITY_MAX_DUPLICATE_RATE",
     0.01,

@@ -104,6 +104,11 @@ class Store:
     def get(self, key: str) -> dict[str, Any] | None:  # pragma: no cover
         raise NotImplementedError
 
+    def get_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        """key -> document (as :meth:`get` gives it) of the ``keys`` the store has, in one
+        round trip per few hundred keys."""
+        return {k: d for k in keys if (d := self.get(k)) is not None}  # pragma: no cover
+
     def documents(self) -> Iterator[dict[str, Any]]:  # pragma: no cover
         raise NotImplementedError
 
@@ -253,6 +258,16 @@ class SQLiteStore(Store):
         with self._lock:
             row = self.conn.execute(f'SELECT doc FROM "{self.collection}" WHERE key = ?', (key,)).fetchone()
         return None if row is None else json.loads(row[0])
+
+    def get_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for i in range(0, len(keys), 500):  # under SQLite's limit of bound parameters
+            chunk = keys[i : i + 500]
+            sql = f'SELECT key, doc FROM "{self.collection}" WHERE key IN ({",".join("?" * len(chunk))})'
+            with self._lock:
+                rows = self.conn.execute(sql, chunk).fetchall()
+            out.update((k, json.loads(doc)) for k, doc in rows)
+        return out
 
     def documents(self) -> Iterator[dict[str, Any]]:
         with self._lock:
@@ -439,6 +454,12 @@ class MongoStore(Store):
         if doc is not None:
             doc.pop("_id", None)
         return doc
+
+    def get_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        if self._client is None:
+            self.open()
+        docs = self._call(lambda: list(self._items.find({"_id": {"$in": keys}})))
+        return {d.pop("_id"): d for d in docs}
 
     def documents(self) -> Iterator[dict[str, Any]]:
         if self._client is None:

@@ -5,19 +5,22 @@ crawl's feeds before it crawls, clear the journal when the feeds close cleanly."
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterable, Mapping
 from itertools import islice
 from typing import Any
 
+from itemadapter import ItemAdapter
 from scrapy import Spider, signals
 from scrapy.crawler import Crawler
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
+from scrapy.utils.misc import load_object
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
 from scrapy_scale import compat, settings_core
 from scrapy_scale.storage.backends import SQLiteStore, Store, open_store
-from scrapy_scale.storage.feeds import FeedJournal, journal_folder
+from scrapy_scale.storage.feeds import Entry, FeedJournal, journal_folder
 
 logger = logging.getLogger(__name__)
 
@@ -29,8 +32,11 @@ STATS = "scale/store/"
 class FeedGuard:
     """Every stored item reaches the crawl's feeds at least once (see docs/storage.md)."""
 
-    def __init__(self, crawler: Crawler, exporter: Any, journal: FeedJournal, store_args: tuple[Any, ...]):
+    def __init__(
+        self, crawler: Crawler, exporter: Any, journal: FeedJournal, store_args: tuple[Any, ...], job: str = ""
+    ):
         self.crawler = crawler
+        self.job = job
         self.exporter = exporter
         self.journal = journal
         self.store_args = store_args
@@ -50,11 +56,12 @@ class FeedGuard:
         s = crawler.settings
         journal = FeedJournal(journal_folder(s.get("JOBDIR") or settings_core.STATE_DIR.get(s), job))
         journal.open()
-        return cls(crawler, exporter, journal, (url, collection, dead, fields))
+        return cls(crawler, exporter, journal, (url, collection, dead, fields), job)
 
-    def stored(self, keys: Iterable[str]) -> None:
-        """Keys of items just written, before their ``item_scraped`` (so before any ack)."""
-        self.journal.add(keys)
+    def stored(self, entries: Iterable[Entry]) -> None:
+        """(key, class path) of items just written, before their ``item_scraped`` (so
+        before any ack). Raises :class:`~scrapy_scale.storage.feeds.JournalWriteError`."""
+        self.journal.add(entries)
 
     # ---- re-send ---------------------------------------------------------------------------
 
@@ -74,20 +81,28 @@ class FeedGuard:
         adopted = [p for p in (self.journal.adopt(o) for o in orphans) if p is not None]
         if not adopted:
             return
-        sent = unknown = 0
-        meta = set(self.store_args[3].values())
+        sent = unknown = refused = plain = 0
+        fields = self.store_args[3]
+        meta = set(fields.values())
         store: Store | None = None
         try:
             store = await maybe_deferred_to_future(threads.deferToThread(self._reader))
             for path in adopted:
-                keys = self.journal.keys_in(path)
-                while chunk := list(islice(keys, CHUNK)):
-                    docs = await maybe_deferred_to_future(threads.deferToThread(_get_all, store, chunk))
-                    for doc in docs:
-                        if doc is None:
-                            unknown += 1
+                entries = self.journal.entries_in(path)
+                while chunk := list(islice(entries, CHUNK)):
+                    docs = await maybe_deferred_to_future(threads.deferToThread(store.get_many, [k for k, _ in chunk]))
+                    for key, class_path in chunk:
+                        doc = docs.get(key)
+                        if doc is None or doc.get(fields["job"]) != self.job:
+                            unknown += 1  # not in the store, or another job's item: not ours to send
                             continue
-                        item = {k: v for k, v in doc.items() if k not in meta and k != "_id"}
+                        item, built = rebuild(
+                            {k: v for k, v in doc.items() if k not in meta and k != "_id"}, class_path
+                        )
+                        plain += not built
+                        if not compat.feeds_accepting(self.exporter, item):
+                            refused += 1  # every feed filters it out: nothing to send
+                            continue
                         compat.export_to_feeds(self.exporter, item, spider)
                         sent += 1
                 self.resent_files.append(path)
@@ -98,17 +113,21 @@ class FeedGuard:
                 await maybe_deferred_to_future(threads.deferToThread(store.close))
         self.crawler.stats.inc_value(STATS + "feed_resent", sent)
         logger.info(
-            "feeds: re-sent %d item(s) stored by a crashed run of this job (%d journal(s)) to this run's feeds",
+            "feeds: re-sent %d item(s) stored by a crashed run of this job (%d journal(s)) to this run's feeds"
+            " (%d filtered out by every feed)",
             sent,
             len(adopted),
+            refused,
         )
         bad = self.journal.bad_lines
-        if bad or unknown:
+        if bad or unknown or plain:
             logger.warning(
                 "feeds: skipped %d unreadable journal line(s) and %d key(s) the item store does not have "
-                "while re-sending (%s)",
+                "(for this job) while re-sending; %d item(s) re-sent as dicts, their class could not be "
+                "rebuilt (%s)",
                 bad,
                 unknown,
+                plain,
                 self.journal.folder,
             )
 
@@ -126,5 +145,20 @@ class FeedGuard:
         self.journal.clear(self.resent_files)
 
 
-def _get_all(store: Store, keys: list[str]) -> list[dict[str, Any] | None]:
-    return [store.get(k) for k in keys]
+def rebuild(fields: dict[str, Any], class_path: str | None) -> tuple[Any, bool]:
+    """The item as its class (``class_path``, journaled when it was stored), and whether
+    that worked; else the fields as a dict. The class is looked up only in a module this
+    crawl has already imported: the journal is read-back state and never makes us import
+    (run) a module."""
+    if class_path is None or class_path == "builtins.dict":
+        return fields, True
+    module = class_path.rpartition(".")[0]
+    try:
+        if module not in sys.modules:
+            raise ImportError(module)
+        cls = load_object(class_path)
+        if not isinstance(cls, type) or not ItemAdapter.is_item_class(cls):
+            raise TypeError(class_path)
+        return cls(**fields), True
+    except Exception:  # noqa: BLE001 - not importable, not an item class, fields it does not take
+        return fields, False

@@ -8,14 +8,17 @@ pages). The fix is a small local journal per process, only when Scrapy's FeedExp
 enabled:
 
 - :class:`FeedJournal` (plain Python, no reactor): the keys of the items this process
-  stored while its feeds were open, one JSON string a line in
-  ``<state dir>/feed_journal/<job>/<process>.keys``. The keys of a written batch are
-  appended in one ``write`` before the batch's items are released to ``item_scraped`` --
-  so before their pages can be acked. A clean close of the feeds (Scrapy's
-  ``feed_exporter_closed``, no ``feedexport/failed_count``) deletes the journal.
-- A journal whose process is dead (:func:`process_token`: pid and start time, so a reused
-  pid is not mistaken for the owner) is *adopted* by the next crawl of the job on this
-  host (an atomic rename, so two workers starting together do not both take it); the
+  stored while its feeds were open, one JSON line each (the key, or ``[key, class path]``
+  for an item that is not a dict) in ``<state dir>/feed_journal/<job>-<hash>/<process>.keys``.
+  The lines of a written batch are appended in full before the batch's items are
+  released to ``item_scraped`` -- so before their pages can be acked. A clean close of the
+  feeds (Scrapy's ``feed_exporter_closed``, no ``feedexport/failed_count``) deletes the
+  journal.
+- The owner holds an exclusive ``flock`` on its journal for its life. A journal that
+  nobody holds and whose process is dead (:func:`process_token`: pid and start time, so a
+  reused pid is not mistaken for the owner) is *adopted* by the next crawl of the job (the
+  lock taken without waiting, then an atomic rename, so two workers starting together do
+  not both take it, and a worker of another host sharing the folder keeps its own); the
   crawl re-sends those items, read back from the item store by key, to its own feeds
   before it crawls, and deletes them with its own journal when its feeds close cleanly.
 
@@ -26,6 +29,8 @@ a key, or a key the store does not have, is skipped, with one warning per crawl.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -33,6 +38,7 @@ import re
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from scrapy_scale.pids import pid_alive
 
@@ -40,6 +46,15 @@ logger = logging.getLogger(__name__)
 
 FOLDER = "feed_journal"
 SUFFIX = ".keys"
+#: longest journal line read back (a key is 40-odd characters, a class path far less)
+MAX_LINE = 4096
+
+#: one journal entry: an item key and the dotted path of the item's class (None: a dict)
+Entry = tuple[str, str | None]
+
+
+class JournalWriteError(OSError):
+    """The journal could not be written: items of the batch must not be acked."""
 
 
 def process_token(pid: int) -> str:
@@ -52,7 +67,7 @@ def process_token(pid: int) -> str:
 
 
 def token_alive(token: str) -> bool:
-    """Is the process that wrote a journal named ``token`` still running?"""
+    """Is the process that wrote a journal named ``token`` still running on this host?"""
     pid_text = token.split("-", 1)[0]
     if not pid_text.isdigit():
         return False  # not a journal of ours: treat as dead, its lines are checked anyway
@@ -61,12 +76,48 @@ def token_alive(token: str) -> bool:
 
 
 def journal_folder(state_dir: str, job: str) -> Path:
-    return Path(state_dir) / FOLDER / (re.sub(r"[^A-Za-z0-9._-]", "_", job) or "_")
+    """The job's journal folder: its name cleaned for a file system, plus a short hash of
+    the raw name (``shop/de`` and ``shop_de`` get folders of their own)."""
+    clean = re.sub(r"[^A-Za-z0-9._-]", "_", job)[:80] or "_"
+    digest = hashlib.sha1(job.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return Path(state_dir) / FOLDER / f"{clean}-{digest}"
 
 
 def owner_of(path: Path) -> str:
     """The token of the process a journal file belongs to."""
     return path.name.removesuffix(SUFFIX).split("~", 1)[0]
+
+
+def _lock(fd: int) -> bool:
+    """Take the exclusive lock of a journal without waiting; False when another holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def encode_entries(entries: Iterable[Entry]) -> bytes:
+    return "".join(json.dumps(k if c is None else [k, c]) + "\n" for k, c in entries).encode()
+
+
+def parse_line(raw: bytes) -> Entry | None:
+    """One journal line, or None when it is not an entry (any error: it is read-back state)."""
+    try:
+        value = json.loads(raw)
+    except Exception:  # noqa: BLE001 - ValueError, RecursionError ([[[[...), anything else
+        return None
+    if isinstance(value, str) and value:
+        return value, None
+    if (
+        isinstance(value, list)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and value[0]
+        and isinstance(value[1], str)
+    ):
+        return value[0], value[1] or None
+    return None
 
 
 class FeedJournal:
@@ -77,21 +128,39 @@ class FeedJournal:
         self.token = token or process_token(os.getpid())
         self.path = folder / f"{self.token}{SUFFIX}"
         self._fd: int | None = None
-        #: journal lines that were not a key (counted by :meth:`keys_in`)
+        #: open, locked descriptors of the journals this process adopted
+        self._adopted: dict[Path, int] = {}
+        #: journal lines that were not an entry (counted by :meth:`entries_in`)
         self.bad_lines = 0
 
     def open(self) -> None:
+        """Create this process's journal, locked before it gets its name (so no other process
+        can find it unlocked)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        tmp = self.folder / f".{self.token}~{uuid.uuid4().hex[:8]}.new"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.replace(tmp, self.path)
+        self._fd = fd
 
-    def add(self, keys: Iterable[str]) -> None:
-        """Append ``keys`` in one write (survives a kill -9 of this process once it returns)."""
-        data = "".join(json.dumps(k) + "\n" for k in keys).encode()
-        if data and self._fd is not None:
-            os.write(self._fd, data)
+    def add(self, entries: Iterable[Entry]) -> None:
+        """Append ``entries`` in full (survives a kill -9 of this process once it returns).
+        Raises :class:`JournalWriteError` when they could not all be written."""
+        data = encode_entries(entries)
+        if not data or self._fd is None:
+            return
+        view = memoryview(data)
+        try:
+            while view:
+                n = os.write(self._fd, view)
+                if n <= 0:
+                    raise OSError("write returned 0")
+                view = view[n:]
+        except OSError as e:
+            raise JournalWriteError(f"cannot write the feed journal {self.path}: {e}") from e
 
     def orphans(self) -> list[Path]:
-        """Journals of this job left by processes that are no longer running."""
+        """Journals of this job left by processes that are no longer running here."""
         try:
             found = sorted(self.folder.glob("*" + SUFFIX))
         except OSError:
@@ -99,44 +168,70 @@ class FeedJournal:
         return [p for p in found if owner_of(p) != self.token and not token_alive(owner_of(p))]
 
     def adopt(self, orphan: Path) -> Path | None:
-        """Make ``orphan`` this process's (deleted with its journal); None when another
-        process took it first."""
+        """Make ``orphan`` this process's (locked, deleted with its journal); None when its
+        owner still holds it (a live worker, maybe of another host) or another process took
+        it first."""
+        try:
+            fd = os.open(orphan, os.O_RDONLY)
+        except OSError:
+            return None
+        if not _lock(fd):
+            os.close(fd)
+            return None
         mine = self.folder / f"{self.token}~{uuid.uuid4().hex[:8]}{SUFFIX}"
         try:
+            if os.fstat(fd).st_ino != os.stat(orphan).st_ino:
+                raise FileNotFoundError(orphan)  # taken and replaced between open and lock
             os.rename(orphan, mine)
-        except FileNotFoundError:
+        except OSError:
+            os.close(fd)
             return None
+        self._adopted[mine] = fd
         return mine
 
-    def keys_in(self, path: Path) -> Iterator[str]:
-        """The keys of a journal file, once each; lines that are not a key are counted in
-        :attr:`bad_lines` and skipped."""
+    def entries_in(self, path: Path) -> Iterator[Entry]:
+        """The entries of a journal file, once per key; lines that are not an entry (or
+        longer than :data:`MAX_LINE`) are counted in :attr:`bad_lines` and skipped."""
         seen: set[str] = set()
         try:
             with open(path, "rb") as f:
-                for raw in f:
-                    try:
-                        key = json.loads(raw)
-                    except ValueError:
-                        key = None
-                    if not isinstance(key, str) or not key:
+                for raw in _lines(f):
+                    entry = parse_line(raw) if raw is not None else None
+                    if entry is None:
                         self.bad_lines += 1
-                        continue
-                    if key not in seen:
-                        seen.add(key)
-                        yield key
+                    elif entry[0] not in seen:
+                        seen.add(entry[0])
+                        yield entry
         except OSError:
             self.bad_lines += 1
+
+    def keys_in(self, path: Path) -> Iterator[str]:
+        """The keys of a journal file, once each (see :meth:`entries_in`)."""
+        return (k for k, _ in self.entries_in(path))
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        for fd in self._adopted.values():
+            os.close(fd)
+        self._adopted.clear()
 
     def clear(self, resent: Iterable[Path] = ()) -> None:
         """The feeds closed cleanly: forget this process's journal and the adopted
         journals whose items were re-sent (an adopted journal that could not be re-sent
-        stays, for the next run)."""
-        self.close()
+        stays, for the next run). Deleted before their locks are released."""
         for p in (self.path, *resent):
             p.unlink(missing_ok=True)
+        self.close()
+
+
+def _lines(f: BinaryIO) -> Iterator[bytes | None]:
+    """The lines of ``f``, None for one longer than :data:`MAX_LINE` (read past, never held)."""
+    while raw := f.readline(MAX_LINE + 1):
+        if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
+            while (rest := f.readline(MAX_LINE)) and not rest.endswith(b"\n"):
+                pass
+            yield None
+        else:
+            yield raw

@@ -47,6 +47,7 @@ from scrapy_scale.storage.backends import (
 )
 from scrapy_scale.storage.encode import Unencodable, encode_item, encode_value, to_json
 from scrapy_scale.storage.feed_guard import FeedGuard
+from scrapy_scale.storage.feeds import JournalWriteError
 from scrapy_scale.storage.keys import InvalidKey, KeyRules
 from scrapy_scale.storage.writer import BatchReport, BatchWriter, DeadLettered, Result, Stored, Submission
 
@@ -207,6 +208,8 @@ class StorePipeline:
         self._outage_logged = 0.0
         #: the feed journal, when Scrapy's feeds are on (see storage/feeds.py)
         self.feeds: FeedGuard | None = None
+        #: a fatal error closed the spider already
+        self._closing = False
         crawler.signals.connect(self._forget, signal=signals.item_dropped)
         crawler.signals.connect(self._forget, signal=signals.item_error)
 
@@ -390,6 +393,7 @@ class StorePipeline:
         return Submission(
             row=Row(key, doc),
             on_refused=lambda reason: dead(reason, key, doc),
+            item_class=None if type(item) is dict else compat.qualified_name(type(item)),
         )
 
     def _on_batch(self, r: BatchReport, results: list[tuple[Submission, Result]]) -> None:
@@ -404,7 +408,18 @@ class StorePipeline:
                 compat.wake_engine(self.crawler)
             logger.info("store caught up (%d items waiting): crawl resumed", self._pending)
         if self.feeds is not None:  # journaled before item_scraped, hence before any ack
-            self.feeds.stored(result.key for _, result in results if isinstance(result, Stored))
+            try:
+                self.feeds.stored((r.key, sub.item_class) for sub, r in results if isinstance(r, Stored))
+            except JournalWriteError as e:
+                self._fail(
+                    f"{e}; closing the spider (the items of this batch are stored but not acked: "
+                    "their pages are crawled again by the next run)",
+                    "the feed journal cannot be written",
+                    [sub for sub, _ in results],
+                    "feed_journal_failed",
+                    counted=True,
+                )
+                return
         for sub, result in results:
             if isinstance(result, DeadLettered):
                 self.stats.inc_value(STATS + "dead_letter_reason/" + reason_kind(result.reason))
@@ -435,11 +450,26 @@ class StorePipeline:
     def _on_fatal(self, message: str, subs: list[Submission]) -> None:
         """The store can never take these writes: fail the waiting items (item_error;
         see docs/storage.md about their acks) and end the crawl loudly instead of looping."""
-        text = f"SCALE_STORE_URL store cannot be written, closing the spider: {message}"
-        logger.error("%s", text)
-        exitcode.request(1, f"the item store cannot be written (SCALE_STORE_URL): {message[:200]}", self.crawler)
-        self.stats.set_value(STATS + "failed", message[:500])
-        self._pending -= len(subs)
+        self._fail(
+            f"SCALE_STORE_URL store cannot be written, closing the spider: {message}",
+            f"the item store cannot be written (SCALE_STORE_URL): {message[:200]}",
+            subs,
+            "store_failed",
+            stat=message,
+        )
+
+    def _fail(
+        self, text: str, why: str, subs: list[Submission], reason: str, counted: bool = False, stat: str = ""
+    ) -> None:
+        """Fail the waiting items of ``subs`` (nothing acked), close the spider with
+        ``reason``, exit status 1 (logged once). ``counted``: ``subs`` were already taken
+        off ``_pending``."""
+        if self.stats.get_value(STATS + "failed") is None:
+            logger.error("%s", text)
+            exitcode.request(1, why, self.crawler)
+            self.stats.set_value(STATS + "failed", (stat or text)[:500])
+        if not counted:
+            self._pending -= len(subs)
         for sub in subs:
             d = self._waiting.pop(id(sub), None)
             if d is not None:
@@ -449,8 +479,9 @@ class StorePipeline:
             if self._paused:
                 self._paused = False
                 engine.unpause()
-            if engine.spider is not None:
-                deferred_from_coro(engine.close_spider_async(reason="store_failed"))
+            if engine.spider is not None and not self._closing:
+                self._closing = True
+                deferred_from_coro(engine.close_spider_async(reason=reason))
 
     def _on_abandoned(self, subs: list[Submission]) -> None:
         """Shutdown while the store is down: the waiting items fail (item_error, logged and

@@ -68,6 +68,8 @@ class Submission:
     reason: str = ""
     #: builds the dead-letter record if the store refuses ``row`` for good
     on_refused: Callable[[str], DeadRow] | None = None
+    #: dotted path of the item's class (None for a dict), for the feed journal
+    item_class: str | None = None
     t: float = field(default=0.0)
 
 

@@ -39,7 +39,7 @@ from scrapy_scale.outcomes import settings as outcomes_settings
 from scrapy_scale.outcomes.retry_after import parse_retry_after
 from scrapy_scale.redact import redact_url
 from scrapy_scale.throttle import settings as throttle_settings  # noqa: F401 - declares the settings
-from scrapy_scale.throttle.policy import Pacing, SiteState
+from scrapy_scale.throttle.policy import Pacing, PauseNotes, SiteState
 from scrapy_scale.throttle.profiles import BUILTIN, Profiles
 from scrapy_scale.throttle.shared import open_shared
 
@@ -71,6 +71,7 @@ class Throttle:
         self.crawler = crawler
         self.stats = crawler.stats
         self.pacing = pacing
+        self.pause_notes = PauseNotes()  # INFO lines about Retry-After pauses: one per site per minute
         self.shared = shared
         self.top = top
         self._flying: dict[str, str] = {}
@@ -133,6 +134,12 @@ class Throttle:
         return ext
 
     # ---- the Pacer interface (asked by the frontier scheduler) ---------------------------
+
+    def paused(self) -> list[tuple[str, float]]:
+        """The sites paused now (by ``Retry-After``) and until when (epoch s): the progress
+        line reads them (``ScaleContext.extra["pacer"]``)."""
+        now = time.time()
+        return sorted((s.key, s.paused_until) for s in self.pacing.sites.values() if s.paused_until > now)
 
     def hold_until(self, domain: str) -> float:
         """0.0: a request to ``domain`` may be handed out now; else the epoch time to ask
@@ -251,7 +258,18 @@ class Throttle:
             return
         s = self.pacing.site(outcome.domain)
         self._permits.pop(s.key, None)
-        logger.info("throttle: %s paused %.1f s (Retry-After)", s.key, pause)
+        quiet = self.pause_notes.note(s.key)
+        if quiet is None:
+            logger.debug("throttle: %s paused %.1f s (Retry-After)", s.key, pause)
+        elif quiet:
+            logger.info(
+                "throttle: %s paused %.1f s (Retry-After); %d more pauses since its last line (at DEBUG)",
+                s.key,
+                pause,
+                quiet,
+            )
+        else:
+            logger.info("throttle: %s paused %.1f s (Retry-After)", s.key, pause)
         self._wake_at(s.paused_until)
         if self.shared is not None and self.shared.shared_limiter:
             self._in_thread(self.shared.pause, s.key, pause).addErrback(self._shared_failed)

@@ -55,6 +55,8 @@ class SiteState:
     #: the last slow-down (answers to requests sent before it do not slow down again)
     slowed_at: float = -math.inf
     paused_until: float = 0.0
+    #: when ``paused_until`` last moved (exported for `scrapy scale status`)
+    paused_at: float = 0.0
     last_sent: float = -math.inf
     #: moving average of the spacing between requests handed out
     gap: float | None = None
@@ -215,6 +217,7 @@ class Pacing:
         if until > s.paused_until:
             s.paused_seconds += until - max(now, s.paused_until)
             s.paused_until = until
+            s.paused_at = now
 
     def set_crawl_delay(self, host: str, seconds: float | None) -> None:
         s = self.site(host)
@@ -231,9 +234,17 @@ class Pacing:
     def export(self, since: float = 0.0) -> dict[str, dict[str, float]]:
         """The learned state of sites changed after ``since``, as plain data."""
         return {
-            k: {"delay": s.delay, "too_fast": s.too_fast, "too_fast_at": s.too_fast_at, "at": s.changed_at}
+            k: {
+                "delay": s.delay,
+                "too_fast": s.too_fast,
+                "too_fast_at": s.too_fast_at,
+                "at": s.changed_at,
+                # for `scrapy scale status` / `watch` (which sites are paused, until when);
+                # restore() does not adopt it: a pause is shared by the limiter, if at all
+                "paused_until": s.paused_until,
+            }
             for k, s in self.sites.items()
-            if s.learned and s.changed_at > since
+            if (s.learned and s.changed_at > since) or s.paused_at > since
         }
 
     def restore(self, learned: dict[str, dict[str, float]]) -> int:
@@ -253,3 +264,30 @@ class Pacing:
             s.learned, s.changed_at = True, at
             n += 1
         return n
+
+
+#: seconds between two INFO lines about one site's Retry-After pauses
+PAUSE_LOG_EVERY = 60.0
+
+
+class PauseNotes:
+    """Which Retry-After pauses are worth an INFO line: a site's first one, then at most one
+    per :data:`PAUSE_LOG_EVERY` seconds, which tells how many went to DEBUG since the last.
+    A site that answers 429 to a burst would otherwise fill the log with one line per answer."""
+
+    def __init__(self, clock: clock_mod.Clock = clock_mod.wall, every: float = PAUSE_LOG_EVERY):
+        self.clock = clock
+        self.every = every
+        self._last: dict[str, float] = {}
+        self._quiet: dict[str, int] = {}
+
+    def note(self, site: str) -> int | None:
+        """None: log this pause at DEBUG only; else log it at INFO, saying how many pauses
+        of the site went unlogged at INFO since the site's last INFO line (the returned int)."""
+        now = self.clock()
+        last = self._last.get(site)
+        if last is not None and 0 <= now - last < self.every:
+            self._quiet[site] = self._quiet.get(site, 0) + 1
+            return None
+        self._last[site] = now
+        return self._quiet.pop(site, 0)

@@ -3,6 +3,8 @@ workers persist them (Redis or ``throttle.db``)."""
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import time
 from typing import Any
@@ -10,8 +12,13 @@ from typing import Any
 from scrapy_scale.throttle.settings import throttle_url
 from scrapy_scale.throttle.shared import open_shared, sqlite_path
 
+logger = logging.getLogger(__name__)
+
 #: sites listed in the text (the slowest first); --json lists every one
 SHOWN = 20
+#: the longest pause shown when the settings do not say (SCALE_RETRY_AFTER_MAX's default)
+PAUSE_MAX = 3600.0
+_warned: set[str] = set()
 
 
 def read(settings: Any, job: str) -> list[dict[str, Any]]:
@@ -32,9 +39,14 @@ def read(settings: Any, job: str) -> list[dict[str, Any]]:
     rows = []
     for site, v in learned.items():
         try:
-            rows.append({"site": site, "delay": float(v["delay"]), "learned_at": float(v["at"])})
+            row = {"site": site, "delay": float(v["delay"]), "learned_at": float(v["at"])}
         except (KeyError, TypeError, ValueError):
             continue
+        try:
+            row["paused_until"] = float(v.get("paused_until", 0.0))
+        except (TypeError, ValueError):
+            row["paused_until"] = math.nan  # paused() skips it, with a warning
+        rows.append(row)
     return sorted(rows, key=lambda r: (-r["delay"], r["site"]))
 
 
@@ -49,3 +61,49 @@ def format_text(rows: list[dict[str, Any]], now: float | None = None) -> str:
     if len(rows) > SHOWN:
         lines.append(f"  ... and {len(rows) - SHOWN} more (--json lists all)")
     return "\n" + "\n".join(lines)
+
+
+def paused(rows: list[dict[str, Any]], now: float, longest: float = PAUSE_MAX) -> list[dict[str, Any]]:
+    """The sites paused at ``now`` (by ``Retry-After``) and until when, soonest first. The
+    times come from shared state: a value that is not a finite number is skipped, one more
+    than ``longest`` seconds ahead (no pause is longer) is shown clamped (``clamped``);
+    either is warned about once per site."""
+    out = []
+    for r in rows:
+        until = r.get("paused_until", 0.0)
+        if not isinstance(until, int | float) or not math.isfinite(until):
+            _warn_once(
+                r["site"], f"throttle: {r['site']} has an unreadable pause time {until!r} in the shared state; ignored"
+            )
+            continue
+        if until <= now:
+            continue
+        clamped = until > now + longest
+        if clamped:
+            _warn_once(
+                r["site"],
+                f"throttle: {r['site']} is paused until {until:.0f}, more than {longest:.0f} s ahead "
+                "(SCALE_RETRY_AFTER_MAX); shown as that long",
+            )
+            until = now + longest
+        out.append({"site": r["site"], "until": until, "clamped": clamped})
+    return sorted(out, key=lambda p: (p["until"], p["site"]))
+
+
+def _warn_once(site: str, message: str) -> None:
+    if site not in _warned:
+        _warned.add(site)
+        logger.warning("%s", message)
+
+
+def format_paused(pauses: list[dict[str, Any]], now: float) -> str:
+    """``paused (Retry-After): shop1 until 12:00:05 UTC (in 12 s), ...``; "" when none."""
+    if not pauses:
+        return ""
+    shown = [
+        f"{p['site']} until {time.strftime('%H:%M:%S', time.gmtime(p['until']))} UTC "
+        f"(in {max(0.0, p['until'] - now):.0f} s{', clamped' if p.get('clamped') else ''})"
+        for p in pauses[:SHOWN]
+    ]
+    more = f", and {len(pauses) - SHOWN} more" if len(pauses) > SHOWN else ""
+    return f"paused sites (Retry-After): {', '.join(shown)}{more}"

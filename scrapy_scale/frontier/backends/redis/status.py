@@ -23,7 +23,7 @@ import json
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from scrapy_scale.frontier.store import COUNT_KEYS, RunInfo, Status
+from scrapy_scale.frontier.store import COUNT_KEYS, DELAYED_SAMPLE, RunInfo, Status
 
 T = TypeVar("T")
 
@@ -46,6 +46,8 @@ class RedisStore(Protocol):
     def retrying(self, fn: Callable[[], T]) -> T: ...
 
     def current_run(self) -> RunInfo | None: ...
+
+    def run_prefix(self) -> str: ...
 
 
 #: domains whose queue heads one script call looks at
@@ -73,7 +75,36 @@ def read_status(store: RedisStore) -> Status:
         dead_letters=int(doc["dead"]),
         workers=read_beats(store),
         oldest_pending_exact=exact,
+        **_delayed(store),
     )
+
+
+def _delayed(store: RedisStore) -> dict[str, Any]:
+    """How many delayed records are retries (an estimate from the first DELAYED_SAMPLE by
+    eligible time when there are more), and the latest eligible time."""
+    p = store.run_prefix()
+    key = f"{p}:delayed"
+
+    def read() -> tuple[int, list[str], list[Any], list[tuple[str, float]]]:
+        pipe = store.r.pipeline(transaction=False)
+        pipe.zcard(key)
+        pipe.zrange(key, 0, DELAYED_SAMPLE - 1)
+        pipe.zrange(key, -1, -1, withscores=True)
+        total, fps, last = pipe.execute()
+        attempts = store.r.pipeline(transaction=False)
+        for fp in fps:
+            attempts.hget(f"{p}:r:{fp}", "a")
+        return int(total), list(fps), attempts.execute() if fps else [], last
+
+    total, fps, attempts, last = store.retrying(read)
+    tried = 0
+    for a in attempts:
+        try:
+            tried += int(a) > 0
+        except (TypeError, ValueError):
+            continue  # a record gone meanwhile (leased, or garbled): not counted
+    retries = round(tried * total / len(fps)) if fps else 0
+    return {"delayed_retries": retries, "last_eligible_at": float(last[0][1]) if last else None}
 
 
 def _oldest_pending(store: RedisStore, prios: list[list[object]]) -> tuple[float | None, bool]:

@@ -320,6 +320,10 @@ class SqliteStore(SqliteBase):
         )
         (dead,) = db.execute("SELECT COUNT(*) FROM dead WHERE job=?", (self.job,)).fetchone()
         beats = db.execute("SELECT worker, at, until FROM beats WHERE job=?", (self.job,)).fetchall()
+        retries, last = db.execute(
+            "SELECT COALESCE(SUM(attempts > 0), 0), MAX(eligible_at) FROM requests WHERE job=? AND state=1",
+            (self.job,),
+        ).fetchone()
         return Status(
             job=self.job,
             run=self._run(self._current_run_id()),
@@ -330,6 +334,8 @@ class SqliteStore(SqliteBase):
             leases_by_worker={str(k): v for k, v in leases.items()},
             dead_letters=dead,
             workers={str(w): (float(at), float(until)) for w, at, until in beats},
+            delayed_retries=int(retries),
+            last_eligible_at=None if last is None else float(last),
         )
 
     def get(self, fingerprint: str) -> dict[str, Any] | None:
