@@ -11,11 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent / "scrapy_scale"
-
-pytestmark = pytest.mark.pure
 
 
 def module_name(path: Path) -> str:
