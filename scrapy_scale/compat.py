@@ -63,6 +63,17 @@ def slot_full_check(crawler: Any) -> Callable[[str], bool] | None:
     return full
 
 
+def drop_slot_delay(crawler: Any, key: str) -> bool:
+    """Set the delay of the downloader's slot ``key`` to 0 (the pacing spaces its requests);
+    False when there is no such slot or it has no ``delay``."""
+    slots = getattr(getattr(engine_of(crawler), "downloader", None), "slots", None)
+    slot = slots.get(key) if isinstance(slots, dict) else None
+    if slot is None or not isinstance(getattr(slot, "delay", None), int | float):
+        return False
+    slot.delay = 0.0
+    return True
+
+
 def engine_scheduler(crawler: Any) -> Any:
     """The running engine's scheduler, or None before it is open."""
     engine = engine_of(crawler)

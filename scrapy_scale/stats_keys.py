@@ -61,6 +61,8 @@ THROTTLE_SITES = "scale/throttle/sites"  # sites paced
 THROTTLE_RATE_LIMITED = "scale/throttle/rate_limited"  # rate-limited answers seen
 THROTTLE_PAUSED_SECONDS = "scale/throttle/paused_seconds"  # seconds of Retry-After pauses, all sites
 THROTTLE_SHARED_ERRORS = "scale/throttle/shared_errors"  # failed calls to the shared limiter
+THROTTLE_WAIT_CAPPED = "scale/throttle/wait_capped"  # waits from shared state cut to the cap
+THROTTLE_LEARNED_REJECTED = "scale/throttle/learned_rejected"  # learned state read back unusable or repaired
 FRONTIER_DEFERRED = "scale/frontier/deferred"  # held requests given back to the store until their turn
 
 # ---- store ----

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from scrapy_scale.frontier import open_store
 from scrapy_scale.testbed import Testbed
 from tests.crash_support import (
@@ -240,3 +242,46 @@ def test_status_into_a_reader_that_closed_its_end_exits_quietly(tmp_path: Path) 
             os.close(w)
         assert "Traceback" not in p.stderr and "BrokenPipeError" not in p.stderr, p.stderr
         assert p.returncode == 1, (p.returncode, p.stderr)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_reset_forgets_the_learned_pacing_and_egress_state_unless_kept(
+    tmp_path: Path, backend: str, redis_url: str, redis_prefix: str
+) -> None:
+    """Issue 19 item 17: `reset` left throttle.db alone, so a reset job started at the delay
+    the last run learned (the demo got slower run after run, reset or not)."""
+    from scrapy.settings import Settings
+
+    from scrapy_scale.egress.shared import open_state
+    from scrapy_scale.throttle import status as pacing_status
+    from scrapy_scale.throttle.settings import throttle_url
+    from scrapy_scale.throttle.shared import open_shared
+
+    job, other = f"{redis_prefix}-a", f"{redis_prefix}-b"
+    s = {"SCALE_STATE_DIR": str(tmp_path / "state")}
+    if backend == "redis":
+        s["SCALE_FRONTIER_URL"] = redis_url
+    settings = Settings(s)
+    for j in (job, other):
+        assert scale("seed", j, "http://a.example.test/", settings=s).returncode == 0
+        shared = open_shared(throttle_url(settings), j)
+        shared.save({"a.example.test": {"delay": 4.3, "too_fast": 3.9, "too_fast_at": time.time(), "at": time.time()}})
+        shared.close()
+        egress = open_state(settings, j)
+        egress.sync("w1", {"proxy:1": {"state": "quarantined", "at": time.time()}}, {"requests": 3}, time.time())
+        egress.close()
+
+    def left(j: str) -> tuple[list[str], bool]:
+        egress = open_state(settings, j)
+        try:
+            return [r["site"] for r in pacing_status.read(settings, j)], any(egress.read_all().values())
+        finally:
+            egress.close()
+
+    p = scale("reset", job, "--keep-learned", settings=s)
+    assert p.returncode == 0 and "learned pacing and egress state kept" in p.stdout, p.stdout
+    assert left(job) == (["a.example.test"], True)
+    p = scale("reset", job, settings=s)
+    assert p.returncode == 0 and "learned pacing and egress state cleared" in p.stdout, p.stdout
+    assert left(job) == ([], False)
+    assert left(other) == (["a.example.test"], True)  # another job's are its own

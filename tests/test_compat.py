@@ -56,6 +56,7 @@ def test_outside_a_crawl_every_helper_says_unknown() -> None:
     assert compat.slot_full_check(crawler) is None
     assert compat.feeds_accepting(None, {}) == 0
     assert compat.feed_exporter(crawler) is None  # in a crawl: test_private_engine_api_as_compat_uses_it
+    assert compat.drop_slot_delay(crawler, "shop1.example.test") is False
 
 
 def test_scrapy_playwright_private_api_as_compat_uses_it() -> None:

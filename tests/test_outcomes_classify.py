@@ -71,6 +71,25 @@ def test_503_with_retry_after_is_rate_limited():
     assert v.cls is C.RATE_LIMITED
 
 
+def test_of_several_retry_after_headers_the_largest_wait_is_used():
+    """Issue 19 item 16: a response that repeats Retry-After used to give the last one."""
+    now = 1_700_000_000.0
+    soon, later = "Tue, 14 Nov 2023 22:13:27 GMT", "Tue, 14 Nov 2023 22:13:40 GMT"  # now + 7 s, + 20 s
+    headers = [
+        (b"Retry-After", b"30"),
+        (b"Retry-After", soon.encode()),
+        (b"Retry-After", b"junk"),
+        (b"Retry-After", b"5"),
+    ]
+    r, req = resp(429, headers=headers)
+    assert r.headers.getlist(b"Retry-After")[-1] == b"5"  # the last one is the smallest
+    v = Classifier(clock=lambda: now).classify_response(r, req)
+    assert (v.retry_after, v.retry_after_raw) == (30.0, "30")
+    r, req = resp(503, headers=[(b"Retry-After", b"2"), (b"Retry-After", later.encode())])
+    v = Classifier(clock=lambda: now).classify_response(r, req)
+    assert v.cls is C.RATE_LIMITED and v.retry_after == pytest.approx(20.0) and v.retry_after_raw == later
+
+
 @pytest.mark.parametrize(
     "exc,proxy,cls",
     [

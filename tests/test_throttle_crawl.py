@@ -289,3 +289,91 @@ def test_status_and_progress_name_a_site_paused_by_retry_after(tmp_path: Path) -
             res = proc.finish(180)
     assert res.returncode == 0, res.tail()
     assert len(res.items) == 60
+
+
+def test_a_nan_learned_delay_in_throttle_db_is_not_used_and_is_written_over(tmp_path: Path) -> None:
+    """Issue 19 item 4: a learned delay of NaN in throttle.db turned the site's pacing off
+    (gaps of 0 s under a min_delay of 0.3 s), stayed in the file, and `status` printed it."""
+    import math
+    import time
+
+    from scrapy_scale.throttle.shared import SqliteShared
+
+    with Testbed(hosts=1, pages=30, per_page=30, seed=10) as tb:
+        host = tb.hosts[0]
+        db = SqliteShared(str(tmp_path / "state" / "throttle.db"), "catalog")
+        db.save({host: {"delay": math.nan, "too_fast": 0.0, "too_fast_at": 0.0, "at": time.time()}})
+        db.close()
+        settings = {"SCALE_DOMAIN_PROFILES": {host: {"min_delay": 0.3}}, "ROBOTSTXT_OBEY": False}
+        res = run_crawl(tb, settings, tmp_path, timeout=120)
+        assert res.returncode == 0, res.tail()
+        times = [r.time for r in served(tb, host)]
+    assert len(res.items) == 30
+    assert res.log.count(f"throttle: learned pacing of {host} read back: delay nan") == 1, res.tail()
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    # paced as the profile says (the bad value gave gaps of 0 s): on average no faster than
+    # min_delay, and no gap near 0 (arrival times jitter by some 50 ms on a loaded machine)
+    assert (times[-1] - times[0]) / (len(times) - 1) >= 0.3 - 0.01 and min(gaps) >= 0.2, gaps
+    db = SqliteShared(str(tmp_path / "state" / "throttle.db"), "catalog")
+    assert math.isfinite(db.load()[host]["delay"])  # sane state was written over it
+    db.close()
+    st = status_json("catalog", {"SCALE_STATE_DIR": str(tmp_path / "state")})
+    assert [r["site"] for r in st["pacing"]] == [host] and math.isfinite(st["pacing"][0]["delay"])
+
+
+def test_a_shared_limiter_key_far_in_the_future_is_capped_and_said(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    """Issue 19 item 5: a limiter key set to the year 5138 held the site's requests (and their
+    frontier records) that long, silently. The wait is capped at max(max_delay,
+    SCALE_RETRY_AFTER_MAX), said once, and the key is brought back."""
+    import redis
+
+    from scrapy_scale.throttle.shared import RedisShared
+
+    with Testbed(hosts=1, pages=20, per_page=20, seed=11) as tb:
+        host = tb.hosts[0]
+        key = RedisShared(redis_url, redis_prefix).rate_key(host)
+        r = redis.Redis.from_url(redis_url)
+        r.set(key, "99999999999")
+        settings = {
+            "SCALE_JOB": redis_prefix,
+            "SCALE_THROTTLE_URL": redis_url,
+            "SCALE_RETRY_AFTER_MAX": 2.0,
+            "SCALE_DOMAIN_PROFILES": {host: {"min_delay": 0.3, "start_delay": 0.3, "max_delay": 1.0}},
+            "ROBOTSTXT_OBEY": False,
+        }
+        res = run_crawl(tb, settings, tmp_path, timeout=120)
+        assert res.returncode == 0, res.tail()
+        times = [r.time for r in served(tb, host)]
+    assert len(res.items) == 20
+    said = f"throttle: the shared limiter of {host} said to wait 9820"
+    assert res.log.count(said) == 1, res.tail()
+    assert "waiting 2 s at most" in res.log
+    assert res.stats["scale/throttle/wait_capped"] >= 1
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert (times[-1] - times[0]) / (len(times) - 1) >= 0.3 - 0.01 and min(gaps) >= 0.2, gaps
+    assert float(r.get(key) or 0) < 99999999999  # brought back (or expired)
+
+
+def test_a_download_slots_delay_is_a_floor_of_the_pacing_not_an_extra(tmp_path: Path) -> None:
+    """Issue 19 item 14: a slot with `delay: 2` measured 5.0 s and 3.0 s between requests:
+    the downloader waited its delay on top of the pacing. The delay is the pacing's floor;
+    the second host has no slot delay (the control)."""
+    with Testbed(hosts=2, pages=8, per_page=20, seed=12) as tb:
+        slow, fast = tb.hosts
+        settings = {
+            "DOWNLOAD_SLOTS": {slow: {"delay": 1.0}},
+            "SCALE_DOMAIN_PROFILES": {"default": {"min_delay": 0.5, "start_delay": 0.5}},
+            "ROBOTSTXT_OBEY": False,
+        }
+        res = run_crawl(tb, settings, tmp_path, timeout=120)
+        assert res.returncode == 0, res.tail()
+        times = {h: [r.time for r in served(tb, h)] for h in tb.hosts}
+    assert len(res.items) == 16
+    gaps = [b - a for a, b in zip(times[slow], times[slow][1:], strict=False)]
+    assert min(gaps) >= 1.0 - 0.03, gaps  # the user's delay holds...
+    assert sorted(gaps)[len(gaps) // 2] < 1.25, gaps  # ...and is not added to the pacing
+    assert res.stats[f"scale/throttle/site/{slow}/delay"] == 1.0
+    fast_gaps = [b - a for a, b in zip(times[fast], times[fast][1:], strict=False)]
+    assert sorted(fast_gaps)[len(fast_gaps) // 2] < 0.75, fast_gaps

@@ -7,7 +7,15 @@ import math
 import pytest
 
 from scrapy_scale.clock import FakeClock
-from scrapy_scale.throttle.policy import MARGIN, MEMORY_HALF_LIFE, Pacing, PauseNotes
+from scrapy_scale.throttle.policy import (
+    MARGIN,
+    MEMORY_HALF_LIFE,
+    PROVEN_AFTER_GOOD,
+    STEP_AFTER_GOOD,
+    SUCCESS_FADE,
+    Pacing,
+    PauseNotes,
+)
 from scrapy_scale.throttle.profiles import ProfileError, Profiles, parse_pattern, registrable_domain
 
 # ---- profiles -------------------------------------------------------------------------
@@ -129,6 +137,51 @@ def test_answers_to_requests_sent_before_the_slowdown_do_not_slow_down_again() -
     assert pc.site("h").delay == pytest.approx(0.1 * 2)
 
 
+def test_at_a_proven_pace_a_cluster_of_stray_429s_is_one_step() -> None:
+    """Issue 19 item 17: once the site answered a run of good answers at a pace, rate-limited
+    answers there step the delay up once per run of good answers, not once each."""
+    pc, clk = pacing({"default": {"start_delay": 0.2}})
+    pc.on_rate_limited("h", latency=0.01, retry_after=None)
+    s = pc.site("h")
+    for i in range(STEP_AFTER_GOOD):
+        if i == PROVEN_AFTER_GOOD:
+            assert s.proven  # a few good answers in a row prove a pace
+        clk.advance(0.3)
+        pc.on_success("h", latency=0.01)
+    assert s.proven == pytest.approx(pc.interval(s))
+    clk.advance(1.0)
+    before = s.delay
+    pc.on_rate_limited("h", latency=0.01, retry_after=1.0)  # at the proven pace, after good answers
+    stepped = s.delay
+    assert stepped == pytest.approx(before * (1 + MARGIN))  # one small step
+    for _ in range(9):
+        clk.advance(1.5)
+        pc.on_rate_limited("h", latency=0.01, retry_after=1.0)  # the rest of the cluster
+        clk.advance(0.3)
+        pc.on_success("h", latency=0.01)  # a retry or another page goes through meanwhile
+    assert s.delay <= stepped  # no step for them (recovering, if anything)
+    assert s.rate_limited == 11 and s.paused_seconds > 0  # but each paused the site
+
+
+def test_a_refusal_of_the_first_request_after_a_pause_is_no_step() -> None:
+    """Issue 19 item 17: after a Retry-After pause the site is rested; refusing the very
+    first request then is not the rate's doing (the demo's planned 429s, one after the
+    other), while a refusal after good answers is (the rested site had its fill)."""
+    pc, clk = pacing({"default": {"start_delay": 0.2}})
+    pc.on_rate_limited("h", latency=0.01, retry_after=1.0)  # the first: a full slow-down
+    s = pc.site("h")
+    d = s.delay
+    clk.advance(1.5)
+    pc.on_rate_limited("h", latency=0.01, retry_after=1.0)  # the first request after the pause
+    assert s.delay == d and s.rate_limited == 2
+    clk.advance(1.5)
+    pc.on_success("h", latency=0.01)
+    before = s.delay
+    clk.advance(0.3)
+    pc.on_rate_limited("h", latency=0.01, retry_after=1.0)  # after a good answer: the rate
+    assert s.delay == pytest.approx(before * (1 + MARGIN))
+
+
 def test_stray_429s_at_a_safe_pace_do_not_ratchet_the_delay_up() -> None:
     """A site answering 429 to 40% of first requests whatever the pace (faults, not a rate):
     the delay grows by small steps, not by ``slowdown`` per 429."""
@@ -150,11 +203,12 @@ def test_recovery_settles_above_the_too_fast_spacing_and_the_memory_decays() -> 
     s = pc.site("h")
     for _ in range(50):
         pc.on_success("h", latency=0.001)
-    assert s.delay == pytest.approx(0.2 * (1 + MARGIN), rel=1e-3)
+    # the memory fades with good answers as well as with time
+    assert s.delay == pytest.approx(0.2 * SUCCESS_FADE**50 * (1 + MARGIN), rel=1e-3)
     clk.advance(MEMORY_HALF_LIFE)
     for _ in range(50):
         pc.on_success("h", latency=0.001)
-    assert s.delay == pytest.approx(0.1 * (1 + MARGIN), rel=1e-3)
+    assert s.delay == pytest.approx(0.1 * SUCCESS_FADE**100 * (1 + MARGIN), rel=1e-3)
 
 
 def test_bounds_min_delay_max_delay_and_crawl_delay() -> None:
@@ -220,6 +274,47 @@ def test_learned_state_exports_and_restores_newest_first() -> None:
     assert fresh.restore(data) == 0  # not newer than what it has
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"delay": math.nan, "at": 1.0},
+        {"delay": math.inf, "at": 1.0},
+        {"delay": -1.0, "at": 1.0},
+        {"delay": "x", "at": 1.0},
+        {"delay": 1.0, "at": math.nan},
+        {"at": 1.0},
+        [1, 2],
+    ],
+)
+def test_learned_state_that_is_not_finite_is_not_restored_and_is_written_over(bad: object) -> None:
+    """Issue 19 item 4: a NaN delay read back turned the site's pacing off (NaN compares
+    false with everything), and stayed in the file."""
+    pc, clk = pacing({"default": {"min_delay": 0.3, "start_delay": 0.5}})
+    clk.now = 1000.0
+    assert pc.restore({"h": bad}) == 0  # type: ignore[dict-item]
+    assert pc.rejected and pc.rejected[0][0] == "h" and "not used" in pc.rejected[0][1]
+    s = pc.site("h")
+    assert s.delay == 0.5 and pc.interval(s) == 0.5
+    pc.handed_out("h")
+    assert pc.hold_until("h") == pytest.approx(1000.5)  # paced as the profile says
+    saved = {"delay": 0.5, "too_fast": 0.0, "too_fast_at": 0.0, "proven": 0.0, "at": 1000.0, "paused_until": 0.0}
+    assert pc.export() == {"h": saved}  # sane state is saved over the bad one
+
+
+def test_learned_times_in_the_future_are_brought_back_to_now() -> None:
+    pc, clk = pacing({"default": {"start_delay": 0.5}})
+    clk.now = 1000.0
+    far = 99999999999.0
+    assert pc.restore({"h": {"delay": 2.0, "at": far, "too_fast": 1.5, "too_fast_at": far}}) == 1
+    s = pc.site("h")
+    assert (s.delay, s.changed_at, s.too_fast_at) == (2.0, 1000.0, 1000.0)
+    assert pc.rejected == [("h", "time 99999999999 is in the future; taken as now")]
+    clk.advance(MEMORY_HALF_LIFE)
+    assert pc.too_fast(s) == pytest.approx(0.75)  # its memory fades again
+    assert pc.restore({"h": {"delay": 2.0, "at": 1001.0, "too_fast": math.nan}}) == 1
+    assert (s.too_fast, pc.rejected[-1]) == (0.0, ("h", "too-fast spacing nan is unusable; dropped"))
+
+
 def simulate(rate: float, seconds: float, latency: float = 0.005, conc: int = 4) -> list[tuple[float, bool]]:
     """A site allowing ``rate`` requests/s (token bucket, burst ``rate``, 429 + Retry-After: 1
     beyond, as the testbed's rate limit) and a crawler that sends whenever the gate lets it."""
@@ -283,3 +378,53 @@ def test_pause_notes_one_info_line_per_site_per_minute() -> None:
     assert notes.note("a") is None
     clk.advance(-3600)  # a clock that went back: not a reason for silence forever
     assert notes.note("a") == 1
+
+
+def demo_like_run(pc: Pacing, clk: FakeClock, pages: int = 60) -> float:
+    """One run of the demo's plan against one host that has no rate limit: the first attempt
+    of /item/1 and /item/10../item/19 answers 429 + Retry-After: 1 (planned faults), the
+    retries come 1.5 s later. Returns how long the run took (seconds)."""
+    queue = ["/"] + [f"/item/{i}" for i in range(1, pages + 1)]
+    planned = {"/item/1"} | {f"/item/{i}" for i in range(10, 20)}
+    retries: list[tuple[float, str]] = []
+    start = clk.now
+    while queue or retries:
+        retries.sort()
+        due = retries[0] if retries and retries[0][0] <= clk.now else None
+        if pc.hold_until("h") != 0.0 or not (due or queue):
+            clk.advance(0.01)
+            continue
+        if due:
+            retries.remove(due)
+            path = due[1]
+        else:
+            path = queue.pop(0)
+        pc.handed_out("h")
+        clk.advance(0.005)
+        pc.ended("h")
+        if path in planned:
+            planned.discard(path)
+            pc.on_rate_limited("h", 0.005, 1.0)
+            retries.append((clk.now + 1.5, path))
+        else:
+            pc.on_success("h", 0.005)
+    return clk.now - start
+
+
+def test_planned_429s_do_not_ratchet_the_learned_delay_up_run_after_run() -> None:
+    """Issue 19 item 17: the demo got slower every run (54 s, 1 min 44 s, 3 min 24 s, ...):
+    each run's planned 429s stepped the restored delay up again, and nothing brought it
+    down. Six runs back to back, each starting from what the one before learned."""
+    clk = FakeClock(1000.0)
+    learned: dict = {}
+    took, delays = [], []
+    for _ in range(6):
+        pc = Pacing(Profiles.parse({"default": {"min_delay": 0.2, "start_delay": 0.25}}), clk)
+        pc.restore(learned)
+        took.append(demo_like_run(pc, clk))
+        delays.append(pc.site("h").delay)
+        learned = pc.export()
+        clk.advance(5.0)
+    assert max(took) <= 1.2 * min(took), took
+    assert max(delays[1:]) <= delays[0] * 1.05, delays  # no ratchet
+    assert delays[-1] < 0.85 * delays[0], delays  # coming down: the site has no limit at all

@@ -117,3 +117,27 @@ def test_status_names_the_paused_sites_and_until_when(tmp_path: Path, caplog: py
     text = status.format_paused(paused, clk.now)
     assert text.startswith("paused sites (Retry-After): shop1.test until ") and "(in 30 s)" in text, text
     assert status.paused(rows, clk.now + 31, 3600.0)[0]["site"] == "far.test"
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "abc", "1e400"])
+def test_a_limiter_key_that_is_not_a_finite_number_counts_as_none(redis_url: str, redis_prefix: str, bad: str) -> None:
+    """Issue 19 item 4: a NaN time compares false with everything, which granted every request."""
+    sh = RedisShared(redis_url, redis_prefix)
+    r = redis.Redis.from_url(redis_url)
+    r.set(sh.rate_key("a.com"), bad)
+    assert sh.acquire("a.com", 0.5) == 0.0
+    assert 0.3 < sh.acquire("a.com", 0.5) <= 0.5  # paced again from a sane key
+    r.set(sh.rate_key("a.com"), bad)
+    assert sh.pause("a.com", 2.0) == pytest.approx(2.0, abs=0.05)
+    sh.close()
+
+
+def test_a_limiter_key_far_ahead_is_brought_back_to_the_longest_wait(redis_url: str, redis_prefix: str) -> None:
+    """Issue 19 item 5: the wait found is returned (the caller caps it and says so) and the
+    key is brought back to now + max_wait, so the next caller is not held for centuries."""
+    sh = RedisShared(redis_url, redis_prefix)
+    r = redis.Redis.from_url(redis_url)
+    r.set(sh.rate_key("a.com"), "99999999999")
+    assert sh.acquire("a.com", 0.5, max_wait=3.0) > 9e10
+    assert sh.acquire("a.com", 0.5, max_wait=3.0) == pytest.approx(3.0, abs=0.1)
+    sh.close()

@@ -32,8 +32,8 @@ DEFAULT_FAULTS = (
 )
 
 
-#: the demo testbed's port: fixed, so an interrupted demo resumes against the same URLs
-#: (and its items keep their keys); a free one is used when it is taken
+#: the demo testbed's port: fixed, so an interrupted demo resumes against the same URLs; a
+#: free one is used when it is taken (the items' keys do not depend on it: keyed by SKU)
 DEMO_PORT = 8370
 
 
@@ -42,6 +42,14 @@ def _start_demo_testbed(options: dict[str, Any]) -> Testbed:
         return Testbed(port=DEMO_PORT, **options).start()
     except (OSError, RuntimeError):  # the port is taken (another demo is running)
         return Testbed(**options).start()
+
+
+def _key_items_by_sku(settings: Any) -> None:
+    """The demo's items are keyed by their SKU, not by their page's URL: the URL holds the
+    testbed's port, which is not always :data:`DEMO_PORT`, and a rerun on another port would
+    store every item again beside the first. A key the project set wins."""
+    if settings.getpriority("SCALE_ITEM_KEY") is None:
+        settings.set("SCALE_ITEM_KEY", {"*": ["sku"]}, priority="spider")
 
 
 class CatalogSpider(scrapy.Spider):
@@ -68,6 +76,8 @@ class CatalogSpider(scrapy.Spider):
         spider = super().from_crawler(crawler, *args, **kwargs)
         if not spider.start_urls:
             spider.start_urls = crawler.settings.getlist("CATALOG_START_URLS")
+        if not spider.start_urls:
+            _key_items_by_sku(crawler.settings)
         # the demo testbed starts with the crawl (in start()), not here: Scrapy builds the
         # spider before the add-on checks the settings, and a bad setting must stop the
         # crawl before anything was started

@@ -6,7 +6,7 @@ Thin glue: argument parsing and printing. The operations live in
     scrapy scale status JOB [--json]
     scrapy scale watch JOB [--interval S] [--count N]
     scrapy scale seed JOB [URL ...] [--file FILE] [--priority N]
-    scrapy scale reset JOB
+    scrapy scale reset JOB [--keep-learned]
     scrapy scale requeue JOB --class CLASS
     scrapy scale egress JOB [--json]
     scrapy scale report JOB [--run RUN]            (scrapy_scale.quality.cli)
@@ -62,7 +62,7 @@ class Command(ScrapyCommand):
             "status JOB: counts by state and failure class, oldest pending age, average wait, "
             "leases per worker, and the workers' rates, ETA and top domains by blocks. watch JOB: the same, "
             "live, redrawn every --interval seconds until Ctrl-C. seed JOB URL... (or --file FILE, one URL a line): add start URLs. reset JOB: forget the job's "
-            "frontier so the next crawl starts over. requeue JOB --class CLASS: put terminal "
+            "frontier, learned pacing and egress state (--keep-learned keeps these two) so the next crawl starts over. requeue JOB --class CLASS: put terminal "
             "failures of that class back to pending. egress JOB: the egress pool's state (each egress's "
             "state, score, requests, failures by class, quarantine, per-domain bans). The frontier is SCALE_FRONTIER_URL "
             "(use -s SCALE_FRONTIER_URL=redis://... to point at another one). "
@@ -104,6 +104,11 @@ class Command(ScrapyCommand):
             "--verdicts",
             metavar="FILE",
             help="review: read a reviewer's verdicts (the CSV written by review, filled in)",
+        )
+        parser.add_argument(
+            "--keep-learned",
+            action="store_true",
+            help="reset: keep the job's learned pacing (throttle) and egress health (default: cleared too)",
         )
         parser.add_argument("--interval", type=float, default=2.0, help="watch: seconds between refreshes (default 2)")
         parser.add_argument(
@@ -177,13 +182,26 @@ class Command(ScrapyCommand):
                     print(f"{job}: {added} of {n} URL(s) enqueued ({n - added} already known)")
                 elif sub == "reset":
                     n = ops.reset()
-                    print(f"{job}: reset ({n} request record(s) removed); the next `scrapy crawl` starts the job over")
+                    learned = "kept" if opts.keep_learned else self._forget_learned(job)
+                    print(
+                        f"{job}: reset ({n} request record(s) removed; learned pacing and egress state "
+                        f"{learned}); the next `scrapy crawl` starts the job over"
+                    )
                 else:
                     n = ops.requeue(opts.failure_class)
                     print(f"{job}: {n} request(s) of class {opts.failure_class} put back to pending")
         except (cli_ops.OpError, ScaleSettingError) as e:
             print(f"scrapy scale {sub}: error: {e}", file=sys.stderr)
             self.exitcode = 1
+
+    def _forget_learned(self, job: str) -> str:
+        """``reset``: forget the job's learned pacing and egress state, as a crawl would find them."""
+        from scrapy_scale.egress.shared import forget_job
+        from scrapy_scale.throttle import status as pacing_status
+
+        pacing_status.forget(self.settings, job)
+        forget_job(self.settings, job)
+        return "cleared"
 
     def _egress_rows(self, job: str) -> list[dict[str, Any]] | None:
         from scrapy_scale.egress.report import read_job

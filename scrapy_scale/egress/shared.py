@@ -59,6 +59,10 @@ class StateStore:
         """health, counts (per worker), live, pool: what ``scrapy scale egress`` shows."""
         raise NotImplementedError
 
+    def reset(self) -> None:
+        """Forget the job's pool state (health, counts, workers, members)."""
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 
@@ -166,6 +170,9 @@ class RedisState(StateStore):
             "pool": _loads(self.r.hgetall(self.k_pool)),
         }
 
+    def reset(self) -> None:
+        self.r.delete(self.k_health, self.k_counts, self.k_live, self.k_pool)
+
     def close(self) -> None:
         self.r.close()
 
@@ -217,6 +224,10 @@ class SqliteState(StateStore):
     def read_all(self):
         return {t: self._all(t) for t in ("health", "counts", "live", "pool")}
 
+    def reset(self) -> None:
+        for t in ("health", "counts", "live", "pool"):
+            self.db.execute(f"DELETE FROM egress_{t} WHERE job = ?", (self.job,))
+
     def close(self) -> None:
         self.db.close()
 
@@ -242,6 +253,17 @@ def sqlite_exists(settings: Any) -> bool:
     if urlsplit(frontier_settings.URL.get(settings) or "").scheme in ("redis", "rediss"):
         return True
     return os.path.exists(state_path(settings))
+
+
+def forget_job(settings: Any, job: str) -> None:
+    """Forget ``job``'s stored pool state (``scrapy scale reset``); nothing to do without any."""
+    if not sqlite_exists(settings):
+        return
+    store = open_state(settings, job)
+    try:
+        store.reset()
+    finally:
+        store.close()
 
 
 def state_path(settings: Any) -> str:

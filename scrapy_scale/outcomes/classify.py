@@ -34,7 +34,7 @@ from twisted.web.client import ResponseFailed
 
 from scrapy_scale.clock import Clock, wall
 from scrapy_scale.outcomes.model import FailureClass
-from scrapy_scale.outcomes.retry_after import parse_retry_after
+from scrapy_scale.outcomes.retry_after import largest_retry_after
 from scrapy_scale.outcomes.rules import (  # noqa: F401 - re-exported (the public rule API)
     Rule,
     domain_matches,
@@ -235,10 +235,10 @@ class Classifier:
     def classify_response(self, response: Response, request: Request | None = None) -> Verdict:
         v = self._response_class(response, request if request is not None else response.request)
         if v.cls in _RETRY_AFTER_CLASSES:
-            raw = response.headers.get(b"Retry-After")
-            if raw is not None:
-                text = raw.decode("latin-1")
-                v = replace(v, retry_after=parse_retry_after(text, self.clock()), retry_after_raw=text)
+            raws = response.headers.getlist(b"Retry-After")
+            if raws:
+                seconds, text = largest_retry_after(raws, self.clock())
+                v = replace(v, retry_after=seconds, retry_after_raw=text)
         if self.retry_codes is not None and v.cls in _GATED and response.status not in self.retry_codes:
             v = replace(v, retryable=False)  # the project's RETRY_HTTP_CODES does not list it
         return v

@@ -50,3 +50,19 @@ def parse_retry_after(value: str | bytes | None, now: float) -> float | None:
     except (OverflowError, OSError, ValueError):
         logger.debug("Retry-After %r is out of range; ignored", text[:64])
         return None
+
+
+def largest_retry_after(values: list[bytes] | list[str], now: float) -> tuple[float | None, str | None]:
+    """Of several ``Retry-After`` headers (a response may repeat it), the longest wait
+    and its text as sent; ``(None, None)`` when none parses. Headers that cannot be
+    parsed are skipped; with none parsable the last one's text is kept (shown as sent).
+    The largest, not the last: a site that says two things asked for the longer wait."""
+    best: tuple[float | None, str | None] = (None, None)
+    last_text = None
+    for raw in values:
+        text = raw.decode("latin-1") if isinstance(raw, bytes) else raw
+        last_text = text
+        v = parse_retry_after(text, now)
+        if v is not None and (best[0] is None or v > best[0]):
+            best = (v, text)
+    return best if best[0] is not None else (None, last_text)

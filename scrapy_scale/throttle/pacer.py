@@ -64,6 +64,19 @@ TOLERANCE = 0.03
 SHARED_BACKOFF = 5.0
 
 
+def slot_delays(settings: Any) -> dict[str, float]:
+    """The ``delay`` of each ``DOWNLOAD_SLOTS`` entry the user set (finite, > 0)."""
+    out = {}
+    for key, conf in (settings.getdict("DOWNLOAD_SLOTS") or {}).items():
+        try:
+            d = float(conf.get("delay", 0.0))
+        except (AttributeError, TypeError, ValueError):
+            continue
+        if math.isfinite(d) and d > 0:
+            out[str(key)] = d
+    return out
+
+
 class Throttle:
     """Per-site pacing; see docs/throttle.md."""
 
@@ -85,6 +98,9 @@ class Throttle:
         self._loop: task.LoopingCall | None = None
         self._saved_at = 0.0
         self._warned_cap = False
+        #: sites already warned about (bad learned state read back; a shared wait capped)
+        self._warned_bad: set[str] = set()
+        self._warned_far: set[str] = set()
         self.restored = 0
 
     @classmethod
@@ -106,7 +122,7 @@ class Throttle:
                 )
             )
         cap = float(outcomes_settings.RETRY_AFTER_MAX.get(s))
-        pacing = Pacing(profiles, time.time, retry_after_cap=cap)
+        pacing = Pacing(profiles, time.time, retry_after_cap=cap, slot_delays=slot_delays(s))
         job = settings_core.JOB.get(s) or getattr(crawler.spidercls, "name", None) or "default"
         url = throttle_settings.throttle_url(s)
         try:
@@ -118,7 +134,7 @@ class Throttle:
             )
             shared, learned = None, {}
         ext = cls(crawler, pacing, shared, top=throttle_settings.STATS_TOP.get(s))
-        ext.restored = pacing.restore(learned)
+        ext.restored = ext._restore(learned)
         if s.getbool("AUTOTHROTTLE_ENABLED"):
             logger.warning(
                 "throttle: AUTOTHROTTLE_ENABLED is on as well; scrapy-scale's per-site pacing "
@@ -129,6 +145,8 @@ class Throttle:
         sig = crawler.signals
         sig.connect(ext._on_outcome, signal=scale_signals.outcome)
         sig.connect(ext._on_robots, signal=signals.robots_parsed)
+        if pacing.slot_delays:
+            sig.connect(ext._reached_downloader, signal=signals.request_reached_downloader)
         sig.connect(ext._open, signal=signals.spider_opened)
         sig.connect(ext._close, signal=signals.spider_closed)
         return ext
@@ -165,7 +183,7 @@ class Throttle:
             return nxt
         if s.key not in self._acquiring:
             self._acquiring.add(s.key)
-            d = self._in_thread(self._acquire, s.key, interval)
+            d = self._in_thread(self._acquire, s.key, interval, self.pacing.wait_cap(s))
             d.addCallbacks(self._acquired, self._shared_failed, callbackArgs=(s.key,), errbackArgs=(s.key,))
         return math.inf
 
@@ -189,15 +207,29 @@ class Throttle:
 
     # ---- the shared limiter's answers (reactor thread) -------------------------------------
 
-    def _acquire(self, key: str, interval: float) -> tuple[float, float, float]:
+    def _acquire(self, key: str, interval: float, cap: float) -> tuple[float, float, float]:
         """In the throttle's thread: ask the limiter; the answer is timed here, since the
         reactor may take a while to read it (a grant read late must not be used late)."""
-        wait = self.shared.acquire(key, interval, min(TOLERANCE, interval / 4))
+        wait = self.shared.acquire(key, interval, min(TOLERANCE, interval / 4), max_wait=cap)
         return wait, time.monotonic(), time.time()
 
     def _acquired(self, answer: tuple[float, float, float], key: str) -> None:
         wait, granted_mono, granted_wall = answer
         self._acquiring.discard(key)
+        if not math.isfinite(wait) or wait > (cap := self.pacing.wait_cap(self.pacing.site(key))):
+            # the limiter's key held a time too far ahead (the script brought it back): a
+            # wait from shared state never exceeds the cap, nor reaches the frontier's records
+            if key not in self._warned_far:
+                self._warned_far.add(key)
+                logger.warning(
+                    "throttle: the shared limiter of %s said to wait %s s; waiting %.0f s at most "
+                    "(the larger of its max_delay and SCALE_RETRY_AFTER_MAX)",
+                    key,
+                    f"{wait:.0f}" if math.isfinite(wait) else wait,
+                    cap,
+                )
+            self.stats.inc_value(keys.THROTTLE_WAIT_CAPPED)
+            wait = cap
         if wait <= 0:
             self._permits[key] = granted_mono
             compat.wake_engine(self.crawler)
@@ -289,6 +321,14 @@ class Throttle:
             self.pacing.set_crawl_delay(host, float(delay))
             logger.info("throttle: %s has robots.txt Crawl-delay %.3g s", host, float(delay))
 
+    def _reached_downloader(self, request: Request, **kw: Any) -> None:
+        """A request whose download slot is its host, with a ``DOWNLOAD_SLOTS`` delay: the
+        pacing already spaces the host by at least that delay (a floor), so the slot must not
+        wait it again. A slot named otherwise (``download_slot`` meta) keeps its delay."""
+        key = request.meta.get("download_slot")
+        if key in self.pacing.slot_delays and key == urlsplit(request.url).hostname:
+            compat.drop_slot_delay(self.crawler, key)
+
     # ---- waking the engine -------------------------------------------------------------------
 
     def _wake_at(self, at: float) -> None:
@@ -351,7 +391,18 @@ class Throttle:
             shared.save(changed)
             return shared.load() if shared.shared_limiter else {}
 
-        self._in_thread(sync).addCallbacks(self.pacing.restore, lambda f: None)
+        self._in_thread(sync).addCallbacks(self._restore, lambda f: None)
+
+    def _restore(self, learned: dict[str, dict[str, float]]) -> int:
+        """Adopt learned state read back; warn once per site about state that was unusable."""
+        n = self.pacing.restore(learned)
+        for site, why in self.pacing.rejected:
+            if site not in self._warned_bad:
+                self._warned_bad.add(site)
+                logger.warning("throttle: learned pacing of %s read back: %s", site, why)
+            self.stats.inc_value(keys.THROTTLE_LEARNED_REJECTED)
+        self.pacing.rejected.clear()
+        return n
 
     def _write_stats(self) -> None:
         sites = sorted(self.pacing.sites.values(), key=lambda s: -s.sent)

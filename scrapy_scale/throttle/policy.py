@@ -15,8 +15,14 @@ The delay of a site (seconds between two requests to it):
   remembered;
 - **recovery**: each success moves the delay ``recovery`` of the way down to its
   goal, which stays :data:`MARGIN` above the remembered too-fast spacing. That
-  memory halves every :data:`MEMORY_HALF_LIFE` seconds, so a site that raised its
-  limit is found again, one rate-limited answer at a time;
+  memory halves every :data:`MEMORY_HALF_LIFE` seconds and every
+  :data:`SUCCESS_HALF_LIFE` good answers, so a site that raised its limit is found
+  again, one rate-limited answer at a time, and stray ones do not keep it slow;
+- **stray refusals**: a rate-limited answer at the pace learned to be safe is one
+  small step; at a pace proven by :data:`PROVEN_AFTER_GOOD` good answers in a row,
+  at most one per :data:`STEP_AFTER_GOOD` good answers; none for the first request
+  after a Retry-After pause. So planned or stray 429s do not ratchet the learned
+  delay up run after run;
 - **bounds**: never below ``min_delay`` (or the robots.txt Crawl-delay, unless the
   profile sets ``min_delay``), never above ``max_delay``.
 
@@ -38,8 +44,18 @@ from scrapy_scale.throttle.profiles import Match, Profiles
 MARGIN = 0.1
 #: seconds for the memory of a too-fast spacing to halve
 MEMORY_HALF_LIFE = 300.0
+#: good answers in a row that prove a pace
+PROVEN_AFTER_GOOD = 5
+#: good answers at the safe pace before a rate-limited answer there raises the delay again
+STEP_AFTER_GOOD = 20
+#: good answers for the memory of a too-fast spacing to halve (besides the time)
+SUCCESS_HALF_LIFE = 1000.0
+#: what each good answer leaves of that memory
+SUCCESS_FADE = 0.5 ** (1 / SUCCESS_HALF_LIFE)
 #: weight of the newest gap in the moving average of the spacing actually sent
 GAP_WEIGHT = 0.2
+#: seconds a time read back from shared state may be ahead of ours (clocks of workers differ)
+FUTURE_SLACK = 60.0
 
 
 @dataclass
@@ -54,6 +70,11 @@ class SiteState:
     too_fast_at: float = 0.0
     #: the last slow-down (answers to requests sent before it do not slow down again)
     slowed_at: float = -math.inf
+    #: good answers since the last slow-down, and since the last pause began
+    good_since_slowed: int = 0
+    good_since_pause: int = 0
+    #: the spacing of the last run of PROVEN_AFTER_GOOD good answers since a slow-down (0: none)
+    proven: float = 0.0
     paused_until: float = 0.0
     #: when ``paused_until`` last moved (exported for `scrapy scale status`)
     paused_at: float = 0.0
@@ -63,6 +84,8 @@ class SiteState:
     inflight: int = 0
     #: robots.txt Crawl-delay (seconds), when known
     crawl_delay: float | None = None
+    #: the largest ``DOWNLOAD_SLOTS`` delay of the site's hosts seen (0: none): a floor
+    slot_delay: float = 0.0
     #: the delay was learned (changed by an answer, or restored), not the start delay
     learned: bool = False
     #: last time the learned state changed (for sharing: newest wins)
@@ -80,13 +103,24 @@ class SiteState:
 class Pacing:
     """The pacing state of every site seen, and the decisions on it."""
 
-    def __init__(self, profiles: Profiles, clock: clock_mod.Clock = clock_mod.wall, *, retry_after_cap: float = 3600.0):
+    def __init__(
+        self,
+        profiles: Profiles,
+        clock: clock_mod.Clock = clock_mod.wall,
+        *,
+        retry_after_cap: float = 3600.0,
+        slot_delays: dict[str, float] | None = None,
+    ):
         self.profiles = profiles
+        #: ``DOWNLOAD_SLOTS`` delays by host: floors of the pacing, not added to it
+        self.slot_delays = dict(slot_delays or {})
         self.clock = clock
         self.retry_after_cap = retry_after_cap
         self.sites: dict[str, SiteState] = {}
         #: Retry-After values above the cap seen (the glue warns once)
         self.capped: list[tuple[str, float]] = []
+        #: (site, what was wrong) for learned state read back that was unusable or repaired
+        self.rejected: list[tuple[str, str]] = []
 
     # ---- sites ----------------------------------------------------------------------
 
@@ -96,14 +130,22 @@ class Pacing:
         if s is None:
             p = m.profile
             s = self.sites[m.key] = SiteState(m.key, m, delay=min(max(p.start_delay, p.min_delay), p.max_delay))
+        if self.slot_delays and self.slot_delays.get(host, 0.0) > s.slot_delay:
+            s.slot_delay = self.slot_delays[host]
         return s
 
     def floor(self, s: SiteState) -> float:
-        """The delay no decision undercuts: min_delay, or a Crawl-delay the profile does not override."""
+        """The delay no decision undercuts: min_delay, or a Crawl-delay the profile does not
+        override; and a ``DOWNLOAD_SLOTS`` delay the user set for one of the site's hosts."""
         p = s.profile
         if s.crawl_delay is not None and "min_delay" not in s.match.explicit:
-            return min(max(p.min_delay, s.crawl_delay), p.max_delay)
-        return p.min_delay
+            return max(min(max(p.min_delay, s.crawl_delay), p.max_delay), s.slot_delay)
+        return max(p.min_delay, s.slot_delay)
+
+    def wait_cap(self, s: SiteState) -> float:
+        """The longest wait shared state (another worker, a file, Redis) may impose on the
+        site: the larger of its ``max_delay`` and the Retry-After cap."""
+        return max(s.profile.max_delay, self.retry_after_cap)
 
     def interval(self, s: SiteState) -> float:
         """Seconds between two requests to the site, as enforced."""
@@ -164,10 +206,19 @@ class Pacing:
         goal = (latency or 0.0) / p.target_concurrency
         tf = self.too_fast(s, now)
         if tf:
+            # a good answer is evidence the site takes more than the memory says: the memory
+            # fades with good answers too, so the delay comes back down towards the site's
+            # real capacity (one rate-limited answer at a time), instead of only growing
+            tf *= SUCCESS_FADE
+            s.too_fast, s.too_fast_at = tf, now
             goal = max(goal, tf * (1 + MARGIN))
         goal = self._bound(s, goal)
         old = s.delay
+        s.good_since_slowed += 1
+        s.good_since_pause += 1
         s.delay = goal if goal >= s.delay else s.delay - (s.delay - goal) * p.recovery
+        if s.good_since_slowed % PROVEN_AFTER_GOOD == 0:
+            s.proven = self.interval(s)  # a run of good answers at (about) this pace
         self._changed(s, old, now)
         return s
 
@@ -195,7 +246,16 @@ class Pacing:
             if tf and spacing >= tf * (1 + MARGIN) * 0.99:
                 # refused at the pace learned to be safe: the limit tightened a little, or a
                 # stray 429 (a fault, not the rate): one small step, so stray ones cannot
-                # ratchet the delay up by ``slowdown`` each
+                # ratchet the delay up by ``slowdown`` each. At a pace the site has proven
+                # (a run of good answers there), no second step before a few good answers
+                # again: a cluster of stray ones is one step, not one each
+                proven = s.proven and spacing >= s.proven * (1 - MARGIN)
+                if proven and s.good_since_slowed < STEP_AFTER_GOOD:
+                    return self._pause_for(s, now, retry_after)
+                if s.good_since_pause == 0 and s.paused_until > 0:
+                    # refused the first thing after a Retry-After pause, however rested:
+                    # not the rate's doing (that refuses once the rested site had its fill)
+                    return self._pause_for(s, now, retry_after)
                 s.too_fast = spacing
                 s.delay = self._bound(s, max(s.delay, spacing * (1 + MARGIN)))
             else:
@@ -203,8 +263,13 @@ class Pacing:
                 s.delay = self._bound(s, max(spacing, 0.05) * p.slowdown)
             s.too_fast_at = now
             s.slowed_at = now
+            s.good_since_slowed = 0
             self._changed(s, old, now, force=True)
-        if retry_after is None or retry_after <= 0 or not p.retry_after:
+        return self._pause_for(s, now, retry_after)
+
+    def _pause_for(self, s: SiteState, now: float, retry_after: float | None) -> float:
+        """Pause the site for a Retry-After (capped); returns the pause (seconds, 0: none)."""
+        if retry_after is None or retry_after <= 0 or not s.profile.retry_after:
             return 0.0
         if retry_after > self.retry_after_cap:
             self.capped.append((s.key, retry_after))
@@ -218,6 +283,7 @@ class Pacing:
             s.paused_seconds += until - max(now, s.paused_until)
             s.paused_until = until
             s.paused_at = now
+            s.good_since_pause = 0
 
     def set_crawl_delay(self, host: str, seconds: float | None) -> None:
         s = self.site(host)
@@ -238,6 +304,7 @@ class Pacing:
                 "delay": s.delay,
                 "too_fast": s.too_fast,
                 "too_fast_at": s.too_fast_at,
+                "proven": s.proven,
                 "at": s.changed_at,
                 # for `scrapy scale status` / `watch` (which sites are paused, until when);
                 # restore() does not adopt it: a pause is shared by the limiter, if at all
@@ -248,20 +315,28 @@ class Pacing:
         }
 
     def restore(self, learned: dict[str, dict[str, float]]) -> int:
-        """Adopt learned state that is newer than ours (a restart, another worker). Returns how many."""
+        """Adopt learned state that is newer than ours (a restart, another worker). Returns how many.
+
+        What is read back is checked first (:func:`check_learned`); a site whose state is
+        unusable keeps its profile's pacing and is marked changed, so that the next save
+        writes sane state over the bad one. Each problem is added to :attr:`rejected`."""
         n = 0
-        for key, v in learned.items():
-            try:
-                delay, at = float(v["delay"]), float(v["at"])
-                tf, tf_at = float(v.get("too_fast", 0.0)), float(v.get("too_fast_at", at))
-            except (KeyError, TypeError, ValueError):
-                continue
+        now = self.clock()
+        for key, raw in learned.items():
+            v, why = check_learned(raw, now)
+            if why is not None:
+                self.rejected.append((key, why))
             s = self.site(key)
-            if s.key != key or at <= s.changed_at:
+            if s.key != key:
                 continue
-            s.delay = self._bound(s, delay)
-            s.too_fast, s.too_fast_at = tf, tf_at
-            s.learned, s.changed_at = True, at
+            if v is None:
+                s.learned, s.changed_at = True, max(s.changed_at, now)
+                continue
+            if v["at"] <= s.changed_at:
+                continue
+            s.delay = self._bound(s, v["delay"])
+            s.too_fast, s.too_fast_at, s.proven = v["too_fast"], v["too_fast_at"], v["proven"]
+            s.learned, s.changed_at = True, v["at"]
             n += 1
         return n
 
@@ -291,3 +366,39 @@ class PauseNotes:
             return None
         self._last[site] = now
         return self._quiet.pop(site, 0)
+
+
+def _finite(v: Any) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def check_learned(raw: Any, now: float) -> tuple[dict[str, float] | None, str | None]:
+    """A site's learned state as read back from shared state (a file, Redis), checked.
+
+    Returns ``(state, None)`` when usable; ``(state, why)`` when something was repaired
+    (a time in the future is brought back to ``now``, an unusable too-fast spacing is
+    dropped); ``(None, why)`` when the delay or its time is missing, not a number,
+    infinite, NaN or negative: the state is not used at all."""
+    if not isinstance(raw, dict):
+        return None, f"not a record: {str(raw)[:40]!r}; not used"
+    delay, at = _finite(raw.get("delay")), _finite(raw.get("at"))
+    if delay is None or delay < 0:
+        return None, f"delay {raw.get('delay')!r} is not a finite number of seconds; not used"
+    if at is None:
+        return None, f"time {raw.get('at')!r} is not a finite time; not used"
+    why = None
+    if at > now + FUTURE_SLACK:
+        why, at = f"time {at:.0f} is in the future; taken as now", now
+    tf, tf_at = _finite(raw.get("too_fast", 0.0)), _finite(raw.get("too_fast_at", at))
+    if tf is None or tf < 0 or tf_at is None:
+        why, tf, tf_at = why or f"too-fast spacing {raw.get('too_fast')!r} is unusable; dropped", 0.0, 0.0
+    elif tf_at > now:
+        tf_at = now  # its memory would never fade
+    proven = _finite(raw.get("proven", 0.0))
+    if proven is None or proven < 0:
+        why, proven = why or f"proven spacing {raw.get('proven')!r} is unusable; dropped", 0.0
+    return {"delay": delay, "at": at, "too_fast": tf, "too_fast_at": tf_at, "proven": proven}, why

@@ -26,14 +26,32 @@ from urllib.parse import urlsplit
 
 from scrapy_scale.sqlite_open import setup_retrying
 
-ACQUIRE = """
+#: the TAT read back: a value that is not a finite number counts as none (it is overwritten)
+READ_TAT = """
+local function read_tat(key)
+  local tat = tonumber(redis.call('GET', key) or '0')
+  if tat == nil or tat ~= tat or tat == math.huge or tat == -math.huge then
+    return 0
+  end
+  return tat
+end
+"""
+
+ACQUIRE = (
+    READ_TAT
+    + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local interval = tonumber(ARGV[1])
 local tolerance = tonumber(ARGV[2])
-local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+local max_wait = tonumber(ARGV[3])
+local tat = read_tat(KEYS[1])
 if tat - tolerance > now then
-  return string.format('%.6f', tat - tolerance - now)
+  local wait = tat - tolerance - now
+  if wait > max_wait then
+    redis.call('SET', KEYS[1], string.format('%.6f', now + max_wait), 'PX', math.ceil((max_wait + 60) * 1000))
+  end
+  return string.format('%.6f', wait)
 end
 if now > tat then
   tat = now
@@ -41,11 +59,14 @@ end
 redis.call('SET', KEYS[1], string.format('%.6f', tat + interval), 'PX', math.ceil((interval + 60) * 1000))
 return '0'
 """
+)
 
-PAUSE = """
+PAUSE = (
+    READ_TAT
+    + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+local tat = read_tat(KEYS[1])
 local want = now + tonumber(ARGV[1])
 if want > tat then
   redis.call('SET', KEYS[1], string.format('%.6f', want), 'PX', math.ceil((tonumber(ARGV[1]) + 60) * 1000))
@@ -53,6 +74,7 @@ if want > tat then
 end
 return string.format('%.6f', tat - now)
 """
+)
 
 
 def _key_part(site: str) -> str:
@@ -75,11 +97,14 @@ class RedisShared:
     def rate_key(self, site: str) -> str:
         return f"{self.prefix}rate:{_key_part(site)}"
 
-    def acquire(self, site: str, interval: float, tolerance: float = 0.0) -> float:
+    def acquire(self, site: str, interval: float, tolerance: float = 0.0, max_wait: float = 86_400.0) -> float:
         """0.0: granted now; else seconds until the site's next allowed time. ``tolerance``:
         how early (seconds) a grant may come, so a caller that is late on one turn is not
-        late on every later one (the average stays at the interval)."""
-        return float(self._acquire(keys=[self.rate_key(site)], args=[f"{interval:.6f}", f"{tolerance:.6f}"]))
+        late on every later one (the average stays at the interval). A key further ahead
+        than ``max_wait`` is brought back to now + ``max_wait``; the wait returned is the one
+        found, so the caller can tell (and cap it). A key that is not a number is no key."""
+        args = [f"{interval:.6f}", f"{tolerance:.6f}", f"{max_wait:.6f}"]
+        return float(self._acquire(keys=[self.rate_key(site)], args=args))
 
     def pause(self, site: str, seconds: float) -> float:
         """Pause the site for every worker; returns the seconds it is paused from now."""
@@ -124,7 +149,9 @@ class SqliteShared:
         self.db = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
         setup_retrying(self.db, _setup_learned, 30)
 
-    def acquire(self, site: str, interval: float, tolerance: float = 0.0) -> float:  # pragma: no cover
+    def acquire(
+        self, site: str, interval: float, tolerance: float = 0.0, max_wait: float = 86_400.0
+    ) -> float:  # pragma: no cover - never called
         raise NotImplementedError
 
     def pause(self, site: str, seconds: float) -> float:  # pragma: no cover - never called

@@ -1,5 +1,5 @@
-"""Per-site pacing in ``scrapy scale status JOB``: the learned delays, read from where the
-workers persist them (Redis or ``throttle.db``)."""
+"""Per-site pacing in ``scrapy scale status JOB`` (the learned delays, read from where the
+workers persist them: Redis or ``throttle.db``) and ``scrapy scale reset JOB`` (forgets them)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import time
 from typing import Any
 
+from scrapy_scale.throttle.policy import check_learned
 from scrapy_scale.throttle.settings import throttle_url
 from scrapy_scale.throttle.shared import open_shared, sqlite_path
 
@@ -37,13 +38,14 @@ def read(settings: Any, job: str) -> list[dict[str, Any]]:
     finally:
         shared.close()
     rows = []
-    for site, v in learned.items():
-        try:
-            row = {"site": site, "delay": float(v["delay"]), "learned_at": float(v["at"])}
-        except (KeyError, TypeError, ValueError):
+    now = time.time()
+    for site, raw in learned.items():
+        v, _ = check_learned(raw, now)  # what a worker would not use is not shown
+        if v is None:
             continue
+        row = {"site": site, "delay": v["delay"], "learned_at": v["at"]}
         try:
-            row["paused_until"] = float(v.get("paused_until", 0.0))
+            row["paused_until"] = float(raw.get("paused_until", 0.0))
         except (TypeError, ValueError):
             row["paused_until"] = math.nan  # paused() skips it, with a warning
         rows.append(row)
@@ -107,3 +109,15 @@ def format_paused(pauses: list[dict[str, Any]], now: float) -> str:
     ]
     more = f", and {len(pauses) - SHOWN} more" if len(pauses) > SHOWN else ""
     return f"paused sites (Retry-After): {', '.join(shown)}{more}"
+
+
+def forget(settings: Any, job: str) -> None:
+    """Forget ``job``'s learned pacing (and, on Redis, its limiter keys); nothing to do without any."""
+    url = throttle_url(settings)
+    if url.startswith("sqlite:") and not os.path.exists(sqlite_path(url)):
+        return
+    shared = open_shared(url, job)
+    try:
+        shared.reset()
+    finally:
+        shared.close()
