@@ -154,10 +154,25 @@ def test_the_checks_see_a_loop_and_a_private_import() -> None:
     assert [type(n).__name__ for n in got] == ["ImportFrom", "Import"]
 
 
-def test_the_frontier_interface_imports_no_backend() -> None:
+def all_imports(path: Path, here: str, mods: dict[str, Path]) -> set[str]:
+    """Every module ``path`` imports, at any level (inside functions too)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            src = resolve(node, here, mods)
+            out.update(f"{src}.{a.name}" if f"{src}.{a.name}" in mods else src for a in node.names)
+    return out
+
+
+def test_the_frontier_interface_imports_no_backend_and_the_monitor_reads_its_public_status() -> None:
     edges, _ = graph()
-    store = "scrapy_scale.frontier.store"
-    assert not {m for m in edges[store] if m.startswith("scrapy_scale.frontier.backends")}
-    for m in ("scrapy_scale.monitor.snapshots", "scrapy_scale.monitor.summary", "scrapy_scale.monitor.frontier_read"):
-        src = modules()[m].read_text(encoding="utf-8")
-        assert "frontier.backends" not in src and "cli_ops" not in src, m
+    assert not {m for m in edges["scrapy_scale.frontier.store"] if m.startswith("scrapy_scale.frontier.backends")}
+    mods = modules()
+    for name, path in mods.items():
+        if not name.startswith("scrapy_scale.monitor"):
+            continue
+        used = all_imports(path, name, mods)
+        backends = {m for m in used if m.startswith("scrapy_scale.frontier.backends")}
+        assert not backends and "scrapy_scale.frontier.cli_ops" not in used, (name, sorted(used))

@@ -106,6 +106,9 @@ class StoreSync:
     # ---- the thread ----------------------------------------------------------------------
 
     def start_thread(self) -> None:
+        """The store thread: a daemon, so it never keeps the process alive once the reactor
+        stopped (a second Ctrl-C stops the reactor without closing the spider; a non-daemon
+        thread then blocked the interpreter's exit forever)."""
         self._pool = DaemonThreadPool(1, 1, name="scale-frontier")
         self._pool.start()
 
