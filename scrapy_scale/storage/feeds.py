@@ -40,6 +40,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from scrapy_scale.errors import ScaleError
 from scrapy_scale.pids import pid_alive
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ MAX_LINE = 4096
 Entry = tuple[str, str | None]
 
 
-class JournalWriteError(OSError):
+class JournalWriteError(ScaleError, OSError):
     """The journal could not be written: items of the batch must not be acked."""
 
 
