@@ -639,3 +639,16 @@ def test_a_url_scheme_not_allowed_is_advised_about_the_schemes_setting(
     assert "SCALE_FRONTIER_SCHEMES" in scheme and "'data'" in scheme and "cb_kwargs" not in scheme, scheme
     assert "meta/cb_kwargs" in value, value
     assert sched.crawler.stats.get_value("scale/frontier/unserializable/refused") == 2
+
+
+def test_a_bad_setting_is_found_before_the_store_is_opened(tmp_path: Path) -> None:
+    """Every frontier setting is read before the store opens: a bad one leaves no new
+    frontier file (nor an open connection) behind, as before the scheduler was split."""
+    from scrapy_scale.config import ScaleSettingError
+
+    folder = tmp_path / "bad"  # tmp_path holds the autouse scheduler's own file
+    folder.mkdir()
+    crawler = get_crawler(S, {"SCALE_FRONTIER_URL": f"sqlite:///{folder / 'f.db'}", "SCALE_FRONTIER_BATCH": 0})
+    with pytest.raises(ScaleSettingError):
+        Scheduler.from_crawler(crawler)
+    assert not list(folder.iterdir())

@@ -144,24 +144,25 @@ class Scheduler(BaseScheduler):
         job = settings_core.JOB.get(s) or getattr(crawler.spidercls, "name", None)
         if not job:
             raise FrontierError("no job name: set SCALE_JOB or give the spider a name")
+        # every setting is read (and so checked) before the store is opened: a bad value
+        # must not leave a new file or an open connection behind
+        url, state_dir = frontier_settings.frontier_url(s), settings_core.STATE_DIR.get(s)
+        options = {
+            "batch": frontier_settings.BATCH.get(s),
+            "lease_seconds": frontier_settings.LEASE.get(s),
+            "wait_for_seeds": frontier_settings.WAIT_FOR_SEEDS.get(s),
+            "worker": frontier_settings.WORKER.get(s),
+            "error_deadline": frontier_settings.ERROR_DEADLINE.get(s),
+        }
         try:
-            store = open_store(frontier_settings.frontier_url(s), job, state_dir=settings_core.STATE_DIR.get(s))
+            store = open_store(url, job, state_dir=state_dir)
         except FrontierError as e:
             logger.error("scrapy-scale frontier cannot start: %s", e)
             raise
         ctx = ScaleContext.of(crawler)
         ctx.scheduler_holds_retries = True  # and keys requests by their real fingerprint
         ctx.frontier_on = True
-        sched = cls(
-            crawler,
-            store,
-            batch=frontier_settings.BATCH.get(s),
-            lease_seconds=frontier_settings.LEASE.get(s),
-            wait_for_seeds=frontier_settings.WAIT_FOR_SEEDS.get(s),
-            worker=frontier_settings.WORKER.get(s),
-            signal_mode=None,
-            error_deadline=frontier_settings.ERROR_DEADLINE.get(s),
-        )
+        sched = cls(crawler, store, signal_mode=None, **options)
         sched.scrapy_settings = scrapy_settings_check.read(s)
         for line in sched.scrapy_settings.warnings:
             logger.warning(line)
