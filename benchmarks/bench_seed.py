@@ -175,7 +175,7 @@ def run_feed(url_file: Path, frontier: str, job: str, workdir: str) -> dict[str,
 
 
 def pending_count(frontier: str, job: str, workdir: str) -> dict[str, int]:
-    from scrapy_scale.frontier.store import open_store
+    from scrapy_scale.frontier.backends import open_store
 
     store = open_store(frontier, job, state_dir=workdir)
     try:

@@ -177,7 +177,7 @@ def test_a_frozen_worker_back_after_its_leases_expired_counts_stale_acks_not_ack
             _wait_for(w1_busy, 120, "w1 to hold leases a quarter into the crawl", procs)
             os.kill(procs[1].pid, signal.SIGSTOP)
             try:
-                prefix = store._run_prefix()  # type: ignore[attr-defined]
+                prefix = store.run_prefix()  # type: ignore[attr-defined]
                 held = {}
                 for fp in store.r.smembers(f"{prefix}:wl:w1"):  # type: ignore[attr-defined]
                     rec = store.get(fp)

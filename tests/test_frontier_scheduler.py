@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from scrapy_scale.frontier.store import FrontierStore, open_store
+from scrapy_scale.frontier.backends import open_store
+from scrapy_scale.frontier.store import FrontierStore
 from scrapy_scale.testbed import Fault, Testbed
 from tests.crawling import run_crawl, start_crawl
 

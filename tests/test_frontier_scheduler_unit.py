@@ -19,8 +19,9 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_scale import meta
 from scrapy_scale import signals as scale_signals
-from scrapy_scale.frontier.scheduler import HELD_CAP, Scheduler
+from scrapy_scale.frontier.scheduler import Scheduler
 from scrapy_scale.frontier.store import State
+from scrapy_scale.frontier.waiting import HELD_CAP
 from scrapy_scale.outcomes.model import FailureClass, Outcome
 
 pytestmark = pytest.mark.pure
@@ -121,7 +122,7 @@ def test_a_request_whose_item_was_not_stored_is_never_acked_and_is_released_at_c
         failure=Failure(StoreBroken("store cannot be written")),
     )
     sched.sync_blocking()
-    sched._ack_finished_by_engine()  # the engine is done with it: still no ack
+    sched.inflight.settle_finished()  # the engine is done with it: still no ack
     sched.sync_blocking()
     assert state(sched, r) == State.LEASED
     assert not sched.crawler.stats.get_value("scale/frontier/acked")
@@ -261,7 +262,7 @@ def test_buffer_is_bounded(sched: Scheduler) -> None:
 def test_outbox_is_bounded_when_the_reactor_does_not_come_back(sched: Scheduler) -> None:
     """Scrapy may consume start() without yielding to the reactor: no sync can run,
     so enqueue_request itself writes the outbox once it holds OUTBOX_CAP batches."""
-    from scrapy_scale.frontier.scheduler import OUTBOX_CAP
+    from scrapy_scale.frontier.rounds import OUTBOX_CAP
 
     cap = OUTBOX_CAP * sched.batch
     for i in range(5 * cap):
@@ -279,25 +280,25 @@ def test_new_requests_that_arrive_during_a_sync_start_the_next_one_at_once(sched
     as they are written: with the buffer low the next sync starts when this one ends, not
     at the next tick (the engine got None meanwhile and waits to be woken)."""
     kicks: list[int] = []
-    sched._kick = lambda: kicks.append(len(sched.outbox))  # type: ignore[method-assign]
+    sched.rounds.kick = lambda: kicks.append(len(sched.outbox))  # type: ignore[method-assign]
     sched.enqueue_request(Request("http://a.test/parent"))
-    args = sched._sync_args()  # the sync starts: it took the outbox
-    res = sched._sync_work(*args)
+    plan = sched.rounds.plan()  # the sync starts: it took the outbox
+    res = sched.sync.run(plan)
     sched.enqueue_request(Request("http://a.test/child"))  # arrives while it runs
-    sched._sync_done(res)  # leased the parent; the buffer is low: kick (as before)
+    sched.rounds.synced(res)  # leased the parent; the buffer is low: kick (as before)
     assert kicks == [1]
     assert sched.next_request() is not None and kicks == [1, 1]  # next_request kicks when low, as before
     kicks.clear()
-    res = sched._sync_work(*sched._sync_args())  # writes the child, leases it
+    res = sched.sync.run(sched.rounds.plan())  # writes the child, leases it
     assert [x.fingerprint for x in res.leased] and not sched.outbox
     sched.enqueue_request(Request("http://a.test/grandchild"))
     res.leased = []  # a sync that leased nothing (the child was not written yet when it leased)
-    sched._sync_done(res)
+    sched.rounds.synced(res)
     assert kicks == [1]  # the grandchild waits in the outbox: sync again now
     kicks.clear()
-    res = sched._sync_work(*sched._sync_args())
+    res = sched.sync.run(sched.rounds.plan())
     res.leased = []
-    sched._sync_done(res)
+    sched.rounds.synced(res)
     assert kicks == []  # nothing new waiting and nothing leased: the tick will do
 
 
@@ -324,9 +325,9 @@ def test_len_counts_what_waits_in_the_outbox(sched: Scheduler) -> None:
     for i in range(3):
         sched.enqueue_request(Request(f"http://a.test/{i}"))
     assert sched.has_pending_requests() and len(sched) == 3
-    args = sched._sync_args()  # a sync takes the outbox: still waiting, not yet counted by the store
+    plan = sched.rounds.plan()  # a sync takes the outbox: still waiting, not yet counted by the store
     assert len(sched) == 3
-    sched._sync_done(sched._sync_work(*args))
+    sched.rounds.synced(sched.sync.run(plan))
     assert len(sched) == 3  # now buffered (leased), none pending in the store
     sched.next_request()
     assert len(sched) == 2  # one in flight
@@ -348,10 +349,10 @@ def test_a_late_higher_priority_request_is_served_before_the_buffered_ones(sched
     sched.sync_blocking()
     assert len(sched.buffer) == sched.batch  # a full batch of priority 0 leased
     assert sched.next_request().priority == 0
-    args = sched._sync_args()  # a sync is running ...
+    plan = sched.rounds.plan()  # a sync is running ...
     sched.enqueue_request(Request("http://a.test/high", priority=5))  # ... when it arrives
     assert sched.next_request() is None  # held back: the buffer has only lower priorities
-    sched._sync_done(sched._sync_work(*args))
+    sched.rounds.synced(sched.sync.run(plan))
     assert sched.next_request() is None  # still in the outbox
     sched.sync_blocking()  # writes it and leases it although the buffer is more than half full
     served = _drain(sched)
@@ -371,11 +372,11 @@ def test_a_higher_priority_written_by_a_sync_that_did_not_lease_is_leased_next(s
         sched.enqueue_request(Request(f"http://a.test/low{i}"))
     sched.sync_blocking()
     sched.enqueue_request(Request("http://a.test/mid", priority=5))
-    args = sched._sync_args()  # buffer full and its best (9) outranks 5: this sync leases nothing
-    assert args[1] == 0
+    plan = sched.rounds.plan()  # buffer full and its best (9) outranks 5: this sync leases nothing
+    assert plan.want == 0
     assert sched.next_request().priority == 9
     assert sched.next_request() is None  # 5 is being written; the buffer has only 0s
-    sched._sync_done(sched._sync_work(*args))
+    sched.rounds.synced(sched.sync.run(plan))
     assert sched.next_request() is None  # written, pending in the store, not leased yet
     sched.sync_blocking()
     assert _drain(sched) == [5] + [0] * 7
@@ -409,7 +410,7 @@ def test_a_late_ack_after_the_lease_passed_to_another_worker_is_counted_stale(sc
     assert other.reclaim() == 1
     (taken,) = other.lease("other/0", 1, 60.0)  # another worker takes it: a new token
     outcome(r, items=0)  # the frozen worker comes back and finishes its copy
-    sched._ack_finished_by_engine()
+    sched.inflight.settle_finished()
     sched.sync_blocking()
     stats = sched.crawler.stats
     assert not stats.get_value("scale/frontier/acked")
@@ -455,8 +456,6 @@ def test_a_request_kept_in_memory_and_lost_at_a_stop_is_dead_lettered_with_why(s
     assert len(sched.buffer) == 1
     sched.store.release(sched.worker)  # what a stop does with what it holds ...
     sched.buffer.clear()  # ... and the next process starts with nothing in memory
-    sched._mem_n = 0
-    sched._held_tokens.clear()
     sched.sync_blocking()  # it leases the record: there is no request in it
     assert sched.next_request() is None
     sched.sync_blocking()
@@ -471,7 +470,7 @@ def test_a_sync_that_brings_nothing_does_not_wake_an_engine_that_waits(sched: Sc
     whole wait (27,000 syncs in a 10 s crawl of 3,000 pages, measured before this rule). The
     sync that leases the record wakes it."""
     wakes: list[int] = []
-    sched._wake_engine = lambda: wakes.append(1)  # type: ignore[method-assign]
+    sched.rounds.wake_engine = lambda: wakes.append(1)
     sched.enqueue_request(Request("http://a.test/1"))
     r = lease_one(sched)
     wakes.clear()
@@ -496,14 +495,14 @@ def test_a_waiting_engine_is_woken_when_what_held_it_back_is_gone(sched: Schedul
     """The other reason the engine waits: a request outranking the buffer waits to be written.
     A sync that writes it (even one that leases nothing) ends that wait: the engine is woken."""
     wakes: list[int] = []
-    sched._wake_engine = lambda: wakes.append(1)  # type: ignore[method-assign]
+    sched.rounds.wake_engine = lambda: wakes.append(1)
     for i in range(3):
         sched.enqueue_request(Request(f"http://a.test/{i}"))
     sched.sync_blocking()
     sched.enqueue_request(Request("http://a.test/urgent", priority=10))
     wakes.clear()
     assert sched.next_request() is None  # held back for the urgent one
-    assert sched._engine_waits
+    assert sched.engine_waits
     sched.sync_blocking()  # writes and leases it
     assert wakes == [1]
     got = sched.next_request()
@@ -532,7 +531,7 @@ def test_a_higher_priority_request_is_leased_even_when_the_pacer_filled_the_buff
     forever while the scheduler syncs in a loop (seen: a paced crawl whose listing pages had a
     higher priority stopped at 220 of 3,152 pages)."""
     pacer = HoldAll()
-    sched._pacer = pacer
+    sched.buffer.pacer = pacer
     for i in range(60):
         sched.enqueue_request(Request(f"http://a.test/{i}"))
     for _ in range(10):
@@ -579,7 +578,7 @@ def test_the_engine_backs_out_while_it_waits_for_a_sync_that_brings_it_work(sche
     Scrapy's scheduler, else start() runs ahead (issue 19 item 11)."""
     assert not sched.engine_backs_out()  # nothing anywhere: scheduler_empty is true
     sched.enqueue_request(Request("http://a.test/1"))
-    assert sched.engine_backs_out() and sched._engine_waits  # woken after the sync
+    assert sched.engine_backs_out() and sched.engine_waits  # woken after the sync
     sched.sync_blocking()
     assert not sched.engine_backs_out()  # buffered: the engine takes it
     assert sched.next_request() is not None
@@ -642,3 +641,16 @@ def test_a_url_scheme_not_allowed_is_advised_about_the_schemes_setting(
     assert "SCALE_FRONTIER_SCHEMES" in scheme and "'data'" in scheme and "cb_kwargs" not in scheme, scheme
     assert "meta/cb_kwargs" in value, value
     assert sched.crawler.stats.get_value("scale/frontier/unserializable/refused") == 2
+
+
+def test_a_bad_setting_is_found_before_the_store_is_opened(tmp_path: Path) -> None:
+    """Every frontier setting is read before the store opens: a bad one leaves no new
+    frontier file (nor an open connection) behind, as before the scheduler was split."""
+    from scrapy_scale.config import ScaleSettingError
+
+    folder = tmp_path / "bad"  # tmp_path holds the autouse scheduler's own file
+    folder.mkdir()
+    crawler = get_crawler(S, {"SCALE_FRONTIER_URL": f"sqlite:///{folder / 'f.db'}", "SCALE_FRONTIER_BATCH": 0})
+    with pytest.raises(ScaleSettingError):
+        Scheduler.from_crawler(crawler)
+    assert not list(folder.iterdir())

@@ -19,9 +19,10 @@ from w3lib.url import canonicalize_url, safe_url_string
 
 from scrapy_scale.clock import FakeClock
 from scrapy_scale.frontier import codec
+from scrapy_scale.frontier.backends import open_store
 from scrapy_scale.frontier.cli_ops import JobOps, OpError
 from scrapy_scale.frontier.seeding import UrlSeeds
-from scrapy_scale.frontier.store import FrontierStore, open_store
+from scrapy_scale.frontier.store import FrontierStore
 
 pytestmark = pytest.mark.crawl
 
@@ -130,7 +131,7 @@ def _dump(store: FrontierStore) -> dict[str, Any]:
     st = store.status()
     out["status"] = (st.counts, st.run.run_id if st.run else None, st.run.ended_at if st.run else None)
     if hasattr(store, "r"):
-        prefix = store._run_prefix()  # type: ignore[attr-defined]
+        prefix = store.run_prefix()  # type: ignore[attr-defined]
         out["raw"] = {fp: store.r.hgetall(f"{prefix}:r:{fp}") for fp in fps}  # type: ignore[attr-defined]
         out["queues"] = sorted(k[len(prefix) :] for k in store.r.scan_iter(match=f"{prefix}:*"))  # type: ignore[attr-defined]
     out["leased"] = [(lz.fingerprint, lz.data, lz.domain, lz.priority) for lz in store.lease("w", 1000, 60)]
@@ -337,10 +338,10 @@ def _random_urls(n: int, seed: int) -> list[str]:
 def test_random_urls_give_the_codecs_records() -> None:
     rules = codec.RecordRules()
     seeds = UrlSeeds(rules, 2)
-    assert seeds._as_is, "the shortcut for URLs w3lib leaves as they are is on with this w3lib"
+    assert seeds.shortcut_on, "the shortcut for URLs w3lib leaves as they are is on with this w3lib"
     shortcut = 0
     for u in _random_urls(10_000, 11):
-        if seeds._canonical.match(u):
+        if seeds.canonical(u):
             shortcut += 1
             assert safe_url_string(u, "utf-8") == u == canonicalize_url(u), u
         assert outcome(seeds.valid, u) == outcome(old_valid, u, rules.schemes), u

@@ -13,8 +13,8 @@ import pytest
 import redis
 
 from scrapy_scale.clock import FakeClock
-from scrapy_scale.frontier import redis_status
-from scrapy_scale.frontier.redis_store import RedisStore
+from scrapy_scale.frontier.backends.redis import RedisStore
+from scrapy_scale.frontier.backends.redis import status as redis_status
 from scrapy_scale.frontier.store import NewRequest
 from tests import services
 

@@ -24,13 +24,13 @@ from scrapy import Request
 
 from scrapy_scale.clock import FakeClock
 from scrapy_scale.frontier import codec
+from scrapy_scale.frontier.backends import open_store
 from scrapy_scale.frontier.store import (
     EnqueueResult,
     FrontierError,
     FrontierStore,
     NewRequest,
     State,
-    open_store,
 )
 
 pytestmark = pytest.mark.crawl
@@ -615,7 +615,7 @@ def test_foreign_or_incompatible_sqlite_file_fails(tmp_path: Path) -> None:
 
 
 def test_sqlite_url_reading() -> None:
-    from scrapy_scale.frontier.sqlite import SqliteStore
+    from scrapy_scale.frontier.backends.sqlite import SqliteStore
 
     assert SqliteStore.path_from_url("sqlite:///abs/f.db") == "/abs/f.db"
     assert SqliteStore.path_from_url("sqlite:////abs/f.db") == "/abs/f.db"
@@ -777,7 +777,7 @@ def _corrupt(store: FrontierStore, fingerprint: str, field: str, value: str) -> 
         db.commit()
         db.close()
     else:
-        store.r.hset(f"{store._run_prefix()}:r:{fingerprint}", field, value)  # type: ignore[attr-defined]
+        store.r.hset(f"{store.run_prefix()}:r:{fingerprint}", field, value)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("field", ["a", "el", "t"])

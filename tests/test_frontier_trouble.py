@@ -69,23 +69,29 @@ def sched(tmp_path: Path):
 
 def test_a_corrupt_frontier_during_the_crawl_stops_it_with_exit_1(sched: Scheduler, tmp_path: Path) -> None:
     sched.enqueue_request(Request("http://a.test/1"))
-    sched._sync_trouble(corruption_error(tmp_path))
+    sched.rounds.failed(corruption_error(tmp_path))
     assert len(sched.outbox) == 1  # kept, never written to a store that cannot be trusted
     msg = sched.crawler.stats.get_value("scale/frontier/error")
     assert msg and "is corrupt" in msg and "PRAGMA integrity_check" in msg
     assert exitcode.requested() is not None and exitcode.requested()[0] == 1
-    sched._pool = object()  # type: ignore[assignment] - as if open: _kick must still not sync again
-    sched._kick()
-    assert sched._sync_running is None
+    sched.sync.start_thread()  # as if open: no sync may start again
+    try:
+        sched.rounds.kick()
+        assert sched.sync.running is None
+    finally:
+        sched.sync.stop_thread()
 
 
 def test_disk_full_is_retried_with_backoff(sched: Scheduler) -> None:
-    sched._sync_trouble(sqlite3.OperationalError("database or disk is full"))
-    assert sched._fatal is None and sched._trouble.failures == 1
+    sched.rounds.failed(sqlite3.OperationalError("database or disk is full"))
+    assert sched.sync.fatal is None and sched.sync.trouble.failures == 1
     assert exitcode.requested() is None
-    sched._pool = object()  # type: ignore[assignment]
-    sched._kick()  # within the backoff: no sync
-    assert sched._sync_running is None
+    sched.sync.start_thread()
+    try:
+        sched.rounds.kick()  # within the backoff: no sync
+        assert sched.sync.running is None
+    finally:
+        sched.sync.stop_thread()
 
 
 @pytest.mark.timeout(200)

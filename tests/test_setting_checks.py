@@ -33,7 +33,8 @@ def test_a_bad_url_setting_masks_a_password_in_the_query():
 @pytest.mark.crawl
 def test_an_unreachable_redis_frontier_does_not_log_a_query_password():
     """redis-py takes the password from ``?password=`` too; the error must not show it."""
-    from scrapy_scale.frontier.store import FrontierError, open_store
+    from scrapy_scale.frontier.backends import open_store
+    from scrapy_scale.frontier.store import FrontierError
 
     with pytest.raises(FrontierError) as e:
         open_store("redis://127.0.0.1:1/0?password=s3cret", "job")

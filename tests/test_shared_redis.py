@@ -15,7 +15,7 @@ from scrapy.http import FormRequest, JsonRequest
 
 from scrapy_scale import config
 from scrapy_scale.frontier import codec
-from scrapy_scale.frontier.redis_store import RedisStore, glob_escape
+from scrapy_scale.frontier.backends.redis import RedisStore, glob_escape
 from scrapy_scale.frontier.store import FrontierError, NewRequest
 from scrapy_scale.testbed import Testbed
 from tests.crawling import run_crawl

@@ -26,7 +26,7 @@ def _open(kind: str, path: str, barrier) -> str:
 
             SQLiteStore(f"sqlite:///{path}", "items", "items_dead").open()
         elif kind == "frontier":
-            from scrapy_scale.frontier.sqlite import SqliteStore
+            from scrapy_scale.frontier.backends.sqlite import SqliteStore
 
             SqliteStore(path, "job").open()
         elif kind == "throttle":

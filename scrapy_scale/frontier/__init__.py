@@ -1,13 +1,15 @@
 """The persisted frontier: a Scrapy scheduler over a SQLite or Redis store.
 
 ``scrapy_scale.frontier.Scheduler`` is the scheduler; :mod:`.store` the store
-interface and :func:`.store.open_store` its factory; see docs/frontier.md.
+interface, :func:`.backends.open_store` its factory (the backends live in
+:mod:`.backends`), :mod:`.status` the read-only status; see docs/frontier.md.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from scrapy_scale.frontier.backends import open_store
 from scrapy_scale.frontier.store import (
     EnqueueResult,
     FrontierError,
@@ -16,7 +18,6 @@ from scrapy_scale.frontier.store import (
     NewRequest,
     State,
     Status,
-    open_store,
 )
 
 __all__ = [

@@ -15,31 +15,18 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import urlsplit
 
-from scrapy_scale import config, settings_core
-from scrapy_scale.errors import ScaleError
-from scrapy_scale.frontier import settings as frontier_settings
+from scrapy_scale.frontier import status
 from scrapy_scale.frontier.codec import RecordRules
 from scrapy_scale.frontier.seeding import UrlSeeds
-from scrapy_scale.frontier.store import (
-    COUNT_KEYS,
-    FrontierError,
-    FrontierStore,
-    Status,
-    open_store,
-)
+from scrapy_scale.frontier.status import known_jobs, run_state
+from scrapy_scale.frontier.store import COUNT_KEYS, FrontierStore
 from scrapy_scale.outcomes.model import DONE_CLASSES, FailureClass
-from scrapy_scale.redact import redact_url
-
-#: seconds a command keeps retrying an unreachable Redis before it gives up
-REDIS_GIVE_UP = 10.0
 
 #: seeds per store call (one SQLite transaction: 1.6 times faster than 10,000 at a million
 #: seeds, and holds the write lock for about 0.6 s; Redis: script calls of SEED_CALL)
@@ -49,8 +36,11 @@ SEED_BATCH = 50_000
 FAILED_CLASSES = tuple(c.value for c in FailureClass if c not in DONE_CLASSES)
 
 
-class OpError(ScaleError, RuntimeError):
-    """A command cannot do what was asked; the message says why and what to do."""
+#: a command cannot do what was asked; the message says why and what to do (the
+#: frontier's status error: opening the job's frontier fails with it too)
+OpError = status.StatusError
+
+__all__ = ["JobOps", "OpError", "format_status", "known_jobs", "open_job", "run_state"]
 
 
 class JobOps:
@@ -68,51 +58,11 @@ class JobOps:
 
     def exists(self) -> bool:
         """Has this job ever had a run or a record in this frontier?"""
-        if self.store.runs():
-            return True
-        return any(self.store.counts().values())
+        return status.job_exists(self.store)
 
     def status(self) -> dict[str, Any]:
         """The job's state as plain JSON-able data (see :func:`format_status`)."""
-        st: Status = self.store.status()
-        run = st.run
-        now = self.store.clock()
-        live = st.live_workers(now)
-        return {
-            "job": st.job,
-            "frontier": self.where,
-            "run": None
-            if run is None
-            else {
-                "id": run.run_id,
-                "started_at": run.started_at,
-                "ended_at": run.ended_at,
-                "state": run_state(run.ended_at, live),
-                # when a worker was last heard from, while the run is interrupted
-                "no_live_worker_since": st.last_seen() if run.ended_at is None and not live else None,
-            },
-            "live_workers": live,
-            "workers": {
-                w: {"last_beat": at, "alive_until": until, "live": until >= now}
-                for w, (at, until) in sorted(st.workers.items())
-            },
-            "counts": {k: int(st.counts.get(k, 0)) for k in COUNT_KEYS},
-            "total": sum(int(st.counts.get(k, 0)) for k in COUNT_KEYS),
-            "failed_by_class": dict(sorted(st.failed_by_class.items())),
-            "oldest_pending_age": st.oldest_pending_age,
-            "oldest_pending_exact": st.oldest_pending_exact,
-            "average_wait": st.average_wait,
-            "leases_by_worker": dict(sorted(st.leases_by_worker.items())),
-            "dead_letters": st.dead_letters,
-            "drained": st.drained,
-            # of the delayed: retries waiting for their backoff (or their site's turn after
-            # it); the rest are first attempts the pacer put back until their site's turn
-            "delayed_retries": st.delayed_retries,
-            "delayed_paced": None
-            if st.delayed_retries is None
-            else max(0, int(st.counts.get("delayed", 0)) - st.delayed_retries),
-            "last_eligible_at": st.last_eligible_at,
-        }
+        return status.status_of(self.store, self.where)
 
     def seed(self, urls: Sequence[str], priority: int = 0) -> int:
         """Enqueue ``urls`` (deduplicated like any request); returns how many were new.
@@ -189,42 +139,8 @@ def open_job(settings: Any, job: str, must_exist: bool = True) -> Iterator[JobOp
     ``must_exist``: fail with :class:`OpError` (naming the known jobs when the
     backend can list them) unless the job has a run or records there.
     """
-    if not job or not job.strip():
-        raise OpError("the job name is empty")
-    # every SCALE_* setting, as a crawl would check them, without opening an egress source (a
-    # file, a provider): a command that reads the frontier must not depend on it
-    config.validate_all(settings, read_sources=False)
-    url = frontier_settings.frontier_url(settings)
-    state_dir = settings_core.STATE_DIR.get(settings)
-    scheme = urlsplit(url).scheme
-    where = redact_url(url)
-    if scheme == "sqlite" and must_exist:
-        from scrapy_scale.frontier.sqlite import SqliteStore
-
-        path = SqliteStore.path_from_url(url, state_dir)
-        if not os.path.exists(path):
-            raise OpError(
-                f"no frontier at {path} (no crawl has used it yet); run the command where the "
-                "crawl runs, or give -s SCALE_FRONTIER_URL=... / -s SCALE_STATE_DIR=..."
-            )
-    try:
-        store = open_store(url, job, state_dir=state_dir, connect=False)
-        if hasattr(store, "retry_for"):
-            store.retry_for = REDIS_GIVE_UP  # a command must not wait forever for Redis
-        store.open()
-    except FrontierError as e:
-        raise OpError(str(e)) from None
-    try:
-        ops = JobOps(store, where, RecordRules.for_crawl(None, settings))
-        if must_exist and not ops.exists():
-            others = [j for j in known_jobs(store) if j != job]
-            hint = f"; known jobs: {', '.join(others)}" if others else "; no job has run there yet"
-            raise OpError(f"unknown job {job!r} in the frontier at {where}{hint}")
-        yield ops
-    except FrontierError as e:
-        raise OpError(str(e)) from None
-    finally:
-        store.close()
+    with status.open_frontier(settings, job, must_exist=must_exist) as store:
+        yield JobOps(store, status.where(settings), RecordRules.for_crawl(None, settings))
 
 
 def _lines(path: str) -> Iterator[tuple[int, str]]:
@@ -239,29 +155,6 @@ def _lines(path: str) -> Iterator[tuple[int, str]]:
         raise OpError(f"cannot read {path}: {e}") from None
 
 
-def known_jobs(store: FrontierStore) -> list[str]:
-    """Names of the jobs that have had a run in ``store``'s frontier (best effort:
-    reads the backend's layout; [] when it cannot tell)."""
-    try:
-        from scrapy_scale.frontier.redis_store import RedisStore
-    except ImportError:  # the redis extra is not installed
-        RedisStore = None  # type: ignore[assignment,misc]  # noqa: N806
-    from scrapy_scale.frontier.sqlite import SqliteStore
-
-    try:
-        if isinstance(store, SqliteStore):
-            rows = store.db.execute("SELECT DISTINCT job FROM runs ORDER BY job").fetchall()
-            return [str(r[0]) for r in rows]
-        if RedisStore is not None and isinstance(store, RedisStore):
-            names = set()
-            for key in store.r.scan_iter(match="scale:{*}:runs", count=1000):
-                names.add(key[len("scale:{") : -len("}:runs")])
-            return sorted(names)
-    except Exception:  # noqa: BLE001 - only a hint in an error message
-        return []
-    return []
-
-
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -270,14 +163,6 @@ def _age(seconds: float | None) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f}min"
     return f"{seconds / 3600:.1f}h"
-
-
-def run_state(ended_at: float | None, live_workers: Sequence[str]) -> str:
-    """``finished``; ``running`` while a worker is alive; else ``interrupted`` (Ctrl-C,
-    kill -9, a crash at startup: the run is unfinished and nobody works on it)."""
-    if ended_at is not None:
-        return "finished"
-    return "running" if live_workers else "interrupted"
 
 
 def _when(t: float, now: float) -> str:

@@ -16,9 +16,6 @@
   outbox for a sync, the downloader stays empty, and ``start()`` ran ahead. So
   ``needs_backout()`` also answers True while the engine waits for a sync that
   brings it work (see ``Scheduler.engine_backs_out``).
-- :class:`DaemonThreadPool`: the store thread must not keep the process alive
-  once the reactor stopped (a second Ctrl-C stops the reactor without closing
-  the spider; a non-daemon thread then blocked the interpreter's exit forever).
 """
 
 from __future__ import annotations
@@ -77,6 +74,3 @@ def install_backout(engine: Any, backs_out: Callable[[], bool]) -> Callable[[], 
             del engine.needs_backout
 
     return remove
-
-
-from scrapy_scale.daemon_pool import DaemonThreadPool  # noqa: E402,F401 - re-exported for the scheduler

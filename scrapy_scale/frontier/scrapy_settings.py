@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from scrapy_scale import compat as scrapy_scale_compat
+from scrapy_scale import compat
 
 if TYPE_CHECKING:
     from scrapy_scale.frontier.store import FrontierStore
@@ -49,7 +49,7 @@ NOT_USED = {
 
 
 @dataclass(frozen=True)
-class SchedulerCompat:
+class SchedulerSettings:
     #: the setting that makes the job start over at open (``"SCHEDULER_PERSIST = False"``), or None
     start_over: str | None = None
     #: deduplicate by request fingerprint (False: ``DUPEFILTER_CLASS = BaseDupeFilter``)
@@ -58,7 +58,7 @@ class SchedulerCompat:
     warnings: tuple[str, ...] = ()
 
 
-DEFAULT = SchedulerCompat()
+DEFAULT = SchedulerSettings()
 
 
 def project_set(settings: Any, name: str) -> bool:
@@ -66,7 +66,7 @@ def project_set(settings: Any, name: str) -> bool:
     return name in settings and (settings.getpriority(name) or 0) > 0
 
 
-def read(settings: Any) -> SchedulerCompat:
+def read(settings: Any) -> SchedulerSettings:
     start_over = None
     if project_set(settings, "SCHEDULER_FLUSH_ON_START") and settings.getbool("SCHEDULER_FLUSH_ON_START"):
         start_over = "SCHEDULER_FLUSH_ON_START = True"
@@ -88,7 +88,7 @@ def read(settings: Any) -> SchedulerCompat:
     for name, instead in NOT_USED.items():
         if project_set(settings, name):
             warnings.append(f"{name} = {_name(settings.get(name))!r} is not used: {instead}")
-    return SchedulerCompat(start_over, dedup, tuple(warnings))
+    return SchedulerSettings(start_over, dedup, tuple(warnings))
 
 
 def dupefilter_kind(value: Any) -> str:
@@ -110,7 +110,7 @@ def dupefilter_kind(value: Any) -> str:
 
 def _name(value: Any) -> str:
     if isinstance(value, type):
-        return scrapy_scale_compat.qualified_name(value)
+        return compat.qualified_name(value)
     return str(value)
 
 

@@ -81,6 +81,15 @@ class UrlSeeds:
         # the shortcut is only taken while it gives what the codec gives (checked once)
         assert self._fingerprint(_PROBE) == codec.default_fingerprint(probe)
 
+    @property
+    def shortcut_on(self) -> bool:
+        """Is the shortcut for canonical URLs on (w3lib leaves such URLs as they are)?"""
+        return self._as_is
+
+    def canonical(self, url: str) -> bool:
+        """Is ``url`` of the canonical form the shortcut takes as it is (when on)?"""
+        return self._canonical.match(url) is not None
+
     def valid(self, url: str) -> bool:
         """What ``scrapy scale seed`` accepts: an absolute URL of an allowed scheme (with a host)."""
         if self._host(url) is not None:

@@ -1,7 +1,7 @@
 """The frontier store: persisted request records of one job, and their states.
 
 One interface, two backends (``sqlite:///path`` and ``redis://host:port/db``),
-chosen by URL with :func:`open_store`. The same conformance suite
+chosen by URL with :func:`scrapy_scale.frontier.backends.open_store`. The same conformance suite
 (tests/test_frontier_store.py) runs against both.
 
 Record lifecycle (one record per fingerprint per job)::
@@ -25,215 +25,42 @@ processes on one machine through its file lock).
 
 Requests are stored as data, never pickle: :mod:`scrapy_scale.frontier.codec`
 turns a :class:`scrapy.Request` into a versioned JSON string and back.
+
+The records and their states (:class:`NewRequest`, :class:`Leased`, :class:`Status`, ...)
+are in :mod:`scrapy_scale.frontier.records`, imported here for the store's users.
 """
 
 from __future__ import annotations
 
 import abc
-import secrets
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from scrapy_scale import clock as clock_mod
-from scrapy_scale.errors import ScaleError
+from scrapy_scale.frontier.records import (
+    AGAIN_SEP,
+    COUNT_KEYS,
+    DELAYED_SAMPLE,
+    DeadLetter,
+    EnqueueResult,
+    FrontierError,
+    FrontierFatal,
+    Leased,
+    NewRequest,
+    RunInfo,
+    State,
+    Status,
+    again_key,
+    domain_of,
+    key_base,
+)
 from scrapy_scale.settings_core import job_name_problem
 
 if TYPE_CHECKING:
     from scrapy import Request
 
     from scrapy_scale.frontier.codec import RecordRules
-
-
-class FrontierError(ScaleError, RuntimeError):
-    """The frontier cannot be used: the message says what is wrong and what to do.
-
-    Raised at startup for an unknown URL scheme, an unreachable Redis, or a SQLite
-    file of an incompatible layout.
-    """
-
-
-class FrontierFatal(FrontierError):
-    """The frontier cannot go on (its store lost the job's state, or is corrupt): the crawl
-    must stop with this message instead of retrying."""
-
-
-class State(StrEnum):
-    PENDING = "pending"
-    LEASED = "leased"
-    DONE = "done"
-    FAILED = "failed"
-
-
-class EnqueueResult(StrEnum):
-    #: a new record was created (pending)
-    ADDED = "added"
-    #: an existing record was overwritten and made pending again (a retry/redirect)
-    UPDATED = "updated"
-    #: a done/failed record was made pending again (``reopen=True``, i.e. dont_filter)
-    REOPENED = "reopened"
-    #: the fingerprint is known; nothing changed
-    DUPLICATE = "duplicate"
-
-
-#: between a fingerprint and the suffix of a record of its own (``NewRequest.again``);
-#: never in a fingerprint (hex)
-AGAIN_SEP = "~"
-
-
-def again_key(fingerprint: str) -> str:
-    """A record key of its own for one more fetch of ``fingerprint`` (a ``dont_filter``
-    request while the fingerprint's record is pending or leased): unique across workers
-    and restarts."""
-    return f"{fingerprint}{AGAIN_SEP}{secrets.token_hex(6)}"
-
-
-def key_base(key: str) -> str:
-    """The fingerprint a record key stands for (the key itself, or the part before the
-    suffix of :func:`again_key`)."""
-    return key.split(AGAIN_SEP, 1)[0]
-
-
-@dataclass(frozen=True, slots=True)
-class NewRequest:
-    """What :meth:`FrontierStore.enqueue` takes: one request, already encoded."""
-
-    fingerprint: str
-    #: the request as data: :func:`scrapy_scale.frontier.codec.encode` output (versioned JSON)
-    data: str
-    #: host of the request URL (fairness unit); see :func:`domain_of`
-    domain: str
-    priority: int = 0
-    #: epoch seconds; 0 = eligible at once. A later time makes the record *delayed*.
-    not_before: float = 0.0
-    #: attempts already made before this one (a retry with meta scale_attempt=n gives n-1)
-    attempts: int = 0
-    #: (failure class, reason) of the previous attempt, for a retry
-    last_failure: tuple[str, str] | None = None
-    #: True for a continuation of a known request (a retry or redirect): if the
-    #: fingerprint exists in any state, overwrite its data, priority and domain,
-    #: make it pending with ``not_before``, set attempts and last failure, clear
-    #: its lease (and invalidate the old lease token). Inserts when unknown.
-    update: bool = False
-    #: True for ``dont_filter`` requests: a done or failed record with this
-    #: fingerprint becomes pending again (attempts reset). A pending or leased
-    #: record is left alone (DUPLICATE), unless ``again`` is set.
-    reopen: bool = False
-    #: with ``reopen``: the key of a record of its own for this request when the
-    #: fingerprint's record is pending or leased (``dont_filter`` fetches again
-    #: whatever the state: the new record is ADDED, or DUPLICATE if ``again`` exists)
-    again: str = ""
-    #: a worker id for a request only that worker can serve (kept in its memory: its
-    #: values cannot be stored; ``data`` says why): when the fingerprint is new, the
-    #: record is created leased to that worker for ``held_seconds`` (token 0), so it
-    #: is deduplicated like any other and acked as usual; a known one is DUPLICATE.
-    #: If the worker stops before acking it, the lease comes back and the record
-    #: (no request in it) is dead-lettered by whoever leases it.
-    held_by: str = ""
-    held_seconds: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Leased:
-    """One leased record, as :meth:`FrontierStore.lease` returns it."""
-
-    fingerprint: str
-    data: str
-    domain: str
-    priority: int
-    #: attempts made before this lease (0 for a fresh request)
-    attempts: int
-    enqueued_at: float
-    #: when the record became eligible (enqueue time or its not-before time)
-    eligible_at: float
-    #: lease token: :meth:`FrontierStore.ack` / :meth:`FrontierStore.fail` must quote it
-    token: int
-    last_failure: tuple[str, str] | None = None
-    #: set when the record's fields cannot be read (a corrupt record): the store has
-    #: already moved it to the dead letters with this reason, and the other fields
-    #: are placeholders; the rest of the batch is leased as usual
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RunInfo:
-    """One run of a job (a crawl from its first seed to its drain)."""
-
-    run_id: int
-    started_at: float
-    ended_at: float | None = None
-    #: True when :meth:`FrontierStore.begin_run` joined/resumed an unfinished run
-    resumed: bool = False
-    #: counts by state when the run ended (empty while it runs)
-    counts: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    fingerprint: str
-    reason: str
-    data: str
-    at: float
-
-
-@dataclass(frozen=True, slots=True)
-class Status:
-    """What ``scrapy scale status JOB`` prints; cheap enough to call while the job runs."""
-
-    job: str
-    #: the current (or last) run, None before the first
-    run: RunInfo | None
-    #: records by state: ``pending`` (eligible now), ``delayed`` (pending, not yet
-    #: eligible), ``leased``, ``done``, ``failed``; every key always present
-    counts: dict[str, int]
-    #: failed records by failure class
-    failed_by_class: dict[str, int]
-    #: seconds since the oldest eligible pending record became eligible (None if none)
-    oldest_pending_age: float | None
-    #: mean seconds a leased record waited between becoming eligible and its lease
-    #: (over every lease of the current run; None before the first lease)
-    average_wait: float | None
-    #: unexpired leases held by each worker id
-    leases_by_worker: dict[str, int]
-    dead_letters: int
-    #: worker heartbeats (:meth:`FrontierStore.heartbeat`) of the current run:
-    #: worker id -> (last beat, alive until), epoch seconds
-    workers: dict[str, tuple[float, float]] = field(default_factory=dict)
-    #: False when ``oldest_pending_age`` is a lower bound: on Redis with very many
-    #: domains, status looks at the first ``STATUS_DOMAINS`` in service order only
-    oldest_pending_exact: bool = True
-    #: delayed records of requests already tried (retries waiting for their backoff, or
-    #: for their site's turn after it); the other delayed records are first attempts the
-    #: pacer put back until their site's turn. None: not known (on Redis with very many
-    #: delayed records, an estimate from the first :data:`DELAYED_SAMPLE` of them)
-    delayed_retries: int | None = None
-    #: the latest next-eligible time among the delayed records (None: none)
-    last_eligible_at: float | None = None
-
-    def live_workers(self, now: float) -> list[str]:
-        """Workers whose last heartbeat still holds at ``now``."""
-        return sorted(w for w, (_, until) in self.workers.items() if until >= now)
-
-    def last_seen(self) -> float | None:
-        """When a worker of the current run was last heard from (its last heartbeat; the
-        run's start when none has beaten since), None without a run."""
-        beats = [at for at, _ in self.workers.values()]
-        if self.run is not None:
-            beats.append(self.run.started_at)
-        return max(beats, default=None)
-
-    @property
-    def drained(self) -> bool:
-        """Nothing left to do: no pending, delayed or leased record."""
-        return not (self.counts["pending"] or self.counts["delayed"] or self.counts["leased"])
-
-
-COUNT_KEYS = ("pending", "delayed", "leased", "done", "failed")
-#: delayed records status looks at, at most, to tell retries from requests held by pacing
-DELAYED_SAMPLE = 2_000
 
 
 class FrontierStore(abc.ABC):
@@ -421,6 +248,15 @@ class FrontierStore(abc.ABC):
 
     # ---- observation -----------------------------------------------------------
 
+    def give_up_after(self, seconds: float) -> None:
+        """Stop retrying an unreachable server after ``seconds`` (a reader, a command); no-op
+        for a backend that does not retry."""
+        return None
+
+    def known_jobs(self) -> list[str]:
+        """Names of the jobs that have had a run in this frontier ([]: it cannot tell)."""
+        return []
+
     @abc.abstractmethod
     def counts(self) -> dict[str, int]:
         """Records by state, keys :data:`COUNT_KEYS` (``delayed`` apart from
@@ -486,46 +322,21 @@ class FrontierStore(abc.ABC):
         starts a run when there is none)."""
 
 
-def domain_of(url: str) -> str:
-    """The fairness unit of a URL: its lower-case host (no port, no userinfo)."""
-    return (urlsplit(url).hostname or "").lower()
-
-
-def open_store(
-    url: str,
-    job: str,
-    *,
-    state_dir: str = ".scale",
-    clock: clock_mod.Clock = clock_mod.wall,
-    connect: bool = True,
-) -> FrontierStore:
-    """The store for ``url`` and ``job``, opened (``connect=False``: not yet).
-
-    - ``sqlite:///abs/path.db`` (also ``sqlite:////abs/path.db``) is absolute,
-      ``sqlite://rel/path.db`` relative to the current directory (the item
-      store reads its URL the same way); ``sqlite://`` alone =
-      ``{state_dir}/frontier.db``. One file holds every job.
-    - ``redis://host:port/db`` (``rediss://`` for TLS): keys ``scale:{job}:...``,
-      hash-tagged per job so one job lives in one Redis Cluster slot.
-
-    Raises :class:`FrontierError` for an unknown scheme, an unreachable server or
-    an incompatible file.
-    """
-    scheme = urlsplit(url).scheme
-    store: FrontierStore
-    if scheme == "sqlite":
-        from scrapy_scale.frontier.sqlite import SqliteStore
-
-        store = SqliteStore(SqliteStore.path_from_url(url, state_dir), job, clock=clock)
-    elif scheme in ("redis", "rediss"):
-        from scrapy_scale.frontier.redis_store import RedisStore
-
-        store = RedisStore(url, job, clock=clock)
-    else:
-        raise FrontierError(
-            f"SCALE_FRONTIER_URL: unknown URL scheme {scheme!r} in {url!r}; "
-            "use sqlite:///path/to/frontier.db (one machine) or redis://host:6379/0 (many workers)"
-        )
-    if connect:
-        store.open()
-    return store
+__all__ = [
+    "AGAIN_SEP",
+    "COUNT_KEYS",
+    "DELAYED_SAMPLE",
+    "DeadLetter",
+    "EnqueueResult",
+    "FrontierError",
+    "FrontierFatal",
+    "FrontierStore",
+    "Leased",
+    "NewRequest",
+    "RunInfo",
+    "State",
+    "Status",
+    "again_key",
+    "domain_of",
+    "key_base",
+]

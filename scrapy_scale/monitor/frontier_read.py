@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import ExitStack
 from typing import Any
 
 from scrapy import signals
@@ -30,12 +29,11 @@ class FrontierPoller:
         self.settings = settings
         self.job = job
         self.min_age = min_age
-        #: the last status read (``cli_ops.JobOps.status()`` data), None before the first
+        #: the last status read (``scrapy_scale.frontier.status.status_of`` data), None before the first
         self.latest: dict[str, Any] | None = None
         self.latest_at = 0.0
         self._pool: ThreadPool | None = None
-        self._stack: ExitStack | None = None
-        self._ops: Any = None
+        self._reader: Any = None
         self._running: defer.Deferred[Any] | None = None
         self._warned = False
         self._closed = False
@@ -92,13 +90,11 @@ class FrontierPoller:
     def _read(self) -> dict[str, Any] | None:
         """In the poller's thread: the status, or None (logged once) when it cannot be read."""
         try:
-            if self._ops is None:
-                from scrapy_scale.frontier import cli_ops
+            if self._reader is None:
+                from scrapy_scale.frontier.status import StatusReader
 
-                stack = ExitStack()
-                self._ops = stack.enter_context(cli_ops.open_job(self.settings, self.job, must_exist=False))
-                self._stack = stack
-            return self._ops.status()  # type: ignore[no-any-return]
+                self._reader = StatusReader(self.settings, self.job)
+            return self._reader.read()  # type: ignore[no-any-return]
         except Exception as e:  # noqa: BLE001 - a monitor never breaks a crawl
             if not self._warned:
                 self._warned = True
@@ -107,10 +103,10 @@ class FrontierPoller:
             return None
 
     def _close_store(self) -> None:
-        stack, self._stack, self._ops = self._stack, None, None
-        if stack is not None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
             try:
-                stack.close()
+                reader.close()
             except Exception:  # noqa: BLE001
                 logger.debug("metrics: closing the frontier reader failed", exc_info=True)
 

@@ -34,7 +34,6 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task, threads
 
-from scrapy_scale import settings_core
 from scrapy_scale.monitor import reading
 from scrapy_scale.monitor import settings as S
 from scrapy_scale.monitor.progress import DONE_VALUES, WINDOW, RateWindow
@@ -111,13 +110,14 @@ class FileSink(Sink):
 def sink_for(settings: Any, job: str) -> Sink:
     """The sink next to the job's frontier (as a crawl with ``settings`` would use it)."""
     from scrapy_scale.frontier import settings as frontier_settings
-    from scrapy_scale.frontier.sqlite import SqliteStore
+    from scrapy_scale.frontier import status as frontier_status
 
     url = frontier_settings.frontier_url(settings)
     scheme = urlsplit(url).scheme
     if scheme in ("redis", "rediss"):
         return RedisSink(url, job)
-    path = SqliteStore.path_from_url(url, settings_core.STATE_DIR.get(settings))
+    path = frontier_status.state_path(settings)
+    assert path is not None  # a frontier URL is sqlite:// or redis:// (checked with the settings)
     return FileSink(Path(path).parent / "monitor" / job)
 
 

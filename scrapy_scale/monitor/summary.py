@@ -300,10 +300,9 @@ def read_frontier(crawler: Crawler, job: str) -> FrontierCounts | None:
     if not ScaleContext.of(crawler).frontier_on:
         return None
     try:
-        from scrapy_scale.frontier import cli_ops
+        from scrapy_scale.frontier import status as frontier_status
 
-        with cli_ops.open_job(crawler.settings, job, must_exist=True) as ops:
-            st = ops.status()
+        st = frontier_status.read_status(crawler.settings, job, must_exist=True)
         return (
             {str(k): int(v) for k, v in st["counts"].items()},
             {str(k): int(v) for k, v in st["failed_by_class"].items() if v},

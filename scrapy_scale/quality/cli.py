@@ -85,7 +85,7 @@ def replay(
     from scrapy.utils.misc import load_object
 
     from scrapy_scale.frontier import settings as frontier_settings
-    from scrapy_scale.frontier.store import open_store
+    from scrapy_scale.frontier.backends import open_store
     from scrapy_scale.quality import replay as R
     from scrapy_scale.quality.snapshots import SnapshotDir
 

@@ -37,9 +37,9 @@ from scrapy_scale.redact import redact_url
 from scrapy_scale.storage import settings as storage_settings
 from scrapy_scale.storage.backends import DeadRow, StoreBroken, StoreUnavailable, open_store
 from scrapy_scale.storage.pipeline import (
-    _clean,
-    _item_text,
+    clean_text,
     default_store_url,
+    item_text,
     resolve_run_id,
 )
 from scrapy_scale.storage.writer import BatchWriter, DeadLettered, Submission
@@ -191,12 +191,12 @@ class ValidationPipeline:
         src = self._source(item)
         url = src.url if src else None
         type_name = type(item).__name__
-        text = _item_text(item)
+        text = item_text(item)
         body = {
-            "reason": _clean(reason),
-            "callback": _clean(src.callback if src else None),
-            "source_url": _clean(url),
-            "item_type": _clean(type_name),
+            "reason": clean_text(reason),
+            "callback": clean_text(src.callback if src else None),
+            "source_url": clean_text(url),
+            "item_type": clean_text(type_name),
             "run_id": self.run_id,
             "job": self.job,
             "item": text,

@@ -345,13 +345,13 @@ class StorePipeline:
         def dead(reason: str, key: str | None = None, doc: Any = None) -> DeadRow:
             body = {
                 "key": key,
-                "reason": _clean(reason),
-                "callback": _clean(cb),
-                "source_url": _clean(url),
-                "item_type": _clean(type_name),
+                "reason": clean_text(reason),
+                "callback": clean_text(cb),
+                "source_url": clean_text(url),
+                "item_type": clean_text(type_name),
                 "run_id": self.run_id,
                 "job": self.job,
-                "item": _item_text(item if doc is None else doc),
+                "item": item_text(item if doc is None else doc),
             }
             ident = hashlib.sha1(
                 json.dumps([key, url, src.index if src else None, type_name, reason]).encode()
@@ -540,7 +540,7 @@ def reason_kind(reason: str) -> str:
     return head.replace(" ", "_")[:40] or "other"
 
 
-def _clean(s: str | None) -> str | None:
+def clean_text(s: str | None) -> str | None:
     """A string any store accepts (lone surrogates escaped)."""
     if s is None:
         return None
@@ -553,7 +553,7 @@ _SHORT_REPR.maxlevel, _SHORT_REPR.maxstring, _SHORT_REPR.maxother = 8, 500, 500
 _SHORT_REPR.maxdict = _SHORT_REPR.maxlist = 50
 
 
-def _item_text(item: Any, limit: int = 10_000) -> str:
+def item_text(item: Any, limit: int = 10_000) -> str:
     """The item for the dead letter, as text any store accepts: JSON of its fields
     (each encoded by the rules, else its repr), or the item's repr; at most ``limit`` chars."""
     try:
@@ -570,4 +570,4 @@ def _item_text(item: Any, limit: int = 10_000) -> str:
     except Exception:  # noqa: BLE001
         text = f"<unrepresentable {type(item).__name__}>"
     text = text if len(text) <= limit else text[:limit] + "...(truncated)"
-    return _clean(text) or ""
+    return clean_text(text) or ""

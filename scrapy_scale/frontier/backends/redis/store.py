@@ -34,21 +34,18 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import redis
 
-from scrapy_scale import clock as clock_mod
-from scrapy_scale.frontier import lua, redis_status
+from scrapy_scale.frontier.backends.redis import status as redis_status
+from scrapy_scale.frontier.backends.redis.base import SEED_CALL, RedisBase, field_of, glob_escape, run_from_json
 from scrapy_scale.frontier.store import (
     COUNT_KEYS,
     DeadLetter,
     EnqueueResult,
-    FrontierError,
     FrontierFatal,
-    FrontierStore,
     Leased,
     NewRequest,
     RunInfo,
@@ -57,218 +54,12 @@ from scrapy_scale.frontier.store import (
 )
 from scrapy_scale.redact import redact_url
 
+__all__ = ["RedisStore", "glob_escape"]
+
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
-
-_PRELUDE = lua.source("prelude")
-
-_ENQUEUE = _PRELUDE + lua.source("enqueue")
-
-_SEED = _PRELUDE + lua.source("seed")
-
-_LEASE = _PRELUDE + lua.source("lease")
-
-_RENEW = _PRELUDE + lua.source("renew")
-
-_FINISH = _PRELUDE + lua.source("finish")
-
-_RELEASE = _PRELUDE + lua.source("release")
-
-_DEAD = _PRELUDE + lua.source("dead")
-
-_RESOLVE = _PRELUDE + lua.source("resolve")
-
-_REQUEUE = _PRELUDE + lua.source("requeue")
-
-_RUN = lua.source("run")
-
-_COUNTS = lua.source("counts")
-
-_CLAIM = lua.source("claim")
-
-_FEED = lua.source("feed")
-
-#: seeds per call of the seed script (a call keeps Redis busy for about 2 ms)
-SEED_CALL = 1000
-
-_RETRYABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
-try:  # a Cluster that is failing over or resharding
-    from redis.exceptions import ClusterDownError, TryAgainError
-
-    _RETRYABLE += (ClusterDownError, TryAgainError)
-except ImportError:  # pragma: no cover
-    pass
 
 
-class RedisStore(FrontierStore):
-    schemes = ("redis", "rediss")
-
-    #: seconds to keep retrying when Redis is unreachable after open(); None = forever
-    retry_for: float | None = None
-
-    def __init__(self, url: str, job: str, clock: clock_mod.Clock = clock_mod.wall):
-        super().__init__(job, clock)
-        self.url = url
-        self.key = f"scale:{{{job}}}"
-        self._r: Any = None
-        self._scripts: dict[str, Any] = {}
-        self.sleep: Callable[[float], None] = time.sleep
-        #: True when the URL points at a Redis Cluster node
-        self.cluster = False
-        #: the run this store began (begin_run) and the most records (+ dead letters) it
-        #: has seen in it: a Redis that lost the job's state is caught by counts()
-        self._run_id: str | None = None
-        self._high = 0
-
-    # ---- connection ------------------------------------------------------------------
-
-    def open(self) -> None:
-        if self._r is not None:
-            return
-        opts: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 5, "decode_responses": True}
-        try:
-            r: Any = redis.Redis.from_url(self.url, health_check_interval=15, **opts)
-            r.ping()
-            if str(r.info("cluster").get("cluster_enabled", 0)) == "1":
-                # a Cluster node: talk to the cluster (every key of a job is in one slot)
-                from redis.cluster import RedisCluster
-
-                r.close()
-                r = RedisCluster.from_url(self.url, **opts)
-                r.ping()
-                self.cluster = True
-        except (redis.RedisError, ValueError) as e:
-            raise FrontierError(
-                f"cannot reach Redis for the frontier at {redact_url(self.url)} ({type(e).__name__}: {e}); "
-                "start Redis there, or fix SCALE_FRONTIER_URL"
-            ) from None
-        self._r = r
-        for name, src in (
-            ("enqueue", _ENQUEUE),
-            ("seed", _SEED),
-            ("lease", _LEASE),
-            ("renew", _RENEW),
-            ("finish", _FINISH),
-            ("release", _RELEASE),
-            ("dead", _DEAD),
-            ("requeue", _REQUEUE),
-            ("resolve", _RESOLVE),
-            ("status", redis_status.SUMMARY),
-            ("heads", redis_status.HEADS),
-            ("run", _RUN),
-            ("claim", _CLAIM),
-            ("counts", _COUNTS),
-            ("feed", _FEED),
-        ):
-            self._scripts[name] = r.register_script(src)
-
-    def close(self) -> None:
-        if self._r is not None:
-            self._r.close()
-            self._r = None
-
-    @property
-    def r(self) -> Any:  # redis.Redis with decode_responses=True: str replies
-        if self._r is None:
-            raise FrontierError("the Redis frontier is not open")
-        return self._r
-
-    def _retry(self, fn: Callable[[], T]) -> T:
-        """Run ``fn``; on a dropped connection wait (backoff up to 5 s) and retry."""
-        delay = 0.1
-        start = time.monotonic()
-        warned = False
-        while True:
-            try:
-                result = fn()
-                if warned:
-                    logger.warning("Redis frontier at %s is back", redact_url(self.url))
-                return result
-            except _RETRYABLE as e:
-                if self.retry_for is not None and time.monotonic() - start > self.retry_for:
-                    raise FrontierError(f"Redis at {redact_url(self.url)} unreachable: {e}") from None
-                if not warned:
-                    logger.warning("Redis frontier at %s unreachable (%s); waiting for it", redact_url(self.url), e)
-                    warned = True
-                self.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
-    def _call(self, script: str, *args: Any) -> Any:
-        return self._retry(lambda: self._scripts[script](keys=[self.key], args=list(args)))
-
-    def _run_prefix(self) -> str:
-        run = self._retry(lambda: self.r.hget(f"{self.key}:run", "id")) or "0"
-        return f"{self.key}:{run}"
-
-    def _unlink_run(self, run_id: str) -> None:
-        if not run_id:
-            return
-        pattern = f"{glob_escape(self.key)}:{glob_escape(run_id)}:*"
-
-        def unlink() -> None:
-            batch: list[str] = []
-            for k in self.r.scan_iter(match=pattern, count=1000):
-                batch.append(k)
-                if len(batch) >= 500:
-                    self.r.unlink(*batch)
-                    batch = []
-            if batch:
-                self.r.unlink(*batch)
-
-        self._retry(unlink)
-
-    # ---- runs ------------------------------------------------------------------------
-
-    def begin_run(self) -> RunInfo:
-        kind, rid, started, old = self._call("run", "begin", self.clock())
-        if kind == "new":
-            self._unlink_run(old)
-        self._run_id, self._high = str(rid), 0
-        return RunInfo(int(rid), float(started), None, kind == "resumed", {})
-
-    def finish_run(self) -> RunInfo | None:
-        res = self._call("run", "finish", self.clock())
-        if not res:
-            return None
-        self._run_id = None  # ended: a later run of the job is no loss of state
-        counts = json.loads(res[4]) if len(res) > 4 else self._run_counts(res[1])
-        return RunInfo(int(res[1]), float(res[2]), float(res[3]), False, counts)
-
-    def _run_counts(self, rid: str) -> dict[str, int]:
-        raw = self._retry(lambda: self.r.hget(f"{self.key}:runs", rid))
-        return dict(json.loads(raw).get("counts") or {}) if raw else {}
-
-    def runs(self) -> list[RunInfo]:
-        raw = self._retry(lambda: self.r.hvals(f"{self.key}:runs"))
-        out = [_run_from_json(x) for x in raw]
-        return sorted(out, key=lambda r: r.run_id)
-
-    def reopen_run(self) -> None:
-        self._call("run", "reopen", self.clock())
-
-    # ---- workers ---------------------------------------------------------------------
-
-    def claim_worker(self, prefix: str, pid: int, is_alive: Callable[[int], bool]) -> str:
-        while True:
-            known: dict[str, str] = self._retry(lambda: self.r.hgetall(f"{self.key}:workers"))
-            slot = 0
-            while True:
-                wid = f"{prefix}/{slot}"
-                old = known.get(wid)
-                if old is None or int(old) == pid or not is_alive(int(old)):
-                    break
-                slot += 1
-            if self._call("claim", wid, old or "", str(pid)):
-                return wid
-
-    @property
-    def alive_key(self) -> str:
-        return f"{self.key}:alive"
-
-    def heartbeat(self, worker: str, until: float) -> None:
-        now = self.clock()
-        self._retry(lambda: self.r.hset(self.alive_key, worker, f"{now!r} {until!r}"))
-
+class RedisStore(RedisBase):
     # ---- hot path --------------------------------------------------------------------
 
     def enqueue(self, requests: Sequence[NewRequest]) -> list[EnqueueResult]:
@@ -292,7 +83,7 @@ class RedisStore(FrontierStore):
                     float(r.held_seconds),
                     r.again if r.reopen else "",
                 ]
-            out += [EnqueueResult(x) for x in self._call("enqueue", *args)]
+            out += [EnqueueResult(x) for x in self.call_script("enqueue", *args)]
         return out
 
     def enqueue_new(self, requests: Sequence[NewRequest]) -> int:
@@ -305,13 +96,13 @@ class RedisStore(FrontierStore):
                 for r in chunk:
                     if r.priority == p:
                         args += (r.fingerprint, r.data, r.domain)
-                added += int(self._call("seed", *args))
+                added += int(self.call_script("seed", *args))
         return added
 
     def lease(self, worker: str, n: int, seconds: float) -> list[Leased]:
         if n <= 0:
             return []
-        rows = self._call("lease", self.clock(), worker, int(n), float(seconds))
+        rows = self.call_script("lease", self.clock(), worker, int(n), float(seconds))
         out = []
         for fp, d, dom, p, a, enq, el, t, fc, fr, bad in rows:
             if not bad:
@@ -322,10 +113,10 @@ class RedisStore(FrontierStore):
                             d,
                             dom,
                             int(p),
-                            _field("a", a, int),
-                            _field("enq", enq, float),
-                            _field("el", el, float),
-                            _field("t", t, int),
+                            field_of("a", a, int),
+                            field_of("enq", enq, float),
+                            field_of("el", el, float),
+                            field_of("t", t, int),
                             (fc, fr) if fc else None,
                         )
                     )
@@ -339,7 +130,7 @@ class RedisStore(FrontierStore):
     def renew(self, worker: str, seconds: float, fingerprints: Sequence[str] | None = None) -> int:
         if fingerprints is not None and not fingerprints:
             return 0
-        return int(self._call("renew", worker, self.clock() + seconds, *(fingerprints or ())))
+        return int(self.call_script("renew", worker, self.clock() + seconds, *(fingerprints or ())))
 
     def ack(self, worker: str, done: Sequence[tuple[str, int]]) -> int:
         if not done:
@@ -347,7 +138,7 @@ class RedisStore(FrontierStore):
         args: list[Any] = [worker, 3]
         for fp, tok in done:
             args += [fp, str(tok), "", ""]
-        return int(self._call("finish", *args))
+        return int(self.call_script("finish", *args))
 
     def fail(self, worker: str, failed: Sequence[tuple[str, int, str, str]]) -> int:
         if not failed:
@@ -355,29 +146,29 @@ class RedisStore(FrontierStore):
         args: list[Any] = [worker, 4]
         for fp, tok, cls, reason in failed:
             args += [fp, str(tok), cls, reason]
-        return int(self._call("finish", *args))
+        return int(self.call_script("finish", *args))
 
     def release(self, worker: str, fingerprints: Sequence[str] | None = None) -> int:
         if fingerprints is not None and not fingerprints:
             return 0
-        return int(self._call("release", "release", worker, self.clock(), *(fingerprints or ())))
+        return int(self.call_script("release", "release", worker, self.clock(), *(fingerprints or ())))
 
     def reclaim(self, worker: str | None = None) -> int:
-        n = int(self._call("release", "reclaim", worker or "", self.clock()))
-        back = int(self._call("feed", "recover", self.clock()))
+        n = int(self.call_script("release", "reclaim", worker or "", self.clock()))
+        back = int(self.call_script("feed", "recover", self.clock()))
         if back:
             logger.warning("frontier: %d feed message(s) taken by workers no longer alive went back to the feed", back)
         return n
 
     def dead_letter(self, fingerprint: str, reason: str) -> None:
-        self._call("dead", fingerprint, reason, self.clock())
+        self.call_script("dead", fingerprint, reason, self.clock())
 
     def dead_letter_count(self) -> int:
-        p = self._run_prefix()
-        return int(self._retry(lambda: self.r.hlen(f"{p}:dead")))
+        p = self.run_prefix()
+        return int(self.retrying(lambda: self.r.hlen(f"{p}:dead")))
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
-        p = self._run_prefix()
+        p = self.run_prefix()
 
         def read() -> list[DeadLetter]:
             fps = self.r.zrange(f"{p}:deadz", 0, limit - 1)
@@ -390,7 +181,7 @@ class RedisStore(FrontierStore):
                     out.append(DeadLetter(fp, d["reason"], d["data"], float(d["at"])))
             return out
 
-        return self._retry(read)
+        return self.retrying(read)
 
     # ---- feeders -----------------------------------------------------------------------
 
@@ -403,15 +194,15 @@ class RedisStore(FrontierStore):
         return f"{self.feed_key}:taken:{worker}"
 
     def take_feed(self, worker: str, n: int) -> list[str]:
-        return list(self._call("feed", "take", worker, int(n)) or [])
+        return list(self.call_script("feed", "take", worker, int(n)) or [])
 
     def feed_done(self, worker: str) -> None:
-        self._call("feed", "done", worker)
+        self.call_script("feed", "done", worker)
 
     # ---- observation -------------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:
-        run, *vals = self._call("counts")  # [''] when the job has no run at all
+        run, *vals = self.call_script("counts")  # [''] when the job has no run at all
         vals = vals or ["0"] * (len(COUNT_KEYS) + 1)
         counts = {k: int(v) for k, v in zip(COUNT_KEYS, vals, strict=False)}
         if self._run_id is not None:
@@ -459,23 +250,23 @@ class RedisStore(FrontierStore):
         return None
 
     def next_eligible_at(self) -> float | None:
-        p = self._run_prefix()
-        got = self._retry(lambda: self.r.zrange(f"{p}:delayed", 0, 0, withscores=True))
+        p = self.run_prefix()
+        got = self.retrying(lambda: self.r.zrange(f"{p}:delayed", 0, 0, withscores=True))
         return float(got[0][1]) if got else None
 
     def status(self) -> Status:
         return redis_status.read_status(self)
 
-    def _current_run(self) -> RunInfo | None:
-        rid = self._retry(lambda: self.r.hget(f"{self.key}:run", "id"))
+    def current_run(self) -> RunInfo | None:
+        rid = self.retrying(lambda: self.r.hget(f"{self.key}:run", "id"))
         if not rid:
             return None
-        raw = self._retry(lambda: self.r.hget(f"{self.key}:runs", rid))
-        return _run_from_json(raw) if raw else None
+        raw = self.retrying(lambda: self.r.hget(f"{self.key}:runs", rid))
+        return run_from_json(raw) if raw else None
 
     def get(self, fingerprint: str) -> dict[str, Any] | None:
-        p = self._run_prefix()
-        h = self._retry(lambda: self.r.hgetall(f"{p}:r:{fingerprint}"))
+        p = self.run_prefix()
+        h = self.retrying(lambda: self.r.hgetall(f"{p}:r:{fingerprint}"))
         if not h:
             return None
         st = int(h["st"])
@@ -494,45 +285,29 @@ class RedisStore(FrontierStore):
             "token": int(h["t"]),
         }
 
+    def give_up_after(self, seconds: float) -> None:
+        self.retry_for = seconds
+
+    def known_jobs(self) -> list[str]:
+        names = set()
+        for key in self.r.scan_iter(match="scale:{*}:runs", count=1000):
+            names.add(key[len("scale:{") : -len("}:runs")])
+        return sorted(names)
+
     # ---- commands ----------------------------------------------------------------------
 
     def reset(self) -> None:
         self._run_id = None
-        old = self._call("run", "reset", self.clock())
+        old = self.call_script("run", "reset", self.clock())
         self._unlink_run(str(old))
 
     def resolve(self, fingerprints: Sequence[str]) -> int:
         if not fingerprints:
             return 0
-        return int(self._call("resolve", *fingerprints))
+        return int(self.call_script("resolve", *fingerprints))
 
     def requeue(self, cls: str | None = None) -> int:
-        n = int(self._call("requeue", self.clock(), cls or ""))
+        n = int(self.call_script("requeue", self.clock(), cls or ""))
         if n:
             self.reopen_run()
         return n
-
-
-def glob_escape(text: str) -> str:
-    """``text`` as a literal in a Redis MATCH pattern (``*?[]\\`` escaped): a job named
-    ``books[1]`` must never match the keys of ``books1``."""
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
-
-
-def _field(name: str, value: str, kind: Callable[[str], T]) -> T:
-    try:
-        return kind(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"field {name}={value[:50]!r} is not a number") from None
-
-
-def _run_from_json(raw: str) -> RunInfo:
-    d = json.loads(raw)
-    counts = d.get("counts") or {}
-    return RunInfo(
-        int(d["run_id"]),
-        float(d["started_at"]),
-        None if d.get("ended_at") in (False, None) else float(d["ended_at"]),
-        False,
-        dict(counts) if isinstance(counts, dict) else {},
-    )

@@ -20,31 +20,45 @@ Worker heartbeats live in ``scale:{JOB}:alive`` (worker -> "last_beat until").
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
-from scrapy_scale.frontier import lua
-from scrapy_scale.frontier.store import COUNT_KEYS, DELAYED_SAMPLE, Status
+from scrapy_scale.frontier.store import COUNT_KEYS, DELAYED_SAMPLE, RunInfo, Status
 
-if TYPE_CHECKING:
-    from scrapy_scale.frontier.redis_store import RedisStore
+T = TypeVar("T")
+
+
+class RedisStore(Protocol):
+    """The public methods of the Redis store that status reads go through."""
+
+    job: str
+
+    @property
+    def alive_key(self) -> str: ...
+
+    @property
+    def r(self) -> Any: ...
+
+    def clock(self) -> float: ...
+
+    def call_script(self, script: str, *args: Any) -> Any: ...
+
+    def retrying(self, fn: Callable[[], T]) -> T: ...
+
+    def current_run(self) -> RunInfo | None: ...
+
+    def run_prefix(self) -> str: ...
+
 
 #: domains whose queue heads one script call looks at
 CHUNK = 500
 #: domains status looks at in all (over every priority) for the oldest pending request
 STATUS_DOMAINS = 10_000
 
-_PRE = lua.source("status_prelude")
-
-#: the oldest eligible time among the ready heads of domains [start, start+n) of priority p
-HEADS = _PRE + lua.source("status_heads")
-
-#: counters, dead letters, unexpired leases per worker, and the domains per priority
-SUMMARY = _PRE + lua.source("status_summary")
-
 
 def read_status(store: RedisStore) -> Status:
     now = store.clock()
-    doc = json.loads(store._call("status", now))
+    doc = json.loads(store.call_script("status", now))
     flat = doc["cnt"]
     cnt = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
     oldest, exact = _oldest_pending(store, doc["prios"] if isinstance(doc["prios"], list) else [])
@@ -52,7 +66,7 @@ def read_status(store: RedisStore) -> Status:
     leases = doc["leases"] if isinstance(doc["leases"], dict) else {}
     return Status(
         job=store.job,
-        run=store._current_run(),
+        run=store.current_run(),
         counts={k: int(cnt.get(k, 0)) for k in COUNT_KEYS},
         failed_by_class={k[5:]: int(v) for k, v in cnt.items() if k.startswith("fail:") and int(v) > 0},
         oldest_pending_age=None if oldest is None else max(0.0, now - oldest),
@@ -68,7 +82,7 @@ def read_status(store: RedisStore) -> Status:
 def _delayed(store: RedisStore) -> dict[str, Any]:
     """How many delayed records are retries (an estimate from the first DELAYED_SAMPLE by
     eligible time when there are more), and the latest eligible time."""
-    p = store._run_prefix()
+    p = store.run_prefix()
     key = f"{p}:delayed"
 
     def read() -> tuple[int, list[str], list[Any], list[tuple[str, float]]]:
@@ -82,7 +96,7 @@ def _delayed(store: RedisStore) -> dict[str, Any]:
             attempts.hget(f"{p}:r:{fp}", "a")
         return int(total), list(fps), attempts.execute() if fps else [], last
 
-    total, fps, attempts, last = store._retry(read)
+    total, fps, attempts, last = store.retrying(read)
     tried = 0
     for a in attempts:
         try:
@@ -104,7 +118,7 @@ def _oldest_pending(store: RedisStore, prios: list[list[object]]) -> tuple[float
             if budget <= 0:
                 return oldest, False
             n = min(CHUNK, budget)
-            got = json.loads(store._call("heads", str(p), start, n))
+            got = json.loads(store.call_script("heads", str(p), start, n))
             if got["oldest"] is not False and (oldest is None or float(got["oldest"]) < oldest):
                 oldest = float(got["oldest"])
             if not got["n"]:
@@ -115,7 +129,7 @@ def _oldest_pending(store: RedisStore, prios: list[list[object]]) -> tuple[float
 
 
 def read_beats(store: RedisStore) -> dict[str, tuple[float, float]]:
-    raw = store._retry(lambda: store.r.hgetall(store.alive_key))
+    raw = store.retrying(lambda: store.r.hgetall(store.alive_key))
     out: dict[str, tuple[float, float]] = {}
     for worker, value in raw.items():
         try:

@@ -1,0 +1,216 @@
+"""The Redis frontier's connection, runs and workers (:class:`RedisBase`); the records
+themselves are :class:`.store.RedisStore` (its key layout is described there).
+
+Connection drops (a Redis restart) are retried with backoff for as long as
+``retry_for`` allows (forever by default: the worker waits).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import redis
+
+from scrapy_scale import clock as clock_mod
+from scrapy_scale.frontier.backends.redis import lua
+from scrapy_scale.frontier.store import FrontierError, FrontierStore, RunInfo
+from scrapy_scale.redact import redact_url
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: seeds per call of the seed script (a call keeps Redis busy for about 2 ms)
+SEED_CALL = 1000
+
+RETRYABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+try:  # a Cluster that is failing over or resharding
+    from redis.exceptions import ClusterDownError, TryAgainError
+
+    RETRYABLE += (ClusterDownError, TryAgainError)
+except ImportError:  # pragma: no cover
+    pass
+
+
+class RedisBase(FrontierStore):
+    """The connection, runs and workers of one job."""
+
+    schemes = ("redis", "rediss")
+
+    #: seconds to keep retrying when Redis is unreachable after open(); None = forever
+    retry_for: float | None = None
+
+    def __init__(self, url: str, job: str, clock: clock_mod.Clock = clock_mod.wall):
+        super().__init__(job, clock)
+        self.url = url
+        self.key = f"scale:{{{job}}}"
+        self._r: Any = None
+        self._scripts: dict[str, Any] = {}
+        self.sleep: Callable[[float], None] = time.sleep
+        #: True when the URL points at a Redis Cluster node
+        self.cluster = False
+        #: the run this store began (begin_run) and the most records (+ dead letters) it
+        #: has seen in it: a Redis that lost the job's state is caught by counts()
+        self._run_id: str | None = None
+        self._high = 0
+
+    # ---- connection ------------------------------------------------------------------
+
+    def open(self) -> None:
+        if self._r is not None:
+            return
+        opts: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 5, "decode_responses": True}
+        try:
+            r: Any = redis.Redis.from_url(self.url, health_check_interval=15, **opts)
+            r.ping()
+            if str(r.info("cluster").get("cluster_enabled", 0)) == "1":
+                # a Cluster node: talk to the cluster (every key of a job is in one slot)
+                from redis.cluster import RedisCluster
+
+                r.close()
+                r = RedisCluster.from_url(self.url, **opts)
+                r.ping()
+                self.cluster = True
+        except (redis.RedisError, ValueError) as e:
+            raise FrontierError(
+                f"cannot reach Redis for the frontier at {redact_url(self.url)} ({type(e).__name__}: {e}); "
+                "start Redis there, or fix SCALE_FRONTIER_URL"
+            ) from None
+        self._r = r
+        for name in lua.SCRIPTS:
+            self._scripts[name] = r.register_script(lua.script(name))
+
+    def close(self) -> None:
+        if self._r is not None:
+            self._r.close()
+            self._r = None
+
+    @property
+    def r(self) -> Any:  # redis.Redis with decode_responses=True: str replies
+        if self._r is None:
+            raise FrontierError("the Redis frontier is not open")
+        return self._r
+
+    def retrying(self, fn: Callable[[], T]) -> T:
+        """Run ``fn``; on a dropped connection wait (backoff up to 5 s) and retry."""
+        delay = 0.1
+        start = time.monotonic()
+        warned = False
+        while True:
+            try:
+                result = fn()
+                if warned:
+                    logger.warning("Redis frontier at %s is back", redact_url(self.url))
+                return result
+            except RETRYABLE as e:
+                if self.retry_for is not None and time.monotonic() - start > self.retry_for:
+                    raise FrontierError(f"Redis at {redact_url(self.url)} unreachable: {e}") from None
+                if not warned:
+                    logger.warning("Redis frontier at %s unreachable (%s); waiting for it", redact_url(self.url), e)
+                    warned = True
+                self.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def call_script(self, script: str, *args: Any) -> Any:
+        return self.retrying(lambda: self._scripts[script](keys=[self.key], args=list(args)))
+
+    def run_prefix(self) -> str:
+        run = self.retrying(lambda: self.r.hget(f"{self.key}:run", "id")) or "0"
+        return f"{self.key}:{run}"
+
+    def _unlink_run(self, run_id: str) -> None:
+        if not run_id:
+            return
+        pattern = f"{glob_escape(self.key)}:{glob_escape(run_id)}:*"
+
+        def unlink() -> None:
+            batch: list[str] = []
+            for k in self.r.scan_iter(match=pattern, count=1000):
+                batch.append(k)
+                if len(batch) >= 500:
+                    self.r.unlink(*batch)
+                    batch = []
+            if batch:
+                self.r.unlink(*batch)
+
+        self.retrying(unlink)
+
+    # ---- runs ------------------------------------------------------------------------
+
+    def begin_run(self) -> RunInfo:
+        kind, rid, started, old = self.call_script("run", "begin", self.clock())
+        if kind == "new":
+            self._unlink_run(old)
+        self._run_id, self._high = str(rid), 0
+        return RunInfo(int(rid), float(started), None, kind == "resumed", {})
+
+    def finish_run(self) -> RunInfo | None:
+        res = self.call_script("run", "finish", self.clock())
+        if not res:
+            return None
+        self._run_id = None  # ended: a later run of the job is no loss of state
+        counts = json.loads(res[4]) if len(res) > 4 else self._run_counts(res[1])
+        return RunInfo(int(res[1]), float(res[2]), float(res[3]), False, counts)
+
+    def _run_counts(self, rid: str) -> dict[str, int]:
+        raw = self.retrying(lambda: self.r.hget(f"{self.key}:runs", rid))
+        return dict(json.loads(raw).get("counts") or {}) if raw else {}
+
+    def runs(self) -> list[RunInfo]:
+        raw = self.retrying(lambda: self.r.hvals(f"{self.key}:runs"))
+        out = [run_from_json(x) for x in raw]
+        return sorted(out, key=lambda r: r.run_id)
+
+    def reopen_run(self) -> None:
+        self.call_script("run", "reopen", self.clock())
+
+    # ---- workers ---------------------------------------------------------------------
+
+    def claim_worker(self, prefix: str, pid: int, is_alive: Callable[[int], bool]) -> str:
+        while True:
+            known: dict[str, str] = self.retrying(lambda: self.r.hgetall(f"{self.key}:workers"))
+            slot = 0
+            while True:
+                wid = f"{prefix}/{slot}"
+                old = known.get(wid)
+                if old is None or int(old) == pid or not is_alive(int(old)):
+                    break
+                slot += 1
+            if self.call_script("claim", wid, old or "", str(pid)):
+                return wid
+
+    @property
+    def alive_key(self) -> str:
+        return f"{self.key}:alive"
+
+    def heartbeat(self, worker: str, until: float) -> None:
+        now = self.clock()
+        self.retrying(lambda: self.r.hset(self.alive_key, worker, f"{now!r} {until!r}"))
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a literal in a Redis MATCH pattern (``*?[]\\`` escaped): a job named
+    ``books[1]`` must never match the keys of ``books1``."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def field_of(name: str, value: str, kind: Callable[[str], T]) -> T:
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"field {name}={value[:50]!r} is not a number") from None
+
+
+def run_from_json(raw: str) -> RunInfo:
+    d = json.loads(raw)
+    counts = d.get("counts") or {}
+    return RunInfo(
+        int(d["run_id"]),
+        float(d["started_at"]),
+        None if d.get("ended_at") in (False, None) else float(d["ended_at"]),
+        False,
+        dict(counts) if isinstance(counts, dict) else {},
+    )

@@ -1,0 +1,7 @@
+"""The SQLite frontier backend: :class:`.store.SqliteStore`, one file for every job."""
+
+from __future__ import annotations
+
+from scrapy_scale.frontier.backends.sqlite.store import SqliteStore
+
+__all__ = ["SqliteStore"]

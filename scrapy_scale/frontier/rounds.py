@@ -1,0 +1,251 @@
+"""Sync rounds: when a sync starts, what it is asked to do, and what its result changes.
+
+:class:`Rounds` plans each sync from what waits (:mod:`.waiting`), the lease buffer
+(:mod:`.lease_buffer`) and the in-flight ledger (:mod:`.ledger`), runs it through the
+store sync (:mod:`.sync`), and applies its result: leased records into the buffer,
+counts and stats, the engine woken when the sync brought what it waited for, the next
+sync started at once when more is waiting. It also keeps whether the engine waits for a
+sync. It calls back only the typed callables it was given (wake the engine, stop the
+crawl); the scheduler calls it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from scrapy_scale import stats_keys as keys
+from scrapy_scale.frontier.lease_buffer import LeaseBuffer
+from scrapy_scale.frontier.ledger import InFlightLedger
+from scrapy_scale.frontier.local import holds_back
+from scrapy_scale.frontier.scrapy_stats import ScrapyStats
+from scrapy_scale.frontier.stats import FrontierStats
+from scrapy_scale.frontier.sync import StoreSync, SyncPlan, SyncResult
+from scrapy_scale.frontier.waiting import Waiting
+
+logger = logging.getLogger(__name__)
+
+#: the outbox is written at once (on the reactor thread) when it holds this many batches
+OUTBOX_CAP = 16
+#: feed messages one sync pops at most (at least SCALE_FRONTIER_BATCH); a sync that got
+#: that many starts the next one at once. They wait in the worker's taken list until
+#: written: a failed sync writes them again, a killed worker's go back to the feed once
+#: its heartbeat expires (store.take_feed, docs/frontier.md)
+FEED_PULL = 2000
+
+
+class Rounds:
+    def __init__(
+        self,
+        *,
+        sync: StoreSync,
+        waiting: Waiting,
+        buffer: LeaseBuffer,
+        inflight: InFlightLedger,
+        stats: FrontierStats,
+        scrapy_stats: ScrapyStats,
+        batch: int,
+        wake_engine: Callable[[], object],
+        stop_crawl: Callable[[str], None],
+    ):
+        self.sync = sync
+        self.waiting = waiting
+        self.buffer = buffer
+        self.inflight = inflight
+        self.stats = stats
+        self.scrapy_stats = scrapy_stats
+        self.batch = batch
+        #: wake the engine (it asks next_request again)
+        self.wake_engine = wake_engine
+        self.stop_crawl = stop_crawl
+        #: no more syncs (the scheduler closes)
+        self.closing = False
+        #: next_request returned None since the last sync (wake the engine after the next)
+        self.engine_waits = False
+        #: engine_backs_out() said True: the sync that ends it wakes the engine (once)
+        self.backed_out = False
+        #: the spider went idle: the next sync finishes the run if nothing is left anywhere
+        self.finish_requested = False
+        #: this worker saw the run finish
+        self.finished = False
+        #: the running (or last) sync asked the store for a lease
+        self._sync_leases = False
+
+    # ---- what the engine sees ----------------------------------------------------------
+
+    def has_pending(self) -> bool:
+        return bool(self.buffer) or self.waiting.any_write() or self.waiting.in_store()
+
+    def has_work_for_this_worker(self) -> bool:
+        """Is anything waiting that this worker could hand to the engine, now or after
+        its next sync? (Buffered, being written, or eligible in the store.)"""
+        return bool(self.buffer) or self.waiting.for_this_worker()
+
+    def engine_would_wait(self) -> bool:
+        """Nothing buffered, or a request of higher priority than everything buffered
+        waits to be written and leased: ``next_request`` answers None until a sync."""
+        return not self.buffer or holds_back(self.waiting.top(), self.buffer.top_priority())
+
+    def backout_due(self) -> bool:
+        return not self.closing and self.engine_would_wait() and self.has_work_for_this_worker()
+
+    def engine_waits_for_sync(self, backed_out: bool = False) -> None:
+        """The engine waits for a sync (got None, or backed out): start it; the engine is
+        woken after the sync that brings what it waits for."""
+        self.engine_waits = True
+        if backed_out:
+            self.backed_out = True
+        self.kick()
+
+    # ---- starting syncs -----------------------------------------------------------------
+
+    def kick(self) -> None:
+        """Start a sync in the store thread, unless one runs, the scheduler closes, or
+        failed syncs back off."""
+        if self.closing or not self.sync.may_start():
+            return
+        self.sync.start(self.plan(), self.synced, self.failed)
+
+    def due(self) -> None:
+        """The due timer fired: sync now, or just after the running sync (it may have read
+        the store too early)."""
+        if self.sync.running is not None:
+            self.buffer.sync_at(time.time() + 0.02)
+            return
+        self.kick()
+
+    def enqueued(self) -> None:
+        """A request went into the outbox: write at once when it is large (on the reactor
+        thread), sync now when it holds a batch."""
+        n = len(self.waiting.outbox)
+        if n >= OUTBOX_CAP * self.batch or (
+            # the engine backs out with nothing buffered and reads start() without coming
+            # back to the reactor (so no sync ends): write and lease a batch now, or the
+            # first download would wait for OUTBOX_CAP batches of start requests
+            self.backed_out and not self.buffer and n >= self.batch
+        ):
+            self.flush_now()
+        elif n >= self.batch:
+            self.kick()
+
+    def flush_now(self) -> None:
+        """Write the outbox on the reactor thread, waiting for a running sync.
+
+        Backpressure for a burst the reactor does not come back from (Scrapy
+        consumes ``start()`` without yielding while the downloader is full): the
+        outbox must stay bounded. Order holds: a running sync only has older ops,
+        and it finishes (the lock) before these are written."""
+        if self.sync.failing:
+            return  # failing writes: they wait for the backoff (a burst while the disk is full)
+        outbox = self.waiting.outbox
+        ops = outbox.take()
+        # an engine that waits for work (engine_backs_out) goes on reading start() without
+        # coming back to the reactor: lease here too, or it would read all of start() first
+        try:
+            res = self.sync.flush(ops.ops, 0 if self.buffer else self.batch)
+        except Exception as e:  # noqa: BLE001 - keep the writes, in order; the syncs retry them
+            outbox.put_back(ops)
+            self.trouble(e)
+            return
+        self.waiting.flushed(ops)
+        self.stats.inc(keys.FRONTIER_OUTBOX_FLUSHES)
+        self.stats.writes(res)
+        self.buffer.held_written(ops.ops, res.enqueued)
+        self.scrapy_stats.written(ops.ops, res.enqueued)
+        self.buffer.take_leased(res.leased)
+        self.apply_counts(res)
+
+    # ---- one sync --------------------------------------------------------------------------
+
+    def plan(self) -> SyncPlan:
+        """The next sync's work; it takes the outbox (written by that sync: its result goes
+        to :meth:`synced`, or its failure to :meth:`failed`)."""
+        ops = self.waiting.take().ops
+        b = self.buffer
+        want = self.waiting.lease_want(ops, b.top_priority(), b.ready(), len(b), self.batch)
+        self._sync_leases = want > 0
+        renew = b.fingerprints() + list(self.inflight) if self.sync.renew_due() else None
+        reclaim = self.sync.reclaim_due()
+        finish = self.finish_requested and not ops and not b and not self.inflight
+        if finish:
+            self.finish_requested = False
+        feed = max(self.batch, FEED_PULL) if self.sync.store.feed_key else 0
+        return SyncPlan(ops, want, renew, reclaim, finish, feed)
+
+    def synced(self, res: SyncResult) -> None:
+        """A sync planned by :meth:`plan` ended with ``res``."""
+        written = self.waiting.written()
+        self.sync.succeeded()
+        self.stats.synced(res)
+        if written is not None:
+            self.buffer.held_written(written.ops, res.enqueued)
+        self.scrapy_stats.written(written.ops if written is not None else [], res.enqueued, res.feed_added)
+        self.buffer.take_leased(res.leased)
+        self.apply_counts(res)
+        if res.finished_run and not self.finished:
+            self.finished = True
+            logger.info("frontier: job %r drained; run finished: %s", self.sync.store.job, res.counts)
+        self.waiting.carry(self._sync_leases, written, self.buffer.top_priority())
+        if self.closing:
+            return
+        if (
+            res.leased
+            or res.finished_run
+            or (self.engine_waits and not self.engine_would_wait())
+            or not self.has_pending()
+            # a backout that ended with nothing leased (a duplicate, another worker's lease):
+            # the engine asks again now, not at its next heartbeat (a lazy start() waits
+            # for the scheduler_empty that answer sends)
+            or (self.backed_out and not self.backout_due())
+        ):
+            self.backed_out = False
+            # new work, or maybe idle (or no longer held back) now: let the engine look at once.
+            # Not after a sync that changed nothing the engine waits for: it would ask again at
+            # once, kick another sync, and so on, as fast as the store answers, for as long as
+            # every pending record is delayed (a sync of its own wakes it at the first one's time)
+            self.engine_waits = False
+            self.wake_engine()
+        outbox = self.waiting.outbox
+        if self.buffer.ready() <= self.batch // 2 and (res.leased or outbox.enqueues):
+            # more to lease, or new requests (children) that arrived during this sync and
+            # are leasable as soon as they are written: do not let them wait for the tick
+            # (the engine may have asked, got None and now waits for a wake-up)
+            self.kick()
+        elif res.feed_full or len(outbox) >= self.batch or holds_back(self.waiting.top(), self.buffer.top_priority()):
+            self.kick()
+
+    def failed(self, error: BaseException) -> None:
+        """A sync planned by :meth:`plan` failed: keep its writes (in order, ahead of newer
+        ones) for the next one; stop the crawl for an error that cannot pass."""
+        self.waiting.put_back()
+        self.trouble(error)
+
+    def trouble(self, error: BaseException) -> None:
+        self.stats.inc(keys.FRONTIER_SYNC_ERRORS)
+        why = self.sync.failed(error)
+        if why is not None and self.sync.give_up(why):
+            self.stop_crawl(why)
+
+    def closed(self, ops: list[tuple[str, Any]], res: SyncResult, reason: str) -> None:
+        """The final writes (``ops``, planned at close) ended with ``res``."""
+        self.stats.writes(res)
+        self.scrapy_stats.written(ops, res.enqueued)
+        self.apply_counts(res)
+        # job-wide (this run), every worker's: the run summary and the exit status read it
+        self.stats.set(keys.FRONTIER_DEAD_LETTERS, res.dead_letters)
+        self.stats.inc(keys.FRONTIER_RELEASED, res.released)
+        logger.info(
+            "frontier closed (%s): %s; released %d lease(s)%s",
+            reason,
+            res.counts,
+            res.released,
+            "; run finished" if res.finished_run or self.finished else "",
+        )
+
+    def apply_counts(self, res: SyncResult) -> None:
+        if not res.counts:
+            return
+        self.waiting.remote = res.counts
+        self.stats.counts(res.counts)

@@ -1,0 +1,308 @@
+"""The store sync: the one store thread, the lock, and a round of store work.
+
+The reactor never waits for the store. A round takes one :class:`SyncPlan` (the ordered
+writes, how many records to lease, which leases to renew, whether to reclaim expired
+leases, finish the run, or pull feed messages) and gives one :class:`SyncResult`. It
+writes the ops in order (one SQLite transaction; Redis scripts in order), pulls the feed,
+keeps this worker's heartbeat, renews and reclaims leases and leases the next batch.
+Failed rounds back off, are logged at a bounded rate and stop the crawl past
+``SCALE_FRONTIER_ERROR_DEADLINE`` (:class:`.policy.SyncTrouble`). This module knows the
+store and nothing else of the scheduler: what a round brings back is handed to the
+callables given to :meth:`StoreSync.start`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from twisted.internet import defer, threads
+from twisted.python.threadpool import ThreadPool
+
+from scrapy_scale.daemon_pool import DaemonThreadPool
+from scrapy_scale.frontier.feed import FeedReader
+from scrapy_scale.frontier.policy import SyncTrouble
+from scrapy_scale.frontier.store import EnqueueResult, FrontierStore, Leased
+
+logger = logging.getLogger(__name__)
+
+#: a worker's heartbeat holds for its lease, at most this many seconds (then status says
+#: the worker is gone); it beats four times per such window
+HEARTBEAT_WINDOW = 30.0
+
+Ops = list[tuple[str, Any]]
+
+
+@dataclass
+class SyncPlan:
+    """One round of store work, in this order."""
+
+    #: writes in order: ("enq", NewRequest), ("ack", (fp, token)), ("fail", ...), ("dead", ...)
+    ops: Ops = field(default_factory=list)
+    #: records to lease (0: none)
+    want: int = 0
+    #: fingerprints whose leases to renew (None: not this round)
+    renew: list[str] | None = None
+    #: give expired leases (any worker's) back to pending
+    reclaim: bool = False
+    #: finish the run if nothing is pending, delayed or leased anywhere (and nothing was leased)
+    finish: bool = False
+    #: feed messages to pull at most (0: none)
+    feed: int = 0
+
+
+@dataclass
+class SyncResult:
+    enqueued: list[EnqueueResult] = field(default_factory=list)
+    #: acks / failures the store took (the lease token was still this worker's)
+    acked: int = 0
+    failed: int = 0
+    #: acks and failures the store refused: the lease had expired and passed to another
+    #: worker (a frozen worker coming back), so another attempt's result counts instead
+    stale: int = 0
+    dead: int = 0
+    leased: list[Leased] = field(default_factory=list)
+    reclaimed: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    finished_run: bool = False
+    feed_bad: int = 0
+    #: plain URL feed seeds written with enqueue_new: new ones, known ones
+    feed_added: int = 0
+    feed_known: int = 0
+    #: the feed had at least as many messages as the sync pops
+    feed_full: bool = False
+    seconds: float = 0.0
+    #: dead letters of the run, job-wide (read at close)
+    dead_letters: int = 0
+    #: leases given back (at close)
+    released: int = 0
+
+
+class StoreSync:
+    def __init__(self, store: FrontierStore, *, lease_seconds: float, error_deadline: float):
+        self.store = store
+        self.lease_seconds = lease_seconds
+        self.worker = ""
+        #: turns feed messages into records (set at attach; None: no feed)
+        self.feed: FeedReader | None = None
+        #: held while the store is in use (the store thread, or a flush on the reactor thread)
+        self.lock = threading.Lock()
+        #: the running round (None: none)
+        self.running: defer.Deferred[Any] | None = None
+        #: why the store cannot be used any more (it said so, or the deadline passed), else None
+        self.fatal: str | None = None
+        #: backoff, bounded logging and the deadline of failing rounds
+        self.trouble = SyncTrouble(error_deadline)
+        self._pool: ThreadPool | None = None
+        self._beat_window = min(lease_seconds, HEARTBEAT_WINDOW)
+        self._last_beat = 0.0
+        self._last_renew = time.monotonic()
+        self._last_reclaim = 0.0
+
+    # ---- the thread ----------------------------------------------------------------------
+
+    def start_thread(self) -> None:
+        """The store thread: a daemon, so it never keeps the process alive once the reactor
+        stopped (a second Ctrl-C stops the reactor without closing the spider; a non-daemon
+        thread then blocked the interpreter's exit forever)."""
+        self._pool = DaemonThreadPool(1, 1, name="scale-frontier")
+        self._pool.start()
+
+    def stop_thread(self) -> None:
+        if self._pool is not None:
+            self._pool.stop()
+
+    @property
+    def started(self) -> bool:
+        return self._pool is not None
+
+    def in_thread(self, fn: Callable[[], Any]) -> defer.Deferred[Any]:
+        from twisted.internet import reactor  # the one Scrapy installed
+
+        assert self._pool is not None
+        return threads.deferToThreadPool(reactor, self._pool, fn)  # type: ignore[arg-type]
+
+    # ---- planning ------------------------------------------------------------------------
+
+    def may_start(self) -> bool:
+        """May a round start now? Not while one runs, before the thread, after a fatal
+        error, or while backing off after failed rounds."""
+        if self.running is not None or self._pool is None or self.fatal is not None:
+            return False
+        return self.trouble.may_sync(time.monotonic())
+
+    def give_up(self, why: str) -> bool:
+        """No more rounds: the store cannot be trusted with more writes. False: given up already."""
+        if self.fatal is not None:
+            return False
+        self.fatal = why
+        return True
+
+    @property
+    def failing(self) -> bool:
+        """Rounds are failing (backing off), or the store cannot be used any more."""
+        return self.trouble.since is not None or self.fatal is not None
+
+    def renew_due(self) -> bool:
+        """Is it time to renew this worker's leases (a third of a lease since the last)?"""
+        now = time.monotonic()
+        if now - self._last_renew >= self.lease_seconds / 3:
+            self._last_renew = now
+            return True
+        return False
+
+    def reclaim_due(self) -> bool:
+        now = time.monotonic()
+        if now - self._last_reclaim >= min(5.0, self.lease_seconds / 4):
+            self._last_reclaim = now
+            return True
+        return False
+
+    # ---- rounds --------------------------------------------------------------------------
+
+    def start(
+        self, plan: SyncPlan, done: Callable[[SyncResult], None], failed: Callable[[BaseException], None]
+    ) -> None:
+        """Run ``plan`` in the store thread; ``done`` or ``failed`` is called on the reactor
+        thread once it ends (``running`` is None again by then)."""
+        d = self.in_thread(lambda: self.run(plan))
+        self.running = d
+
+        def ok(res: SyncResult) -> None:
+            self.running = None
+            done(res)
+
+        def err(f: Any) -> None:
+            self.running = None
+            failed(f.value)
+
+        d.addCallbacks(ok, err)
+
+    def run(self, plan: SyncPlan) -> SyncResult:
+        """One round of writes, lease upkeep, and the next batch (in the store thread, or
+        in the calling thread for tests and tools)."""
+        res = SyncResult()
+        t0 = time.monotonic()
+        with self.lock, self.store.batch():
+            self.write_ops(plan.ops, res)
+            if plan.feed and self.feed is not None:
+                pull = self.feed.pull(self.store, self.worker, plan.feed)
+                res.enqueued += pull.enqueued
+                res.feed_bad, res.feed_added, res.feed_known, res.feed_full = (
+                    pull.bad,
+                    pull.added,
+                    pull.known,
+                    pull.full,
+                )
+            if plan.renew:
+                self.store.renew(self.worker, self.lease_seconds, plan.renew)
+            if plan.reclaim:
+                res.reclaimed = self.store.reclaim()
+            if time.monotonic() - self._last_beat >= self._beat_window / 4:
+                self.beat()
+            if plan.want > 0:
+                res.leased = self.store.lease(self.worker, plan.want, self.lease_seconds)
+            res.counts = self.store.counts()
+        if plan.finish and not res.leased:
+            c = res.counts
+            if not (c["pending"] or c["delayed"] or c["leased"]):
+                with self.lock:
+                    res.finished_run = self.store.finish_run() is not None
+        res.seconds = time.monotonic() - t0
+        return res
+
+    def flush(self, ops: Ops, lease: int) -> SyncResult:
+        """Write ``ops`` and lease ``lease`` records now, in the calling (reactor) thread,
+        after any running round (the lock). Raises what the store raised."""
+        res = SyncResult()
+        with self.lock, self.store.batch():
+            self.write_ops(ops, res)
+            if lease:
+                res.leased = self.store.lease(self.worker, lease, self.lease_seconds)
+            res.counts = self.store.counts()
+        return res
+
+    def final(self, ops: Ops, held: list[str], finish: bool) -> defer.Deferred[SyncResult]:
+        """The last writes of a worker that closes: the ops, its leases given back, its
+        heartbeat ended, the run finished if ``finish``; the counts and dead letters."""
+
+        def work() -> SyncResult:
+            res = SyncResult()
+            with self.lock:
+                self.write_ops(ops, res)
+                res.released = self.store.release(self.worker, held) if held else 0
+                self.store.heartbeat(self.worker, self.store.clock())  # this worker has stopped
+                if finish:
+                    res.finished_run = self.store.finish_run() is not None
+                res.counts = self.store.counts()
+                res.dead_letters = self.store.dead_letter_count()
+            return res
+
+        return self.in_thread(work)
+
+    def last_writes(self, ops: Ops) -> defer.Deferred[None]:
+        """The ops and this worker's end, when the reactor stops before the spider closed
+        (leases stay: the restarted worker takes them back at once)."""
+
+        def work() -> None:
+            with self.lock:
+                self.write_ops(ops, SyncResult())
+                self.store.heartbeat(self.worker, self.store.clock())  # this worker has stopped
+
+        return self.in_thread(work)
+
+    def write_ops(self, ops: Ops, res: SyncResult) -> None:
+        """Write ``ops`` in order, consecutive ops of one kind as one call."""
+        i = 0
+        while i < len(ops):
+            kind = ops[i][0]
+            j = i
+            while j < len(ops) and ops[j][0] == kind:
+                j += 1
+            group = [op[1] for op in ops[i:j]]
+            if kind == "enq":
+                res.enqueued += self.store.enqueue(group)
+            elif kind == "ack":
+                n = self.store.ack(self.worker, group)
+                res.acked += n
+                res.stale += len(group) - n
+            elif kind == "fail":
+                n = self.store.fail(self.worker, group)
+                res.failed += n
+                res.stale += len(group) - n
+            elif kind == "dead":
+                for fp, reason in group:
+                    self.store.dead_letter(fp, reason)
+                    res.dead += 1
+            i = j
+
+    def beat(self) -> None:
+        """Tell the store this worker is alive for the next heartbeat window (status
+        shows live workers, and a run without any as interrupted)."""
+        self._last_beat = time.monotonic()
+        self.store.heartbeat(self.worker, self.store.clock() + self._beat_window)
+
+    # ---- trouble -------------------------------------------------------------------------
+
+    def succeeded(self) -> None:
+        recovered = self.trouble.succeeded(time.monotonic())
+        if recovered:
+            logger.warning("%s", recovered)
+
+    def failed(self, error: BaseException) -> str | None:
+        """A round (or a flush) failed: the reason the crawl must stop (an error that
+        cannot pass, the store says so, or past SCALE_FRONTIER_ERROR_DEADLINE), else None
+        (backing off; logged at a bounded rate)."""
+        fatal = self.store.fatal_error(error)
+        if fatal is not None:
+            return fatal
+        line, give_up = self.trouble.failed(time.monotonic(), f"{type(error).__name__}: {error}")
+        if give_up:
+            return f"{line} (SCALE_FRONTIER_ERROR_DEADLINE)"
+        if line:
+            logger.error("%s", line)
+        return None

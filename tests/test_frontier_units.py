@@ -1,0 +1,226 @@
+"""The scheduler's units, each driven through its public methods (plain Python, a real
+SQLite store where a store is needed, no reactor): the in-flight ledger, the lease
+buffer, what waits, the store sync, record identity."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scrapy import Request
+from scrapy.statscollectors import MemoryStatsCollector
+from scrapy.utils.test import get_crawler
+
+from scrapy_scale import meta
+from scrapy_scale.clock import FakeClock
+from scrapy_scale.frontier import codec
+from scrapy_scale.frontier.backends import open_store
+from scrapy_scale.frontier.identity import RecordIdentity, new_record
+from scrapy_scale.frontier.lease_buffer import LeaseBuffer
+from scrapy_scale.frontier.ledger import OUTCOME_GRACE, InFlight, InFlightLedger
+from scrapy_scale.frontier.local import Outbox
+from scrapy_scale.frontier.scrapy_stats import ScrapyStats
+from scrapy_scale.frontier.stats import FrontierStats
+from scrapy_scale.frontier.store import EnqueueResult, FrontierStore, Leased, NewRequest
+from scrapy_scale.frontier.sync import StoreSync, SyncPlan
+from scrapy_scale.frontier.waiting import HELD_CAP, Waiting
+from scrapy_scale.outcomes.model import FailureClass, Outcome
+
+
+def stats() -> tuple[MemoryStatsCollector, FrontierStats]:
+    raw = MemoryStatsCollector(get_crawler())
+    raw.open_spider()
+    return raw, FrontierStats(raw)
+
+
+def done(fp: str, items: int = 0) -> Outcome:
+    return Outcome(fingerprint=fp, url="http://a.test/", domain="a.test", cls=FailureClass.OK, items=items, final=True)
+
+
+# ---- the in-flight ledger -----------------------------------------------------------------
+
+
+class Engine:
+    """What the ledger is told about the engine: the requests it holds, the fallbacks sent."""
+
+    def __init__(self) -> None:
+        self.holds: set[Any] = set()
+        self.fallbacks: list[tuple[str, bool, int]] = []
+
+    def in_progress(self) -> set[Any]:
+        return self.holds
+
+    def fallback(self, request: Request, responded: bool, items: int) -> None:
+        self.fallbacks.append((request.url, responded, items))
+
+
+def ledger() -> tuple[InFlightLedger, Outbox, Engine, MemoryStatsCollector]:
+    raw, st = stats()
+    outbox, engine = Outbox(), Engine()
+    return InFlightLedger(outbox, st, engine.in_progress, engine.fallback), outbox, engine, raw
+
+
+def test_the_ledger_acks_after_the_engine_lets_go_and_once_the_items_are_seen() -> None:
+    led, outbox, engine, _ = ledger()
+    led.signal_mode = True
+    r = Request("http://a.test/1", meta={meta.FINGERPRINT: "f1"})
+    led.add("f1", InFlight(7, r.url, 0, r))
+    engine.holds.add(r)
+    led.on_outcome(done("f1", items=1))
+    assert not outbox.ops  # one item still to come
+    led.on_item(item={}, response=type("R", (), {"request": r})())
+    assert not outbox.ops and "f1" in led  # settled, but the engine still holds it (children first)
+    led.settle_finished()
+    assert not outbox.ops
+    engine.holds.clear()
+    led.settle_finished()
+    assert outbox.ops == [("ack", ("f1", 7))] and "f1" not in led
+
+
+def test_the_ledger_sends_the_fallback_for_a_request_no_outcome_covered() -> None:
+    led, outbox, engine, raw = ledger()
+    r = Request("http://a.test/2")
+    led.add("f2", InFlight(3, r.url, 0, r))
+    led.on_response(request=Request("http://a.test/2", meta={meta.FINGERPRINT: "f2"}))
+    led.settle_finished()  # plain Scrapy (no outcome middlewares): the engine is done with it
+    assert engine.fallbacks == [("http://a.test/2", True, 0)]
+    assert outbox.ops == [("ack", ("f2", 3))]  # no receiver settled it: acked as responded
+    assert not raw.get_value("scale/frontier/acked_without_outcome")
+    led.signal_mode = True
+    r3 = Request("http://a.test/3")
+    led.add("f3", InFlight(4, r3.url, 0, r3))
+    led.settle_finished()
+    assert len(engine.fallbacks) == 1  # within OUTCOME_GRACE of the engine letting go: wait
+    assert OUTCOME_GRACE > 1
+
+
+# ---- the lease buffer -----------------------------------------------------------------------
+
+
+class Timers:
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, Any]] = []
+
+    def call_later(self, seconds: float, fn: Any) -> Any:
+        self.calls.append((seconds, fn))
+        return type("Call", (), {"active": lambda self: True, "cancel": lambda self: None})()
+
+
+def test_the_buffer_serves_memory_requests_once_their_record_is_written_and_times_the_due_sync() -> None:
+    raw, st = stats()
+    outbox, timers, fired = Outbox(), Timers(), []
+    buf = LeaseBuffer(outbox, st, ScrapyStats(raw), due=lambda: fired.append(1), call_later=timers.call_later)
+    r = Request("http://a.test/m", meta={meta.FINGERPRINT: "fm"})
+    buf.keep_in_memory(
+        r, "fm", False, codec.NotStorable("Opaque", "no"), worker="w/0", lease_seconds=60.0, prior_token=None
+    )
+    assert len(buf) == 0 and outbox.enqueues == 1  # its dedup record goes first
+    (op,) = outbox.take().ops
+    buf.held_written([op], [EnqueueResult.ADDED])
+    assert len(buf) == 1 and buf.fingerprints() == ["fm"]
+    served = buf.serve(buf.next_entry(), None, codec.RecordRules())  # type: ignore[arg-type]
+    assert served is not None and served.request is r and served.fingerprint == "fm" and served.token == 0
+    assert raw.get_value("scale/frontier/unserializable/Opaque") == 1
+    buf.sync_at(10**10)
+    assert len(timers.calls) == 1
+    timers.calls[0][1]()
+    assert fired == [1]
+    buf.closing = True
+    buf.sync_at(10**10)
+    assert len(timers.calls) == 1  # closing: no more timers
+
+
+def test_the_buffer_dead_letters_a_record_it_cannot_read() -> None:
+    raw, st = stats()
+    outbox = Outbox()
+    buf = LeaseBuffer(outbox, st, ScrapyStats(raw), due=lambda: None)
+    buf.take_leased([Leased("bad", "{not json", "a.test", 0, 0, 0.0, 0.0, 1)])
+    assert buf.ready() == 1 and raw.get_value("scale/frontier/leased") == 1
+    assert buf.serve(buf.next_entry(), None, codec.RecordRules()) is None  # type: ignore[arg-type]
+    assert outbox.ops and outbox.ops[0][0] == "dead"
+    assert raw.get_value("scale/frontier/dead_lettered") == 1
+
+
+# ---- what waits -------------------------------------------------------------------------------
+
+
+def test_what_waits_counts_a_syncs_writes_and_carries_a_higher_priority_it_did_not_lease() -> None:
+    outbox = Outbox()
+    w = Waiting(outbox)
+    outbox.append(("enq", NewRequest("f", "{}", "a.test", priority=5)), 5)
+    assert w.queued() == 1 and w.top() == 5 and w.for_this_worker()
+    assert w.lease_want(outbox.ops, buffer_top=0, ready=8, buffered=8, batch=8) == 1  # outranks a full buffer
+    written = w.take()
+    assert w.queued() == 1 and w.any_write()  # a running sync's enqueues still wait
+    assert w.written() is written
+    w.carry(False, written, buffer_top=0)  # written, not leased: the next sync leases it
+    assert w.pending_top == 5 and w.for_this_worker()
+    w.carry(True, None, buffer_top=0)
+    assert w.pending_top is None
+    assert w.lease_want([], buffer_top=None, ready=0, buffered=HELD_CAP * 8, batch=8) == 0  # bounded
+
+
+# ---- the store sync ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Any:
+    s = open_store(f"sqlite:///{tmp_path / 'f.db'}", "units", clock=FakeClock())
+    s.begin_run()
+    yield s
+    s.close()
+
+
+def nr(url: str) -> NewRequest:
+    return codec.new_request(Request(url))
+
+
+def test_one_plan_in_one_result_out(store: FrontierStore) -> None:
+    sync = StoreSync(store, lease_seconds=60.0, error_deadline=600.0)
+    sync.worker = "w/0"
+    a, b = nr("http://a.test/1"), nr("http://b.test/1")
+    res = sync.run(SyncPlan([("enq", a), ("enq", b)], want=1))
+    assert res.enqueued == [EnqueueResult.ADDED, EnqueueResult.ADDED] and len(res.leased) == 1
+    assert res.counts["pending"] == 1 and res.counts["leased"] == 1
+    lz = res.leased[0]
+    res = sync.run(SyncPlan([("ack", (lz.fingerprint, lz.token)), ("ack", (lz.fingerprint, lz.token + 1))]))
+    assert res.acked == 1 and res.stale == 1
+    res = sync.flush([], lease=5)
+    assert len(res.leased) == 1 and res.counts["leased"] == 1
+    res = sync.run(SyncPlan([("ack", (res.leased[0].fingerprint, res.leased[0].token))], finish=True))
+    assert res.finished_run
+
+
+def test_a_failed_round_backs_off_and_an_error_that_cannot_pass_stops(store: FrontierStore) -> None:
+    sync = StoreSync(store, lease_seconds=60.0, error_deadline=600.0)
+    assert not sync.may_start()  # no store thread yet
+    assert sync.failed(sqlite3.OperationalError("database or disk is full")) is None
+    assert sync.failing and sync.trouble.failures == 1
+    why = sync.failed(sqlite3.DatabaseError("file is not a database"))
+    assert why is not None and "corrupt" in why
+    assert sync.give_up(why) and not sync.give_up("again") and sync.fatal == why
+
+
+# ---- record identity ----------------------------------------------------------------------------
+
+
+def test_a_retry_and_a_redirect_continue_their_record_a_copied_meta_does_not() -> None:
+    crawler = get_crawler()
+    ident = RecordIdentity(crawler.request_fingerprinter)
+    first = Request("http://a.test/old")
+    fp, update = ident.key(first, lambda k: None)
+    assert not update and first.meta[meta.FINGERPRINT] == fp
+    in_flight = {fp: "http://a.test/old"}
+    retry = first.replace(dont_filter=True, meta={**first.meta, meta.ATTEMPT: 2})
+    assert ident.key(retry, in_flight.get) == (fp, True)
+    moved = Request("http://a.test/new", meta={meta.FINGERPRINT: fp, "redirect_urls": ["http://a.test/old"]})
+    assert ident.key(moved, in_flight.get) == (fp, True)
+    copied = Request("http://a.test/other", meta={meta.FINGERPRINT: fp, meta.ATTEMPT: 3})
+    other, update = ident.key(copied, in_flight.get)
+    assert other != fp and not update and meta.ATTEMPT not in copied.meta  # a chain of its own
+    rec = new_record(retry, fp, True, "{}", dedup=True)
+    assert rec.update and rec.attempts == 1 and not rec.reopen
+    again = new_record(Request("http://a.test/old", dont_filter=True), fp, False, "{}", dedup=True)
+    assert again.reopen and again.again.startswith(fp + "~")
