@@ -28,6 +28,8 @@ from scrapy_scale.frontier.sync import StoreSync, SyncPlan
 from scrapy_scale.frontier.waiting import HELD_CAP, Waiting
 from scrapy_scale.outcomes.model import FailureClass, Outcome
 
+pytestmark = pytest.mark.pure
+
 
 def stats() -> tuple[MemoryStatsCollector, FrontierStats]:
     raw = MemoryStatsCollector(get_crawler())

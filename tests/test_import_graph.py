@@ -11,6 +11,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.pure
+
 ROOT = Path(__file__).resolve().parent.parent / "scrapy_scale"
 
 
