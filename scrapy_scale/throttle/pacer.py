@@ -39,7 +39,8 @@ from scrapy_scale.outcomes import settings as outcomes_settings
 from scrapy_scale.outcomes.retry_after import parse_retry_after
 from scrapy_scale.redact import redact_url
 from scrapy_scale.throttle import settings as throttle_settings  # noqa: F401 - declares the settings
-from scrapy_scale.throttle.policy import Pacing, PauseNotes, SiteState
+from scrapy_scale.throttle.notes import PauseNotes
+from scrapy_scale.throttle.policy import Pacing, SiteState
 from scrapy_scale.throttle.profiles import BUILTIN, Profiles
 from scrapy_scale.throttle.shared import open_shared
 

@@ -9,7 +9,7 @@ import os
 import time
 from typing import Any
 
-from scrapy_scale.throttle.policy import check_learned
+from scrapy_scale.throttle.learned import check_learned
 from scrapy_scale.throttle.settings import throttle_url
 from scrapy_scale.throttle.shared import open_shared, sqlite_path
 
