@@ -93,6 +93,9 @@ class Throttle:
         self._shared_next: dict[str, float] = {}
         self._acquiring: set[str] = set()
         self._shared_down_until = 0.0
+        #: the engine's scheduler asks this pacer (the frontier): only then does the pacing
+        #: space a host by its DOWNLOAD_SLOTS delay, and the slot need not wait it again
+        self.consulted = False
         self._timer: Any = None
         self._timer_at = math.inf
         self._pool: ThreadPool | None = None
@@ -163,6 +166,7 @@ class Throttle:
     def hold_until(self, domain: str) -> float:
         """0.0: a request to ``domain`` may be handed out now; else the epoch time to ask
         again (``math.inf``: this pacer wakes the engine when it may)."""
+        self.consulted = True
         t = self.pacing.hold_until(domain)
         if t:
             self._wake_at(t)
@@ -325,7 +329,11 @@ class Throttle:
     def _reached_downloader(self, request: Request, **kw: Any) -> None:
         """A request whose download slot is its host, with a ``DOWNLOAD_SLOTS`` delay: the
         pacing already spaces the host by at least that delay (a floor), so the slot must not
-        wait it again. A slot named otherwise (``download_slot`` meta) keeps its delay."""
+        wait it again. A slot named otherwise (``download_slot`` meta) keeps its delay, and so
+        does every slot when no scheduler asks the pacer (Scrapy's own, scrapy-redis...):
+        then nothing else spaces the host."""
+        if not self.consulted:
+            return
         key = request.meta.get("download_slot")
         if key in self.pacing.slot_delays and key == urlsplit(request.url).hostname:
             compat.drop_slot_delay(self.crawler, key)
