@@ -562,3 +562,18 @@ def test_no_recovery_while_refusals_outnumber_good_answers() -> None:
     assert s.refused_share > 0.5
     pc.on_success("h", latency=0.01)  # one got through
     assert s.delay == d
+
+
+@pytest.mark.parametrize("field", ["too_fast", "proven"])
+def test_a_learned_spacing_above_max_delay_is_dropped_with_one_warning(field: str) -> None:
+    """Review of issue 19 item 4: a huge too-fast (or proven) spacing read back passed as
+    finite and pinned the site at max_delay for days while its memory faded."""
+    pc, clk = pacing({"default": {"start_delay": 0.5, "max_delay": 30.0}})
+    raw = {"delay": 0.5, "at": clk.now, "too_fast": 0.2, "too_fast_at": clk.now, field: 1e12}
+    assert pc.restore({"h": raw}) == 1
+    s = pc.site("h")
+    assert getattr(s, field) == 0.0
+    assert pc.rejected == [("h", f"{field.replace('_', '-')} spacing 1e+12 s is above max_delay 30 s; dropped")]
+    for _ in range(10):
+        pc.on_success("h", latency=0.01)
+    assert pc.interval(s) < 1.0  # paced as learned, not pinned at max_delay

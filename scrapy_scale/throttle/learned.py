@@ -21,12 +21,14 @@ def _finite(v: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def check_learned(raw: Any, now: float) -> tuple[dict[str, float] | None, str | None]:
+def check_learned(raw: Any, now: float, max_spacing: float = math.inf) -> tuple[dict[str, float] | None, str | None]:
     """A site's learned state as read back from shared state (a file, Redis), checked.
 
     Returns ``(state, None)`` when usable; ``(state, why)`` when something was repaired
-    (a time in the future is brought back to ``now``, an unusable too-fast spacing is
-    dropped); ``(None, why)`` when the delay or its time is missing, not a number,
+    (a time in the future is brought back to ``now``, an unusable too-fast or proven
+    spacing is dropped: not a finite number, negative, or above ``max_spacing``, the
+    profile's ``max_delay``, which would pin the site at ``max_delay`` for days while the
+    memory fades); ``(None, why)`` when the delay or its time is missing, not a number,
     infinite, NaN or negative: the state is not used at all."""
     if not isinstance(raw, dict):
         return None, f"not a record: {str(raw)[:40]!r}; not used"
@@ -41,11 +43,15 @@ def check_learned(raw: Any, now: float) -> tuple[dict[str, float] | None, str | 
     tf, tf_at = _finite(raw.get("too_fast", 0.0)), _finite(raw.get("too_fast_at", at))
     if tf is None or tf < 0 or tf_at is None:
         why, tf, tf_at = why or f"too-fast spacing {raw.get('too_fast')!r} is unusable; dropped", 0.0, 0.0
+    elif tf > max_spacing:
+        why, tf, tf_at = why or f"too-fast spacing {tf:.6g} s is above max_delay {max_spacing:g} s; dropped", 0.0, 0.0
     elif tf_at > now:
         tf_at = now  # its memory would never fade
     proven = _finite(raw.get("proven", 0.0))
     if proven is None or proven < 0:
         why, proven = why or f"proven spacing {raw.get('proven')!r} is unusable; dropped", 0.0
+    elif proven > max_spacing:
+        why, proven = why or f"proven spacing {proven:.6g} s is above max_delay {max_spacing:g} s; dropped", 0.0
     settled = _finite(raw.get("settled", tf))  # older records: all of it confirmed
     if settled is None or settled < 0:
         why, settled = why or f"confirmed spacing {raw.get('settled')!r} is unusable; all confirmed", tf

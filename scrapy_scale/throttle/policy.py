@@ -410,10 +410,10 @@ class Pacing:
         n = 0
         now = self.clock()
         for key, raw in learned.items():
-            v, why = check_learned(raw, now)
+            s = self.site(key)
+            v, why = check_learned(raw, now, s.profile.max_delay)
             if why is not None:
                 self.rejected.append((key, why))
-            s = self.site(key)
             if s.key != key:
                 continue
             if v is None:
