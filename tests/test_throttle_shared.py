@@ -105,6 +105,7 @@ def test_status_names_the_paused_sites_and_until_when(tmp_path: Path, caplog: py
     # garbage another process (or a bad disk) left behind
     shared.save({"nan.test": {"delay": 1.0, "at": 1.0, "paused_until": float("nan")}})
     shared.save({"far.test": {"delay": 1.0, "at": 1.0, "paused_until": clk.now + 1e9}})
+    shared.save({"huge.test": {"delay": 1.0, "at": 1.0, "paused_until": 10**400}})  # float() overflows
     shared.close()
     rows = status.read(Settings({"SCALE_THROTTLE_URL": f"sqlite:///{db}"}), "job")
     with caplog.at_level(logging.WARNING, logger="scrapy_scale.throttle.status"):
@@ -114,7 +115,8 @@ def test_status_names_the_paused_sites_and_until_when(tmp_path: Path, caplog: py
         ("shop1.test", clk.now + 30, False),
         ("far.test", clk.now + 3600, True),
     ]
-    assert len(caplog.records) == 2, caplog.text  # one per bad site, once
+    assert len(caplog.records) == 3, caplog.text  # one per bad site, once
+    assert "huge.test has an unreadable pause time" in caplog.text
     text = status.format_paused(paused, clk.now)
     assert text.startswith("paused sites (Retry-After): shop1.test until ") and "(in 30 s)" in text, text
     assert status.paused(rows, clk.now + 31, 3600.0)[0]["site"] == "far.test"
