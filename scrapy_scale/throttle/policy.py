@@ -99,8 +99,8 @@ class SiteState:
     good_since_pause: int = 0
     #: the spacing of the last run of PROVEN_AFTER_GOOD good answers since a slow-down (0: none)
     proven: float = 0.0
-    #: good answers since the last rate-limited answer (forgiven or not); none yet: isolated
-    good_since_refused: int = STEP_AFTER_GOOD
+    #: good answers since the last rate-limited answer (forgiven or not), seen by this process
+    good_since_refused: int = 0
     #: good answers since the last refusal that was forgiven (none yet: as many as needed)
     good_since_forgiven: int = FORGIVE_EVERY
     #: moving share of recent answers that were rate limited (0..1)
@@ -291,10 +291,11 @@ class Pacing:
         s = self.site(host)
         p = s.profile
         now = self.clock()
+        first = s.rate_limited == 0  # the first this process sees: isolated, as far as it knows
         s.rate_limited += 1
         share = s.refused_share
         long_run = s.good_since_refused >= STEP_AFTER_GOOD
-        isolated = long_run and s.good_since_forgiven >= FORGIVE_EVERY
+        isolated = (long_run or first) and s.good_since_forgiven >= FORGIVE_EVERY
         not_cluster = s.good_since_refused >= PROVEN_AFTER_GOOD
         s.refused_share = SHARE_WEIGHT + (1 - SHARE_WEIGHT) * share
         s.good_since_refused = 0
@@ -423,7 +424,10 @@ class Pacing:
                 continue
             s.delay = self._bound(s, v["delay"])
             s.too_fast, s.too_fast_at, s.proven = v["too_fast"], v["too_fast_at"], v["proven"]
-            s.settled, s.peak = min(v["settled"], s.too_fast), s.too_fast
+            # what was stepped up to in an earlier run is no pace of this one: only the confirmed
+            # part can be confirmed again (a stray 429 of the next run must not confirm it all)
+            s.settled = min(v["settled"], s.too_fast)
+            s.peak = s.settled
             s.learned, s.changed_at = True, v["at"]
             n += 1
         return n
