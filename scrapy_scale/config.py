@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -184,6 +185,8 @@ def as_float(lo: float | None = None, hi: float | None = None) -> Parser:
             raise ValueError("expected a number") from None
         if x != x:
             raise ValueError("expected a number, got NaN")
+        if x in (math.inf, -math.inf):
+            raise ValueError("expected a finite number")  # e.g. a cap or a time in seconds
         _check_range(x, lo, hi)
         return x
 

@@ -333,3 +333,15 @@ def test_reset_forgets_the_learned_pacing_and_egress_state_unless_kept(
     assert p.returncode == 0 and "learned pacing and egress state cleared" in p.stdout, p.stdout
     assert left(job) == ([], False)
     assert left(other) == (["a.example.test"], True)  # another job's are its own
+
+
+def test_reset_with_an_unreachable_learned_state_says_so_without_a_traceback(tmp_path: Path) -> None:
+    """Review of issue 19: with the throttle's Redis unreachable, `reset` reset the frontier and
+    then printed a traceback. It says the learned state was not cleared, and exits 1."""
+    s = {"SCALE_STATE_DIR": str(tmp_path / "state"), "SCALE_THROTTLE_URL": "redis://127.0.0.1:1/0"}
+    assert scale("seed", "job", "http://a.example.test/", settings=s).returncode == 0
+    p = scale("reset", "job", settings=s)
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr, p.stderr
+    assert "job: reset (1 request record(s) removed; learned pacing and egress state NOT cleared)" in p.stdout
+    assert "scrapy scale reset: error: learned pacing not cleared (" in p.stderr, p.stderr

@@ -66,6 +66,8 @@ def test_parsers_accept(parser, value, ok):
         (config.as_int(0), -1),
         (config.as_int(), 1.5),
         (config.as_float(0, 1), 2),
+        (config.as_float(0), "inf"),
+        (config.as_float(), float("-inf")),
         (config.as_url("sqlite"), "mysql://x"),
         (config.as_dict, "[1]"),
         (config.as_bool, "perhaps"),
@@ -237,3 +239,10 @@ def test_derived_defaults_are_what_the_readme_describes(tmp_path):
     assert store.dead_collection == "things_dead_letter"
     readme_fields = re.findall(r"`(\w+)`", DESCRIBED_DEFAULTS["SCALE_STORE_FIELDS"][0])
     assert list(store.fields.values()) == readme_fields
+
+
+def test_a_non_finite_retry_after_max_stops_the_crawl_at_startup() -> None:
+    """Review of issue 19 item 4: SCALE_RETRY_AFTER_MAX = inf passed and capped nothing."""
+    config._load_declarations()
+    with pytest.raises(config.ScaleSettingError, match="SCALE_RETRY_AFTER_MAX.*finite"):
+        config.validate_all({"SCALE_RETRY_AFTER_MAX": "inf"}, read_sources=False)

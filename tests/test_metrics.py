@@ -293,6 +293,8 @@ def test_rates_and_eta_from_recent_samples() -> None:
     assert eta_seconds(120, 2.0) == 60
     assert eta_seconds(0, None) == 0
     assert eta_seconds(5, 0.0) is None
+    assert eta_seconds(5, 0.0, 30.0) is None  # nothing done lately: unknown, not just the wait
+    assert eta_seconds(5, None, 30.0) is None
     assert format_eta(90) == "2 min" and format_eta(None) == "unknown" and format_eta(7200) == "2 h 0 min"
 
 
@@ -321,11 +323,11 @@ def test_the_eta_waits_for_delayed_requests_and_paused_sites(caplog: pytest.LogC
     assert progress.waiting(st, [now + 120], now) == 120  # a site paused longer
     assert eta_seconds(24, 2.0, progress.waiting(st, [], now)) == 83  # not 12 s
     assert eta_seconds(1000, 2.0, 83) == 500  # the work itself takes longer
-    assert eta_seconds(5, None, 83) == 83 and eta_seconds(5, None, 0) is None
+    assert eta_seconds(5, None, 83) is None and eta_seconds(5, None, 0) is None  # no rate: unknown
     assert eta_seconds(0, 2.0, 83) == 0
     progress._warned_wait = False
     with caplog.at_level(logging.WARNING, logger="scrapy_scale.monitor.progress"):
-        assert progress.waiting({"last_eligible_at": float("nan")}, [float("inf"), "x"], now) == 0  # type: ignore[list-item]
+        assert progress.waiting({"last_eligible_at": 10**400}, [float("inf"), "x", float("nan")], now) == 0  # type: ignore[list-item]
         far = progress.waiting({"last_eligible_at": now + 1e12}, [], now)
     assert far == progress.WAIT_MAX
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1

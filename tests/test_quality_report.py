@@ -360,3 +360,24 @@ def test_a_first_run_is_judged_by_absolute_thresholds(tmp_path: Path) -> None:
     assert r["ok"], r["summary"]
     assert c["empty_parses:parse_item"]["ok"] is True and c["empty_parses:parse_item"]["value"] == 0.025
     assert c["class_share:parse_failed"]["ok"] is True and 0 < c["class_share:parse_failed"]["value"] < 0.05
+
+
+def test_a_crawlspider_first_run_does_not_count_its_listing_pages_as_empty_parses(tmp_path: Path) -> None:
+    """Review of issue 19: every CrawlSpider rule request has the callback `_callback`, so its
+    listing pages (empty by design) and its item pages shared one key, and a clean first run
+    failed the absolute empty-parse limit. Listing pages (requests, no items) are left out of
+    that limit; a changed layout on the item pages still fails it."""
+    settings = {**ADDON, **CRITICAL, "SPIDER_MODULES": ["tests.variant_spiders"], "SCALE_QUALITY_EXIT_CODE": 4}
+    with Testbed(hosts=1, pages=40, per_page=4, seed=3) as tb:  # 10 listing pages of 50
+        clean = run_crawl(tb, settings, tmp_path / "clean", spider="catalog_crawl")
+    assert clean.returncode == 0, clean.tail()
+    r = report_of(tmp_path / "clean", "catalog_crawl")
+    c = checks(r)["empty_parses:_callback"]
+    assert r["ok"] and c["ok"] is True and c["value"] == 0.0, c
+    assert "listing pages left out" in c["message"], c  # the listing path ran
+
+    with Testbed(hosts=1, pages=40, per_page=4, seed=3, faults="layout:/item/*,after=20,variant=renamed") as tb:
+        bad = run_crawl(tb, settings, tmp_path / "bad", spider="catalog_crawl")
+    assert bad.returncode == 4, bad.tail()
+    c = checks(report_of(tmp_path / "bad", "catalog_crawl"))["empty_parses:_callback"]
+    assert c["ok"] is False and c["value"] == 0.5, c

@@ -386,3 +386,23 @@ def test_a_download_slots_delay_is_a_floor_of_the_pacing_not_an_extra(tmp_path: 
     assert res.stats[f"scale/throttle/site/{slow}/delay"] == 1.0
     fast_gaps = [b - a for a, b in zip(times[fast], times[fast][1:], strict=False)]
     assert sorted(fast_gaps)[len(fast_gaps) // 2] < 0.75, fast_gaps
+
+
+def test_a_download_slots_delay_holds_when_the_scheduler_does_not_ask_the_pacer(tmp_path: Path) -> None:
+    """Review of issue 19 item 14: the slot's delay was dropped whenever the Throttle was on,
+    also under a scheduler that never asks the pacer (Scrapy's own here, or scrapy-redis):
+    then nothing spaced the host at all."""
+    with Testbed(hosts=1, pages=5, per_page=20, seed=12) as tb:
+        host = tb.hosts[0]
+        settings = {
+            "SCHEDULER": "scrapy.core.scheduler.Scheduler",
+            "DOWNLOAD_SLOTS": {host: {"delay": 1.0, "randomize_delay": False}},
+            "ROBOTSTXT_OBEY": False,
+        }
+        res = run_crawl(tb, settings, tmp_path, timeout=120)
+        assert res.returncode == 0, res.tail()
+        times = [r.time for r in served(tb, host)]
+    assert len(res.items) == 5 and len(times) >= 6
+    assert any(k.startswith("scale/throttle/") for k in res.stats), res.stats  # the Throttle ran
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert min(gaps) >= 1.0 - 0.03, gaps

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -110,6 +111,7 @@ def test_status_names_the_paused_sites_and_until_when(tmp_path: Path, caplog: py
     # garbage another process (or a bad disk) left behind
     shared.save({"nan.test": {"delay": 1.0, "at": 1.0, "paused_until": float("nan")}})
     shared.save({"far.test": {"delay": 1.0, "at": 1.0, "paused_until": clk.now + 1e9}})
+    shared.save({"huge.test": {"delay": 1.0, "at": 1.0, "paused_until": 10**400}})  # float() overflows
     shared.close()
     rows = status.read(Settings({"SCALE_THROTTLE_URL": f"sqlite:///{db}"}), "job")
     with caplog.at_level(logging.WARNING, logger="scrapy_scale.throttle.status"):
@@ -119,7 +121,8 @@ def test_status_names_the_paused_sites_and_until_when(tmp_path: Path, caplog: py
         ("shop1.test", clk.now + 30, False),
         ("far.test", clk.now + 3600, True),
     ]
-    assert len(caplog.records) == 2, caplog.text  # one per bad site, once
+    assert len(caplog.records) == 3, caplog.text  # one per bad site, once
+    assert "huge.test has an unreadable pause time" in caplog.text
     text = status.format_paused(paused, clk.now)
     assert text.startswith("paused sites (Retry-After): shop1.test until ") and "(in 30 s)" in text, text
     assert status.paused(rows, clk.now + 31, 3600.0)[0]["site"] == "far.test"
@@ -149,3 +152,49 @@ def test_a_limiter_key_far_ahead_is_brought_back_to_the_longest_wait(redis_url: 
     assert sh.acquire("a.com", 0.5, max_wait=3.0) > 9e10
     assert sh.acquire("a.com", 0.5, max_wait=3.0) == pytest.approx(3.0, abs=0.1)
     sh.close()
+
+
+def shared_throttle(redis_url: str, job: str) -> object:
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_scale.throttle import Throttle
+
+    crawler = get_crawler(settings_dict={"SCALE_THROTTLE_URL": redis_url, "SCALE_JOB": job})
+    return Throttle.from_crawler(crawler)
+
+
+def test_a_limiter_key_of_another_type_is_replaced_and_the_other_sites_stay_shared(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """Review of issue 19 item 4: a `rate:<site>` key that is a hash made GET fail with
+    WRONGTYPE in the script, and the error turned the shared limiter off for every site
+    (5 s per worker, again and again). The key is deleted and counts as none."""
+    sh = RedisShared(redis_url, redis_prefix)
+    r = redis.Redis.from_url(redis_url)
+    r.hset(sh.rate_key("a.com"), "x", "1")
+    assert sh.acquire("a.com", 0.5) == 0.0  # no WRONGTYPE
+    assert r.type(sh.rate_key("a.com")) == b"string"
+    r.delete(sh.rate_key("a.com"))
+    r.hset(sh.rate_key("a.com"), "x", "1")
+    assert sh.pause("a.com", 2.0) == pytest.approx(2.0, abs=0.05)
+    # through the throttle: the bad key costs nothing, b.com still asks the limiter
+    r.delete(sh.rate_key("a.com"))
+    r.hset(sh.rate_key("a.com"), "x", "1")
+    th: Any = shared_throttle(redis_url, redis_prefix)
+    th.hold_until("a.com")
+    th.hold_until("b.com")
+    assert th.stats.get_value("scale/throttle/shared_errors") is None
+    assert r.exists(sh.rate_key("b.com"))  # the limiter was asked for b.com
+
+
+def test_a_failed_limiter_call_backs_off_that_site_only(redis_url: str, redis_prefix: str) -> None:
+    from twisted.python.failure import Failure
+
+    sh = RedisShared(redis_url, redis_prefix)
+    r = redis.Redis.from_url(redis_url)
+    th: Any = shared_throttle(redis_url, redis_prefix)
+    th._shared_failed(Failure(RuntimeError("boom")), "c.com")
+    assert th.stats.get_value("scale/throttle/shared_errors") == 1  # the failure path ran
+    assert th.hold_until("c.com") == 0.0 and not r.exists(sh.rate_key("c.com"))  # paced alone
+    th.hold_until("d.com")
+    assert r.exists(sh.rate_key("d.com"))  # the other sites keep the shared limiter

@@ -1,5 +1,6 @@
 """Variants of the catalog spider for tests (SPIDER_MODULES = ["tests.variant_spiders"]):
-async callbacks (``async def`` with ``yield``); items of a ``scrapy.Item`` class."""
+async callbacks (``async def`` with ``yield``); items of a ``scrapy.Item`` class; the catalog
+as a ``CrawlSpider``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import scrapy
+from scrapy.linkextractors import LinkExtractor
+from scrapy.spiders import CrawlSpider, Rule
 
 from example_project.spiders.catalog import CatalogSpider
 
@@ -40,3 +43,22 @@ class ItemCatalogSpider(CatalogSpider):
     def parse_item(self, response: Any) -> Iterator[Any]:  # type: ignore[override]
         for x in super().parse_item(response):
             yield CatalogItem(**x)
+
+
+class CrawlCatalogSpider(CrawlSpider):
+    """The catalog as a ``CrawlSpider``: one rule follows the listing pages, one parses the
+    detail pages. Every rule request has the callback ``_callback``, so listing pages (no
+    items, by design) and detail pages count under one callback name."""
+
+    name = "catalog_crawl"
+    rules = (
+        Rule(LinkExtractor(restrict_css="a.item"), callback="parse_item"),
+        Rule(LinkExtractor(restrict_css="a.next"), follow=True),
+    )
+
+    def __init__(self, start_urls: str = "", **kwargs: Any):
+        super().__init__(**kwargs)
+        self.start_urls = [u for u in start_urls.split(",") if u]
+
+    def parse_item(self, response: Any) -> Iterator[Any]:
+        yield from CatalogSpider.parse_item(self, response)  # type: ignore[arg-type]

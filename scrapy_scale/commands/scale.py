@@ -182,11 +182,14 @@ class Command(ScrapyCommand):
                     print(f"{job}: {added} of {n} URL(s) enqueued ({n - added} already known)")
                 elif sub == "reset":
                     n = ops.reset()
-                    learned = "kept" if opts.keep_learned else self._forget_learned(job)
+                    learned, trouble = ("kept", None) if opts.keep_learned else self._forget_learned(job)
                     print(
                         f"{job}: reset ({n} request record(s) removed; learned pacing and egress state "
                         f"{learned}); the next `scrapy crawl` starts the job over"
                     )
+                    if trouble is not None:
+                        print(f"scrapy scale reset: error: {trouble}", file=sys.stderr)
+                        self.exitcode = 1
                 else:
                     n = ops.requeue(opts.failure_class)
                     print(f"{job}: {n} request(s) of class {opts.failure_class} put back to pending")
@@ -194,14 +197,23 @@ class Command(ScrapyCommand):
             print(f"scrapy scale {sub}: error: {e}", file=sys.stderr)
             self.exitcode = 1
 
-    def _forget_learned(self, job: str) -> str:
-        """``reset``: forget the job's learned pacing and egress state, as a crawl would find them."""
+    def _forget_learned(self, job: str) -> tuple[str, str | None]:
+        """``reset``: forget the job's learned pacing and egress state, as a crawl would find
+        them. Returns what became of them, and what failed (None: nothing); the frontier was
+        reset already, so a store that cannot be reached is said, not a traceback."""
         from scrapy_scale.egress.shared import forget_job
+        from scrapy_scale.redact import redact_text
         from scrapy_scale.throttle import status as pacing_status
 
-        pacing_status.forget(self.settings, job)
-        forget_job(self.settings, job)
-        return "cleared"
+        failed = []
+        for what, forget in (("learned pacing", pacing_status.forget), ("egress state", forget_job)):
+            try:
+                forget(self.settings, job)
+            except Exception as e:  # noqa: BLE001 - said, with a non-zero exit
+                failed.append(f"{what} not cleared ({redact_text(str(e))[:200]})")
+        if not failed:
+            return "cleared", None
+        return "NOT cleared", "; ".join(failed) + "; run the reset again when it can be reached"
 
     def _egress_rows(self, job: str) -> list[dict[str, Any]] | None:
         from scrapy_scale.egress.report import read_job

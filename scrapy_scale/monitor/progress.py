@@ -71,11 +71,12 @@ _warned_wait = False
 def eta_seconds(remaining: int, rate: float | None, wait: float = 0.0) -> float | None:
     """Seconds until ``remaining`` requests are finished at ``rate`` per second, and no
     sooner than ``wait`` (:func:`waiting`: the last delayed request, the last paused site);
-    0 when nothing is left, None when the rate is unknown or zero and nothing waits."""
+    0 when nothing is left, None (unknown) when the rate is unknown or zero: a wait says
+    when work may go again, not when it is done."""
     if remaining <= 0:
         return 0.0
     if not rate:
-        return wait or None
+        return None
     return max(remaining / rate, wait)
 
 
@@ -92,7 +93,7 @@ def waiting(status: Mapping[str, Any] | None, paused_until: list[float], now: fl
     for t in times:
         try:
             t = float(t)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             t = math.nan
         if not math.isfinite(t) or t - now > WAIT_MAX:
             _warn_wait(t)

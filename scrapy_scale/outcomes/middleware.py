@@ -228,6 +228,8 @@ class OutcomeSpiderMiddleware:
                 if isinstance(x, Request):
                     if fp is not None and x.url == req.url and x.meta.get(meta.FINGERPRINT) == fp:  # type: ignore[union-attr]
                         parsing.callback_retry(response, st, x)  # e.g. get_retry_request() in the callback
+                    else:
+                        st.requests += 1
                 elif x is not None:
                     parsing.item(st, x)
                 yield x

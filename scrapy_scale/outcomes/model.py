@@ -158,6 +158,9 @@ class Outcome:
     retry_at: float | None = None
     #: items the callback yielded for this request (final outcomes after a callback)
     items: int = 0
+    #: requests the callback yielded (a retry of its own request aside): a listing page
+    #: yields requests and no items
+    requests: int = 0
     avoid_egress: tuple[str, ...] = field(default=())
     #: the downloader slot key the request used (the meta key Scrapy's downloader sets)
     slot: str | None = None

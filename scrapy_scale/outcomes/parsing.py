@@ -49,6 +49,8 @@ class Pending:
 class ParseState:
     pending: Pending
     items: int = 0
+    #: requests the callback yielded (its own retry aside)
+    requests: int = 0
     missing: tuple[str, ...] = ()
     done: bool = False
     #: the callback yielded a retry of its own request (same fingerprint and URL)
@@ -123,7 +125,13 @@ class ParseTracker:
         else:
             gave_up = p.gave_up if verdict.cls is p.verdict.cls else None
             o = self.emitter.build(
-                request, verdict, status=p.status, latency=p.latency, items=st.items, gave_up=gave_up
+                request,
+                verdict,
+                status=p.status,
+                latency=p.latency,
+                items=st.items,
+                requests=st.requests,
+                gave_up=gave_up,
             )
         self.emitter.send(o, request)
 

@@ -178,13 +178,29 @@ def _shares(
 
 
 def _empty(cur: RunFigures, base: list[RunFigures], t: Thresholds) -> list[Check]:
-    # a callback that never yields items (a listing page) is all empty parses: the absolute
-    # limit is for callbacks known to yield items (they stored some, or are declared)
+    """Per callback, the share of empty parses against earlier runs; in a first run, against
+    the absolute limit for callbacks known to yield items (they stored some, or are declared),
+    leaving out the empty parses that yielded requests: listing pages (a callback that never
+    yields items is all of them; a CrawlSpider's rules share one callback for both)."""
     yielding = {cb for cb, n in cur.stored.items() if n} | {cb for cb, n in t.expect.items() if n}
-    limits = {cb: t.max_empty_rate for cb in yielding}
-    return _shares(
-        "empty_parses", "{} empty parses", cur.empty, cur.completed, base, ("empty", "completed"), "", t, limits
-    )
+    out = []
+    for cb, n in sorted(cur.completed.items()):
+        if not n:
+            continue
+        empty = cur.empty.get(cb, 0)
+        earlier = [b.empty.get(cb, 0) / b.completed[cb] for b in base if b.completed.get(cb)]
+        name, what = f"empty_parses:{cb}", f"{cb} empty parses"
+        listings = cur.listings.get(cb, 0)
+        if earlier or cb not in yielding or not listings:
+            limit = t.max_empty_rate if cb in yielding else None
+            out.append(_rise_check(name, what, empty / n, earlier, t, f"{empty} of {n}", limit))
+        elif n > listings:
+            share, detail = (empty - listings) / (n - listings), f"{empty - listings} of {n - listings}"
+            detail += f", {listings} listing pages left out"
+            out.append(_rise_check(name, what, share, earlier, t, detail, t.max_empty_rate))
+        else:  # listings only
+            out.append(_rise_check(name, what, empty / n, earlier, t, f"{empty} of {n}, all listing pages"))
+    return out
 
 
 def _missing(cur: RunFigures, base: list[RunFigures], t: Thresholds) -> list[Check]:

@@ -23,6 +23,9 @@ class RunFigures:
     completed: Counter[str] = field(default_factory=Counter)
     #: callback name -> completed requests whose callback yielded no item (and did not raise)
     empty: Counter[str] = field(default_factory=Counter)
+    #: callback name -> empty parses that yielded requests (listing pages: a CrawlSpider's
+    #: rules share one callback for listings and item pages)
+    listings: Counter[str] = field(default_factory=Counter)
     #: callback name -> items stored (``item_scraped``: through every pipeline, the store last)
     stored: Counter[str] = field(default_factory=Counter)
     #: failure class -> final outcomes of crawl requests

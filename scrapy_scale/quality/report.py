@@ -94,6 +94,8 @@ class QualityReport:
             f.completed[cb] += 1
             if outcome.items == 0 and not outcome.reason.startswith("callback raised"):
                 f.empty[cb] += 1
+                if outcome.requests:
+                    f.listings[cb] += 1
 
     def on_item_scraped(self, item: Any = None, response: Any = None, **kw: Any) -> None:
         self.figures.stored[callback_of(getattr(response, "request", None))] += 1

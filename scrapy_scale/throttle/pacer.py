@@ -38,8 +38,9 @@ from scrapy_scale.daemon_pool import DaemonThreadPool
 from scrapy_scale.outcomes import settings as outcomes_settings
 from scrapy_scale.outcomes.retry_after import parse_retry_after
 from scrapy_scale.redact import redact_url
-from scrapy_scale.throttle import settings as throttle_settings  # noqa: F401 - declares the settings
-from scrapy_scale.throttle.policy import Pacing, PauseNotes, SiteState
+from scrapy_scale.throttle import settings as throttle_settings
+from scrapy_scale.throttle.notes import PauseNotes
+from scrapy_scale.throttle.policy import Pacing, SiteState
 from scrapy_scale.throttle.profiles import BUILTIN, Profiles
 from scrapy_scale.throttle.shared import open_shared
 
@@ -64,19 +65,6 @@ TOLERANCE = 0.03
 SHARED_BACKOFF = 5.0
 
 
-def slot_delays(settings: Any) -> dict[str, float]:
-    """The ``delay`` of each ``DOWNLOAD_SLOTS`` entry the user set (finite, > 0)."""
-    out = {}
-    for key, conf in (settings.getdict("DOWNLOAD_SLOTS") or {}).items():
-        try:
-            d = float(conf.get("delay", 0.0))
-        except (AttributeError, TypeError, ValueError):
-            continue
-        if math.isfinite(d) and d > 0:
-            out[str(key)] = d
-    return out
-
-
 class Throttle:
     """Per-site pacing; see docs/throttle.md."""
 
@@ -91,7 +79,12 @@ class Throttle:
         self._permits: dict[str, float] = {}
         self._shared_next: dict[str, float] = {}
         self._acquiring: set[str] = set()
-        self._shared_down_until = 0.0
+        #: sites whose shared limiter call failed, until when they pace on this worker alone
+        self._shared_down: dict[str, float] = {}
+        self._shared_warned_until = 0.0
+        #: the engine's scheduler asks this pacer (the frontier): only then does the pacing
+        #: space a host by its DOWNLOAD_SLOTS delay, and the slot need not wait it again
+        self.consulted = False
         self._timer: Any = None
         self._timer_at = math.inf
         self._pool: ThreadPool | None = None
@@ -122,7 +115,7 @@ class Throttle:
                 )
             )
         cap = float(outcomes_settings.RETRY_AFTER_MAX.get(s))
-        pacing = Pacing(profiles, time.time, retry_after_cap=cap, slot_delays=slot_delays(s))
+        pacing = Pacing(profiles, time.time, retry_after_cap=cap, slot_delays=throttle_settings.slot_delays(s))
         job = settings_core.JOB.get(s) or getattr(crawler.spidercls, "name", None) or "default"
         url = throttle_settings.throttle_url(s)
         try:
@@ -162,13 +155,16 @@ class Throttle:
     def hold_until(self, domain: str) -> float:
         """0.0: a request to ``domain`` may be handed out now; else the epoch time to ask
         again (``math.inf``: this pacer wakes the engine when it may)."""
+        self.consulted = True
         t = self.pacing.hold_until(domain)
         if t:
             self._wake_at(t)
             return t
-        if self.shared is None or not self.shared.shared_limiter or time.time() < self._shared_down_until:
+        if self.shared is None or not self.shared.shared_limiter:
             return 0.0
         s = self.pacing.site(domain)
+        if self._shared_down.get(s.key, 0.0) > time.time():
+            return 0.0
         interval = self.shared_interval(s)
         if interval <= 0:
             return 0.0
@@ -216,6 +212,7 @@ class Throttle:
     def _acquired(self, answer: tuple[float, float, float], key: str) -> None:
         wait, granted_mono, granted_wall = answer
         self._acquiring.discard(key)
+        self._shared_down.pop(key, None)
         if not math.isfinite(wait) or wait > (cap := self.pacing.wait_cap(self.pacing.site(key))):
             # the limiter's key held a time too far ahead (the script brought it back): a
             # wait from shared state never exceeds the cap, nor reaches the frontier's records
@@ -238,16 +235,20 @@ class Throttle:
             self._shared_next[key] = at
             self._wake_at(at)
 
-    def _shared_failed(self, failure: Any, key: str | None = None) -> None:
-        if key is not None:
-            self._acquiring.discard(key)
-        if time.time() >= self._shared_down_until:
+    def _shared_failed(self, failure: Any, key: str) -> None:
+        """A call of the shared limiter for the site ``key`` failed: that site paces on this
+        worker alone for a while (the others keep the limiter: one bad key is not all)."""
+        self._acquiring.discard(key)
+        now = time.time()
+        if now >= self._shared_warned_until:  # one line per SHARED_BACKOFF, whatever the sites
+            self._shared_warned_until = now + SHARED_BACKOFF
             logger.warning(
-                "throttle: the shared limiter failed (%s); pacing on this worker alone for %.0f s",
+                "throttle: the shared limiter failed for %s (%s); pacing it on this worker alone for %.0f s",
+                key,
                 failure.getErrorMessage(),
                 SHARED_BACKOFF,
             )
-        self._shared_down_until = time.time() + SHARED_BACKOFF
+        self._shared_down[key] = now + SHARED_BACKOFF
         self.stats.inc_value(keys.THROTTLE_SHARED_ERRORS)
         compat.wake_engine(self.crawler)
 
@@ -304,7 +305,7 @@ class Throttle:
             logger.info("throttle: %s paused %.1f s (Retry-After)", s.key, pause)
         self._wake_at(s.paused_until)
         if self.shared is not None and self.shared.shared_limiter:
-            self._in_thread(self.shared.pause, s.key, pause).addErrback(self._shared_failed)
+            self._in_thread(self.shared.pause, s.key, pause).addErrback(self._shared_failed, s.key)
 
     def _on_robots(self, robotparser: Any = None, request: Request | None = None, **kw: Any) -> None:
         if robotparser is None or request is None or not hasattr(robotparser, "crawl_delay"):
@@ -324,7 +325,11 @@ class Throttle:
     def _reached_downloader(self, request: Request, **kw: Any) -> None:
         """A request whose download slot is its host, with a ``DOWNLOAD_SLOTS`` delay: the
         pacing already spaces the host by at least that delay (a floor), so the slot must not
-        wait it again. A slot named otherwise (``download_slot`` meta) keeps its delay."""
+        wait it again. A slot named otherwise (``download_slot`` meta) keeps its delay, and so
+        does every slot when no scheduler asks the pacer (Scrapy's own, scrapy-redis...):
+        then nothing else spaces the host."""
+        if not self.consulted:
+            return
         key = request.meta.get("download_slot")
         if key in self.pacing.slot_delays and key == urlsplit(request.url).hostname:
             compat.drop_slot_delay(self.crawler, key)

@@ -12,17 +12,26 @@ The delay of a site (seconds between two requests to it):
   multiplied by ``slowdown`` (from at least the spacing the site just complained
   about), at most once per burst (answers to requests sent before the last
   slow-down do not slow it down again); the spacing that was too fast is
-  remembered;
+  remembered. At the pace learned to be safe, a refusal is one small step
+  (:data:`MARGIN`) instead;
+- **stray refusals are forgiven, repeated ones are not**: while refusals are under
+  :data:`SMALL_SHARE` of the recent answers, an isolated refusal at a pace proven by
+  :data:`PROVEN_AFTER_GOOD` good answers in a row (none in the last
+  :data:`STEP_AFTER_GOOD` answers, no other forgiven in the last :data:`FORGIVE_EVERY`)
+  is no step, and neither is the refusal of the first request after a Retry-After
+  pause (once per pause). A forgiven refusal still stops the delay from going lower.
+  Every step or slow-down clears the proven pace;
+- **unconfirmed steps**: what steps and slow-downs add to the too-fast memory is
+  confirmed when the site refuses again below it after good answers (the limit did
+  drop: back to the pace stepped up to), or when the step came after a long run of
+  good answers; until then it fades fast once :data:`STEPS_FADE_AFTER` good answers
+  come in a row. So a cluster of planned or stray 429s does not ratchet the learned
+  delay up run after run, and a site whose limit dropped costs one refusal more;
 - **recovery**: each success moves the delay ``recovery`` of the way down to its
-  goal, which stays :data:`MARGIN` above the remembered too-fast spacing. That
-  memory halves every :data:`MEMORY_HALF_LIFE` seconds and every
-  :data:`SUCCESS_HALF_LIFE` good answers, so a site that raised its limit is found
-  again, one rate-limited answer at a time, and stray ones do not keep it slow;
-- **stray refusals**: a rate-limited answer at the pace learned to be safe is one
-  small step; at a pace proven by :data:`PROVEN_AFTER_GOOD` good answers in a row,
-  at most one per :data:`STEP_AFTER_GOOD` good answers; none for the first request
-  after a Retry-After pause. So planned or stray 429s do not ratchet the learned
-  delay up run after run;
+  goal, which stays :data:`MARGIN` above the remembered too-fast spacing (none while
+  recent refusals outnumber good answers). That memory halves every
+  :data:`MEMORY_HALF_LIFE` seconds and every :data:`SUCCESS_HALF_LIFE` good answers,
+  so a site that raised its limit is found again, one rate-limited answer at a time;
 - **bounds**: never below ``min_delay`` (or the robots.txt Crawl-delay, unless the
   profile sets ``min_delay``), never above ``max_delay``.
 
@@ -38,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scrapy_scale import clock as clock_mod
+from scrapy_scale.throttle.learned import check_learned
 from scrapy_scale.throttle.profiles import Match, Profiles
 
 #: the delay settles this fraction above the spacing a site said was too fast
@@ -48,14 +58,24 @@ MEMORY_HALF_LIFE = 300.0
 PROVEN_AFTER_GOOD = 5
 #: good answers at the safe pace before a rate-limited answer there raises the delay again
 STEP_AFTER_GOOD = 20
+#: good answers between two forgiven refusals, at least (more often is a rate, not strays)
+FORGIVE_EVERY = 100
+#: the share of recent answers that were refused above which no refusal is forgiven
+SMALL_SHARE = 0.1
+#: weight of the newest answer in the moving share of refusals (about the last 20 answers)
+SHARE_WEIGHT = 1 / STEP_AFTER_GOOD
+#: good answers in a row after which unconfirmed steps start to fade
+STEPS_FADE_AFTER = 3
+#: good answers in a row (after STEPS_FADE_AFTER) for the unconfirmed steps to halve
+STEPS_HALF_LIFE = 1.0
 #: good answers for the memory of a too-fast spacing to halve (besides the time)
 SUCCESS_HALF_LIFE = 1000.0
 #: what each good answer leaves of that memory
 SUCCESS_FADE = 0.5 ** (1 / SUCCESS_HALF_LIFE)
+#: what each good answer in a row leaves of the unconfirmed steps
+STEPS_FADE = 0.5 ** (1 / STEPS_HALF_LIFE)
 #: weight of the newest gap in the moving average of the spacing actually sent
 GAP_WEIGHT = 0.2
-#: seconds a time read back from shared state may be ahead of ours (clocks of workers differ)
-FUTURE_SLACK = 60.0
 
 
 @dataclass
@@ -68,6 +88,10 @@ class SiteState:
     #: the largest spacing the site said was too fast (0: none), as of ``too_fast_at``
     too_fast: float = 0.0
     too_fast_at: float = 0.0
+    #: the part of ``too_fast`` that is confirmed (the rest: small steps not confirmed yet),
+    #: and the highest it was stepped to since; both as of ``too_fast_at``
+    settled: float = 0.0
+    peak: float = 0.0
     #: the last slow-down (answers to requests sent before it do not slow down again)
     slowed_at: float = -math.inf
     #: good answers since the last slow-down, and since the last pause began
@@ -75,6 +99,14 @@ class SiteState:
     good_since_pause: int = 0
     #: the spacing of the last run of PROVEN_AFTER_GOOD good answers since a slow-down (0: none)
     proven: float = 0.0
+    #: good answers since the last rate-limited answer (forgiven or not), seen by this process
+    good_since_refused: int = 0
+    #: good answers since the last refusal that was forgiven (none yet: as many as needed)
+    good_since_forgiven: int = FORGIVE_EVERY
+    #: moving share of recent answers that were rate limited (0..1)
+    refused_share: float = 0.0
+    #: the current pause already excused the refusal of its first request
+    pause_excused: bool = False
     paused_until: float = 0.0
     #: when ``paused_until`` last moved (exported for `scrapy scale status`)
     paused_at: float = 0.0
@@ -156,7 +188,15 @@ class Pacing:
         if not s.too_fast:
             return 0.0
         now = self.clock() if now is None else now
-        return s.too_fast * 0.5 ** (max(0.0, now - s.too_fast_at) / MEMORY_HALF_LIFE)
+        return s.too_fast * self._fade(s, now)
+
+    def _fade(self, s: SiteState, now: float) -> float:
+        return 0.5 ** (max(0.0, now - s.too_fast_at) / MEMORY_HALF_LIFE)
+
+    def _remember(self, s: SiteState, now: float, tf: float, settled: float, peak: float) -> None:
+        """Store the too-fast memory as of ``now`` (the confirmed part at most all of it)."""
+        s.too_fast, s.too_fast_at = tf, now
+        s.settled, s.peak = min(settled, tf), max(peak, tf)
 
     # ---- the gate ---------------------------------------------------------------------
 
@@ -208,15 +248,29 @@ class Pacing:
         if tf:
             # a good answer is evidence the site takes more than the memory says: the memory
             # fades with good answers too, so the delay comes back down towards the site's
-            # real capacity (one rate-limited answer at a time), instead of only growing
+            # real capacity (one rate-limited answer at a time), instead of only growing.
+            # Small steps not confirmed yet fade fast once good answers come in a row again:
+            # stray refusals (planned faults) do not keep the site slow run after run
+            f = self._fade(s, now) * SUCCESS_FADE
+            settled, peak = s.settled * f, s.peak * f
             tf *= SUCCESS_FADE
-            s.too_fast, s.too_fast_at = tf, now
+            if s.good_since_refused >= STEPS_FADE_AFTER and tf > settled:
+                tf = settled + (tf - settled) * STEPS_FADE
+            self._remember(s, now, tf, settled, peak)
             goal = max(goal, tf * (1 + MARGIN))
         goal = self._bound(s, goal)
         old = s.delay
         s.good_since_slowed += 1
         s.good_since_pause += 1
-        s.delay = goal if goal >= s.delay else s.delay - (s.delay - goal) * p.recovery
+        s.good_since_refused += 1
+        s.good_since_forgiven += 1
+        s.refused_share *= 1 - SHARE_WEIGHT
+        if goal >= s.delay:
+            s.delay = goal
+        elif s.refused_share <= 0.5:
+            # no recovery while recent refusals outnumber good answers: a rare answer that
+            # got through a site refusing nearly everything is no sign it takes more
+            s.delay -= (s.delay - goal) * p.recovery
         if s.good_since_slowed % PROVEN_AFTER_GOOD == 0:
             s.proven = self.interval(s)  # a run of good answers at (about) this pace
         self._changed(s, old, now)
@@ -237,35 +291,67 @@ class Pacing:
         s = self.site(host)
         p = s.profile
         now = self.clock()
+        first = s.rate_limited == 0  # the first this process sees: isolated, as far as it knows
         s.rate_limited += 1
+        share = s.refused_share
+        long_run = s.good_since_refused >= STEP_AFTER_GOOD
+        isolated = (long_run or first) and s.good_since_forgiven >= FORGIVE_EVERY
+        not_cluster = s.good_since_refused >= PROVEN_AFTER_GOOD
+        s.refused_share = SHARE_WEIGHT + (1 - SHARE_WEIGHT) * share
+        s.good_since_refused = 0
         sent_at = now - (latency or 0.0)
         if sent_at >= s.slowed_at:
             spacing = max(s.delay, s.gap or 0.0, self.interval(s))
             tf = self.too_fast(s, now)
+            f = self._fade(s, now)
+            settled, peak = s.settled * f, s.peak * f
             old = s.delay
             if tf and spacing >= tf * (1 + MARGIN) * 0.99:
                 # refused at the pace learned to be safe: the limit tightened a little, or a
-                # stray 429 (a fault, not the rate): one small step, so stray ones cannot
-                # ratchet the delay up by ``slowdown`` each. At a pace the site has proven
-                # (a run of good answers there), no second step before a few good answers
-                # again: a cluster of stray ones is one step, not one each
-                proven = s.proven and spacing >= s.proven * (1 - MARGIN)
-                if proven and s.good_since_slowed < STEP_AFTER_GOOD:
+                # stray 429 (a fault, not the rate)
+                if settled < peak * 0.99 and spacing < peak * (1 + MARGIN) and not_cluster:
+                    # refused again, after good answers, below the pace it was stepped up to:
+                    # the steps were right (the limit did drop). Back to that pace, confirmed
+                    tf = settled = peak = max(peak, spacing)
+                    s.delay = self._bound(s, max(s.delay, tf * (1 + MARGIN)))
+                    self._remember(s, now, tf, settled, peak)
+                elif self._stray(s, spacing, isolated, share):
+                    # forgiven: no step, but no faster than this either (the memory holds it)
+                    held = max(tf, spacing / (1 + MARGIN))
+                    self._remember(s, now, held, settled, peak)
+                    s.good_since_forgiven = 0
                     return self._pause_for(s, now, retry_after)
-                if s.good_since_pause == 0 and s.paused_until > 0:
-                    # refused the first thing after a Retry-After pause, however rested:
-                    # not the rate's doing (that refuses once the rested site had its fill)
-                    return self._pause_for(s, now, retry_after)
-                s.too_fast = spacing
-                s.delay = self._bound(s, max(s.delay, spacing * (1 + MARGIN)))
+                else:
+                    # one small step (so stray ones cannot ratchet it by ``slowdown`` each).
+                    # After a long run of good answers it is confirmed at once (the memory
+                    # had faded below the limit); in a cluster not until refused again below
+                    # it: good answers in a row undo it fast
+                    s.delay = self._bound(s, max(s.delay, spacing * (1 + MARGIN)))
+                    confirmed = spacing if long_run else settled
+                    self._remember(s, now, spacing, confirmed, peak)
             else:
-                s.too_fast = max(tf, spacing)
+                tf = max(tf, spacing)
                 s.delay = self._bound(s, max(spacing, 0.05) * p.slowdown)
-            s.too_fast_at = now
+                self._remember(s, now, tf, settled, tf)
             s.slowed_at = now
             s.good_since_slowed = 0
+            s.proven = 0.0  # the pace it proved was just refused: prove the new one
             self._changed(s, old, now, force=True)
         return self._pause_for(s, now, retry_after)
+
+    def _stray(self, s: SiteState, spacing: float, isolated: bool, share: float) -> bool:
+        """A refusal at the safe pace that is forgiven (no step), while refusals are under
+        :data:`SMALL_SHARE` of the recent answers: an isolated one (:data:`STEP_AFTER_GOOD`
+        good answers since the last refusal, :data:`FORGIVE_EVERY` since the last forgiven)
+        at a pace the site has proven, or the refusal of the first request after a
+        Retry-After pause (the rested site refused it: not the rate's doing), once per
+        pause."""
+        if share < SMALL_SHARE and s.proven and spacing >= s.proven * (1 - MARGIN) and isolated:
+            return True
+        if share < SMALL_SHARE and s.good_since_pause == 0 and s.paused_until > 0 and not s.pause_excused:
+            s.pause_excused = True
+            return True
+        return False
 
     def _pause_for(self, s: SiteState, now: float, retry_after: float | None) -> float:
         """Pause the site for a Retry-After (capped); returns the pause (seconds, 0: none)."""
@@ -284,6 +370,7 @@ class Pacing:
             s.paused_until = until
             s.paused_at = now
             s.good_since_pause = 0
+            s.pause_excused = False
 
     def set_crawl_delay(self, host: str, seconds: float | None) -> None:
         s = self.site(host)
@@ -305,6 +392,7 @@ class Pacing:
                 "too_fast": s.too_fast,
                 "too_fast_at": s.too_fast_at,
                 "proven": s.proven,
+                "settled": s.settled,
                 "at": s.changed_at,
                 # for `scrapy scale status` / `watch` (which sites are paused, until when);
                 # restore() does not adopt it: a pause is shared by the limiter, if at all
@@ -323,10 +411,10 @@ class Pacing:
         n = 0
         now = self.clock()
         for key, raw in learned.items():
-            v, why = check_learned(raw, now)
+            s = self.site(key)
+            v, why = check_learned(raw, now, s.profile.max_delay)
             if why is not None:
                 self.rejected.append((key, why))
-            s = self.site(key)
             if s.key != key:
                 continue
             if v is None:
@@ -336,69 +424,10 @@ class Pacing:
                 continue
             s.delay = self._bound(s, v["delay"])
             s.too_fast, s.too_fast_at, s.proven = v["too_fast"], v["too_fast_at"], v["proven"]
+            # what was stepped up to in an earlier run is no pace of this one: only the confirmed
+            # part can be confirmed again (a stray 429 of the next run must not confirm it all)
+            s.settled = min(v["settled"], s.too_fast)
+            s.peak = s.settled
             s.learned, s.changed_at = True, v["at"]
             n += 1
         return n
-
-
-#: seconds between two INFO lines about one site's Retry-After pauses
-PAUSE_LOG_EVERY = 60.0
-
-
-class PauseNotes:
-    """Which Retry-After pauses are worth an INFO line: a site's first one, then at most one
-    per :data:`PAUSE_LOG_EVERY` seconds, which tells how many went to DEBUG since the last.
-    A site that answers 429 to a burst would otherwise fill the log with one line per answer."""
-
-    def __init__(self, clock: clock_mod.Clock = clock_mod.wall, every: float = PAUSE_LOG_EVERY):
-        self.clock = clock
-        self.every = every
-        self._last: dict[str, float] = {}
-        self._quiet: dict[str, int] = {}
-
-    def note(self, site: str) -> int | None:
-        """None: log this pause at DEBUG only; else log it at INFO, saying how many pauses
-        of the site went unlogged at INFO since the site's last INFO line (the returned int)."""
-        now = self.clock()
-        last = self._last.get(site)
-        if last is not None and 0 <= now - last < self.every:
-            self._quiet[site] = self._quiet.get(site, 0) + 1
-            return None
-        self._last[site] = now
-        return self._quiet.pop(site, 0)
-
-
-def _finite(v: Any) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return x if math.isfinite(x) else None
-
-
-def check_learned(raw: Any, now: float) -> tuple[dict[str, float] | None, str | None]:
-    """A site's learned state as read back from shared state (a file, Redis), checked.
-
-    Returns ``(state, None)`` when usable; ``(state, why)`` when something was repaired
-    (a time in the future is brought back to ``now``, an unusable too-fast spacing is
-    dropped); ``(None, why)`` when the delay or its time is missing, not a number,
-    infinite, NaN or negative: the state is not used at all."""
-    if not isinstance(raw, dict):
-        return None, f"not a record: {str(raw)[:40]!r}; not used"
-    delay, at = _finite(raw.get("delay")), _finite(raw.get("at"))
-    if delay is None or delay < 0:
-        return None, f"delay {raw.get('delay')!r} is not a finite number of seconds; not used"
-    if at is None:
-        return None, f"time {raw.get('at')!r} is not a finite time; not used"
-    why = None
-    if at > now + FUTURE_SLACK:
-        why, at = f"time {at:.0f} is in the future; taken as now", now
-    tf, tf_at = _finite(raw.get("too_fast", 0.0)), _finite(raw.get("too_fast_at", at))
-    if tf is None or tf < 0 or tf_at is None:
-        why, tf, tf_at = why or f"too-fast spacing {raw.get('too_fast')!r} is unusable; dropped", 0.0, 0.0
-    elif tf_at > now:
-        tf_at = now  # its memory would never fade
-    proven = _finite(raw.get("proven", 0.0))
-    if proven is None or proven < 0:
-        why, proven = why or f"proven spacing {raw.get('proven')!r} is unusable; dropped", 0.0
-    return {"delay": delay, "at": at, "too_fast": tf, "too_fast_at": tf_at, "proven": proven}, why

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from scrapy_scale import (
@@ -62,3 +63,16 @@ def throttle_url(settings: Any) -> str:
     if isinstance(front, str) and front.split("://", 1)[0] in ("redis", "rediss"):
         return front
     return settings_core.state_file_url(settings, "throttle.db")
+
+
+def slot_delays(settings: Any) -> dict[str, float]:
+    """The ``delay`` of each ``DOWNLOAD_SLOTS`` entry the user set (finite, > 0)."""
+    out = {}
+    for key, conf in (settings.getdict("DOWNLOAD_SLOTS") or {}).items():
+        try:
+            d = float(conf.get("delay", 0.0))
+        except (AttributeError, TypeError, ValueError):
+            continue
+        if math.isfinite(d) and d > 0:
+            out[str(key)] = d
+    return out

@@ -26,10 +26,16 @@ from urllib.parse import urlsplit
 
 from scrapy_scale.sqlite_open import setup_retrying
 
-#: the TAT read back: a value that is not a finite number counts as none (it is overwritten)
+#: the TAT read back: a value that is not a finite number counts as none (it is overwritten);
+#: a key of another type (a hash...) would fail GET with WRONGTYPE: it is deleted, and none
 READ_TAT = """
 local function read_tat(key)
-  local tat = tonumber(redis.call('GET', key) or '0')
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' and raw.err then
+    redis.call('DEL', key)
+    return 0
+  end
+  local tat = tonumber(raw or '0')
   if tat == nil or tat ~= tat or tat == math.huge or tat == -math.huge then
     return 0
   end

@@ -9,7 +9,8 @@ import os
 import time
 from typing import Any
 
-from scrapy_scale.throttle.policy import check_learned
+from scrapy_scale.outcomes import settings as outcomes_settings
+from scrapy_scale.throttle.learned import check_learned
 from scrapy_scale.throttle.settings import throttle_url
 from scrapy_scale.throttle.shared import open_shared, sqlite_path
 
@@ -18,7 +19,7 @@ logger = logging.getLogger(__name__)
 #: sites listed in the text (the slowest first); --json lists every one
 SHOWN = 20
 #: the longest pause shown when the settings do not say (SCALE_RETRY_AFTER_MAX's default)
-PAUSE_MAX = 3600.0
+PAUSE_MAX = float(outcomes_settings.RETRY_AFTER_MAX.default)
 _warned: set[str] = set()
 
 
@@ -46,7 +47,7 @@ def read(settings: Any, job: str) -> list[dict[str, Any]]:
         row = {"site": site, "delay": v["delay"], "learned_at": v["at"]}
         try:
             row["paused_until"] = float(raw.get("paused_until", 0.0))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # an int of 400 digits: OverflowError
             row["paused_until"] = math.nan  # paused() skips it, with a warning
         rows.append(row)
     return sorted(rows, key=lambda r: (-r["delay"], r["site"]))
