@@ -163,6 +163,7 @@ def shared_throttle(redis_url: str, job: str) -> object:
     return Throttle.from_crawler(crawler)
 
 
+@pytest.mark.crawl
 def test_a_limiter_key_of_another_type_is_replaced_and_the_other_sites_stay_shared(
     redis_url: str, redis_prefix: str
 ) -> None:
@@ -187,6 +188,7 @@ def test_a_limiter_key_of_another_type_is_replaced_and_the_other_sites_stay_shar
     assert r.exists(sh.rate_key("b.com"))  # the limiter was asked for b.com
 
 
+@pytest.mark.crawl
 def test_a_failed_limiter_call_backs_off_that_site_only(redis_url: str, redis_prefix: str) -> None:
     from twisted.python.failure import Failure
 
