@@ -1,4 +1,4 @@
-"""Fixtures that start real services on loopback (see tests/services.py)."""
+"""Fixtures that start real services on loopback (see tests/support/services.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests import services
+from tests.support import services
 
 SHARED_REDIS = os.environ.get("SCALE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -78,7 +78,7 @@ def mongo_server(tmp_path: Path) -> Iterator[services.Process]:
 # module cannot land in the wrong tier by accident; and a pure test may not ask for a
 # service fixture nor start a process or open a network socket (checked while it runs).
 # ``serial`` (with ``crawl``): the test must not share the machine (kills, several workers,
-# timing bounds); tests/run.py runs those after the parallel part, one at a time.
+# timing bounds); `python -m tests` (tests/__main__.py) runs those after the parallel part, one at a time.
 
 TIERS = ("crawl", "pure")
 SERVICE_FIXTURES = frozenset({"redis_url", "redis_prefix", "redis_server", "mongo_uri", "mongo_server"})
