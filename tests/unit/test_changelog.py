@@ -8,7 +8,7 @@ from importlib import metadata
 import pytest
 
 import scrapy_scale
-from tests.crawling import ROOT
+from tests.support.crawling import ROOT
 
 pytestmark = pytest.mark.pure
 
