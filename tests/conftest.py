@@ -73,14 +73,36 @@ def mongo_server(tmp_path: Path) -> Iterator[services.Process]:
 #
 # Each test module declares its tier: ``pytestmark = pytest.mark.crawl`` (it runs real
 # processes or servers: crawls, the testbed, Redis, MongoDB, Prometheus, Chromium...) or
-# ``pytest.mark.pure`` (plain Python in this process). A module with both kinds marks
-# each test function instead. Collection fails for a test with neither or both, so a new
-# module cannot land in the wrong tier by accident; and a pure test may not ask for a
-# service fixture nor start a process or open a network socket (checked while it runs).
-# ``serial`` (with ``crawl``): the test must not share the machine (kills, several workers,
-# timing bounds); `python -m tests` (tests/__main__.py) runs those after the parallel part, one at a time.
+# ``pytest.mark.pure`` (plain Python in this process), and sits in its tier's folder:
+# tests/unit/ (pure) or tests/crawl/ (crawl, serial or not); helpers that hold no tests
+# live in tests/support/. Collection fails for a test with neither mark or both, or in the
+# wrong folder, so a new module cannot land in the wrong tier by accident; and a pure test
+# may not ask for a service fixture nor start a process or open a network socket (checked
+# while it runs). ``serial`` (with ``crawl``): the test must not share the machine (kills,
+# several workers, timing bounds); `python -m tests` (tests/__main__.py) runs those after
+# the parallel part, one at a time.
 
 TIERS = ("crawl", "pure")
+TESTS = Path(__file__).resolve().parent
+#: the folder under tests/ that holds each tier's modules; tests/support/ holds no tests
+FOLDERS = {"pure": "unit", "crawl": "crawl"}
+
+
+def folder_problem(nodeid: str, tier: str, path: Path, tests: Path = TESTS) -> str | None:
+    """Why a test of ``tier`` at ``path`` sits in the wrong folder of ``tests``, or None.
+
+    Paths outside ``tests`` (pytester's throwaway modules) are not checked."""
+    try:
+        parts = path.resolve().relative_to(tests).parts
+    except ValueError:
+        return None
+    want = FOLDERS[tier]
+    if len(parts) > 1 and parts[0] == want:
+        return None
+    where = f"tests/{parts[0]}/" if len(parts) > 1 else "tests/"
+    return f"{nodeid}: marked {tier} but in {where}: move the module to tests/{want}/"
+
+
 SERVICE_FIXTURES = frozenset({"redis_url", "redis_prefix", "redis_server", "mongo_uri", "mongo_server"})
 
 
@@ -99,7 +121,7 @@ def tier_problem(item: pytest.Item) -> str | None:
         return f"{item.nodeid}: marked pure but uses {', '.join(sorted(used))}: mark it crawl"
     if item.get_closest_marker("serial") and tiers != {"crawl"}:
         return f"{item.nodeid}: marked serial but not crawl"
-    return None
+    return folder_problem(item.nodeid, next(iter(tiers)), Path(item.path))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -10,56 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_scale.egress.health import Health, clamp_note
-from scrapy_scale.egress.report import when
-from scrapy_scale.egress.shared import RedisState, SqliteState, clean_live
+from scrapy_scale.egress.shared import RedisState, SqliteState
 from scrapy_scale.testbed import ProxySpec, Testbed
 from tests.crawl.test_commands import scale
 from tests.crawl.test_egress_crawl import FAST
 from tests.support.crawling import run_crawl
+
+pytestmark = pytest.mark.crawl
 
 
 def _ids(tb: Testbed) -> list[str]:
     return [f"127.0.0.1:{port}" for port in tb.proxy_ports.values()]
 
 
-@pytest.mark.pure
-def test_times_are_shown_with_their_date_when_not_today_and_never_raise():
-    now = time.time()
-    assert when(now, now) == time.strftime("%H:%M:%S", time.localtime(now))
-    assert when(9e10, now) == time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(9e10))  # not with no date
-    assert "epoch seconds" in when(1e18, now)  # time.localtime() raises OSError/OverflowError on it
-
-
-@pytest.mark.pure
-def test_records_that_do_not_decode_raise_and_far_ends_are_clamped():
-    now = 1_000_000.0
-    for bad in ({"g": "x"}, {"u": float("nan")}, {"u": "inf"}, {"c": now + 1e9}, [1, 2], None, {"l": True}):
-        try:
-            Health.from_record(bad, now, 3600)
-        except ValueError:
-            continue
-        raise AssertionError(f"{bad!r} decoded")
-    h = Health.from_record({"u": 1e18, "c": now - 5, "l": 1e300}, now, 3600)
-    assert h.until == now + 3600 and h.level == 64 and h.quarantine(now, _policy(), _rng()) <= now + 3600
-    assert clamp_note({"u": 1e18}, now, 3600) and clamp_note({"u": now + 10}, now, 3600) is None
-    live, bad = clean_live({"a": "12.5", "b": "x", "c": "inf", "d": str(now + 1e9), "e": None}, now)
-    assert live == {"a": 12.5} and sorted(bad) == ["b", "c", "d", "e"]
-
-
-def _policy():
-    from scrapy_scale.egress.health import HealthPolicy
-
-    return HealthPolicy(max_quarantine=3600)
-
-
-def _rng():
-    from scrapy_scale.clock import Randomness
-
-    return Randomness(1)
-
-
-@pytest.mark.crawl
 def test_a_far_future_quarantine_and_a_record_that_does_not_decode_in_egress_db(tmp_path: Path):
     """1e18 as a quarantine end made every request fail (OSError formatting it): 0 pages,
     exit 0; {"g": "x"} made spider_opened fail so the sync never ran."""
@@ -91,7 +54,6 @@ def test_a_far_future_quarantine_and_a_record_that_does_not_decode_in_egress_db(
     assert f"health record '{a}|x.test' skipped" in p.stderr and a in p.stdout
 
 
-@pytest.mark.crawl
 def test_a_non_numeric_live_field_in_redis_does_not_break_the_sync(tmp_path: Path, redis_url, redis_prefix):
     with Testbed(hosts=1, pages=20, seed=3, proxies=[ProxySpec("p1"), ProxySpec("p2")]) as tb:
         st = RedisState(redis_url, redis_prefix)
@@ -120,7 +82,6 @@ def test_a_non_numeric_live_field_in_redis_does_not_break_the_sync(tmp_path: Pat
     assert sum(sum(c["requests"].values()) for c in mine) >= len(expected)  # this worker's counts were shared
 
 
-@pytest.mark.crawl
 def test_read_only_commands_and_the_run_summary_do_not_open_the_egress_file(tmp_path: Path):
     egress_file = tmp_path / "egresses.txt"
     with Testbed(hosts=1, pages=10, seed=3, proxies=[ProxySpec("p1")]) as tb:
@@ -143,7 +104,6 @@ def test_read_only_commands_and_the_run_summary_do_not_open_the_egress_file(tmp_
         assert "egress" in p.stdout
 
 
-@pytest.mark.crawl
 def test_a_provider_whose_first_fetch_hangs_does_not_stop_the_crawl_at_start(tmp_path: Path):
     with Testbed(hosts=1, pages=10, seed=3, proxies=[ProxySpec("p1")]) as tb:
         s = {
@@ -162,7 +122,6 @@ def test_a_provider_whose_first_fetch_hangs_does_not_stop_the_crawl_at_start(tmp
     assert res.log.index("has not returned after 1 s") < res.log.index("egress: pool now 1 egress(es)")
 
 
-@pytest.mark.crawl
 @pytest.mark.parametrize("exhausted", ["wait", "close"])
 def test_a_provider_whose_fetch_never_returns_ends_the_crawl_with_an_error(tmp_path: Path, exhausted: str):
     """fetch() ran in the reactor's thread pool, which the reactor joins at shutdown, and
@@ -188,7 +147,6 @@ def test_a_provider_whose_fetch_never_returns_ends_the_crawl_with_an_error(tmp_p
     assert res.log.count("closing the spider (reason egress_unavailable)") == 1, res.tail()
 
 
-@pytest.mark.crawl
 def test_the_commands_clamp_a_far_quarantine_as_the_crawl_does(tmp_path: Path):
     """report.clean_health decoded records without now/longest: `scrapy scale egress` and
     `status` showed "quarantined until 2058" while the crawl clamps it to now + max."""
@@ -210,28 +168,3 @@ def test_the_commands_clamp_a_far_quarantine_as_the_crawl_does(tmp_path: Path):
     assert s.returncode == 0, s.stderr
     line = next(ln for ln in s.stdout.splitlines() if a in ln)
     assert time.strftime("%Y", time.localtime(now + 1e9)) not in line and "until" in line, line
-
-
-@pytest.mark.pure
-def test_an_empty_pool_gives_up_after_its_bound_and_says_why():
-    from scrapy_scale.clock import FakeClock
-    from scrapy_scale.egress.settings import Source
-    from scrapy_scale.egress.sources import GIVE_UP_AFTER, Refresher
-
-    clock = FakeClock()
-    r = Refresher(Source("provider", provider=object), 60.0, clock, timeout=30.0)
-    assert r.give_up(True, close=True) is None  # no call yet
-    r.start_call()
-    clock.advance(29)
-    assert r.give_up(True, close=True) is None and r.give_up(True, close=False) is None
-    clock.advance(1)
-    assert "SCALE_EGRESS_EXHAUSTED = close" in (r.give_up(True, close=True) or "")
-    assert r.give_up(True, close=False) is None and r.give_up(False, close=True) is None
-    clock.advance(GIVE_UP_AFTER * 30 - 30)
-    why = r.give_up(True, close=False) or ""
-    assert "no egress for 300.0 s" in why and "fetch() has not returned for 300 s" in why, why
-    r.end_call()
-    r.failed(ConnectionError("http://user:secret@api.example/ down"))
-    why = r.give_up(True, close=False) or ""
-    assert "failed 1 time(s) in a row" in why and "secret" not in why, why
-    assert Refresher(Source("static"), 60.0, clock).give_up(True, close=True) is None

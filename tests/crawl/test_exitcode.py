@@ -7,10 +7,9 @@ import sys
 
 import pytest
 
-from scrapy_scale import exitcode
+pytestmark = pytest.mark.crawl
 
 
-@pytest.mark.crawl
 @pytest.mark.parametrize("scrapy_status,expected", [(0, 3), (None, 3), (1, 1), (2, 2)])
 def test_a_requested_status_replaces_a_zero_exit_only(scrapy_status, expected) -> None:
     code = (
@@ -23,18 +22,6 @@ def test_a_requested_status_replaces_a_zero_exit_only(scrapy_status, expected) -
     )
     proc = subprocess.run([sys.executable, "-c", code], timeout=60)
     assert proc.returncode == expected
-
-
-@pytest.mark.pure
-def test_requested_and_reset() -> None:
-    try:
-        assert exitcode.requested() is None
-        exitcode.request(4, "why")
-        assert exitcode.requested() == (4, "why") and exitcode.exit_status(0) == 4
-        assert exitcode.exit_status(1) == 1
-    finally:
-        exitcode.reset()
-    assert exitcode.requested() is None and sys.exit is exitcode._original_exit
 
 
 TWO_CRAWLS = """
@@ -77,7 +64,6 @@ print("PROCESS", exitcode.requested())
 """
 
 
-@pytest.mark.crawl
 def test_the_exit_status_of_one_crawl_does_not_leak_into_the_next_in_the_same_process(tmp_path) -> None:
     """Before: after a crawl with dead letters, a later crawl of the same process said
     "exit status 3: the run has 2 dead letters" in its summary, with none of its own."""

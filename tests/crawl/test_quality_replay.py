@@ -18,6 +18,8 @@ from scrapy_scale.storage.backends import open_store
 from scrapy_scale.testbed import Testbed
 from tests.support.crawling import ROOT, run_crawl
 
+pytestmark = pytest.mark.crawl
+
 ADDON = {"ADDONS": {"scrapy_scale.Addon": 0}}
 
 FIXED_SPIDER = '''
@@ -52,7 +54,6 @@ def stored(tmp_path: Path) -> dict[str, dict]:
         s.close()
 
 
-@pytest.mark.crawl
 def test_replay_after_a_layout_change_stores_the_missing_items_without_a_request(tmp_path: Path) -> None:
     pkg = tmp_path / "spiders_pkg"
     pkg.mkdir()
@@ -114,23 +115,3 @@ def test_replay_after_a_layout_change_stores_the_missing_items_without_a_request
         st = ops.status()
     assert st["failed_by_class"] == {} and st["counts"]["done"] == 30 + 2  # the items and 2 listing pages
     assert snaps.entries() == [], "replayed snapshots are dropped once their requests are done"
-
-
-@pytest.mark.pure
-def test_snapshots_are_bounded_oldest_dropped_first(tmp_path: Path) -> None:
-    d = SnapshotDir(str(tmp_path / "snaps"), max_count=3, max_bytes=10**6)
-    dropped = 0
-    for i in range(5):
-        dropped += d.write(
-            {"url": f"http://a.test/{i}", "fingerprint": f"fp{i}", "cls": "parse_failed", "body": "x" * 100}
-        )
-    assert dropped == 2
-    assert [d.read(n)["url"] for n in d.files()] == [f"http://a.test/{i}" for i in (2, 3, 4)]
-    d.write({"url": "http://a.test/3", "fingerprint": "fp3", "cls": "parse_failed", "body": "y"})
-    assert len(d.files()) == 3 and d.read(d.files()[-1])["body"] == "y", "one snapshot per fingerprint"
-    small = SnapshotDir(str(tmp_path / "small"), max_count=100, max_bytes=400)
-    n = sum(
-        small.write({"url": f"u{i}", "fingerprint": f"f{i}", "cls": "sample", "body": os.urandom(60).hex()})
-        for i in range(10)
-    )
-    assert n > 0 and sum(os.path.getsize(os.path.join(small.folder, f)) for f in small.files()) <= 400

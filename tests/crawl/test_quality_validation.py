@@ -9,71 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_scale import config
 from scrapy_scale.frontier import cli_ops
-from scrapy_scale.quality.validate import Validator, content_hash, reason_kind
 from scrapy_scale.storage.backends import open_store
 from scrapy_scale.testbed import Testbed
 from tests.support.crawling import run_crawl
 
+pytestmark = pytest.mark.crawl
+
 ADDON = {"ADDONS": {"scrapy_scale.Addon": 0}}
-
-
-# ---- the validator (plain Python) --------------------------------------------------------
-
-
-@pytest.mark.pure
-@pytest.mark.parametrize("empty", [None, "", "   \n", [], {}, ()])
-def test_empty_values_count_as_missing(empty) -> None:
-    v = Validator({"*": ("sku", "price")}, {})
-    verdict = v.check({"sku": "A1", "price": empty})
-    assert verdict.missing == ("price",) and verdict.reasons == ["missing critical field price"]
-    assert not verdict.ok
-    assert v.check({"sku": "A1", "price": 0}).ok, "0 is a value, not a missing field"
-
-
-@pytest.mark.pure
-def test_schema_errors_are_reasons_and_nothing_configured_means_nothing_to_do() -> None:
-    v = Validator(
-        {}, {"*": {"type": "object", "required": ["sku"], "properties": {"price": {"type": "number", "minimum": 0}}}}
-    )
-    assert v
-    verdict = v.check({"price": "12"})
-    assert not verdict.ok
-    assert any("'sku' is a required property" in r for r in verdict.reasons)
-    assert any(r.startswith("schema: $.price: ") for r in verdict.reasons)
-    assert v.check({"sku": "x", "price": 3.5}).ok
-    assert not Validator({}, {}), "no critical field and no schema: the pipeline does no work"
-
-
-@pytest.mark.pure
-def test_per_type_fields_and_schemas() -> None:
-    class ProductItem(dict):
-        pass
-
-    v = Validator({"ProductItem": ("sku",)}, {"ProductItem": {"required": ["title"]}})
-    assert v.check({"other": 1}).ok, "types without an entry are not checked"
-    bad = v.check(ProductItem(sku=" "))
-    assert bad.missing == ("sku",) and len(bad.reasons) == 2
-
-
-@pytest.mark.pure
-def test_reason_kinds_and_content_hash() -> None:
-    assert reason_kind("missing critical field price") == "missing/price"
-    assert reason_kind("schema: $.price: 'x' is not of type 'number'") == "schema"
-    assert content_hash({"a": 1, "b": [1, 2]}, ["a", "b"]) == content_hash({"b": [1, 2], "a": 1, "c": 3}, ["a", "b"])
-    assert content_hash({"c": 1}, ["a"]) is None
-
-
-@pytest.mark.pure
-def test_bad_schema_fails_at_startup_with_the_setting_name(tmp_path: Path) -> None:
-    with pytest.raises(config.ScaleSettingError, match="SCALE_QUALITY_SCHEMAS: 'x': not a valid JSON Schema"):
-        config.get({"SCALE_QUALITY_SCHEMAS": {"x": {"type": "nope"}}}, "SCALE_QUALITY_SCHEMAS")
-    f = tmp_path / "s.json"
-    f.write_text('{"type": "object", "required": ["sku"]}')
-    assert config.get({"SCALE_QUALITY_SCHEMAS": {"*": str(f)}}, "SCALE_QUALITY_SCHEMAS") == {
-        "*": {"type": "object", "required": ["sku"]}
-    }
 
 
 # ---- real crawls ---------------------------------------------------------------------------
@@ -110,7 +53,6 @@ def _failed_by_class(tmp_path: Path) -> dict[str, int]:
         return ops.status()["failed_by_class"]
 
 
-@pytest.mark.crawl
 def test_layout_change_missing_price_is_quarantined_sqlite(tmp_path: Path) -> None:
     with Testbed(hosts=1, pages=30, seed=5, faults="layout:/item/*,after=20,variant=missing") as tb:
         url = f"sqlite:///{tmp_path}/state/items.sqlite"
@@ -123,7 +65,6 @@ def test_layout_change_missing_price_is_quarantined_sqlite(tmp_path: Path) -> No
         assert _failed_by_class(tmp_path) == {"parse_failed": 10}, "their requests are failed, not done"
 
 
-@pytest.mark.crawl
 def test_schema_failures_are_quarantined_and_their_requests_failed(tmp_path: Path) -> None:
     with Testbed(hosts=1, pages=24, seed=2) as tb:
         prices = sorted(tb.expected_item(u)["price"] for u in tb.detail_urls())
@@ -143,7 +84,6 @@ def test_schema_failures_are_quarantined_and_their_requests_failed(tmp_path: Pat
         assert "item quarantined: schema" in (tmp_path / "state" / "frontier.db").read_bytes().decode("latin-1")
 
 
-@pytest.mark.crawl
 def test_quarantine_in_mongodb(tmp_path: Path, mongo_uri: str) -> None:
     url = f"{mongo_uri.rstrip('/')}/q{uuid.uuid4().hex[:10]}"
     with Testbed(hosts=1, pages=30, seed=5, faults="layout:/item/*,after=25,variant=missing") as tb:
@@ -152,7 +92,6 @@ def test_quarantine_in_mongodb(tmp_path: Path, mongo_uri: str) -> None:
         _check_quarantine(tb, url, res, bad)
 
 
-@pytest.mark.crawl
 def test_default_crawl_does_no_validation_work(tmp_path: Path) -> None:
     with Testbed(hosts=1, pages=10, seed=1) as tb:
         res = run_crawl(tb, ADDON, tmp_path)

@@ -7,18 +7,18 @@ process, on a Crawler created with the add-on (as the crawl creates it)."""
 from __future__ import annotations
 
 import json
-import logging
 import re
 import sqlite3
 from pathlib import Path
 
 import pytest
-from scrapy.utils.test import get_crawler
 
-from scrapy_scale.config import ScaleSettingError
 from scrapy_scale.storage.keys import declared_key
 from scrapy_scale.testbed import Testbed
 from tests.support.crawling import run_crawl
+from tests.unit.test_startup_errors import ADDON_CHECKED
+
+pytestmark = pytest.mark.crawl
 
 #: nothing listens there; the crawl must stop before any request anyway
 NOWHERE = ["http://127.0.0.1:9/"]
@@ -40,50 +40,8 @@ def _first_error(log: str) -> str:
     return m.group(2)
 
 
-#: found by the add-on's check of the values when the crawler is created, so checked in
-#: this process (a Crawler built as `scrapy crawl` builds it, the add-on on)
-ADDON_CHECKED = [
-    # a frontier setting
-    ("SCALE_FRONTIER_BATCH=abc", "Cannot start: bad setting SCALE_FRONTIER_BATCH = 'abc': expected an integer"),
-    # a store setting, with a password in it
-    (
-        "SCALE_STORE_URL=mysql://crawler:hunter2@db.internal/items",
-        "Cannot start: bad setting SCALE_STORE_URL = 'mysql://***@db.internal/items': unknown URL scheme 'mysql';"
-        " supported: sqlite://, mongodb://, mongodb+srv://",
-    ),
-    # an outcomes setting
-    (
-        'SCALE_RETRY_POLICY={"transient": {"retries": -1}}',
-        'Cannot start: bad setting SCALE_RETRY_POLICY = \'{"transient": {"retries": -1}}\': '
-        "transient.retries: expected an integer >= 0",
-    ),
-    # an unknown SCALE_ name (a typo), with a password in its value
-    (
-        "SCALE_FRONTEIR_URL=redis://:hunter2@127.0.0.1:6379/0",
-        "Cannot start: bad setting SCALE_FRONTEIR_URL = 'redis://***@127.0.0.1:6379/0': unknown setting;"
-        " did you mean SCALE_FRONTIER_URL?",
-    ),
-]
-
-
-@pytest.mark.pure
-@pytest.mark.parametrize("setting,first_error", ADDON_CHECKED)
-def test_a_bad_setting_is_one_error_line_when_the_crawler_is_created(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, setting: str, first_error: str
-) -> None:
-    name, _, value = setting.partition("=")
-    caplog.set_level(logging.INFO)
-    with pytest.raises(ScaleSettingError):
-        get_crawler(settings_dict={"ADDONS": {"scrapy_scale.Addon": 0}, "SCALE_STATE_DIR": str(tmp_path), name: value})
-    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
-    assert [(r.name, r.getMessage()) for r in errors] == [("scrapy_scale", first_error)]
-    assert all(r.exc_info is None for r in errors), "the line comes without a traceback"
-    assert "hunter2" not in caplog.text
-
-
 #: the whole path in a real `scrapy crawl`: exit status 1, no traceback, no password in
 #: the log, nothing fetched; one setting the add-on finds, one a component finds
-@pytest.mark.crawl
 @pytest.mark.parametrize(
     "setting,first_error",
     [
@@ -106,7 +64,6 @@ def test_a_bad_setting_is_one_clear_error_line(tmp_path: Path, setting: str, fir
     assert res.stats.get("response_received_count") is None  # nothing was fetched
 
 
-@pytest.mark.crawl
 def test_a_store_file_that_cannot_be_opened_is_one_clear_error_line(tmp_path: Path) -> None:
     """Found when the store is opened (not by parsing the URL): before the engine opens, so
     Scrapy logs no traceback of its own (CoreStats' on a spider closed before it opened)."""
@@ -120,7 +77,6 @@ def test_a_store_file_that_cannot_be_opened_is_one_clear_error_line(tmp_path: Pa
     assert "Spider opened" not in res.log
 
 
-@pytest.mark.crawl
 def test_at_debug_level_the_traceback_follows_the_error_line(tmp_path: Path) -> None:
     res = _crawl(tmp_path, "SCALE_FRONTIER_BATCH=abc", log_level="DEBUG")
     assert res.returncode == 1, (res.returncode, res.tail())
@@ -129,7 +85,6 @@ def test_at_debug_level_the_traceback_follows_the_error_line(tmp_path: Path) -> 
     assert first and "Traceback" in res.log[first.end() :], res.tail()
 
 
-@pytest.mark.crawl
 def test_list_settings_from_the_command_line_work(tmp_path: Path) -> None:
     """`-s SCALE_ITEM_KEY=sku` keys every item type by its sku, and list settings take a
     comma-separated string (SCALE_ITEM_KEY=sku used to fail: "not valid JSON")."""

@@ -22,6 +22,8 @@ from scrapy_scale.storage.writer import (
     Submission,
 )
 
+pytestmark = pytest.mark.crawl
+
 
 @pytest.fixture(params=["sqlite", "mongodb"])
 def store_url(request, tmp_path: Path) -> str:
@@ -47,7 +49,6 @@ def strip_times(doc: dict) -> dict:
     return {k: v for k, v in doc.items() if k not in ("_first_seen", "_last_seen", "_id")}
 
 
-@pytest.mark.crawl
 def test_upsert_is_idempotent_and_counts_inserted_vs_updated(store: Store):
     r1 = store.write(rows(5, v="a"), now=100.0)
     assert sorted(r1.inserted) == [f"k{i:03d}" for i in range(5)] and not r1.updated and not r1.failed
@@ -61,7 +62,6 @@ def test_upsert_is_idempotent_and_counts_inserted_vs_updated(store: Store):
     assert {k: after[k] for k in before} == before
 
 
-@pytest.mark.crawl
 def test_first_seen_stays_last_seen_moves_and_old_fields_are_kept(store: Store):
     store.write([Row("a", {"x": 1, "only_first": True})], now=100.0)
     store.write([Row("a", {"x": 2})], now=200.0)
@@ -72,7 +72,6 @@ def test_first_seen_stays_last_seen_moves_and_old_fields_are_kept(store: Store):
     assert store.get("missing") is None
 
 
-@pytest.mark.crawl
 def test_get_many_reads_back_what_get_reads_in_bulk(store: Store):
     store.write(rows(1203), now=100.0)  # more keys than one SQLite statement may bind
     wanted = [f"k{i:03d}" for i in range(0, 1203, 2)] + ["missing", "k000"]
@@ -82,7 +81,6 @@ def test_get_many_reads_back_what_get_reads_in_bulk(store: Store):
     assert store.get_many([]) == {}
 
 
-@pytest.mark.crawl
 def test_configured_bookkeeping_field_names(store_url: str):
     s = open_store(
         store_url,
@@ -104,7 +102,6 @@ def test_configured_bookkeeping_field_names(store_url: str):
         s.close()
 
 
-@pytest.mark.crawl
 def test_encoded_documents_round_trip_exactly(store: Store):
     import datetime as dt
     from decimal import Decimal
@@ -128,7 +125,6 @@ def test_encoded_documents_round_trip_exactly(store: Store):
     assert strip_times(got) == doc
 
 
-@pytest.mark.crawl
 def test_dead_letter_records_can_be_deleted_by_id(store: Store):
     """A side collection kept through the dead-letter methods (the quality history) is pruned."""
     store.dead_letter([DeadRow(f"d{i}", {"n": i}) for i in range(4)], now=10.0)
@@ -137,7 +133,6 @@ def test_dead_letter_records_can_be_deleted_by_id(store: Store):
     assert [d["_id"] for d in store.dead_letters()] == ["d0", "d2"]
 
 
-@pytest.mark.crawl
 def test_dead_letter_records_are_upserted_by_id(store: Store):
     store.dead_letter([DeadRow("d1", {"key": None, "reason": "invalid key: x"})], now=10.0)
     store.dead_letter(
@@ -189,7 +184,6 @@ def submit(w: BatchWriter, c: Collector, key: str, doc: dict) -> None:
     )
 
 
-@pytest.mark.crawl
 def test_batch_is_written_when_its_oldest_item_reaches_max_latency(store: Store):
     c = Collector()
     w = BatchWriter(store, batch_size=1000, max_latency=0.3, report=c.reports.append)
@@ -206,7 +200,6 @@ def test_batch_is_written_when_its_oldest_item_reaches_max_latency(store: Store)
     w.close()
 
 
-@pytest.mark.crawl
 def test_full_batches_go_at_once_and_close_flushes_the_rest(store: Store):
     c = Collector()
     w = BatchWriter(store, batch_size=10, max_latency=60, report=c.reports.append)
@@ -221,7 +214,6 @@ def test_full_batches_go_at_once_and_close_flushes_the_rest(store: Store):
     assert [r.items for r in c.reports] == [10, 10, 5]
 
 
-@pytest.mark.crawl
 def test_same_key_twice_in_one_batch_is_one_upsert_later_fields_win(store: Store):
     c = Collector()
     w = BatchWriter(store, batch_size=10, max_latency=60, report=c.reports.append)
@@ -235,7 +227,6 @@ def test_same_key_twice_in_one_batch_is_one_upsert_later_fields_win(store: Store
     assert (c.reports[0].inserted, c.reports[0].updated) == (1, 1)
 
 
-@pytest.mark.crawl
 def test_dead_submissions_are_recorded_before_done(store: Store):
     c = Collector()
     w = BatchWriter(store, batch_size=10, max_latency=0)
@@ -251,7 +242,6 @@ def test_dead_submissions_are_recorded_before_done(store: Store):
     w.close()
 
 
-@pytest.mark.crawl
 def test_mongodb_refusing_one_row_dead_letters_it_and_stores_the_rest(mongo_uri: str):
     """A document over MongoDB's 16 MiB limit: the server (or driver) refuses it; the batch
     is split and only that row goes to the dead letter, with the store's reason."""
@@ -271,7 +261,6 @@ def test_mongodb_refusing_one_row_dead_letters_it_and_stores_the_rest(mongo_uri:
 
 
 @pytest.mark.serial
-@pytest.mark.crawl
 def test_mongodb_killed_and_restarted_nothing_lost(mongo_server):
     """The server dies mid-stream: items wait (not done, not dropped), the writer retries
     with backoff, and once the server is back every item is stored exactly once."""
@@ -305,20 +294,3 @@ def test_mongodb_killed_and_restarted_nothing_lost(mongo_server):
     assert s.count() == 100
     assert sum(r.retries for r in c.reports) >= 1
     s.close()
-
-
-@pytest.mark.pure
-def test_urls_paths_and_redaction():
-    from scrapy_scale.redact import redact_url as redact
-    from scrapy_scale.storage.backends import sqlite_path
-
-    assert sqlite_path("sqlite:///abs/items.sqlite") == "/abs/items.sqlite"
-    assert sqlite_path("sqlite:////abs/items.sqlite") == "/abs/items.sqlite"
-    assert sqlite_path("sqlite://rel/items.sqlite") == "rel/items.sqlite"
-    assert (
-        redact("mongodb://user:s3cret@db.example:27017/x?authSource=admin")
-        == "mongodb://***@db.example:27017/x?authSource=admin"
-    )
-    assert redact("mongodb://127.0.0.1:27017/x") == "mongodb://127.0.0.1:27017/x"
-    with pytest.raises(ValueError, match="unknown store URL scheme"):
-        open_store("mysql://h/db")

@@ -14,6 +14,8 @@ import pytest
 from scrapy_scale.testbed import Fault, ProxySpec, Testbed, parse_faults
 from scrapy_scale.testbed.faults import KINDS
 
+pytestmark = pytest.mark.crawl
+
 
 def get(
     tb: Testbed,
@@ -51,7 +53,6 @@ def plain() -> Any:
         yield tb
 
 
-@pytest.mark.crawl
 def test_hosts_addresses_and_urls(plain: Testbed) -> None:
     assert plain.hosts == ["shop1.example.test", "shop2.example.test"]
     assert plain.addresses == {"shop1.example.test": "127.0.0.2", "shop2.example.test": "127.0.0.3"}
@@ -61,7 +62,6 @@ def test_hosts_addresses_and_urls(plain: Testbed) -> None:
     assert s["TESTBED_HOSTS"] == plain.addresses
 
 
-@pytest.mark.crawl
 def test_catalog_listing_detail_and_robots(plain: Testbed) -> None:
     status, _, body = get(plain, 1, "/")
     assert status == 200
@@ -83,7 +83,6 @@ def test_catalog_listing_detail_and_robots(plain: Testbed) -> None:
     assert len(plain.detail_urls()) == 90 and url in plain.detail_urls()
 
 
-@pytest.mark.crawl
 def test_content_is_deterministic_per_seed() -> None:
     with (
         Testbed(hosts=1, pages=5, seed=1) as a,
@@ -94,7 +93,6 @@ def test_content_is_deterministic_per_seed() -> None:
     assert bodies[0] == bodies[1] != bodies[2]
 
 
-@pytest.mark.crawl
 def test_big_catalog_costs_no_memory() -> None:
     tb = Testbed(hosts=1, pages=1_000_000)
     with tb:
@@ -103,7 +101,6 @@ def test_big_catalog_costs_no_memory() -> None:
         assert get(tb, 1, "/list/50001")[0] == 404
 
 
-@pytest.mark.crawl
 def test_request_log_is_exact(plain: Testbed) -> None:
     before = time.time()
     conn = http.client.HTTPConnection(plain.addresses[plain.hosts[0]], plain.port, timeout=5)
@@ -144,7 +141,6 @@ def _one(kind: str, **kw: Any) -> Testbed:
     return Testbed(hosts=2, pages=30, seed=3, faults=[Fault(kind, path="/item/5", hosts=(1,), first=1, **kw)])
 
 
-@pytest.mark.crawl
 @pytest.mark.parametrize("kind,status", [("500", 500), ("404", 404), ("410", 410), ("403", 403)])
 def test_status_faults_fire_as_planned(kind: str, status: int) -> None:
     with _one(kind) as tb:
@@ -155,7 +151,6 @@ def test_status_faults_fire_as_planned(kind: str, status: int) -> None:
         assert [r.kind for r in tb.log] == [kind, "ok", "ok", "ok"]
 
 
-@pytest.mark.crawl
 def test_429_retry_after_seconds_and_date() -> None:
     faults = [
         Fault("429", path="/item/1", retry_after=7),
@@ -178,7 +173,6 @@ def test_429_retry_after_seconds_and_date() -> None:
 
 
 @pytest.mark.serial
-@pytest.mark.crawl
 def test_reset_and_hang() -> None:
     faults = [Fault("reset", path="/item/1", first=1), Fault("hang", path="/item/2", first=1)]
     with Testbed(hosts=1, pages=10, faults=faults) as tb:
@@ -194,7 +188,6 @@ def test_reset_and_hang() -> None:
 
 
 @pytest.mark.serial
-@pytest.mark.crawl
 def test_slow_response() -> None:
     with Testbed(hosts=1, pages=10, faults=[Fault("slow", path="/item/1", delay=0.6)]) as tb:
         t0 = time.monotonic()
@@ -210,7 +203,6 @@ def test_slow_response() -> None:
         assert [r.kind for r in tb.log] == ["slow", "ok"]
 
 
-@pytest.mark.crawl
 def test_block_empty_and_layout_after_page_n() -> None:
     faults = parse_faults("block:/item/1;empty:/item/2;layout:/item/*,after=20;layout:/item/*,after=10,variant=missing")
     with Testbed(hosts=1, pages=30, faults=faults) as tb:
@@ -227,7 +219,6 @@ def test_block_empty_and_layout_after_page_n() -> None:
         assert [r.kind for r in tb.log] == ["block", "empty", "ok", "layout", "layout", "ok"]
 
 
-@pytest.mark.crawl
 def test_nth_request_plan() -> None:
     with Testbed(hosts=1, pages=10, faults="500:/item/5,nth=3") as tb:
         statuses = [get(tb, 1, "/item/5")[0] for _ in range(5)]
@@ -243,7 +234,6 @@ def _kinds(seed: int, n: int = 120) -> list[str]:
         return [r.kind for r in tb.log]
 
 
-@pytest.mark.crawl
 def test_probabilistic_faults_same_for_same_seed() -> None:
     a, b, c = _kinds(1), _kinds(1), _kinds(2)
     assert a == b
@@ -251,7 +241,6 @@ def test_probabilistic_faults_same_for_same_seed() -> None:
     assert 10 <= a.count("429") <= 40 and 3 <= a.count("500") <= 25  # ~24 and ~10 expected
 
 
-@pytest.mark.crawl
 def test_sticky_probability_is_per_path() -> None:
     with Testbed(hosts=1, pages=50, seed=5, faults="404:/item/*,p=0.3,sticky=1") as tb:
         first = [get(tb, 1, f"/item/{i}")[0] for i in range(1, 51)]
@@ -259,7 +248,6 @@ def test_sticky_probability_is_per_path() -> None:
     assert first == again and 5 <= first.count(404) <= 25
 
 
-@pytest.mark.crawl
 def test_faults_skip_robots_unless_named() -> None:
     with Testbed(hosts=1, pages=5, faults="500") as tb:
         assert get(tb, 1, "/robots.txt")[0] == 200
@@ -268,24 +256,12 @@ def test_faults_skip_robots_unless_named() -> None:
         assert get(tb, 1, "/robots.txt")[0] == 500
 
 
-@pytest.mark.crawl
 def test_robots_disallow() -> None:
     with Testbed(hosts=1, pages=5, robots_disallow=["/item/3"]) as tb:
         assert get(tb, 1, "/robots.txt")[2] == b"User-agent: *\nDisallow: /item/3\n"
 
 
-@pytest.mark.pure
-def test_fault_spec_parsing_and_errors() -> None:
-    f = parse_faults("503@1+shop2.example.test:/list/*,first=2,retry_after=date:5 ; 403,egresses=p1+direct")
-    assert f[0] == Fault("503", path="/list/*", hosts=(1, "shop2.example.test"), first=2, retry_after="date:5")
-    assert f[1] == Fault("403", egresses=("p1", "direct"))
-    for bad in ["teapot", "429,p=2", "429,bogus=1", "layout,variant=weird", "429,retry_after=soon"]:
-        with pytest.raises(ValueError):
-            parse_faults(bad)
-
-
 @pytest.mark.serial
-@pytest.mark.crawl
 def test_rate_limit_per_client() -> None:
     rate = 4
     with Testbed(hosts=2, pages=100, rate_limit=rate) as tb:
@@ -304,7 +280,6 @@ def test_rate_limit_per_client() -> None:
         assert tb.count(kind="rate_limited") == len(limited)
 
 
-@pytest.mark.crawl
 def test_resolver_answers_testbed_names_from_setting_and_registry() -> None:
     from scrapy_scale.testbed import resolver
 
@@ -323,7 +298,6 @@ def test_resolver_answers_testbed_names_from_setting_and_registry() -> None:
     assert "shop1.example.test" not in resolver._REGISTRY
 
 
-@pytest.mark.crawl
 def test_restart_keeps_ports_and_down_host_refuses() -> None:
     tb = Testbed(hosts=1, pages=5, proxies=[ProxySpec("p1")])
     with tb:
@@ -337,7 +311,6 @@ def test_restart_keeps_ports_and_down_host_refuses() -> None:
         assert [r.attempt for r in tb.log] == [1, 2]
 
 
-@pytest.mark.crawl
 def test_set_faults_while_serving() -> None:
     with Testbed(hosts=1, pages=5) as tb:
         assert get(tb, 1, "/item/1")[0] == 200
@@ -347,7 +320,6 @@ def test_set_faults_while_serving() -> None:
         assert get(tb, 1, "/item/1")[0] == 200
 
 
-@pytest.mark.crawl
 def test_catalog_spider_parses_what_the_testbed_serves() -> None:
     from scrapy.http import HtmlResponse, Request
 
@@ -386,7 +358,6 @@ def _pattern(kind: str, seed: int) -> list[str]:
         return [r.kind for r in tb.log]
 
 
-@pytest.mark.crawl
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_fault_kind_repeats_for_a_seed_and_differs_for_another(kind: str) -> None:
     a, b, c = _pattern(kind, 21), _pattern(kind, 21), _pattern(kind, 22)

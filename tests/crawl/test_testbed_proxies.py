@@ -8,7 +8,9 @@ import time
 
 import pytest
 
-from scrapy_scale.testbed import Fault, ProxySpec, Testbed, parse_proxy
+from scrapy_scale.testbed import Fault, ProxySpec, Testbed
+
+pytestmark = pytest.mark.crawl
 
 
 def via(
@@ -50,7 +52,6 @@ def url(tb: Testbed, host: int, path: str) -> str:
     return f"http://shop{host}.example.test:{tb.port}{path}"
 
 
-@pytest.mark.crawl
 def test_healthy_proxies_are_told_apart_by_the_target(tb: Testbed) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", tb.proxy_ports["ok1"], timeout=5)
     for path in ("/item/1", "/item/2"):
@@ -70,7 +71,6 @@ def test_healthy_proxies_are_told_apart_by_the_target(tb: Testbed) -> None:
     assert tb.proxy_urls[0] == f"http://127.0.0.1:{tb.proxy_ports['ok1']}"
 
 
-@pytest.mark.crawl
 def test_banned_egress_gets_403_from_that_host_only(tb: Testbed) -> None:
     assert via(tb, "ok2", url(tb, 2, "/item/1"))[0] == 403
     assert via(tb, "ok2", url(tb, 1, "/item/1"))[0] == 200
@@ -78,7 +78,6 @@ def test_banned_egress_gets_403_from_that_host_only(tb: Testbed) -> None:
     assert [(r.egress, r.kind) for r in tb.log] == [("ok2", "banned"), ("ok2", "ok"), ("ok1", "ok")]
 
 
-@pytest.mark.crawl
 def test_dead_proxy_refuses(tb: Testbed) -> None:
     with pytest.raises(ConnectionRefusedError):
         via(tb, "dead", url(tb, 1, "/"))
@@ -86,7 +85,6 @@ def test_dead_proxy_refuses(tb: Testbed) -> None:
 
 
 @pytest.mark.serial
-@pytest.mark.crawl
 def test_slow_proxy(tb: Testbed) -> None:
     t0 = time.monotonic()
     assert via(tb, "slow", url(tb, 1, "/item/1"))[0] == 200
@@ -107,14 +105,12 @@ def _flaky_pattern(seed: int) -> list[str]:
         return out
 
 
-@pytest.mark.crawl
 def test_flaky_proxy_resets_deterministically() -> None:
     a, b, c = _flaky_pattern(1), _flaky_pattern(1), _flaky_pattern(2)
     assert a == b != c
     assert 4 <= a.count("reset") <= 16
 
 
-@pytest.mark.crawl
 def test_auth_proxy_requires_credentials(tb: Testbed) -> None:
     s, h, _ = via(tb, "auth", url(tb, 1, "/item/1"))
     assert s == 407 and h["proxy-authenticate"].startswith("Basic")
@@ -124,7 +120,6 @@ def test_auth_proxy_requires_credentials(tb: Testbed) -> None:
     assert tb.proxy_url("auth") == f"http://alice:s3cret@127.0.0.1:{tb.proxy_ports['auth']}"
 
 
-@pytest.mark.crawl
 def test_connect_tunnel_keeps_the_egress_identity(tb: Testbed) -> None:
     c = http.client.HTTPConnection("127.0.0.1", tb.proxy_ports["ok2"], timeout=5)
     c.set_tunnel(f"shop1.example.test:{tb.port}")
@@ -136,13 +131,11 @@ def test_connect_tunnel_keeps_the_egress_identity(tb: Testbed) -> None:
     assert [(e.method, e.outcome) for e in tb.proxy_log] == [("CONNECT", "tunnel")]
 
 
-@pytest.mark.crawl
 def test_proxy_never_leaves_loopback(tb: Testbed) -> None:
     assert via(tb, "ok1", "http://example.com/")[0] == 502
     assert via(tb, "ok1", "http://10.0.0.1/")[0] == 502
 
 
-@pytest.mark.crawl
 def test_403_fault_for_chosen_egress() -> None:
     with Testbed(
         hosts=1, pages=10, proxies=[ProxySpec("a"), ProxySpec("b")], faults=[Fault("403", egresses=("b", "direct"))]
@@ -152,7 +145,6 @@ def test_403_fault_for_chosen_egress() -> None:
         assert [(r.egress, r.kind) for r in t.log] == [("a", "ok"), ("b", "403")]
 
 
-@pytest.mark.crawl
 def test_target_reset_reaches_the_client_through_the_proxy() -> None:
     with Testbed(hosts=1, pages=10, proxies=[ProxySpec("a")], faults="reset:/item/1,first=1") as t:
         with pytest.raises((ConnectionResetError, http.client.RemoteDisconnected)):
@@ -160,15 +152,6 @@ def test_target_reset_reaches_the_client_through_the_proxy() -> None:
         assert via(t, "a", url(t, 1, "/item/1"))[0] == 200
 
 
-@pytest.mark.pure
-def test_proxy_spec_parsing() -> None:
-    assert parse_proxy("p1:flaky,p=0.5") == ProxySpec("p1", mode="flaky", p=0.5)
-    assert parse_proxy("p2,banned_by=1+shop3.example.test") == ProxySpec("p2", banned_by=(1, "shop3.example.test"))
-    with pytest.raises(ValueError):
-        parse_proxy("p3:zombie")
-
-
-@pytest.mark.crawl
 def test_tls_hosts_directly_and_through_a_connect_tunnel() -> None:
     import ssl
 

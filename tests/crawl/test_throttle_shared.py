@@ -12,8 +12,9 @@ import redis
 
 from scrapy_scale.throttle.shared import RedisShared, SqliteShared, open_shared
 
+pytestmark = pytest.mark.crawl
 
-@pytest.mark.crawl
+
 def test_gcra_grants_then_says_how_long_to_wait(redis_url: str, redis_prefix: str) -> None:
     sh = RedisShared(redis_url, redis_prefix)
     assert sh.acquire("a.com", 0.5) == 0.0
@@ -26,7 +27,6 @@ def test_gcra_grants_then_says_how_long_to_wait(redis_url: str, redis_prefix: st
 
 
 @pytest.mark.serial
-@pytest.mark.crawl
 def test_many_workers_together_never_beat_the_interval(redis_url: str, redis_prefix: str) -> None:
     """Four clients racing for one site: grants are at least the interval apart (Redis clock)."""
     import threading
@@ -59,7 +59,6 @@ def test_many_workers_together_never_beat_the_interval(redis_url: str, redis_pre
     assert min(b - a for a, b in zip(grants, grants[1:], strict=False)) > 0.1 - 0.03
 
 
-@pytest.mark.crawl
 def test_pause_holds_every_worker_and_one_key_per_site(redis_url: str, redis_prefix: str) -> None:
     a, b = RedisShared(redis_url, redis_prefix), RedisShared(redis_url, redis_prefix)
     assert a.pause("slow.com", 5.0) == pytest.approx(5.0, abs=0.05)
@@ -72,7 +71,6 @@ def test_pause_holds_every_worker_and_one_key_per_site(redis_url: str, redis_pre
     b.close()
 
 
-@pytest.mark.crawl
 def test_learned_delays_round_trip(redis_url: str, redis_prefix: str, tmp_path: Path) -> None:
     state = {"a.com": {"delay": 0.5, "too_fast": 0.4, "too_fast_at": 10.0, "at": 11.0}}
     for sh in (open_shared(redis_url, redis_prefix), open_shared(f"sqlite:///{tmp_path}/t/throttle.db", "job")):
@@ -85,50 +83,6 @@ def test_learned_delays_round_trip(redis_url: str, redis_prefix: str, tmp_path: 
     other.close()
 
 
-@pytest.mark.pure
-def test_status_names_the_paused_sites_and_until_when(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """A site paused by Retry-After was invisible in `scrapy scale status`: the learned state
-    the workers save now carries the pause; status reads it back as untrusted input (a time
-    that is not a number is skipped, one beyond SCALE_RETRY_AFTER_MAX is clamped, one warning)."""
-    import logging
-
-    from scrapy.settings import Settings
-
-    from scrapy_scale.clock import FakeClock
-    from scrapy_scale.throttle import status
-    from scrapy_scale.throttle.policy import Pacing
-    from scrapy_scale.throttle.profiles import Profiles
-
-    clk = FakeClock(time.time())
-    pacing = Pacing(Profiles.parse(None), clk)
-    pacing.on_rate_limited("shop1.test", 0.1, 30.0)  # Retry-After: 30
-    pacing.on_success("shop2.test", 0.1)
-    exported = pacing.export()
-    assert exported["shop1.test"]["paused_until"] == clk.now + 30
-    db = tmp_path / "throttle.db"
-    shared = SqliteShared(str(db), "job")
-    shared.save(exported)
-    # garbage another process (or a bad disk) left behind
-    shared.save({"nan.test": {"delay": 1.0, "at": 1.0, "paused_until": float("nan")}})
-    shared.save({"far.test": {"delay": 1.0, "at": 1.0, "paused_until": clk.now + 1e9}})
-    shared.save({"huge.test": {"delay": 1.0, "at": 1.0, "paused_until": 10**400}})  # float() overflows
-    shared.close()
-    rows = status.read(Settings({"SCALE_THROTTLE_URL": f"sqlite:///{db}"}), "job")
-    with caplog.at_level(logging.WARNING, logger="scrapy_scale.throttle.status"):
-        paused = status.paused(rows, clk.now, 3600.0)
-        status.paused(rows, clk.now, 3600.0)  # read again (watch): no second warning
-    assert [(p["site"], p["until"], p["clamped"]) for p in paused] == [
-        ("shop1.test", clk.now + 30, False),
-        ("far.test", clk.now + 3600, True),
-    ]
-    assert len(caplog.records) == 3, caplog.text  # one per bad site, once
-    assert "huge.test has an unreadable pause time" in caplog.text
-    text = status.format_paused(paused, clk.now)
-    assert text.startswith("paused sites (Retry-After): shop1.test until ") and "(in 30 s)" in text, text
-    assert status.paused(rows, clk.now + 31, 3600.0)[0]["site"] == "far.test"
-
-
-@pytest.mark.crawl
 @pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "abc", "1e400"])
 def test_a_limiter_key_that_is_not_a_finite_number_counts_as_none(redis_url: str, redis_prefix: str, bad: str) -> None:
     """Issue 19 item 4: a NaN time compares false with everything, which granted every request."""
@@ -142,7 +96,6 @@ def test_a_limiter_key_that_is_not_a_finite_number_counts_as_none(redis_url: str
     sh.close()
 
 
-@pytest.mark.crawl
 def test_a_limiter_key_far_ahead_is_brought_back_to_the_longest_wait(redis_url: str, redis_prefix: str) -> None:
     """Issue 19 item 5: the wait found is returned (the caller caps it and says so) and the
     key is brought back to now + max_wait, so the next caller is not held for centuries."""
@@ -163,7 +116,6 @@ def shared_throttle(redis_url: str, job: str) -> object:
     return Throttle.from_crawler(crawler)
 
 
-@pytest.mark.crawl
 def test_a_limiter_key_of_another_type_is_replaced_and_the_other_sites_stay_shared(
     redis_url: str, redis_prefix: str
 ) -> None:
@@ -188,7 +140,6 @@ def test_a_limiter_key_of_another_type_is_replaced_and_the_other_sites_stay_shar
     assert r.exists(sh.rate_key("b.com"))  # the limiter was asked for b.com
 
 
-@pytest.mark.crawl
 def test_a_failed_limiter_call_backs_off_that_site_only(redis_url: str, redis_prefix: str) -> None:
     from twisted.python.failure import Failure
 

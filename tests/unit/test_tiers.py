@@ -76,3 +76,34 @@ def test_a_pure_test_that_starts_a_process_or_opens_a_socket_fails_naming_it(tie
     r.assert_outcomes(passed=1, failed=2)
     r.stdout.fnmatch_lines(["*a test marked pure starts a process: mark it crawl*"])
     r.stdout.fnmatch_lines(["*a test marked pure opens a network socket to ('127.0.0.1', 9): mark it crawl*"])
+
+
+def test_a_module_in_the_wrong_folder_is_named_with_the_folder_it_belongs_in(tmp_path) -> None:
+    from tests.conftest import folder_problem
+
+    tests = tmp_path / "tests"
+    for sub in ("unit", "crawl", "support"):
+        (tests / sub).mkdir(parents=True)
+    assert folder_problem("x", "pure", tests / "unit" / "test_a.py", tests) is None
+    assert folder_problem("x", "crawl", tests / "crawl" / "test_a.py", tests) is None
+    assert folder_problem("x", "pure", tests / "crawl" / "test_a.py", tests) == (
+        "x: marked pure but in tests/crawl/: move the module to tests/unit/"
+    )
+    assert folder_problem("x", "crawl", tests / "unit" / "test_a.py", tests) == (
+        "x: marked crawl but in tests/unit/: move the module to tests/crawl/"
+    )
+    assert folder_problem("x", "crawl", tests / "test_a.py", tests) == (
+        "x: marked crawl but in tests/: move the module to tests/crawl/"
+    )
+    assert folder_problem("x", "pure", tests / "support" / "test_a.py", tests) == (
+        "x: marked pure but in tests/support/: move the module to tests/unit/"
+    )
+    assert folder_problem("x", "pure", tmp_path / "elsewhere" / "test_a.py", tests) is None
+
+
+def test_every_collected_module_of_this_suite_sits_in_its_tier_folder(request: pytest.FixtureRequest) -> None:
+    """The check runs on the real suite: this module is pure and in tests/unit/."""
+    from tests.conftest import folder_problem
+
+    assert folder_problem(request.node.nodeid, "pure", request.path) is None
+    assert folder_problem(request.node.nodeid, "crawl", request.path) is not None
