@@ -135,6 +135,7 @@ def _pure_stays_in_process(request: pytest.FixtureRequest, monkeypatch: pytest.M
     """A test marked pure that starts a process or opens a network socket fails, naming it."""
     if request.node.get_closest_marker("pure") is None:
         return
+    import multiprocessing.process
     import socket
     import subprocess
 
@@ -145,6 +146,7 @@ def _pure_stays_in_process(request: pytest.FixtureRequest, monkeypatch: pytest.M
         return refused
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse("starts a process"))
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse("starts a process"))
     for name in ("connect", "connect_ex", "bind"):
         real = getattr(socket.socket, name)
 

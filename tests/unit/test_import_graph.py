@@ -9,6 +9,7 @@ imports under ``if TYPE_CHECKING:`` count too (a loop there is a loop of the des
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,7 @@ def module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
+@functools.cache  # read once for the tests below (they do not change it)
 def graph() -> tuple[dict[str, set[str]], list[str]]:
     """(module -> modules of scrapy_scale it imports at module level, private names
     imported across packages)."""

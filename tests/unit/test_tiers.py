@@ -68,13 +68,15 @@ def test_a_pure_test_that_starts_a_process_or_opens_a_socket_fails_naming_it(tie
         test_leaks=(
             "import socket, subprocess, sys, pytest\npytestmark = pytest.mark.pure\n"
             "def test_proc():\n    subprocess.run([sys.executable, '-c', 'pass'])\n"
+            "def test_mp():\n    import multiprocessing\n    multiprocessing.Process(target=print).start()\n"
             "def test_sock():\n    socket.create_connection(('127.0.0.1', 9))\n"
             "def test_unix_socketpair_is_fine():\n    a, b = socket.socketpair()\n    a.close(); b.close()\n"
         )
     )
     r = tiers.runpytest()
-    r.assert_outcomes(passed=1, failed=2)
+    r.assert_outcomes(passed=1, failed=3)
     r.stdout.fnmatch_lines(["*a test marked pure starts a process: mark it crawl*"])
+    r.stdout.fnmatch_lines(["FAILED test_leaks.py::test_mp - AssertionError: a test marked pure starts a*"])
     r.stdout.fnmatch_lines(["*a test marked pure opens a network socket to ('127.0.0.1', 9): mark it crawl*"])
 
 

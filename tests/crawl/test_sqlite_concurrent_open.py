@@ -12,7 +12,7 @@ import pytest
 
 from scrapy_scale.sqlite_open import setup_retrying
 
-pytestmark = pytest.mark.pure
+pytestmark = pytest.mark.crawl  # it starts processes
 
 ROUNDS = 12
 PROCS = 4
