@@ -78,9 +78,11 @@ def mongo_server(tmp_path: Path) -> Iterator[services.Process]:
 # live in tests/support/. Collection fails for a test with neither mark or both, or in the
 # wrong folder, so a new module cannot land in the wrong tier by accident; and a pure test
 # may not ask for a service fixture nor start a process or open a network socket (checked
-# while it runs). ``serial`` (with ``crawl``): the test must not share the machine (kills,
-# several workers, timing bounds); `python -m tests` (tests/__main__.py) runs those after
-# the parallel part, one at a time.
+# while it runs). ``serial`` (with ``crawl``): a loaded machine could break the test (an
+# upper time bound, a measured rate, a lease of a few seconds, several workers, a server
+# restarted on its port, which a parallel test may take meanwhile); a kill -9 at a moment
+# chosen from progress is no reason. `python -m tests` (tests/__main__.py) runs those
+# after the parallel part, one at a time.
 
 TIERS = ("crawl", "pure")
 TESTS = Path(__file__).resolve().parent
@@ -124,10 +126,38 @@ def tier_problem(item: pytest.Item) -> str | None:
     return folder_problem(item.nodeid, next(iter(tiers)), Path(item.path))
 
 
+#: modules whose tests take minutes. They start first, one per xdist worker (python -m tests
+#: hands tests out two at a time, in this order: see long_tests_first), so that the parallel
+#: part does not end with one worker busy on a long test alone
+LONGEST_FIRST = (
+    "tests/crawl/test_frontier_crash.py",  # 2 x 11 kill -9 and restarts: ~2 min each
+    "tests/crawl/test_egress_browser.py",  # Chromium, a context per page: up to ~1.5 min
+    "tests/crawl/test_quality_report.py",  # several crawls and a headless screenshot
+    "tests/crawl/test_feed_resume.py",  # kill -9 and resume, three ways
+)
+
+
+def long_tests_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` with those of LONGEST_FIRST first, each followed by one other test: with
+    ``--maxschedchunk 1`` every worker starts with two tests, so each gets one long test."""
+    long = sorted(
+        (i for i in items if i.nodeid.split("::")[0] in LONGEST_FIRST),
+        key=lambda i: LONGEST_FIRST.index(i.nodeid.split("::")[0]),
+    )
+    rest = [i for i in items if i.nodeid.split("::")[0] not in LONGEST_FIRST]
+    out: list[pytest.Item] = []
+    for n, item in enumerate(long):
+        out.append(item)
+        if n < len(rest):
+            out.append(rest[n])
+    return out + rest[len(long) :]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     problems = [p for p in map(tier_problem, items) if p]
     if problems:
         raise pytest.UsageError("test tiers:\n  " + "\n  ".join(problems))
+    items[:] = long_tests_first(items)
 
 
 @pytest.fixture(autouse=True)

@@ -177,7 +177,6 @@ def test_status_requeue_blocked_then_resume_gets_every_item(tmp_path: Path) -> N
         check_items_exact(tb, stored_items(f"sqlite:///{tmp_path}/state/items.sqlite"))
 
 
-@pytest.mark.serial
 def test_seed_then_crawl_takes_the_seeds_and_reset_starts_over(tmp_path: Path) -> None:
     job = "seeded"
     s = {"SCALE_STATE_DIR": str(tmp_path / "state")}

@@ -57,7 +57,6 @@ def kill_once_stored(proc: Any, store_url: str, rows: int) -> int:
         watch.close()
 
 
-@pytest.mark.serial
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("how", ["FEEDS", "-o", "item_classes"])
 def test_every_stored_item_reaches_the_feeds_across_kill_9_and_resume(tmp_path: Path, how: str) -> None:

@@ -263,7 +263,6 @@ def test_unusable_sqlite_path_fails_at_startup(tmp_path: Path) -> None:
     assert "SCALE_STORE_URL: cannot open the SQLite file" in res.log
 
 
-@pytest.mark.serial
 def test_items_reported_scraped_are_in_sqlite_after_kill_9(tmp_path: Path) -> None:
     """item_scraped means stored: kill -9 mid-crawl, then every key the crawl reported
     scraped (fsynced by an extension as the signal fired) is in the SQLite file."""
@@ -372,12 +371,10 @@ def _crash_and_resume(tmp_path: Path, settings: dict, store_url: str) -> None:
     assert len({d["_run_id"] for d in docs}) == 1, "the resumed run wrote under another run id"
 
 
-@pytest.mark.serial
 def test_kill_9_and_resume_with_the_sqlite_frontier(tmp_path: Path) -> None:
     _crash_and_resume(tmp_path, {}, f"sqlite:///{tmp_path}/state/items.sqlite")
 
 
-@pytest.mark.serial
 def test_kill_9_and_resume_with_redis_frontier_and_mongodb(
     tmp_path: Path, redis_url: str, redis_prefix: str, mongo_uri: str
 ) -> None:
