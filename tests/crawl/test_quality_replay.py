@@ -16,11 +16,11 @@ from scrapy_scale.frontier import cli_ops
 from scrapy_scale.quality.snapshots import SnapshotDir
 from scrapy_scale.storage.backends import open_store
 from scrapy_scale.testbed import Testbed
-from tests.support.crawling import ROOT, run_crawl
+from tests.support.crawling import ROOT, UNPACED, run_crawl
 
 pytestmark = pytest.mark.crawl
 
-ADDON = {"ADDONS": {"scrapy_scale.Addon": 0}}
+ADDON = {"ADDONS": {"scrapy_scale.Addon": 0}, **UNPACED}  # pacing is not under test here
 
 FIXED_SPIDER = '''
 from example_project.spiders.catalog import CatalogSpider

@@ -17,11 +17,11 @@ import pytest
 
 from scrapy_scale.testbed import Testbed
 from tests.crawl.test_commands import scale
-from tests.support.crawling import run_crawl
+from tests.support.crawling import UNPACED, run_crawl
 
 pytestmark = pytest.mark.crawl
 
-ADDON = {"ADDONS": {"scrapy_scale.Addon": 0}}
+ADDON = {"ADDONS": {"scrapy_scale.Addon": 0}, **UNPACED}  # pacing is not under test here
 CRITICAL = {"SCALE_CRITICAL_FIELDS": ["sku", "price"]}
 
 

@@ -12,11 +12,11 @@ import pytest
 from scrapy_scale.frontier import cli_ops
 from scrapy_scale.storage.backends import open_store
 from scrapy_scale.testbed import Testbed
-from tests.support.crawling import run_crawl
+from tests.support.crawling import UNPACED, run_crawl
 
 pytestmark = pytest.mark.crawl
 
-ADDON = {"ADDONS": {"scrapy_scale.Addon": 0}}
+ADDON = {"ADDONS": {"scrapy_scale.Addon": 0}, **UNPACED}  # pacing is not under test here
 
 
 # ---- real crawls ---------------------------------------------------------------------------
