@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from scrapy_scale.testbed import Testbed
-from tests.support.crawling import start_crawl
+from tests.support.crawling import UNPACED, start_crawl
 from tests.support.prom_services import Prometheus, Pushgateway, http_get, promtool, sd_targets, wait_for
 
 pytestmark = pytest.mark.crawl
@@ -31,6 +31,7 @@ def metrics_settings(sd: Path, **extra: object) -> dict[str, object]:
         # the crawl stays open once drained, so the final numbers can be scraped; the test
         # then stops it (SIGINT) to get its stats
         "SCALE_FRONTIER_WAIT_FOR_SEEDS": True,
+        **UNPACED,  # pacing is not under test here
     }
     s.update(extra)
     return s
