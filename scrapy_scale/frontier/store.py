@@ -2,7 +2,7 @@
 
 One interface, two backends (``sqlite:///path`` and ``redis://host:port/db``),
 chosen by URL with :func:`scrapy_scale.frontier.backends.open_store`. The same conformance suite
-(tests/test_frontier_store.py) runs against both.
+(tests/crawl/test_frontier_store.py) runs against both.
 
 Record lifecycle (one record per fingerprint per job)::
 
