@@ -6,7 +6,7 @@ from typing import Any
 
 from scrapy_scale import config, settings_core
 from scrapy_scale.errors import ScaleError
-from scrapy_scale.quality import reporting
+from scrapy_scale.quality import report_build
 from scrapy_scale.quality import settings as quality_settings
 from scrapy_scale.quality.history import RunRecord
 from scrapy_scale.redact import redact_url
@@ -37,17 +37,17 @@ def report(settings: Any, job: str, run: str | None = None) -> dict[str, Any]:
     from scrapy_scale.quality.snapshots import SnapshotDir
 
     config.validate_all(settings, read_sources=False)  # the egress source is not opened
-    h = reporting.open_history(settings)
+    h = report_build.open_history(settings)
     try:
         runs = h.runs(job)
         rec = _run(runs, job, run, redact_url(store_url(settings)))
-        scan = reporting.scan_store(settings, job, rec.run_id)
+        scan = report_build.scan_store(settings, job, rec.run_id)
         index = SnapshotDir.for_job(settings, job).index()
-        rep = reporting.build(
+        rep = report_build.build(
             job,
             rec.run_id,
             runs,
-            reporting.thresholds(settings),
+            report_build.thresholds(settings),
             scan,
             quality_settings.SAMPLE_SIZE.get(settings),
             storage_settings.FIELDS.get(settings),
@@ -57,7 +57,7 @@ def report(settings: Any, job: str, run: str | None = None) -> dict[str, Any]:
         h.put_report(job, rec.run_id, rep["ok"], rep["failed"])
     finally:
         h.close()
-    rep["paths"] = reporting.write(rep, reporting.quality_dir(settings, job))
+    rep["paths"] = report_build.write(rep, report_build.quality_dir(settings, job))
     return rep
 
 
@@ -191,21 +191,21 @@ def review(settings: Any, job: str, run: str | None = None, verdicts: str | None
     from scrapy_scale.quality.snapshots import SnapshotDir
 
     config.validate_all(settings, read_sources=False)  # the egress source is not opened
-    h = reporting.open_history(settings)
+    h = report_build.open_history(settings)
     try:
         rec = _run(h.runs(job), job, run, redact_url(store_url(settings)))
     finally:
         h.close()
-    scan = reporting.scan_store(settings, job, rec.run_id)
+    scan = report_build.scan_store(settings, job, rec.run_id)
     fields = storage_settings.FIELDS.get(settings)
-    rows = reporting.sample(
+    rows = report_build.sample(
         scan.run_rows,
         quality_settings.SAMPLE_SIZE.get(settings),
         f"{job}:{rec.run_id}",
         fields,
         SnapshotDir.for_job(settings, job).index(),
     )
-    folder = reporting.quality_dir(settings, job)
+    folder = report_build.quality_dir(settings, job)
     os.makedirs(folder, exist_ok=True)
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in rec.run_id)
     csv_path = os.path.join(folder, f"review-{safe}.csv")
@@ -275,7 +275,7 @@ def read_verdicts(settings: Any, job: str, path: str) -> str:
             run, verdicts = parse_verdicts(f)
     except OSError as e:
         raise QualityError(f"cannot read {path}: {e}") from None
-    h = reporting.open_history(settings)
+    h = report_build.open_history(settings)
     try:
         if not any(r.run_id == run for r in h.runs(job)):
             raise QualityError(f"job {job!r} has no run {run!r} in the history")

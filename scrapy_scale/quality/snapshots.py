@@ -35,7 +35,7 @@ from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemDeadLettered
-from scrapy_scale.quality import reporting
+from scrapy_scale.quality import report_build
 from scrapy_scale.quality import settings as quality_settings
 from scrapy_scale.quality.pipeline import figures_of
 
@@ -55,7 +55,7 @@ class SnapshotDir:
     @classmethod
     def for_job(cls, settings: Any, job: str) -> SnapshotDir:
         return cls(
-            os.path.join(reporting.quality_dir(settings, job), "snapshots"),
+            os.path.join(report_build.quality_dir(settings, job), "snapshots"),
             quality_settings.SNAPSHOT_MAX_COUNT.get(settings),
             quality_settings.SNAPSHOT_MAX_BYTES.get(settings),
         )

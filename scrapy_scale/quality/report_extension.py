@@ -4,7 +4,7 @@ offers), runs the checks on them periodically during the crawl and writes the en
 consistency report (JSON and HTML beside the job's data, verdict in the history).
 
 The decisions are in :mod:`~scrapy_scale.quality.checks` and
-:mod:`~scrapy_scale.quality.reporting`; this is the Scrapy glue.
+:mod:`~scrapy_scale.quality.report_build`; this is the Scrapy glue.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from scrapy_scale import exitcode, settings_core, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
 from scrapy_scale.context import ScaleContext
-from scrapy_scale.quality import reporting
+from scrapy_scale.quality import report_build
 from scrapy_scale.quality import settings as S
 from scrapy_scale.quality import settings as quality_settings
 from scrapy_scale.quality.checks import evaluate, failed
@@ -50,7 +50,7 @@ class QualityReport:
         self.stats = crawler.stats
         self.ctx = ScaleContext.of(crawler)
         self.figures: RunFigures = figures_of(crawler)
-        self.thresholds = reporting.thresholds(crawler.settings)
+        self.thresholds = report_build.thresholds(crawler.settings)
         self.batch_seconds: float = quality_settings.BATCH_SECONDS.get(crawler.settings)
         self.exit_code: int = quality_settings.EXIT_CODE.get(crawler.settings)
         self.finish_reason: str | None = quality_settings.FINISH_REASON.get(crawler.settings)
@@ -115,7 +115,7 @@ class QualityReport:
 
     def _load(self) -> None:
         """On a thread: open the history, read the earlier runs to compare with."""
-        self.history = reporting.open_history(self.settings)
+        self.history = report_build.open_history(self.settings)
         runs = self.history.runs(self.figures.job)
         self._baseline = [r.figures for r in baseline(runs, self.figures.run_id)]
 
@@ -162,13 +162,13 @@ class QualityReport:
         resumed, is judged by the process that finishes it)."""
         s = self.settings
         if self.history is None:
-            self.history = reporting.open_history(s)
+            self.history = report_build.open_history(s)
         h = self.history
         try:
             h.put_figures(fig, self.part, self.started)
             runs = h.runs(fig.job)
-            scan = reporting.scan_store(s, fig.job, fig.run_id) if store_on else None
-            report = reporting.build(
+            scan = report_build.scan_store(s, fig.job, fig.run_id) if store_on else None
+            report = report_build.build(
                 fig.job,
                 fig.run_id,
                 runs,
@@ -183,7 +183,7 @@ class QualityReport:
             if report["finished"]:
                 h.put_report(fig.job, fig.run_id, report["ok"], report["failed"])
             h.prune(fig.job)
-            report["paths"] = reporting.write(report, reporting.quality_dir(s, fig.job))
+            report["paths"] = report_build.write(report, report_build.quality_dir(s, fig.job))
             return report
         finally:
             h.close()
