@@ -24,7 +24,7 @@ COMPONENTS: list[tuple[str, str, int]] = [
     # NotConfigured unless an export mode is set (SCALE_METRICS_PORT / _PUSHGATEWAY / _TEXTFILE)
     ("EXTENSIONS", "scrapy_scale.monitor.extension.MetricsExtension", 0),
     ("EXTENSIONS", "scrapy_scale.monitor.progress.ProgressLog", 0),
-    ("EXTENSIONS", "scrapy_scale.monitor.snapshots.SnapshotPublisher", 0),
+    ("EXTENSIONS", "scrapy_scale.monitor.worker_status.SnapshotPublisher", 0),
     ("DOWNLOADER_MIDDLEWARES", "scrapy_scale.outcomes.OutcomeDownloaderMiddleware", 550),
     ("SPIDER_MIDDLEWARES", "scrapy_scale.outcomes.OutcomeSpiderMiddleware", 45),
     ("EXTENSIONS", "scrapy_scale.outcomes.record.OutcomeLog", 0),

@@ -34,7 +34,7 @@ def report(settings: Any, job: str, run: str | None = None) -> dict[str, Any]:
     """Rebuild the report of ``run`` (default: the job's last run) from the history and the
     store, write it beside the job's data (as the end of a crawl does) and return it."""
     from scrapy_scale.quality.pipeline import store_url
-    from scrapy_scale.quality.snapshots import SnapshotDir
+    from scrapy_scale.quality.raw_pages import SnapshotDir
 
     config.validate_all(settings, read_sources=False)  # the egress source is not opened
     h = report_build.open_history(settings)
@@ -87,7 +87,7 @@ def replay(
     from scrapy_scale.frontier import settings as frontier_settings
     from scrapy_scale.frontier.backends import open_store
     from scrapy_scale.quality import replay as R
-    from scrapy_scale.quality.snapshots import SnapshotDir
+    from scrapy_scale.quality.raw_pages import SnapshotDir
 
     config.validate_all(settings, read_sources=False)  # the egress source is not opened
     snaps = SnapshotDir.for_job(settings, job)
@@ -109,7 +109,7 @@ def replay(
         ("DOWNLOADER_MIDDLEWARES", "scrapy_scale.quality.replay.ReplayDownloaderMiddleware", 1),
         ("EXTENSIONS", "scrapy_scale.quality.replay.ReplayTracker", 0),
         ("EXTENSIONS", "scrapy_scale.quality.QualityReport", None),
-        ("EXTENSIONS", "scrapy_scale.quality.snapshots.Snapshots", None),
+        ("EXTENSIONS", "scrapy_scale.quality.raw_pages.Snapshots", None),
     ):
         s.set_in_component_priority_dict(dict_name, load_object(path), order)
     process = CrawlerProcess(s)
@@ -188,7 +188,7 @@ def review(settings: Any, job: str, run: str | None = None, verdicts: str | None
 
     from scrapy_scale.quality.html import review_page
     from scrapy_scale.quality.pipeline import store_url
-    from scrapy_scale.quality.snapshots import SnapshotDir
+    from scrapy_scale.quality.raw_pages import SnapshotDir
 
     config.validate_all(settings, read_sources=False)  # the egress source is not opened
     h = report_build.open_history(settings)
