@@ -24,7 +24,7 @@ from scrapy_scale.outcomes._log import FirstFew
 from scrapy_scale.outcomes.classify import BlockPageDetector, Classifier
 from scrapy_scale.outcomes.emit import OutcomeEmitter
 from scrapy_scale.outcomes.holding import DelayedRetries
-from scrapy_scale.outcomes.parsing import ParseTracker
+from scrapy_scale.outcomes.parse_tracker import ParseTracker
 from scrapy_scale.outcomes.policy import RetryPolicy, build_policies
 from scrapy_scale.outcomes.retry import RetryDecider
 from scrapy_scale.outcomes.stats import OutcomeStats
