@@ -9,7 +9,7 @@ a default crawl is unchanged. Alone: ``EXTENSIONS = {"scrapy_scale.monitor.Metri
   (stored) and ``item_dropped``/``item_error`` carrying ``ItemDeadLettered`` (dead letters).
 - Every ``SCALE_METRICS_INTERVAL``: the busiest domains get their series, and the gauges
   are read from what the other components offer: the frontier's status (job-wide, through
-  :class:`~.frontier_read.FrontierPoller`), the downloader's open slots and their delays,
+  :class:`~.frontier_poller.FrontierPoller`), the downloader's open slots and their delays,
   ``ScaleContext.extra["egress_pool"]`` (``pool_sizes()``: egresses by state) and
   ``ScaleContext.extra["browser"]`` (``contexts``, ``processes``), ``extra["quality"]``
   (items validated / quarantined) and ``extra["quality_report"]`` (``failing``: the checks
@@ -33,7 +33,7 @@ from twisted.internet import defer, task, threads
 from scrapy_scale import settings_core, startup
 from scrapy_scale.config import ScaleSettingError
 from scrapy_scale.context import ScaleContext
-from scrapy_scale.monitor import reading
+from scrapy_scale.monitor import live_metrics
 from scrapy_scale.monitor import settings as S
 from scrapy_scale.redact import redact_url
 
@@ -52,7 +52,7 @@ class MetricsExtension:
         self.push_delete = S.PUSH_DELETE.get(s)
         self.textfile = S.TEXTFILE.get(s)
         job = settings_core.JOB.get(s) or getattr(crawler.spidercls, "name", None) or "-"
-        self.metrics = reading.crawl_metrics(crawler)
+        self.metrics = live_metrics.crawl_metrics(crawler)
         self.registry = self.metrics.registry()
         self.server: MetricsServer | None = None
         self.file_sd: FileSD | None = None
@@ -98,10 +98,10 @@ class MetricsExtension:
     # ---- lifecycle ----------------------------------------------------------------------
 
     def spider_opened(self, spider: Any) -> None:
-        from scrapy_scale.monitor.frontier_read import FrontierPoller
+        from scrapy_scale.monitor.frontier_poller import FrontierPoller
 
         m = self.metrics
-        reading.set_labels(self.crawler, m, spider)
+        live_metrics.set_labels(self.crawler, m, spider)
         job, worker = m.base["job"], m.base["worker"]
         self._poller = FrontierPoller.install(self.crawler, job)
         if self.server is not None and self.file_sd is not None:
@@ -122,7 +122,7 @@ class MetricsExtension:
     def tick(self) -> None:
         """Every interval, on the reactor: nothing here waits (the frontier read and the
         exports run in threads and land when they are done)."""
-        reading.refresh(self.crawler, self.metrics)
+        live_metrics.refresh(self.crawler, self.metrics)
         if self._poller is not None:
             self._poller.refresh().addCallback(self.metrics.set_frontier)
         if self._exporting is None and (self.pusher is not None or self.textfile):
@@ -141,7 +141,7 @@ class MetricsExtension:
                 await maybe_deferred_to_future(settled().addTimeout(30, reactor))
             except Exception:  # noqa: BLE001 - the export goes on with what is open now
                 logger.debug("metrics: browser contexts not settled at close", exc_info=True)
-        reading.refresh(self.crawler, self.metrics)
+        live_metrics.refresh(self.crawler, self.metrics)
         if self._poller is not None:
             self.metrics.set_frontier(await maybe_deferred_to_future(self._poller.refresh(fresh=True)))
         while self._exporting is not None:

@@ -172,12 +172,12 @@ class ProgressLog:
     """Extension: the progress line every ``SCALE_PROGRESS_INTERVAL`` seconds."""
 
     def __init__(self, crawler: Any, interval: float):
-        from scrapy_scale.monitor import reading
+        from scrapy_scale.monitor import live_metrics
 
         self.crawler = crawler
         self.interval = interval
         #: the counts the metrics and ``scrapy scale watch`` show too (one subscriber)
-        self.metrics = reading.crawl_metrics(crawler)
+        self.metrics = live_metrics.crawl_metrics(crawler)
         self.pages = RateWindow(max(WINDOW, 5 * interval))
         self.item_rate = RateWindow(max(WINDOW, 5 * interval))
         self.finished = RateWindow(max(WINDOW, 5 * interval))  # the job's done + failed
@@ -201,7 +201,7 @@ class ProgressLog:
         return done, sum(s["requests"].values()) - done, int(s["items_stored"])
 
     def spider_opened(self, spider: Any) -> None:
-        from scrapy_scale.monitor.frontier_read import FrontierPoller
+        from scrapy_scale.monitor.frontier_poller import FrontierPoller
 
         job = settings_core.JOB.get(self.crawler.settings) or spider.name
         self._poller = FrontierPoller.install(self.crawler, job)
