@@ -41,8 +41,7 @@ from scrapy_scale import compat, exitcode, settings_core, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as keys
 from scrapy_scale.context import ScaleContext
-from scrapy_scale.frontier import codec
-from scrapy_scale.frontier import scrapy_settings as scrapy_settings_check
+from scrapy_scale.frontier import codec, scrapy_scheduler_settings
 from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.frontier.backends import open_store
 from scrapy_scale.frontier.engine_glue import install_backout, install_empty_gate
@@ -102,8 +101,8 @@ class Scheduler(BaseScheduler):
         self.spider: Spider | None = None
         #: what a record may name (classes, schemes); set from the settings at attach
         self.rules = codec.RecordRules()
-        #: Scrapy/scrapy-redis scheduler settings the project set (frontier/scrapy_settings.py)
-        self.scrapy_settings = scrapy_settings_check.DEFAULT
+        #: Scrapy/scrapy-redis scheduler settings the project set (frontier/scrapy_scheduler_settings.py)
+        self.scheduler_settings = scrapy_scheduler_settings.DEFAULT
         self.stats = crawler.stats
         #: the scale/frontier/* stats (frontier/stats.py)
         self.frontier_stats = FrontierStats(crawler.stats)
@@ -163,8 +162,8 @@ class Scheduler(BaseScheduler):
         ctx.scheduler_holds_retries = True  # and keys requests by their real fingerprint
         ctx.frontier_on = True
         sched = cls(crawler, store, signal_mode=None, **options)
-        sched.scrapy_settings = scrapy_settings_check.read(s)
-        for line in sched.scrapy_settings.warnings:
+        sched.scheduler_settings = scrapy_scheduler_settings.read(s)
+        for line in sched.scheduler_settings.warnings:
             logger.warning(line)
         return sched
 
@@ -221,7 +220,7 @@ class Scheduler(BaseScheduler):
         self.buffer.pacer = ctx.extra.get("pacer")
         self.buffer.slot_full = compat.slot_full_check(self.crawler)
         claim = None if self._explicit_worker else self._claim_worker
-        self.worker = pick_worker(self.store, self.worker, claim, self.scrapy_settings.start_over)
+        self.worker = pick_worker(self.store, self.worker, claim, self.scheduler_settings.start_over)
         self.sync.worker = ctx.worker = self.worker
         self.sync.feed = FeedReader(self.crawler, spider, self.rules) if self.store.feed_key else None
         joined = join_run(self.store, self.worker, self.sync.beat)
@@ -324,7 +323,7 @@ class Scheduler(BaseScheduler):
                 prior_token=prior.token if prior is not None else None,
             )
             return True
-        nr = new_record(request, fp, update, data, dedup=self.scrapy_settings.dedup)
+        nr = new_record(request, fp, update, data, dedup=self.scheduler_settings.dedup)
         if update:
             self.inflight.pop(fp)  # its lease is void; the record will be leased anew
         eligible = nr.not_before <= time.time()
