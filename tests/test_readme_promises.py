@@ -38,7 +38,7 @@ EVERYTHING = {
         "scrapy_scale.storage.pipeline.StoreSpiderMiddleware",
     ],
     "ITEM_PIPELINES": ["scrapy_scale.storage.pipeline.StorePipeline"],
-    "EXTENSIONS": ["scrapy_scale.config_check.SettingsCheck", "scrapy_scale.monitor.summary.RunSummary"],
+    "EXTENSIONS": ["scrapy_scale.config.check.SettingsCheck", "scrapy_scale.monitor.summary.RunSummary"],
 }
 
 

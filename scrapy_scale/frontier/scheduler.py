@@ -37,9 +37,10 @@ from scrapy.core.scheduler import BaseScheduler
 from scrapy.exceptions import DontCloseSpider
 from twisted.internet import defer, task
 
-from scrapy_scale import compat, exitcode, settings_core, startup
+from scrapy_scale import compat, exitcode, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as keys
+from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.frontier import codec, scrapy_scheduler_settings
 from scrapy_scale.frontier import settings as frontier_settings
@@ -140,12 +141,12 @@ class Scheduler(BaseScheduler):
     @startup.reports_setting_errors
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
         s = crawler.settings
-        job = settings_core.JOB.get(s) or getattr(crawler.spidercls, "name", None)
+        job = core_settings.JOB.get(s) or getattr(crawler.spidercls, "name", None)
         if not job:
             raise FrontierError("no job name: set SCALE_JOB or give the spider a name")
         # every setting is read (and so checked) before the store is opened: a bad value
         # must not leave a new file or an open connection behind
-        url, state_dir = frontier_settings.frontier_url(s), settings_core.STATE_DIR.get(s)
+        url, state_dir = frontier_settings.frontier_url(s), core_settings.STATE_DIR.get(s)
         options = {
             "batch": frontier_settings.BATCH.get(s),
             "lease_seconds": frontier_settings.LEASE.get(s),

@@ -30,8 +30,8 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet import defer, task, threads
 
-from scrapy_scale import settings_core, startup
-from scrapy_scale.config import ScaleSettingError
+from scrapy_scale import startup
+from scrapy_scale.config import ScaleSettingError, core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.monitor import live_metrics
 from scrapy_scale.monitor import settings as S
@@ -51,7 +51,7 @@ class MetricsExtension:
         self.gateway = S.PUSHGATEWAY.get(s)
         self.push_delete = S.PUSH_DELETE.get(s)
         self.textfile = S.TEXTFILE.get(s)
-        job = settings_core.JOB.get(s) or getattr(crawler.spidercls, "name", None) or "-"
+        job = core_settings.JOB.get(s) or getattr(crawler.spidercls, "name", None) or "-"
         self.metrics = live_metrics.crawl_metrics(crawler)
         self.registry = self.metrics.registry()
         self.server: MetricsServer | None = None
@@ -68,7 +68,7 @@ class MetricsExtension:
                 self.server.start()
             except MetricsPortError as e:
                 raise ScaleSettingError("SCALE_METRICS_PORT", str(e).split(": ", 1)[-1]) from None
-            folder = S.FILE_SD.get(s) or os.path.join(settings_core.STATE_DIR.get(s), "prometheus")
+            folder = S.FILE_SD.get(s) or os.path.join(core_settings.STATE_DIR.get(s), "prometheus")
             self.file_sd = FileSD(folder, job)
 
     @classmethod

@@ -15,8 +15,8 @@ from typing import Any
 
 from scrapy import signals
 
-from scrapy_scale import settings_core
 from scrapy_scale import signals as scale_signals
+from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.monitor import settings as S
 from scrapy_scale.monitor.metrics import CrawlMetrics
@@ -34,7 +34,7 @@ def crawl_metrics(crawler: Any) -> CrawlMetrics:
     m = ctx.extra.get("crawl_metrics")
     if m is None:
         spider = getattr(crawler.spidercls, "name", None) or "-"
-        job = settings_core.JOB.get(crawler.settings) or spider
+        job = core_settings.JOB.get(crawler.settings) or spider
         m = ctx.extra["crawl_metrics"] = CrawlMetrics(
             job, spider, default_worker(), S.TOP_DOMAINS.get(crawler.settings)
         )

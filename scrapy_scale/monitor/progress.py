@@ -31,7 +31,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet import defer, task
 
-from scrapy_scale import settings_core
+from scrapy_scale.config import core_settings
 from scrapy_scale.monitor import settings as S
 from scrapy_scale.outcomes.model import DONE_CLASSES
 
@@ -203,7 +203,7 @@ class ProgressLog:
     def spider_opened(self, spider: Any) -> None:
         from scrapy_scale.monitor.frontier_poller import FrontierPoller
 
-        job = settings_core.JOB.get(self.crawler.settings) or spider.name
+        job = core_settings.JOB.get(self.crawler.settings) or spider.name
         self._poller = FrontierPoller.install(self.crawler, job)
         self.sample(time.monotonic(), None)
         self._loop = task.LoopingCall(self.tick)

@@ -26,9 +26,10 @@ from scrapy import signals
 from scrapy.crawler import Crawler
 from scrapy.spiders import Spider
 
-from scrapy_scale import config, exitcode, meta, settings_core
+from scrapy_scale import config, exitcode, meta
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
+from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemDeadLettered
 from scrapy_scale.outcomes.model import CLASSES, FailureClass, Outcome
@@ -363,7 +364,7 @@ class RunSummary:
 
     def spider_opened(self, spider: Spider) -> None:
         self.started = time.monotonic()
-        self.job = settings_core.JOB.get(self.crawler.settings) or spider.name
+        self.job = core_settings.JOB.get(self.crawler.settings) or spider.name
 
     def spider_closed(self, spider: Spider, reason: str) -> None:
         self.reason = reason
@@ -406,7 +407,7 @@ class RunSummary:
                 t.ordered(t.gave_up),
             )
         dead = dead_letters(stats, facts)
-        code = settings_core.EXIT_CODE_DEAD_LETTERS.get(self.crawler.settings)
+        code = core_settings.EXIT_CODE_DEAD_LETTERS.get(self.crawler.settings)
         if dead and code:
             exitcode.request(code, f"the run has {dead:,} dead letters (SCALE_EXIT_CODE_DEAD_LETTERS)", self.crawler)
         facts.exit_status = exitcode.requested(self.crawler)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scrapy_scale import config, settings_core
+from scrapy_scale import config
+from scrapy_scale.config import core_settings
 from scrapy_scale.errors import ScaleError
 from scrapy_scale.quality import report_build
 from scrapy_scale.quality import settings as quality_settings
@@ -124,7 +125,7 @@ def replay(
     marked = 0
     if fps:
         store = open_store(
-            frontier_settings.frontier_url(settings), job, state_dir=settings_core.STATE_DIR.get(settings)
+            frontier_settings.frontier_url(settings), job, state_dir=core_settings.STATE_DIR.get(settings)
         )
         try:
             marked = store.resolve(fps)

@@ -24,8 +24,9 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
-from scrapy_scale import config, settings_core, startup
+from scrapy_scale import config, startup
 from scrapy_scale import stats_keys as K
+from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemQuarantined
 from scrapy_scale.outcomes import settings as outcomes_settings
@@ -113,7 +114,7 @@ class ValidationPipeline:
         from twisted.internet import reactor
 
         spider = spider or self.crawler.spider
-        self.job = settings_core.JOB.get(self.crawler.settings) or (spider.name if spider else "job")
+        self.job = core_settings.JOB.get(self.crawler.settings) or (spider.name if spider else "job")
         self.run_id = resolve_run_id(self.crawler)
         store = open_store(self.url, self.collection, self.quarantine)
         self.writer = BatchWriter(

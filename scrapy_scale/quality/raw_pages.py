@@ -30,9 +30,10 @@ from scrapy.http import Response
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import threads
 
-from scrapy_scale import meta, settings_core, startup
+from scrapy_scale import meta, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
+from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemDeadLettered
 from scrapy_scale.quality import report_build
@@ -225,7 +226,7 @@ class Snapshots:
         return cls(crawler)
 
     def on_opened(self, spider: Spider) -> None:
-        self.job = self.ctx.job or settings_core.JOB.get(self.crawler.settings) or spider.name
+        self.job = self.ctx.job or core_settings.JOB.get(self.crawler.settings) or spider.name
         self.dir = SnapshotDir.for_job(self.crawler.settings, self.job)
 
     def index(self) -> dict[str, str]:

@@ -21,9 +21,10 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task, threads
 
-from scrapy_scale import exitcode, settings_core, startup
+from scrapy_scale import exitcode, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
+from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.quality import report_build
 from scrapy_scale.quality import settings as S
@@ -104,7 +105,7 @@ class QualityReport:
 
     async def on_opened(self, spider: Spider) -> None:
         f = self.figures
-        f.job = self.ctx.job or settings_core.JOB.get(self.settings) or spider.name
+        f.job = self.ctx.job or core_settings.JOB.get(self.settings) or spider.name
         f.run_id = str(resolve_run_id(self.crawler))
         d = threads.deferToThread(self._load)
         d.addErrback(lambda fail: logger.error("quality history cannot be read: %s", fail.getErrorMessage()))

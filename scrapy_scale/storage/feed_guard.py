@@ -18,7 +18,8 @@ from scrapy.utils.misc import load_object
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
-from scrapy_scale import compat, settings_core
+from scrapy_scale import compat
+from scrapy_scale.config import core_settings
 from scrapy_scale.storage.backends import SQLiteStore, Store, open_store
 from scrapy_scale.storage.feeds import Entry, FeedJournal, journal_folder
 
@@ -54,7 +55,7 @@ class FeedGuard:
         if exporter is None:
             return None
         s = crawler.settings
-        journal = FeedJournal(journal_folder(s.get("JOBDIR") or settings_core.STATE_DIR.get(s), job))
+        journal = FeedJournal(journal_folder(s.get("JOBDIR") or core_settings.STATE_DIR.get(s), job))
         journal.open()
         return cls(crawler, exporter, journal, (url, collection, dead, fields), job)
 

@@ -30,7 +30,8 @@ from scrapy.utils.python import global_object_name
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
-from scrapy_scale import compat, config, exitcode, settings_core, startup
+from scrapy_scale import compat, config, exitcode, startup
+from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemDeadLettered
 from scrapy_scale.redact import redact_url
@@ -153,7 +154,7 @@ class StoreSpiderMiddleware:
 
 
 def default_store_url(settings: Any) -> str:
-    folder = settings.get("JOBDIR") or settings_core.STATE_DIR.get(settings)
+    folder = settings.get("JOBDIR") or core_settings.STATE_DIR.get(settings)
     return "sqlite:///" + os.path.abspath(os.path.join(folder, "items.sqlite"))
 
 
@@ -255,7 +256,7 @@ class StorePipeline:
     @startup.reports_setting_errors
     def open_spider(self, spider: Spider | None = None) -> None:
         spider = spider or self.crawler.spider
-        self.job = settings_core.JOB.get(self.crawler.settings) or (spider.name if spider else "job")
+        self.job = core_settings.JOB.get(self.crawler.settings) or (spider.name if spider else "job")
         self.run_id = resolve_run_id(self.crawler)
         from twisted.internet import reactor
 

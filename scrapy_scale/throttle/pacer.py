@@ -30,9 +30,10 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task, threads
 from twisted.python.threadpool import ThreadPool
 
-from scrapy_scale import compat, settings_core, startup
+from scrapy_scale import compat, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as keys
+from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.daemon_pool import DaemonThreadPool
 from scrapy_scale.outcomes import settings as outcomes_settings
@@ -116,7 +117,7 @@ class Throttle:
             )
         cap = float(outcomes_settings.RETRY_AFTER_MAX.get(s))
         pacing = Pacing(profiles, time.time, retry_after_cap=cap, slot_delays=throttle_settings.slot_delays(s))
-        job = settings_core.JOB.get(s) or getattr(crawler.spidercls, "name", None) or "default"
+        job = core_settings.JOB.get(s) or getattr(crawler.spidercls, "name", None) or "default"
         url = throttle_settings.throttle_url(s)
         try:
             shared = open_shared(url, job)
