@@ -37,12 +37,8 @@ from scrapy_scale.quality.validate import Validator, content_hash, reason_kind
 from scrapy_scale.redact import redact_url
 from scrapy_scale.storage import settings as storage_settings
 from scrapy_scale.storage.backends import DeadRow, StoreBroken, StoreUnavailable, open_store
-from scrapy_scale.storage.pipeline import (
-    clean_text,
-    default_store_url,
-    item_text,
-    resolve_run_id,
-)
+from scrapy_scale.storage.dead_letters import clean_text, item_text
+from scrapy_scale.storage.pipeline import default_store_url, resolve_run_id
 from scrapy_scale.storage.writer import BatchWriter, DeadLettered, Submission
 
 logger = logging.getLogger(__name__)

@@ -1,10 +1,10 @@
-"""Scrapy glue: the item pipeline and the spider middleware that tells it where items came from.
+"""Scrapy glue: the item pipeline.
 
-``StoreSpiderMiddleware`` notes, for every item a callback yields, the response URL,
-the item's position among that response's items and the callback's name.
-``StorePipeline`` turns each item into a keyed document, hands it to the batch
+``StorePipeline`` turns each item into a keyed document (its source noted by
+:class:`~scrapy_scale.storage.sources.StoreSpiderMiddleware`), hands it to the batch
 writer thread, and returns from ``process_item`` only once the item is committed
-(or dead-lettered, then ``DropItem``): Scrapy's ``item_scraped`` means "stored".
+(or dead-lettered, then ``DropItem``, see :mod:`~scrapy_scale.storage.dead_letters`):
+Scrapy's ``item_scraped`` means "stored".
 """
 
 from __future__ import annotations
@@ -13,18 +13,14 @@ import hashlib
 import json
 import logging
 import os
-import reprlib
 import time
 import uuid
-from collections import deque
-from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from itemadapter import ItemAdapter
-from scrapy import Request, Spider, signals
+from scrapy import Spider, signals
 from scrapy.crawler import Crawler
 from scrapy.exceptions import DropItem
-from scrapy.http import Response
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from scrapy.utils.python import global_object_name
 from twisted.internet import threads
@@ -33,7 +29,6 @@ from twisted.internet.defer import Deferred
 from scrapy_scale import compat, config, exitcode, startup
 from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
-from scrapy_scale.errors import ItemDeadLettered
 from scrapy_scale.redact import redact_url
 from scrapy_scale.storage import settings as S
 from scrapy_scale.storage.backends import (
@@ -46,111 +41,24 @@ from scrapy_scale.storage.backends import (
     StoreUnavailable,
     open_store,
 )
-from scrapy_scale.storage.encode import Unencodable, encode_item, encode_value, to_json
+from scrapy_scale.storage.dead_letters import (
+    SHORT_REPR,
+    DeadLetteredDrop,
+    NotAnItem,
+    clean_text,
+    item_text,
+    reason_kind,
+)
+from scrapy_scale.storage.encode import Unencodable, encode_item, to_json
 from scrapy_scale.storage.feed_guard import FeedGuard
 from scrapy_scale.storage.feeds import JournalWriteError
 from scrapy_scale.storage.keys import InvalidKey, KeyRules
+from scrapy_scale.storage.sources import Source, sources_of
 from scrapy_scale.storage.writer import BatchReport, BatchWriter, DeadLettered, Result, Stored, Submission
 
 logger = logging.getLogger(__name__)
 
 STATS = "scale/store/"
-
-
-class Source:
-    """Where an item came from."""
-
-    __slots__ = ("item", "url", "index", "callback")
-
-    def __init__(self, item: Any, url: str | None, index: int, callback: str):
-        self.item, self.url, self.index, self.callback = item, url, index, callback
-
-
-class SourceTable:
-    """item object -> its sources, FIFO (the same object may be yielded twice)."""
-
-    def __init__(self) -> None:
-        self._by_id: dict[int, deque[Source]] = {}
-        #: set by StorePipeline; without it nobody would pop, so nothing is recorded
-        self.consumed = False
-
-    def add(self, src: Source) -> None:
-        self._by_id.setdefault(id(src.item), deque()).append(src)
-
-    def pop(self, item: Any) -> Source | None:
-        q = self._by_id.get(id(item))
-        if not q:
-            return None
-        src = q.popleft()
-        if not q:
-            del self._by_id[id(item)]
-        return src if src.item is item else None
-
-    def peek(self, item: Any) -> Source | None:
-        """The source ``pop`` would return, left in place (a pipeline before the store's)."""
-        q = self._by_id.get(id(item))
-        return q[0] if q and q[0].item is item else None
-
-    def __len__(self) -> int:
-        return len(self._by_id)
-
-
-def callback_name(spider: Spider | None, response: Response | None) -> str:
-    spider_name = type(spider).__name__ if spider is not None else "Spider"
-    if response is None:
-        return f"{spider_name}.start"
-    req = getattr(response, "request", None)
-    cb = getattr(req, "callback", None) if req is not None else None
-    name = getattr(cb, "__name__", None) or "parse"
-    return f"{spider_name}.{name}"
-
-
-def _sources_of(crawler: Crawler) -> SourceTable:
-    ctx = ScaleContext.of(crawler)
-    if ctx.item_sources is None:
-        ctx.item_sources = SourceTable()
-    return ctx.item_sources  # type: ignore[no-any-return]
-
-
-class StoreSpiderMiddleware:
-    """Records each yielded item's response, index and callback for StorePipeline."""
-
-    def __init__(self, crawler: Crawler):
-        self.crawler = crawler
-        self.sources = _sources_of(crawler)
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> StoreSpiderMiddleware:
-        return cls(crawler)
-
-    def _note(self, out: Any, response: Response | None, state: list[int], cb: str) -> None:
-        if out is None or isinstance(out, Request) or not self.sources.consumed:
-            return
-        self.sources.add(Source(out, response.url if response is not None else None, state[0], cb))
-        state[0] += 1
-
-    def process_spider_output(self, response: Response, result: Iterable[Any], spider: Spider | None = None):
-        state = [0]
-        cb = callback_name(self.crawler.spider, response)
-        for out in result:
-            self._note(out, response, state, cb)
-            yield out
-
-    async def process_spider_output_async(
-        self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None
-    ) -> AsyncIterator[Any]:
-        state = [0]
-        cb = callback_name(self.crawler.spider, response)
-        async for out in result:
-            self._note(out, response, state, cb)
-            yield out
-
-    async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        state = [0]
-        cb = callback_name(self.crawler.spider, None)
-        async for out in start:
-            self._note(out, None, state, cb)
-            yield out
 
 
 def default_store_url(settings: Any) -> str:
@@ -191,7 +99,7 @@ class StorePipeline:
         self.fields: dict[str, str] = S.FIELDS.get(s)
         self.reserved = set(self.fields.values())
         self.stats = crawler.stats
-        self.sources = _sources_of(crawler)
+        self.sources = sources_of(crawler)
         self.sources.consumed = True
         self.store: Store | None = None
         self.writer: BatchWriter | None = None
@@ -327,7 +235,7 @@ class StorePipeline:
                 repr(item)
                 level = None
             except RecursionError:  # Scrapy's "Dropped: ..." line would fail to format the item
-                logger.warning("Dropped: dead-lettered: %s\n%s", result.reason, _SHORT_REPR.repr(item))
+                logger.warning("Dropped: dead-lettered: %s\n%s", result.reason, SHORT_REPR.repr(item))
                 level = "DEBUG"
             raise DeadLetteredDrop(f"dead-lettered: {result.reason}", result.reason, level)
         return item
@@ -516,59 +424,3 @@ class StorePipeline:
                 self._pending,
                 error,
             )
-
-
-class DeadLetteredDrop(DropItem, ItemDeadLettered):
-    """``DropItem`` for an item sent to the dead letter: its request counts as failed."""
-
-    def __init__(self, message: str, reason: str, log_level: str | None = None):
-        super().__init__(message, log_level)
-        self.reason = reason
-
-
-class NotAnItem(TypeError, ItemDeadLettered):
-    """A callback yielded something that is not an item (dead-lettered; logged as an error)."""
-
-    def __init__(self, message: str, reason: str):
-        super().__init__(message)
-        self.reason = reason
-
-
-def reason_kind(reason: str) -> str:
-    """The stat suffix of a dead-letter reason: ``invalid key: ...`` -> ``invalid_key``;
-    ``MongoDB refused the write (code 2): ...`` -> ``MongoDB_refused_the_write``."""
-    head = reason.split(":", 1)[0].split("(", 1)[0].strip()
-    return head.replace(" ", "_")[:40] or "other"
-
-
-def clean_text(s: str | None) -> str | None:
-    """A string any store accepts (lone surrogates escaped)."""
-    if s is None:
-        return None
-    return s.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-#: bounded repr (depth, lengths) for dead letters: safe on cycles and deep nesting
-_SHORT_REPR = reprlib.Repr()
-_SHORT_REPR.maxlevel, _SHORT_REPR.maxstring, _SHORT_REPR.maxother = 8, 500, 500
-_SHORT_REPR.maxdict = _SHORT_REPR.maxlist = 50
-
-
-def item_text(item: Any, limit: int = 10_000) -> str:
-    """The item for the dead letter, as text any store accepts: JSON of its fields
-    (each encoded by the rules, else its repr), or the item's repr; at most ``limit`` chars."""
-    try:
-        if isinstance(item, dict) or ItemAdapter.is_item(item):
-            out: dict[str, Any] = {}
-            for k, v in ItemAdapter(item).items():
-                try:
-                    out[str(k)] = encode_value(v, str(k))
-                except Exception:  # noqa: BLE001
-                    out[str(k)] = _SHORT_REPR.repr(v)
-            text = json.dumps(out, ensure_ascii=True, default=repr)
-        else:
-            text = _SHORT_REPR.repr(item)
-    except Exception:  # noqa: BLE001
-        text = f"<unrepresentable {type(item).__name__}>"
-    text = text if len(text) <= limit else text[:limit] + "...(truncated)"
-    return clean_text(text) or ""
