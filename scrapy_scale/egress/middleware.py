@@ -101,8 +101,8 @@ class EgressMiddleware(SourceGlue):
         self._warned: set[str] = set()  # kinds of bad shared state already warned about
         self.browser = BrowserContexts(crawler, S.CONTEXT_PAGES.get(st), S.CONTEXT_AGE.get(st), time.time)
         self.ctx = ScaleContext.of(crawler)
-        self.ctx.extra["egress_pool"] = self
-        self.ctx.extra["browser"] = self.browser  # live contexts and browser processes, for the metrics
+        self.ctx.egress_pool = self
+        self.ctx.browser = self.browser  # live contexts and browser processes, for the metrics
         crawler.signals.connect(self.on_outcome, signal=scale_signals.outcome)
         crawler.signals.connect(self.on_scheduled, signal=signals.request_scheduled)
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)

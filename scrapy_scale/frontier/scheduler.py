@@ -218,7 +218,7 @@ class Scheduler(BaseScheduler):
         if self.signal_mode is None:
             self.signal_mode = ctx.outcomes_on
         self.inflight.signal_mode = bool(self.signal_mode)
-        self.buffer.pacer = ctx.extra.get("pacer")
+        self.buffer.pacer = ctx.pacer
         self.buffer.slot_full = compat.slot_full_check(self.crawler)
         claim = None if self._explicit_worker else self._claim_worker
         self.worker = pick_worker(self.store, self.worker, claim, self.scheduler_settings.start_over)

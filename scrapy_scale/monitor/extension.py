@@ -10,9 +10,9 @@ a default crawl is unchanged. Alone: ``EXTENSIONS = {"scrapy_scale.monitor.Metri
 - Every ``SCALE_METRICS_INTERVAL``: the busiest domains get their series, and the gauges
   are read from what the other components offer: the frontier's status (job-wide, through
   :class:`~.frontier_poller.FrontierPoller`), the downloader's open slots and their delays,
-  ``ScaleContext.extra["egress_pool"]`` (``pool_sizes()``: egresses by state) and
-  ``ScaleContext.extra["browser"]`` (``contexts``, ``processes``), ``extra["quality"]``
-  (items validated / quarantined) and ``extra["quality_report"]`` (``failing``: the checks
+  ``ScaleContext.egress_pool`` (``pool_sizes()``: egresses by state) and
+  ``ScaleContext.browser`` (``contexts``, ``processes``), ``quality_figures``
+  (items validated / quarantined) and ``quality_report`` (``failing``: the checks
   failing at the last periodic run) when they are there;
   then the push and the textfile are written (in a thread: the reactor never waits).
 - At close: a last read, the final push (then the group is deleted when
@@ -133,7 +133,7 @@ class MetricsExtension:
         """At close: a last read of everything, then the final exports. A browser
         integration closes its contexts at spider close too: its ``settled()`` is awaited
         first (30 s at most) so the last gauge says what stayed open, not what was."""
-        settled = getattr(ScaleContext.of(self.crawler).extra.get("browser"), "settled", None)
+        settled = getattr(ScaleContext.of(self.crawler).browser, "settled", None)
         if callable(settled):
             from twisted.internet import reactor
 

@@ -247,6 +247,5 @@ class ProgressLog:
         """The sites this process's throttle has paused now, and until when."""
         from scrapy_scale.context import ScaleContext
 
-        pacer = ScaleContext.of(self.crawler).extra.get("pacer")
-        paused = getattr(pacer, "paused", None)
-        return list(paused()) if callable(paused) else []
+        pacer = ScaleContext.of(self.crawler).pacer
+        return list(pacer.paused()) if pacer is not None else []

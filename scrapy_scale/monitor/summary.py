@@ -397,7 +397,7 @@ class RunSummary:
             status_command=status_command(self.crawler, job) if frontier else None,
             frontier_dead=frontier[2] if frontier and len(frontier) > 2 else 0,
             item_dead_letter=_dead_letter_table(self.crawler) if store else None,
-            egress_pool="egress_pool" in ScaleContext.of(self.crawler).extra,
+            egress_pool=ScaleContext.of(self.crawler).egress_pool is not None,
         )
         if ScaleContext.of(self.crawler).outcomes_on:
             t = self.tally

@@ -53,11 +53,7 @@ class OutcomeStats:
 
     @classmethod
     def install(cls, crawler: Crawler) -> OutcomeStats:
-        ctx = ScaleContext.of(crawler)
-        inst = ctx.extra.get("outcome_stats")
-        if inst is None:
-            inst = ctx.extra["outcome_stats"] = cls(crawler)
-        return inst  # type: ignore[no-any-return]
+        return ScaleContext.of(crawler).shared(OutcomeStats, lambda: cls(crawler))
 
     def on_outcome(self, outcome: Outcome, **kwargs: Any) -> None:
         inc = self._inc

@@ -57,10 +57,9 @@ def store_url(settings: Any) -> str:
 
 def figures_of(crawler: Crawler) -> RunFigures:
     """The run's figures this process counts (shared by the pipeline and the report)."""
-    extra = ScaleContext.of(crawler).extra
-    if "quality" not in extra:
-        extra["quality"] = RunFigures()
-    return extra["quality"]  # type: ignore[no-any-return]
+    ctx = ScaleContext.of(crawler)
+    figures = ctx.quality_figures = ctx.shared(RunFigures, RunFigures)  # the metrics read them too
+    return figures
 
 
 class QuarantinedDrop(DropItem, ItemQuarantined):

@@ -192,7 +192,7 @@ def _jsonable(v: Any) -> bool:
 class Snapshots:
     """Keeps the responses of failed parses (``SCALE_QUALITY_SNAPSHOT_CLASSES``) and a seeded
     sample of the others (``SCALE_QUALITY_SNAPSHOT_SAMPLE``). Registered in the crawler's
-    context as ``extra["snapshots"]`` (the report links the sample to them)."""
+    context as ``snapshot_index`` (the report links the sample to them)."""
 
     def __init__(self, crawler: Crawler):
         s = crawler.settings
@@ -201,7 +201,7 @@ class Snapshots:
         self.classes = set(quality_settings.SNAPSHOT_CLASSES.get(s))
         self.sample: float = quality_settings.SNAPSHOT_SAMPLE.get(s)
         self.ctx = ScaleContext.of(crawler)
-        self.ctx.extra["snapshots"] = self
+        self.ctx.snapshot_index = self
         self.figures = figures_of(crawler)
         self.dir: SnapshotDir | None = None
         self._responses: weakref.WeakKeyDictionary[Request, Response] = weakref.WeakKeyDictionary()

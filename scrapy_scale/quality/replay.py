@@ -59,10 +59,7 @@ class ReplayState:
 
 
 def state_of(crawler: Crawler) -> ReplayState:
-    extra = ScaleContext.of(crawler).extra
-    if "replay" not in extra:
-        extra["replay"] = ReplayState(dict(crawler.settings.get(SETTING) or {}))
-    return extra["replay"]  # type: ignore[no-any-return]
+    return ScaleContext.of(crawler).shared(ReplayState, lambda: ReplayState(dict(crawler.settings.get(SETTING) or {})))
 
 
 class ReplaySpiderMiddleware:

@@ -61,9 +61,9 @@ class QualityReport:
         self._baseline: list[RunFigures] = []
         self._failing: set[str] = set()
         #: names of the checks failing at the last periodic run (None before the first); the
-        #: metrics read it through the context (extra["quality_report"])
+        #: metrics read it through the context (``ScaleContext.quality_report``)
         self.failing: list[str] | None = None
-        self.ctx.extra["quality_report"] = self
+        self.ctx.quality_report = self
         self._loop: task.LoopingCall | None = None
         self._flushing = False
         #: the last report (tests, scripts)
@@ -121,9 +121,9 @@ class QualityReport:
         self._baseline = [r.figures for r in baseline(runs, self.figures.run_id)]
 
     def _sync_store_figures(self) -> None:
-        store = self.ctx.extra.get("store")
+        store = self.ctx.store
         if store is not None:
-            self.figures.duplicates_by_key = int(getattr(store, "duplicates_in_run", 0))
+            self.figures.duplicates_by_key = int(store.duplicates_in_run)
 
     def _batch(self) -> None:
         """The checks on the figures so far (no store scan): stats, and a warning per newly
@@ -149,8 +149,8 @@ class QualityReport:
         if self._loop is not None and self._loop.running:
             self._loop.stop()
         self._sync_store_figures()
-        store_on = self.ctx.extra.get("store") is not None
-        snapshots = self.ctx.extra.get("snapshots")
+        store_on = self.ctx.store is not None
+        snapshots = self.ctx.snapshot_index
         index = snapshots.index() if snapshots is not None else {}
         fig = RunFigures.from_json(self.figures.to_json())
         d = threads.deferToThread(self._finish, fig, store_on, index, reason)

@@ -86,7 +86,7 @@ class StorePipeline:
         self.url: str = S.URL.get(s) or default_store_url(s)
         ctx = ScaleContext.of(crawler)
         ctx.store_url = redact_url(self.url)
-        ctx.extra["store"] = self  # documented offer: duplicates_in_run, keys_in_run (docs/architecture.md)
+        ctx.store = self  # offers duplicates_in_run (context.StoreView)
         self.collection: str = S.COLLECTION.get(s)
         self.dead_collection: str = S.DEAD_LETTER.get(s) or f"{self.collection}_dead_letter"
         self.keys = KeyRules(S.ITEM_KEY.get(s))

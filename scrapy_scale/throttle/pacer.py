@@ -3,8 +3,8 @@
 An extension and a subscriber of :data:`scrapy_scale.signals.outcome`: latency and
 success feed each site's adaptive delay, ``rate_limited`` outcomes slow the site down
 and their ``Retry-After`` pauses it. It registers itself as the *pacer*
-(``ScaleContext.of(crawler).extra["pacer"]``) that the frontier scheduler asks, for each
-buffered request, whether its site is due (:class:`scrapy_scale.frontier.pacing.Pacer`).
+(``ScaleContext.of(crawler).pacer``) that the frontier scheduler asks, for each
+buffered request, whether its site is due (:class:`scrapy_scale.context.Pacer`).
 Nothing waits in a download slot: a request whose site is not due stays in the
 scheduler, other sites' requests go on, and the engine is woken the moment a held site
 becomes due.
@@ -135,7 +135,7 @@ class Throttle:
                 "replaces it (set AUTOTHROTTLE_ENABLED = False, or SCALE_THROTTLE_ENABLED = False "
                 "to keep AutoThrottle alone)"
             )
-        ScaleContext.of(crawler).extra["pacer"] = ext
+        ScaleContext.of(crawler).pacer = ext
         sig = crawler.signals
         sig.connect(ext._on_outcome, signal=scale_signals.outcome)
         sig.connect(ext._on_robots, signal=signals.robots_parsed)
@@ -149,7 +149,7 @@ class Throttle:
 
     def paused(self) -> list[tuple[str, float]]:
         """The sites paused now (by ``Retry-After``) and until when (epoch s): the progress
-        line reads them (``ScaleContext.extra["pacer"]``)."""
+        line reads them (``ScaleContext.pacer``)."""
         now = time.time()
         return sorted((s.key, s.paused_until) for s in self.pacing.sites.values() if s.paused_until > now)
 
