@@ -118,7 +118,7 @@ class RunFacts:
 
 def dead_letters(stats: Mapping[str, Any], facts: RunFacts) -> int:
     """Dead letters of the run: frontier records plus items (this process's)."""
-    return facts.frontier_dead + _num(stats, "scale/store/dead_lettered")
+    return facts.frontier_dead + _num(stats, K.STORE_DEAD_LETTERED)
 
 
 class OutcomeTally:
@@ -196,19 +196,19 @@ def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
     lines = [f"scrapy-scale summary: job '{facts.job}' {how} in {format_duration(facts.duration)}"]
 
     # every HTTP response, retried ones included (response_received_count counts only the last)
-    pages = _num(stats, "downloader/response_count") or _num(stats, "response_received_count")
+    pages = _num(stats, K.SCRAPY_RESPONSES) or _num(stats, K.SCRAPY_RESPONSES_RECEIVED)
     rate = f" ({pages / facts.duration:.1f}/s)" if facts.duration > 0 and pages else ""
     fetched = f"{pages:,} responses{rate}"
-    no_answer = _num(stats, "downloader/exception_count")
+    no_answer = _num(stats, K.SCRAPY_DOWNLOAD_EXCEPTIONS)
     if no_answer:
         fetched += f"; {no_answer:,} attempts got no response (refused, reset, timed out)"
     lines.append(row("pages", fetched))
 
-    items = _num(stats, "item_scraped_count")
+    items = _num(stats, K.SCRAPY_ITEMS_SCRAPED)
     if facts.store_url:
         item_text = f"{items:,} stored in {facts.store_url}"
-        if "scale/store/written" in stats:  # upserts: new rows vs rows of an earlier run updated
-            ins, upd = _num(stats, "scale/store/inserted"), _num(stats, "scale/store/updated")
+        if K.STORE_WRITTEN in stats:  # upserts: new rows vs rows of an earlier run updated
+            ins, upd = _num(stats, K.STORE_INSERTED), _num(stats, K.STORE_UPDATED)
             item_text += f" ({ins:,} new, {upd:,} updated)"
     else:
         item_text = f"{items:,} scraped (no scrapy-scale item store enabled)"
@@ -227,11 +227,11 @@ def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
         text = f"{sum(retries.values()):,} retries" + (f" ({_counts(retries)})" if retries else "")
         text += f"; gave up on {sum(gave_up.values()):,} requests" + (f" ({_counts(gave_up)})" if gave_up else "")
         lines.append(row("retries", text))
-    elif "retry/count" in stats or "retry/max_reached" in stats:  # Scrapy's own RetryMiddleware
+    elif K.SCRAPY_RETRY_COUNT in stats or K.SCRAPY_RETRY_MAX_REACHED in stats:  # Scrapy's own RetryMiddleware
         lines.append(
             row(
                 "retries",
-                f"{_num(stats, 'retry/count'):,} retries; gave up on {_num(stats, 'retry/max_reached'):,} requests",
+                f"{_num(stats, K.SCRAPY_RETRY_COUNT):,} retries; gave up on {_num(stats, K.SCRAPY_RETRY_MAX_REACHED):,} requests",
             )
         )
 
@@ -250,7 +250,7 @@ def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
         lines.append(row("frontier", text))
         if any(shown.get(s) for s in ("pending", "delayed", "leased")):
             lines.append(row("", "the same `scrapy crawl` again resumes the unfinished requests"))
-    in_memory = by_type(stats, "scale/frontier/unserializable/")
+    in_memory = by_type(stats, K.FRONTIER_UNSERIALIZABLE_TYPE)
     if in_memory:
         lines.append(
             row(
@@ -260,7 +260,7 @@ def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
             )
         )
 
-    items_dead = _num(stats, "scale/store/dead_lettered")
+    items_dead = _num(stats, K.STORE_DEAD_LETTERED)
     if facts.frontier_dead or items_dead:
         parts = []
         if facts.frontier_dead:
@@ -270,7 +270,7 @@ def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
             parts.append(f"{items_dead:,} items could not be stored{where}")
         lines.append(row("dead letters", "; ".join(parts)))
 
-    logged = _num(stats, "log_count/ERROR")
+    logged = _num(stats, K.SCRAPY_ERRORS_LOGGED)
     if logged:
         lines.append(row("errors", f"{logged:,} ERROR lines in the log above"))
 
@@ -312,9 +312,9 @@ def read_frontier(crawler: Crawler, job: str) -> FrontierCounts | None:
     except Exception:  # noqa: BLE001 - the summary must never break a crawl's end
         logger.debug("run summary: frontier status unavailable", exc_info=True)
     stats = crawler.stats.get_stats() if crawler.stats else {}
-    prefix = "scale/frontier/state/"
+    prefix = K.FRONTIER_STATE
     states = {k[len(prefix) :]: _num(stats, k) for k in stats if isinstance(k, str) and k.startswith(prefix)}
-    dead = _num(stats, "scale/frontier/dead_letters") or _num(stats, "scale/frontier/dead_lettered")
+    dead = _num(stats, K.FRONTIER_DEAD_LETTERS) or _num(stats, K.FRONTIER_DEAD_LETTERED)
     return (states, {}, dead) if states else None
 
 
@@ -381,7 +381,7 @@ class RunSummary:
 
     def lines(self) -> list[str]:
         stats = self.crawler.stats.get_stats() if self.crawler.stats else {}
-        elapsed = stats.get("elapsed_time_seconds")
+        elapsed = stats.get(K.SCRAPY_ELAPSED)
         if not isinstance(elapsed, int | float):
             elapsed = time.monotonic() - self.started if self.started is not None else 0.0
         job = self.job or "?"

@@ -17,6 +17,7 @@ from scrapy.settings import BaseSettings
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_scale import config
+from scrapy_scale import stats_keys as K
 from scrapy_scale.clock import Clock, Randomness, wall
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.outcomes import settings as oset
@@ -140,5 +141,5 @@ class OutcomeCore:
             )
 
     def _warn_counted(self, kind: str, msg: str, *args: Any) -> None:
-        self.stats.inc_value(f"scale/{kind}")
+        self.stats.inc_value(K.WARNED + kind)
         self.warn_first(kind, msg, *args)

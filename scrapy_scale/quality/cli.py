@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from scrapy_scale import config
+from scrapy_scale import stats_keys as K
 from scrapy_scale.config import core_settings
 from scrapy_scale.errors import ScaleError
 from scrapy_scale.quality import report_build
@@ -118,7 +119,7 @@ def replay(
     process.crawl(crawler, **(spider_args or {}))
     process.start()
     state = R.state_of(crawler)
-    if crawler.stats is None or crawler.stats.get_value("finish_reason") is None:
+    if crawler.stats is None or crawler.stats.get_value(K.SCRAPY_FINISH_REASON) is None:
         raise QualityError("the replay crawl did not run (see the log above)")
     done = state.done()
     fps = [loaded[n]["fingerprint"] for n in done]

@@ -225,7 +225,7 @@ class QualityReport:
         if self.exit_code:
             exitcode.request(self.exit_code, f"quality checks failed: {', '.join(report['failed'])}", self.crawler)
         if self.finish_reason:
-            st.set_value("finish_reason", self.finish_reason)
+            st.set_value(K.SCRAPY_FINISH_REASON, self.finish_reason)
 
     def _failed(self, failure: Any) -> None:
         logger.error("quality report not written: %s", failure.getTraceback())

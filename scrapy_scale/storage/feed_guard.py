@@ -19,6 +19,7 @@ from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
 from scrapy_scale import compat
+from scrapy_scale import stats_keys as K
 from scrapy_scale.config import core_settings
 from scrapy_scale.storage.backends import SQLiteStore, Store, open_store
 from scrapy_scale.storage.feeds import Entry, FeedJournal, journal_folder
@@ -27,7 +28,6 @@ logger = logging.getLogger(__name__)
 
 #: keys read back from the store per thread round trip while re-sending
 CHUNK = 500
-STATS = "scale/store/"
 
 
 class FeedGuard:
@@ -112,7 +112,7 @@ class FeedGuard:
         finally:
             if store is not None:
                 await maybe_deferred_to_future(threads.deferToThread(store.close))
-        self.crawler.stats.inc_value(STATS + "feed_resent", sent)
+        self.crawler.stats.inc_value(K.STORE_FEED_RESENT, sent)
         logger.info(
             "feeds: re-sent %d item(s) stored by a crashed run of this job (%d journal(s)) to this run's feeds"
             " (%d filtered out by every feed)",

@@ -27,6 +27,7 @@ from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
 from scrapy_scale import compat, config, exitcode, startup
+from scrapy_scale import stats_keys as K
 from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.redact import redact_url
@@ -57,8 +58,6 @@ from scrapy_scale.storage.sources import Source, sources_of
 from scrapy_scale.storage.writer import BatchReport, BatchWriter, DeadLettered, Result, Stored, Submission
 
 logger = logging.getLogger(__name__)
-
-STATS = "scale/store/"
 
 
 def default_store_url(settings: Any) -> str:
@@ -199,10 +198,10 @@ class StorePipeline:
 
         await maybe_deferred_to_future(threads.deferToThread(finish))
         if self._seen:
-            self.stats.set_value(STATS + "keys_in_run", len(self._seen))
-        written = self.stats.get_value(STATS + "written", 0)
+            self.stats.set_value(K.STORE_KEYS_IN_RUN, len(self._seen))
+        written = self.stats.get_value(K.STORE_WRITTEN, 0)
         if written:
-            self.stats.set_value(STATS + "item_latency_avg", round(self._latency_sum / written, 4))
+            self.stats.set_value(K.STORE_ITEM_LATENCY_AVG, round(self._latency_sum / written, 4))
         if writer.error is not None:
             logger.error("the store writer failed: %r", writer.error)
 
@@ -225,7 +224,7 @@ class StorePipeline:
         if self._pending >= self.max_pending and not self._paused and self.crawler.engine:
             self._paused = True
             self.crawler.engine.pause()
-            self.stats.inc_value(STATS + "pauses")
+            self.stats.inc_value(K.STORE_PAUSES)
             logger.warning("store is behind (%d items waiting): crawl paused", self._pending)
         result = await maybe_deferred_to_future(d)
         if isinstance(result, DeadLettered):
@@ -292,7 +291,7 @@ class StorePipeline:
         if size > self.max_item_bytes:
             return dead_sub(f"too large: {size} bytes > SCALE_STORE_MAX_ITEM_BYTES={self.max_item_bytes}", key)
         if key in self._seen:
-            self.stats.inc_value(STATS + "duplicates_in_run")
+            self.stats.inc_value(K.STORE_DUPLICATES_IN_RUN)
             self.duplicates_in_run += 1
             if self.drop_duplicates:
                 return None
@@ -331,7 +330,7 @@ class StorePipeline:
                 return
         for sub, result in results:
             if isinstance(result, DeadLettered):
-                self.stats.inc_value(STATS + "dead_letter_reason/" + reason_kind(result.reason))
+                self.stats.inc_value(K.STORE_DEAD_LETTER_REASON + reason_kind(result.reason))
             d = self._waiting.pop(id(sub), None)
             if d is not None:
                 d.callback(result)
@@ -339,18 +338,18 @@ class StorePipeline:
     # ---- stats -----------------------------------------------------------------
 
     def _count_batch(self, r: BatchReport) -> None:
-        st, p = self.stats, STATS
-        st.inc_value(p + "batches")
-        st.inc_value(p + "written", r.inserted + r.updated)
-        st.inc_value(p + "inserted", r.inserted)
-        st.inc_value(p + "updated", r.updated)
+        st = self.stats
+        st.inc_value(K.STORE_BATCHES)
+        st.inc_value(K.STORE_WRITTEN, r.inserted + r.updated)
+        st.inc_value(K.STORE_INSERTED, r.inserted)
+        st.inc_value(K.STORE_UPDATED, r.updated)
         if r.dead:
-            st.inc_value(p + "dead_lettered", r.dead)
+            st.inc_value(K.STORE_DEAD_LETTERED, r.dead)
         if r.retries:
-            st.inc_value(p + "retries", r.retries)
-        st.inc_value(p + "write_seconds", round(r.write_seconds, 6))  # type: ignore[arg-type]
-        st.max_value(p + "write_latency_max", round(r.write_seconds, 6))
-        st.max_value(p + "item_latency_max", round(r.max_item_latency, 6))
+            st.inc_value(K.STORE_RETRIES, r.retries)
+        st.inc_value(K.STORE_WRITE_SECONDS, round(r.write_seconds, 6))  # type: ignore[arg-type]
+        st.max_value(K.STORE_WRITE_LATENCY_MAX, round(r.write_seconds, 6))
+        st.max_value(K.STORE_ITEM_LATENCY_MAX, round(r.max_item_latency, 6))
         self._latency_sum += r.max_item_latency * (r.inserted + r.updated)
         if self._outage_logged:
             logger.warning("store is available again after %.1fs", time.monotonic() - self._outage_logged)
@@ -373,10 +372,10 @@ class StorePipeline:
         """Fail the waiting items of ``subs`` (nothing acked), close the spider with
         ``reason``, exit status 1 (logged once). ``counted``: ``subs`` were already taken
         off ``_pending``."""
-        if self.stats.get_value(STATS + "failed") is None:
+        if self.stats.get_value(K.STORE_FAILED) is None:
             logger.error("%s", text)
             exitcode.request(1, why, self.crawler)
-            self.stats.set_value(STATS + "failed", (stat or text)[:500])
+            self.stats.set_value(K.STORE_FAILED, (stat or text)[:500])
         if not counted:
             self._pending -= len(subs)
         for sub in subs:
@@ -398,7 +397,7 @@ class StorePipeline:
         text = f"shutdown while the store {redact_url(self.url)} is unavailable: item not stored"
         if subs:
             logger.error("%d items not stored: %s", len(subs), text)
-        self.stats.inc_value(STATS + "abandoned", len(subs))
+        self.stats.inc_value(K.STORE_ABANDONED, len(subs))
         self._pending -= len(subs)
         for sub in subs:
             d = self._waiting.pop(id(sub), None)
