@@ -3,14 +3,17 @@ of a reason, and the text of an item that any store accepts (also used by the qu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import reprlib
+from dataclasses import dataclass
 from typing import Any
 
 from itemadapter import ItemAdapter
 from scrapy.exceptions import DropItem
 
 from scrapy_scale.errors import ItemDeadLettered
+from scrapy_scale.storage.backends.base import DeadRow
 from scrapy_scale.storage.encode import encode_value
 
 
@@ -68,3 +71,30 @@ def item_text(item: Any, limit: int = 10_000) -> str:
         text = f"<unrepresentable {type(item).__name__}>"
     text = text if len(text) <= limit else text[:limit] + "...(truncated)"
     return clean_text(text) or ""
+
+
+@dataclass(frozen=True)
+class ItemSource:
+    """Where a dead-lettered item came from."""
+
+    callback: str
+    url: str | None
+    index: int | None
+    item_type: str
+
+
+def dead_row(item: Any, reason: str, key: str | None, src: ItemSource, run_id: str, job: str) -> DeadRow:
+    """The dead-letter record of ``item``: its id is stable for the same item from the same
+    place and reason, so writing it again updates it."""
+    body = {
+        "key": key,
+        "reason": clean_text(reason),
+        "callback": clean_text(src.callback),
+        "source_url": clean_text(src.url),
+        "item_type": clean_text(src.item_type),
+        "run_id": run_id,
+        "job": job,
+        "item": item_text(item),
+    }
+    ident = hashlib.sha1(json.dumps([key, src.url, src.index, src.item_type, reason]).encode()).hexdigest()
+    return DeadRow(ident, body)

@@ -9,8 +9,6 @@ Scrapy's ``item_scraped`` means "stored".
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import time
@@ -45,9 +43,9 @@ from scrapy_scale.storage.backends import (
 from scrapy_scale.storage.dead_letters import (
     SHORT_REPR,
     DeadLetteredDrop,
+    ItemSource,
     NotAnItem,
-    clean_text,
-    item_text,
+    dead_row,
     reason_kind,
 )
 from scrapy_scale.storage.encode import Unencodable, encode_item, to_json
@@ -251,20 +249,8 @@ class StorePipeline:
         }
 
         def dead(reason: str, key: str | None = None, doc: Any = None) -> DeadRow:
-            body = {
-                "key": key,
-                "reason": clean_text(reason),
-                "callback": clean_text(cb),
-                "source_url": clean_text(url),
-                "item_type": clean_text(type_name),
-                "run_id": self.run_id,
-                "job": self.job,
-                "item": item_text(item if doc is None else doc),
-            }
-            ident = hashlib.sha1(
-                json.dumps([key, url, src.index if src else None, type_name, reason]).encode()
-            ).hexdigest()
-            return DeadRow(ident, body)
+            where = ItemSource(cb, url, src.index if src else None, type_name)
+            return dead_row(item if doc is None else doc, reason, key, where, self.run_id, self.job)
 
         def dead_sub(reason: str, key: str | None = None, doc: Any = None) -> Submission:
             return Submission(dead=dead(reason, key, doc), reason=reason)
