@@ -299,9 +299,9 @@ def _paused(settings: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _progress(settings: object, job: str, st: dict[str, object]) -> dict[str, object] | None:
     """The workers' published numbers (scrapy_scale.monitor.watch), or None if unreadable."""
     try:
-        from scrapy_scale.monitor import snapshots, watch
+        from scrapy_scale.monitor import watch, worker_status
 
-        sink = snapshots.sink_for(settings, job)
+        sink = worker_status.sink_for(settings, job)
         try:
             v = watch.view(st, sink.read())
         finally:
@@ -332,13 +332,13 @@ def _watch(settings: Any, job: str, ops: object, interval: float, count: int | N
         raise UsageError(
             "watch needs rich: pip install 'scrapy-scale[all]' (or pip install rich)", print_help=False
         ) from None
-    from scrapy_scale.monitor import snapshots, watch
+    from scrapy_scale.monitor import watch, worker_status
     from scrapy_scale.throttle import status as pacing_status
 
     def paused() -> list[dict[str, Any]]:
         return _paused(settings, pacing_status.read(settings, job))
 
-    sink = snapshots.sink_for(settings, job)
+    sink = worker_status.sink_for(settings, job)
     try:
         watch.run(ops, sink, interval=interval, count=count, paused=paused)
     except KeyboardInterrupt:

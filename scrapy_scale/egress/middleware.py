@@ -32,10 +32,11 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet import task, threads
 
-from scrapy_scale import meta, settings_core
+from scrapy_scale import meta
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
 from scrapy_scale.clock import Randomness
+from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.egress import settings as S
 from scrapy_scale.egress.browser import CONTEXT, BrowserContexts
@@ -100,8 +101,8 @@ class EgressMiddleware(SourceGlue):
         self._warned: set[str] = set()  # kinds of bad shared state already warned about
         self.browser = BrowserContexts(crawler, S.CONTEXT_PAGES.get(st), S.CONTEXT_AGE.get(st), time.time)
         self.ctx = ScaleContext.of(crawler)
-        self.ctx.extra["egress_pool"] = self
-        self.ctx.extra["browser"] = self.browser  # live contexts and browser processes, for the metrics
+        self.ctx.egress_pool = self
+        self.ctx.browser = self.browser  # live contexts and browser processes, for the metrics
         crawler.signals.connect(self.on_outcome, signal=scale_signals.outcome)
         crawler.signals.connect(self.on_scheduled, signal=signals.request_scheduled)
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
@@ -288,7 +289,7 @@ class EgressMiddleware(SourceGlue):
                 "and cannot hold requests of a domain without egress (enable "
                 "scrapy_scale.outcomes.OutcomeDownloaderMiddleware, or use the add-on)"
             )
-        job = self.ctx.job or settings_core.JOB.get(self.crawler.settings) or spider.name
+        job = self.ctx.job or core_settings.JOB.get(self.crawler.settings) or spider.name
         self.store = open_state(self.crawler.settings, job)
         self._opened(await maybe_deferred_to_future(threads.deferToThread(self._open_state)))
         if self.refresher.source.kind == "provider":  # the first fetch, before any request

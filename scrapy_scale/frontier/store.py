@@ -38,6 +38,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 from scrapy_scale import clock as clock_mod
+from scrapy_scale.config.core_settings import job_name_problem
 from scrapy_scale.frontier.records import (
     AGAIN_SEP,
     COUNT_KEYS,
@@ -55,7 +56,6 @@ from scrapy_scale.frontier.records import (
     domain_of,
     key_base,
 )
-from scrapy_scale.settings_core import job_name_problem
 
 if TYPE_CHECKING:
     from scrapy import Request

@@ -17,6 +17,7 @@ from scrapy.settings import BaseSettings
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_scale import config
+from scrapy_scale import stats_keys as K
 from scrapy_scale.clock import Clock, Randomness, wall
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.outcomes import settings as oset
@@ -24,7 +25,7 @@ from scrapy_scale.outcomes._log import FirstFew
 from scrapy_scale.outcomes.classify import BlockPageDetector, Classifier
 from scrapy_scale.outcomes.emit import OutcomeEmitter
 from scrapy_scale.outcomes.holding import DelayedRetries
-from scrapy_scale.outcomes.parsing import ParseTracker
+from scrapy_scale.outcomes.parse_tracker import ParseTracker
 from scrapy_scale.outcomes.policy import RetryPolicy, build_policies
 from scrapy_scale.outcomes.retry import RetryDecider
 from scrapy_scale.outcomes.stats import OutcomeStats
@@ -140,5 +141,5 @@ class OutcomeCore:
             )
 
     def _warn_counted(self, kind: str, msg: str, *args: Any) -> None:
-        self.stats.inc_value(f"scale/{kind}")
+        self.stats.inc_value(K.WARNED + kind)
         self.warn_first(kind, msg, *args)

@@ -32,7 +32,7 @@ from scrapy_scale.outcomes.classify import Verdict
 from scrapy_scale.outcomes.core import OutcomeCore
 from scrapy_scale.outcomes.holding import NOT_BEFORE_TOLERANCE
 from scrapy_scale.outcomes.model import FailureClass, Outcome
-from scrapy_scale.outcomes.parsing import Pending
+from scrapy_scale.outcomes.parse_tracker import Pending
 from scrapy_scale.outcomes.policy import Decision
 from scrapy_scale.outcomes.retry import retry_request, scrapy_retry_logger
 from scrapy_scale.outcomes.stats import scrapy_reason

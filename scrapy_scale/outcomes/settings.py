@@ -22,7 +22,7 @@ def _parse_policy(value: Any) -> dict[Any, Any]:
 
 
 def _parse_critical(value: Any) -> dict[str, tuple[str, ...]]:
-    from scrapy_scale.outcomes.parsecheck import parse_critical_fields
+    from scrapy_scale.outcomes.parse_checks import parse_critical_fields
 
     return parse_critical_fields(value)
 

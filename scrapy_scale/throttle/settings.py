@@ -5,11 +5,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from scrapy_scale import (
-    config,
-    settings_core,  # noqa: F401 - declares SCALE_STATE_DIR (used alone, without the add-on)
+from scrapy_scale import config
+from scrapy_scale.config import (
+    as_bool,
+    as_dict,
+    as_int,
+    as_url,
+    core_settings,  # noqa: F401 - declares SCALE_STATE_DIR (used alone, without the add-on)
+    declare,
 )
-from scrapy_scale.config import as_bool, as_dict, as_int, as_url, declare
 from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.throttle.profiles import Profiles
 
@@ -62,7 +66,7 @@ def throttle_url(settings: Any) -> str:
     front = frontier_settings.URL.get(settings) if "SCALE_FRONTIER_URL" in config.REGISTRY else None
     if isinstance(front, str) and front.split("://", 1)[0] in ("redis", "rediss"):
         return front
-    return settings_core.state_file_url(settings, "throttle.db")
+    return core_settings.state_file_url(settings, "throttle.db")
 
 
 def slot_delays(settings: Any) -> dict[str, float]:

@@ -19,7 +19,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_scale import meta
 from scrapy_scale import signals as scale_signals
-from scrapy_scale.frontier import scrapy_settings as scrapy_settings_check
+from scrapy_scale.frontier import scrapy_scheduler_settings
 from scrapy_scale.frontier.scheduler import Scheduler
 from scrapy_scale.frontier.store import State
 from scrapy_scale.outcomes.model import FailureClass, Outcome
@@ -136,7 +136,7 @@ def test_settings_without_a_meaning_here_get_one_warning_each(tmp_path: Path, ca
     ]:
         mine = [ln for ln in lines if ln.startswith(name + " = ")]
         assert len(mine) == 1 and "is not used" in mine[0] and instead in mine[0], (name, lines)
-    assert s.scrapy_settings.dedup  # a dupefilter the frontier cannot use: deduplication stays on
+    assert s.scheduler_settings.dedup  # a dupefilter the frontier cannot use: deduplication stays on
 
 
 def test_scrapys_defaults_and_its_own_dupefilter_say_nothing(tmp_path: Path, caplog) -> None:
@@ -144,7 +144,7 @@ def test_scrapys_defaults_and_its_own_dupefilter_say_nothing(tmp_path: Path, cap
         s = scheduler(tmp_path, DUPEFILTER_CLASS="scrapy.dupefilters.RFPDupeFilter")
         s.store.close()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
-    assert s.scrapy_settings == scrapy_settings_check.SchedulerSettings()
+    assert s.scheduler_settings == scrapy_scheduler_settings.SchedulerSettings()
 
 
 def test_scheduler_persist_false_in_real_crawls(tmp_path: Path) -> None:

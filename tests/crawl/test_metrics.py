@@ -79,7 +79,7 @@ def test_a_faulty_crawl_s_final_textfile_matches_its_stats(tmp_path: Path) -> No
 
 
 def test_the_egress_pool_and_its_failures_are_exported(tmp_path: Path) -> None:
-    """The egress middleware registers itself as ScaleContext.extra["egress_pool"]: its
+    """The egress middleware registers itself as ScaleContext.egress_pool: its
     pool by state and the failed attempts through egresses reach the metrics."""
     from scrapy_scale.testbed import ProxySpec
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_scale.monitor import snapshots
+from scrapy_scale.monitor import worker_status
 from scrapy_scale.testbed import Testbed
 from tests.crawl.test_commands import scale, status_json
 from tests.support.crawling import start_crawl
@@ -22,7 +22,7 @@ def _watch_a_running_crawl(tmp_path: Path, settings: dict[str, object], cmd_sett
     with Testbed(hosts=2, pages=40, faults="403@2:/item/*,p=0.5,sticky=True") as tb:
         crawl = dict(settings, SCALE_JOB=job, SCALE_WATCH_INTERVAL=0.5, SCALE_FRONTIER_WAIT_FOR_SEEDS=True)
         proc = start_crawl(tb, crawl, tmp_path)
-        sink = snapshots.sink_for(dict(settings, SCALE_STATE_DIR=str(tmp_path / "state")), job)
+        sink = worker_status.sink_for(dict(settings, SCALE_STATE_DIR=str(tmp_path / "state")), job)
         try:
 
             def published() -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from scrapy_scale.frontier import cli_ops
-from scrapy_scale.quality.snapshots import SnapshotDir
+from scrapy_scale.quality.raw_pages import SnapshotDir
 from scrapy_scale.storage.backends import open_store
 from scrapy_scale.testbed import Testbed
 from tests.support.crawling import ROOT, UNPACED, run_crawl

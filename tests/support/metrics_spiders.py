@@ -1,6 +1,6 @@
 """Spiders for tests/crawl/test_metrics_alerts.py (SPIDER_MODULES = ["tests.support.metrics_spiders"]).
 
-A browser integration registers ``ScaleContext.extra["browser"]`` with ``contexts`` and
+A browser integration registers ``ScaleContext.browser`` with ``contexts`` and
 ``processes``; the metrics export them as ``scrapy_scale_browser_contexts`` /
 ``_processes``. These spiders hold one real OS resource (a pipe) per rendered page as
 their "page", and register such an object: ``leaky_pages`` never closes its pages (the
@@ -54,7 +54,7 @@ class LeakyPagesSpider(scrapy.Spider):
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> Any:
         spider = super().from_crawler(crawler, *args, **kwargs)
-        ScaleContext.of(crawler).extra["browser"] = spider.pages
+        ScaleContext.of(crawler).browser = spider.pages
         return spider
 
     def parse(self, response: Any) -> Iterator[Any]:

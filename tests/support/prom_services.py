@@ -111,8 +111,8 @@ class Pushgateway:
         exe = need_binary("prometheus-pushgateway", HOW)
         self.port = free_port()
         self.url = f"http://{LOOPBACK}:{self.port}"
-        # Debian's build persists to /var/lib/prometheus/pushgateway.data by default: every
-        # Pushgateway on the machine would start with the groups another one pushed
+        # memory only: Debian's build persists to /var/lib/prometheus/pushgateway.data by
+        # default, so every test's Pushgateway would start with the groups of earlier runs
         argv = [exe, f"--web.listen-address={LOOPBACK}:{self.port}", "--log.level=warn", "--persistence.file="]
         self.process = Process(
             "pushgateway", argv, self.port, workdir, lambda: http_get(self.url + "/-/ready") is not None

@@ -202,7 +202,7 @@ def test_derived_defaults_are_what_the_readme_describes(tmp_path):
 
     from scrapy_scale.frontier.settings import frontier_url
     from scrapy_scale.quality.pipeline import quarantine_name
-    from scrapy_scale.quality.reporting import history_name, quality_dir
+    from scrapy_scale.quality.report_build import history_name, quality_dir
     from scrapy_scale.storage.pipeline import StorePipeline
     from scrapy_scale.throttle.settings import throttle_url
 

@@ -1,8 +1,9 @@
 """The scheduler's contract handling, without a reactor: a real Crawler and a real
 SQLite store, syncs run in the test's thread (``sync_blocking``).
 
-Contract 2 (retries update their record), contract 3 (ack = done-class final
-outcome + all its items seen; a terminal failure keeps class and reason),
+Contracts 2 (retries update their record) and 3 (ack = done-class final
+outcome + all its items seen; a terminal failure keeps class and reason) of
+docs/architecture.md ("The contracts, numbered"),
 dedup rules for start requests and dont_filter, and dead letters.
 """
 

@@ -206,7 +206,7 @@ def test_an_interval_of_0_means_none(name: str) -> None:
     """README: SCALE_PROGRESS_INTERVAL / SCALE_WATCH_INTERVAL "`0` = none": the extension
     is not configured (as from settings.py, or as `-s NAME=0` gives it); by default it is."""
     from scrapy_scale.monitor.progress import ProgressLog
-    from scrapy_scale.monitor.snapshots import SnapshotPublisher
+    from scrapy_scale.monitor.worker_status import SnapshotPublisher
 
     ext = {"SCALE_PROGRESS_INTERVAL": ProgressLog, "SCALE_WATCH_INTERVAL": SnapshotPublisher}[name]
     for off in (0, 0.0, "0"):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_scale.monitor import snapshots, watch
+from scrapy_scale.monitor import watch, worker_status
 from scrapy_scale.monitor.progress import RateWindow
 
 pytestmark = pytest.mark.pure
@@ -39,7 +39,7 @@ def doc(worker: str, until: float, **kw: object) -> dict[str, object]:
 
 def test_merge_sums_the_workers_that_are_still_valid() -> None:
     docs = [doc("w1", 100), doc("w2", 100, egress_pool={"quarantined": 1}), doc("gone", 10)]
-    m = snapshots.merge(snapshots.valid(docs, now=50))
+    m = worker_status.merge(worker_status.valid(docs, now=50))
     assert sorted(m["workers"]) == ["w1", "w2"]
     assert m["requests"] == {"ok": 20, "blocked": 4} and m["items_stored"] == 18
     assert m["pages_per_min"] == 120 and m["egress_pool"] == {"healthy": 3, "quarantined": 1}
@@ -65,7 +65,7 @@ def test_the_job_rate_comes_from_the_frontier_between_refreshes() -> None:
 
 
 def test_file_sink_round_trip(tmp_path: Path) -> None:
-    sink = snapshots.FileSink(tmp_path / "monitor" / "job")
+    sink = worker_status.FileSink(tmp_path / "monitor" / "job")
     sink.write("host/0", doc("host/0", 1))
     assert [d["worker"] for d in sink.read()] == ["host/0"]
     sink.remove("host/0")

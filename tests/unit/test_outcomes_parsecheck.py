@@ -8,7 +8,7 @@ import pytest
 from scrapy.settings import Settings
 
 from scrapy_scale import config
-from scrapy_scale.outcomes.parsecheck import ItemCheck, expected_items, expects_items
+from scrapy_scale.outcomes.parse_checks import ItemCheck, expected_items, expects_items
 
 pytestmark = pytest.mark.pure
 

@@ -10,7 +10,7 @@ import pytest
 from scrapy_scale.quality.checks import StoreScan, Thresholds, evaluate, failed
 from scrapy_scale.quality.figures import RunFigures, merge
 from scrapy_scale.quality.history import History, baseline
-from scrapy_scale.quality.reporting import build, scan_rows
+from scrapy_scale.quality.report_build import build, scan_rows
 from scrapy_scale.storage.settings import META_FIELDS
 
 pytestmark = pytest.mark.pure

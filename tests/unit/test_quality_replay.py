@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_scale.quality.snapshots import SnapshotDir
+from scrapy_scale.quality.raw_pages import SnapshotDir
 
 pytestmark = pytest.mark.pure
 

@@ -31,10 +31,10 @@ EVERYTHING = {
     "DOWNLOADER_MIDDLEWARES": ["scrapy_scale.outcomes.middleware.OutcomeDownloaderMiddleware"],
     "SPIDER_MIDDLEWARES": [
         "scrapy_scale.outcomes.middleware.OutcomeSpiderMiddleware",
-        "scrapy_scale.storage.pipeline.StoreSpiderMiddleware",
+        "scrapy_scale.storage.sources.StoreSpiderMiddleware",
     ],
     "ITEM_PIPELINES": ["scrapy_scale.storage.pipeline.StorePipeline"],
-    "EXTENSIONS": ["scrapy_scale.config_check.SettingsCheck", "scrapy_scale.monitor.summary.RunSummary"],
+    "EXTENSIONS": ["scrapy_scale.config.check.SettingsCheck", "scrapy_scale.monitor.summary.RunSummary"],
 }
 
 

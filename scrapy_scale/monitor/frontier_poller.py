@@ -4,7 +4,7 @@ The frontier's own ``status()`` (the store API ``scrapy scale status`` uses: cou
 state, oldest pending age, average wait, dead letters; job-wide, every worker's), read
 through a store connection of our own in a thread of our own, so the reactor never
 waits and the scheduler's store is never shared between threads. One poller per crawler
-(``ScaleContext.extra["frontier_poller"]``), shared by every reader.
+(``ScaleContext.shared(FrontierPoller, ...)``), shared by every reader.
 """
 
 from __future__ import annotations
@@ -44,12 +44,14 @@ class FrontierPoller:
         ctx = ScaleContext.of(crawler)
         if not ctx.frontier_on:
             return None
-        inst = ctx.extra.get("frontier_poller")
-        if inst is None:
-            inst = ctx.extra["frontier_poller"] = cls(crawler.settings, ctx.job or job)
+
+        def make() -> FrontierPoller:
+            inst = cls(crawler.settings, ctx.job or job)
             # after every spider_closed reader took its final read
             crawler.signals.connect(inst.close, signal=signals.engine_stopped)
-        return inst  # type: ignore[no-any-return]
+            return inst
+
+        return ctx.shared(FrontierPoller, make)
 
     def refresh(self, fresh: bool = False) -> defer.Deferred[dict[str, Any] | None]:
         """Read the status again, unless a read is running (its result is the answer) or the

@@ -4,7 +4,7 @@ offers), runs the checks on them periodically during the crawl and writes the en
 consistency report (JSON and HTML beside the job's data, verdict in the history).
 
 The decisions are in :mod:`~scrapy_scale.quality.checks` and
-:mod:`~scrapy_scale.quality.reporting`; this is the Scrapy glue.
+:mod:`~scrapy_scale.quality.report_build`; this is the Scrapy glue.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task, threads
 
-from scrapy_scale import exitcode, settings_core, startup
+from scrapy_scale import exitcode, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
+from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
-from scrapy_scale.quality import reporting
+from scrapy_scale.quality import report_build
 from scrapy_scale.quality import settings as S
 from scrapy_scale.quality import settings as quality_settings
 from scrapy_scale.quality.checks import evaluate, failed
@@ -50,7 +51,7 @@ class QualityReport:
         self.stats = crawler.stats
         self.ctx = ScaleContext.of(crawler)
         self.figures: RunFigures = figures_of(crawler)
-        self.thresholds = reporting.thresholds(crawler.settings)
+        self.thresholds = report_build.thresholds(crawler.settings)
         self.batch_seconds: float = quality_settings.BATCH_SECONDS.get(crawler.settings)
         self.exit_code: int = quality_settings.EXIT_CODE.get(crawler.settings)
         self.finish_reason: str | None = quality_settings.FINISH_REASON.get(crawler.settings)
@@ -60,9 +61,9 @@ class QualityReport:
         self._baseline: list[RunFigures] = []
         self._failing: set[str] = set()
         #: names of the checks failing at the last periodic run (None before the first); the
-        #: metrics read it through the context (extra["quality_report"])
+        #: metrics read it through the context (``ScaleContext.quality_report``)
         self.failing: list[str] | None = None
-        self.ctx.extra["quality_report"] = self
+        self.ctx.quality_report = self
         self._loop: task.LoopingCall | None = None
         self._flushing = False
         #: the last report (tests, scripts)
@@ -104,7 +105,7 @@ class QualityReport:
 
     async def on_opened(self, spider: Spider) -> None:
         f = self.figures
-        f.job = self.ctx.job or settings_core.JOB.get(self.settings) or spider.name
+        f.job = self.ctx.job or core_settings.JOB.get(self.settings) or spider.name
         f.run_id = str(resolve_run_id(self.crawler))
         d = threads.deferToThread(self._load)
         d.addErrback(lambda fail: logger.error("quality history cannot be read: %s", fail.getErrorMessage()))
@@ -115,14 +116,14 @@ class QualityReport:
 
     def _load(self) -> None:
         """On a thread: open the history, read the earlier runs to compare with."""
-        self.history = reporting.open_history(self.settings)
+        self.history = report_build.open_history(self.settings)
         runs = self.history.runs(self.figures.job)
         self._baseline = [r.figures for r in baseline(runs, self.figures.run_id)]
 
     def _sync_store_figures(self) -> None:
-        store = self.ctx.extra.get("store")
+        store = self.ctx.store
         if store is not None:
-            self.figures.duplicates_by_key = int(getattr(store, "duplicates_in_run", 0))
+            self.figures.duplicates_by_key = int(store.duplicates_in_run)
 
     def _batch(self) -> None:
         """The checks on the figures so far (no store scan): stats, and a warning per newly
@@ -148,8 +149,8 @@ class QualityReport:
         if self._loop is not None and self._loop.running:
             self._loop.stop()
         self._sync_store_figures()
-        store_on = self.ctx.extra.get("store") is not None
-        snapshots = self.ctx.extra.get("snapshots")
+        store_on = self.ctx.store is not None
+        snapshots = self.ctx.snapshot_index
         index = snapshots.index() if snapshots is not None else {}
         fig = RunFigures.from_json(self.figures.to_json())
         d = threads.deferToThread(self._finish, fig, store_on, index, reason)
@@ -162,13 +163,13 @@ class QualityReport:
         resumed, is judged by the process that finishes it)."""
         s = self.settings
         if self.history is None:
-            self.history = reporting.open_history(s)
+            self.history = report_build.open_history(s)
         h = self.history
         try:
             h.put_figures(fig, self.part, self.started)
             runs = h.runs(fig.job)
-            scan = reporting.scan_store(s, fig.job, fig.run_id) if store_on else None
-            report = reporting.build(
+            scan = report_build.scan_store(s, fig.job, fig.run_id) if store_on else None
+            report = report_build.build(
                 fig.job,
                 fig.run_id,
                 runs,
@@ -183,7 +184,7 @@ class QualityReport:
             if report["finished"]:
                 h.put_report(fig.job, fig.run_id, report["ok"], report["failed"])
             h.prune(fig.job)
-            report["paths"] = reporting.write(report, reporting.quality_dir(s, fig.job))
+            report["paths"] = report_build.write(report, report_build.quality_dir(s, fig.job))
             return report
         finally:
             h.close()
@@ -224,7 +225,7 @@ class QualityReport:
         if self.exit_code:
             exitcode.request(self.exit_code, f"quality checks failed: {', '.join(report['failed'])}", self.crawler)
         if self.finish_reason:
-            st.set_value("finish_reason", self.finish_reason)
+            st.set_value(K.SCRAPY_FINISH_REASON, self.finish_reason)
 
     def _failed(self, failure: Any) -> None:
         logger.error("quality report not written: %s", failure.getTraceback())

@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scrapy_scale import config, settings_core
+from scrapy_scale import config
+from scrapy_scale.config import core_settings
 from scrapy_scale.quality import settings as quality_settings
 from scrapy_scale.quality.checks import StoreScan, Thresholds, evaluate, failed
 from scrapy_scale.quality.figures import RunFigures
@@ -29,7 +30,7 @@ def quality_dir(settings: Any, job: str) -> str:
     d = quality_settings.DIR.get(settings)
     if d:
         return os.path.abspath(d)
-    folder = settings.get("JOBDIR") or settings_core.STATE_DIR.get(settings)
+    folder = settings.get("JOBDIR") or core_settings.STATE_DIR.get(settings)
     return os.path.abspath(os.path.join(folder, "quality", job))
 
 

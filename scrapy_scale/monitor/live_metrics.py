@@ -1,5 +1,5 @@
 """Scrapy glue shared by the monitor's extensions: one :class:`~.metrics.CrawlMetrics` per
-crawler (``ScaleContext.extra["crawl_metrics"]``), subscribed once to the outcome and item
+crawler (``ScaleContext.shared(CrawlMetrics, ...)``), subscribed once to the outcome and item
 signals, and the reads of what this process holds (download slots, egress pool, browser).
 
 The metrics extension (Prometheus) and the snapshot publisher (``scrapy scale watch``)
@@ -15,8 +15,8 @@ from typing import Any
 
 from scrapy import signals
 
-from scrapy_scale import settings_core
 from scrapy_scale import signals as scale_signals
+from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.monitor import settings as S
 from scrapy_scale.monitor.metrics import CrawlMetrics
@@ -30,20 +30,19 @@ def default_worker() -> str:
 
 def crawl_metrics(crawler: Any) -> CrawlMetrics:
     """The crawler's metrics (created and subscribed on first use)."""
-    ctx = ScaleContext.of(crawler)
-    m = ctx.extra.get("crawl_metrics")
-    if m is None:
+
+    def make() -> CrawlMetrics:
         spider = getattr(crawler.spidercls, "name", None) or "-"
-        job = settings_core.JOB.get(crawler.settings) or spider
-        m = ctx.extra["crawl_metrics"] = CrawlMetrics(
-            job, spider, default_worker(), S.TOP_DOMAINS.get(crawler.settings)
-        )
+        job = core_settings.JOB.get(crawler.settings) or spider
+        m = CrawlMetrics(job, spider, default_worker(), S.TOP_DOMAINS.get(crawler.settings))
         sig = crawler.signals
         sig.connect(m.on_outcome, signal=scale_signals.outcome)
         sig.connect(m.on_item_stored, signal=signals.item_scraped)
         sig.connect(m.on_item_failed, signal=signals.item_dropped)
         sig.connect(m.on_item_failed, signal=signals.item_error)
-    return m  # type: ignore[no-any-return]
+        return m
+
+    return ScaleContext.of(crawler).shared(CrawlMetrics, make)
 
 
 def set_labels(crawler: Any, m: CrawlMetrics, spider: Any) -> None:
@@ -75,22 +74,21 @@ def refresh(crawler: Any, m: CrawlMetrics) -> None:
             m.domain_delay = {
                 k: float(getattr(v, "delay", 0.0)) for k, v in list(slots.items()) if k in m.domains.named
             }
-        pool = ctx.extra.get("egress_pool")
-        sizes = getattr(pool, "pool_sizes", None)
-        if callable(sizes):
+        pool = ctx.egress_pool
+        if pool is not None:
             try:
-                m.egress_pool = {str(k): int(v) for k, v in dict(sizes()).items()}
+                m.egress_pool = {str(k): int(v) for k, v in dict(pool.pool_sizes()).items()}
             except Exception:  # noqa: BLE001 - another component's object
                 logger.debug("metrics: egress pool sizes unavailable", exc_info=True)
-        browser = ctx.extra.get("browser")
+        browser = ctx.browser
         if browser is not None:
             m.browser_contexts = _count(getattr(browser, "contexts", None))
             m.browser_processes = _count(getattr(browser, "processes", None))
-        quality = ctx.extra.get("quality")  # the run's RunFigures (scrapy_scale.quality)
+        quality = ctx.quality_figures
         validated = int(getattr(quality, "validated", 0) or 0)
         if validated:
             m.items_validated = validated
             m.items_quarantined = int(getattr(quality, "quarantined", 0) or 0)
-        report = ctx.extra.get("quality_report")
-        if report is not None and getattr(report, "failing", None) is not None:
-            m.quality_checks_failing = len(report.failing)
+        failing = ctx.quality_report.failing if ctx.quality_report is not None else None
+        if failing is not None:
+            m.quality_checks_failing = len(failing)

@@ -30,12 +30,13 @@ from scrapy.http import Response
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import threads
 
-from scrapy_scale import meta, settings_core, startup
+from scrapy_scale import meta, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
+from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemDeadLettered
-from scrapy_scale.quality import reporting
+from scrapy_scale.quality import report_build
 from scrapy_scale.quality import settings as quality_settings
 from scrapy_scale.quality.pipeline import figures_of
 
@@ -55,7 +56,7 @@ class SnapshotDir:
     @classmethod
     def for_job(cls, settings: Any, job: str) -> SnapshotDir:
         return cls(
-            os.path.join(reporting.quality_dir(settings, job), "snapshots"),
+            os.path.join(report_build.quality_dir(settings, job), "snapshots"),
             quality_settings.SNAPSHOT_MAX_COUNT.get(settings),
             quality_settings.SNAPSHOT_MAX_BYTES.get(settings),
         )
@@ -191,7 +192,7 @@ def _jsonable(v: Any) -> bool:
 class Snapshots:
     """Keeps the responses of failed parses (``SCALE_QUALITY_SNAPSHOT_CLASSES``) and a seeded
     sample of the others (``SCALE_QUALITY_SNAPSHOT_SAMPLE``). Registered in the crawler's
-    context as ``extra["snapshots"]`` (the report links the sample to them)."""
+    context as ``snapshot_index`` (the report links the sample to them)."""
 
     def __init__(self, crawler: Crawler):
         s = crawler.settings
@@ -200,7 +201,7 @@ class Snapshots:
         self.classes = set(quality_settings.SNAPSHOT_CLASSES.get(s))
         self.sample: float = quality_settings.SNAPSHOT_SAMPLE.get(s)
         self.ctx = ScaleContext.of(crawler)
-        self.ctx.extra["snapshots"] = self
+        self.ctx.snapshot_index = self
         self.figures = figures_of(crawler)
         self.dir: SnapshotDir | None = None
         self._responses: weakref.WeakKeyDictionary[Request, Response] = weakref.WeakKeyDictionary()
@@ -225,7 +226,7 @@ class Snapshots:
         return cls(crawler)
 
     def on_opened(self, spider: Spider) -> None:
-        self.job = self.ctx.job or settings_core.JOB.get(self.crawler.settings) or spider.name
+        self.job = self.ctx.job or core_settings.JOB.get(self.crawler.settings) or spider.name
         self.dir = SnapshotDir.for_job(self.crawler.settings, self.job)
 
     def index(self) -> dict[str, str]:

@@ -34,7 +34,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task, threads
 
-from scrapy_scale.monitor import reading
+from scrapy_scale.monitor import live_metrics
 from scrapy_scale.monitor import settings as S
 from scrapy_scale.monitor.progress import DONE_VALUES, WINDOW, RateWindow
 
@@ -169,7 +169,7 @@ class SnapshotPublisher:
     def __init__(self, crawler: Any, interval: float):
         self.crawler = crawler
         self.interval = interval
-        self.metrics = reading.crawl_metrics(crawler)
+        self.metrics = live_metrics.crawl_metrics(crawler)
         self.pages = RateWindow(max(WINDOW / 5, 5 * interval))  # recent: about a minute
         self.items = RateWindow(max(WINDOW / 5, 5 * interval))
         self.sink: Sink | None = None
@@ -188,7 +188,7 @@ class SnapshotPublisher:
         return ext
 
     def spider_opened(self, spider: Any) -> None:
-        reading.set_labels(self.crawler, self.metrics, spider)
+        live_metrics.set_labels(self.crawler, self.metrics, spider)
         try:
             self.sink = sink_for(self.crawler.settings, self.metrics.base["job"])
         except Exception as e:  # noqa: BLE001 - watch is a convenience; the crawl goes on
@@ -200,7 +200,7 @@ class SnapshotPublisher:
         )
 
     def document(self, now: float) -> dict[str, Any]:
-        reading.refresh(self.crawler, self.metrics)
+        live_metrics.refresh(self.crawler, self.metrics)
         s = self.metrics.snapshot()
         finals = sum(s["requests"].values())
         self.pages.add(now, finals)

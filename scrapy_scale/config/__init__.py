@@ -133,7 +133,7 @@ def _load_declarations() -> None:
 
 # Modules that call declare(); each package adds its own settings module here.
 DECLARING_MODULES: list[str] = [
-    "scrapy_scale.settings_core",
+    "scrapy_scale.config.core_settings",
     "scrapy_scale.outcomes.settings",
     "scrapy_scale.frontier.settings",
     "scrapy_scale.storage.settings",

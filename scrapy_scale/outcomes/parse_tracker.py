@@ -23,7 +23,7 @@ from scrapy_scale.outcomes._log import FirstFew
 from scrapy_scale.outcomes.classify import Classifier, Verdict
 from scrapy_scale.outcomes.emit import OutcomeEmitter
 from scrapy_scale.outcomes.model import FailureClass
-from scrapy_scale.outcomes.parsecheck import ItemCheck, expected_items
+from scrapy_scale.outcomes.parse_checks import ItemCheck, expected_items
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
