@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 from scrapy.settings import Settings
 
-from scrapy_scale import config, settings_reference
+from scrapy_scale import config
 from scrapy_scale.addon import Addon
+from scrapy_scale.config import reference as settings_reference
 
 pytestmark = pytest.mark.pure
 

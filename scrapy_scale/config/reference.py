@@ -5,7 +5,7 @@ default, parser, one line of documentation, component); this module renders them
 reference page, one section per component. Regenerate after adding or changing a
 setting::
 
-    python -m scrapy_scale.settings_reference > docs/settings.md
+    python -m scrapy_scale.config.reference > docs/settings.md
 
 A test fails when the page and the registry disagree.
 """
@@ -51,7 +51,7 @@ HEADER = """\
 # Settings
 
 Every `SCALE_*` setting, its default and what it does, generated from the settings
-registry (`python -m scrapy_scale.settings_reference > docs/settings.md`; a test fails when
+registry (`python -m scrapy_scale.config.reference > docs/settings.md`; a test fails when
 this page and the code disagree).
 
 Every setting works from `settings.py` and from the command line (`-s NAME=VALUE`): a list

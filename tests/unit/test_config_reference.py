@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from scrapy_scale import config, settings_reference
+from scrapy_scale import config
+from scrapy_scale.config import reference as settings_reference
 from tests.support.crawling import ROOT
 
 pytestmark = pytest.mark.pure
@@ -16,7 +17,7 @@ PAGE = ROOT / "docs" / "settings.md"
 
 def test_settings_page_is_generated_from_the_registry():
     assert PAGE.read_text() == settings_reference.render(), (
-        "docs/settings.md is stale: python -m scrapy_scale.settings_reference > docs/settings.md"
+        "docs/settings.md is stale: python -m scrapy_scale.config.reference > docs/settings.md"
     )
 
 
