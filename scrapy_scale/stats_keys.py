@@ -84,6 +84,9 @@ EGRESS_BROWSER_CONTEXTS_MAX = "scale/egress/browser/contexts_max"  # most live a
 EGRESS_BROWSER_PROCESSES = "scale/egress/browser/processes"  # connected browser processes (gauge)
 EGRESS_BROWSER_FAILED_STARTS = "scale/egress/browser/failed_starts"  # contexts that could not start
 EGRESS_STATE_SKIPPED = "scale/egress/state_skipped/"  # + bad_record, clamped, live: bad shared state read (times)
+EGRESS_SUSPECT = "scale/egress/suspect_failures"  # attempts through an egress that failed after the connection
+EGRESS_SUSPECT_BLAMED = "scale/egress/suspect_blamed"  # such failures counted against the egress (evidence)
+EGRESS_FIRST_BYTE_TIMEOUTS = "scale/egress/first_byte_timeouts"  # attempts cancelled: no headers in time
 EGRESS_ROUTE_CAPPED = "scale/egress/route_capped/"  # + id/domain: times a route was at its cap (top N)
 
 # ---- quality (scrapy_scale.quality: the validation pipeline and the report extension) ----

@@ -39,6 +39,7 @@ from scrapy_scale.clock import Randomness
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.egress import settings as S
 from scrapy_scale.egress.browser import CONTEXT, BrowserContexts
+from scrapy_scale.egress.first_byte import FirstByteTimeout
 from scrapy_scale.egress.health import HealthPolicy
 from scrapy_scale.egress.identity import Egress
 from scrapy_scale.egress.pool import EgressPool, Event, PoolOptions
@@ -98,6 +99,7 @@ class EgressMiddleware(SourceGlue):
         self._sync_d: Any = None  # the running sync, awaited at close before the last one
         self._syncing = False
         self._warned: set[str] = set()  # kinds of bad shared state already warned about
+        self.first_byte = FirstByteTimeout(crawler, S.FIRST_BYTE_TIMEOUT.get(st))
         self.browser = BrowserContexts(crawler, S.CONTEXT_PAGES.get(st), S.CONTEXT_AGE.get(st), time.time)
         self.ctx = ScaleContext.of(crawler)
         self.ctx.extra["egress_pool"] = self
@@ -218,9 +220,14 @@ class EgressMiddleware(SourceGlue):
             self.browser.close_page(request)
         if outcome.fallback or outcome.egress is None:
             return
+        blamed = self.pool.counts["suspect_blamed"]
         events = self.pool.observe(
             outcome.egress, outcome.domain, outcome.cls.value, outcome.blame.value, outcome.status is not None
         )
+        if outcome.status is None and outcome.cls.value == "transient":
+            self.stats.inc_value(K.EGRESS_SUSPECT)
+        if self.pool.counts["suspect_blamed"] > blamed:
+            self.stats.inc_value(K.EGRESS_SUSPECT_BLAMED, self.pool.counts["suspect_blamed"] - blamed)
         for ev in events:
             self._report(ev)
 
@@ -288,6 +295,7 @@ class EgressMiddleware(SourceGlue):
                 "and cannot hold requests of a domain without egress (enable "
                 "scrapy_scale.outcomes.OutcomeDownloaderMiddleware, or use the add-on)"
             )
+        self.first_byte.install()
         job = self.ctx.job or settings_core.JOB.get(self.crawler.settings) or spider.name
         self.store = open_state(self.crawler.settings, job)
         self._opened(await maybe_deferred_to_future(threads.deferToThread(self._open_state)))
@@ -361,6 +369,8 @@ class EgressMiddleware(SourceGlue):
         self._stop_fetch_pool()
         await self.browser.close_all()  # (fires its settled(), which the metrics wait for)
         self._browser_gauges()
+        if self.first_byte.expired:
+            self.stats.set_value(K.EGRESS_FIRST_BYTE_TIMEOUTS, self.first_byte.expired)
         for key, value in bounded_stats(self.pool, self.top).items():
             self.stats.set_value(key, value)
         # the pool by state, as each sync writes it: a crawl shorter than one sync had none

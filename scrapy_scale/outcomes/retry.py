@@ -18,7 +18,7 @@ from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_scale import meta
 from scrapy_scale.outcomes.classify import Verdict
-from scrapy_scale.outcomes.model import Outcome
+from scrapy_scale.outcomes.model import FailureClass, Outcome
 from scrapy_scale.outcomes.policy import NO_RETRY, Decision, RetryPolicy
 
 if TYPE_CHECKING:
@@ -62,10 +62,14 @@ class RetryDecider:
         return self.policy.policies[outcome.cls].give_up_level
 
     def avoid_egresses(self, request: Request, outcome: Outcome) -> tuple[str, ...]:
-        """The egresses the next attempt must avoid (the failed one added when the class
-        asks for a new egress)."""
+        """The egresses the next attempt must avoid: the failed one is added when the class
+        asks for a new egress, and after a failure past the connection (a ``transient``
+        outcome without a response: a timeout, an answer that is not HTTP, a connection
+        closed mid-answer), which may be the egress's fault."""
         avoid = tuple(request.meta.get(meta.AVOID_EGRESS) or ())
-        if self.policy.policies[outcome.cls].new_egress and outcome.egress and outcome.egress not in avoid:
+        after_connect = outcome.cls is FailureClass.TRANSIENT and outcome.status is None
+        new_egress = self.policy.policies[outcome.cls].new_egress or after_connect
+        if new_egress and outcome.egress and outcome.egress not in avoid:
             avoid = (*avoid, outcome.egress)
         return avoid
 

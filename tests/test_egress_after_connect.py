@@ -1,0 +1,89 @@
+"""Proxies that connect and then fail (never answer, answer garbage, close mid-answer)
+are quarantined within the bound, and the crawl loses no page nor waits the download
+timeout once per page."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scrapy_scale.testbed import ProxySpec, Testbed
+from tests.crawling import run_crawl
+from tests.test_egress_crawl import EVICTION_BOUND, MIN_FAILURES
+from tests.test_egress_crawl import settings as egress_settings
+
+pytestmark = [pytest.mark.crawl, pytest.mark.serial]
+
+FAST = {"transient": {"base": 0.1, "cap": 0.5}, "egress_failed": {"retries": 3}}
+
+
+def settings(tb: Testbed, tmp_path: Path, **more: Any) -> dict[str, Any]:
+    return egress_settings(tb, tmp_path, SCALE_RETRY_POLICY=FAST, SCALE_EGRESS_FIRST_BYTE_TIMEOUT=2, **more)
+
+
+def test_blackhole_garbage_and_midclose_proxies_are_quarantined_within_the_bound(tmp_path):
+    proxies = [
+        ProxySpec("ok1"),
+        ProxySpec("ok2"),
+        ProxySpec("ok3"),
+        ProxySpec("bh", mode="blackhole"),
+        ProxySpec("garbage", mode="garbage"),
+        ProxySpec("midclose", mode="midclose"),
+    ]
+    with Testbed(hosts=2, pages=40, seed=3, proxies=proxies) as tb:
+        res = run_crawl(tb, settings(tb, tmp_path), tmp_path, timeout=240)
+        assert res.returncode == 0, res.tail()
+        expected = tb.detail_urls()
+        through = Counter(e.proxy for e in tb.proxy_log)
+        eid = {pid: f"127.0.0.1:{port}" for pid, port in tb.proxy_ports.items()}
+    got = {i["url"] for i in res.items}
+    assert got >= expected, sorted(expected - got)[:5]  # every page crawled
+    for bad in ("bh", "garbage", "midclose"):
+        assert 1 <= through[bad] <= EVICTION_BOUND, through
+        assert f"egress {eid[bad]} quarantined until" in res.log, bad
+    assert res.stats["scale/egress/suspect_blamed"] >= 3 * MIN_FAILURES
+    assert res.stats["scale/egress/first_byte_timeouts"] >= 1  # the blackhole's attempts were cut short
+    assert res.stats["scale/egress/pool/quarantined"] == 3 and res.stats["scale/egress/pool/healthy"] == 3
+    outs = [json.loads(line) for line in (tmp_path / "outcomes.jsonl").read_text().splitlines()]
+    # a retry after such a failure went through another egress
+    by_fp: dict[str, list[dict[str, Any]]] = {}
+    for o in outs:
+        by_fp.setdefault(o["fingerprint"], []).append(o)
+    for chain in by_fp.values():
+        for a, b in zip(chain, chain[1:], strict=False):
+            if a["cls"] == "transient" and a["status"] is None:
+                assert b["egress"] != a["egress"], chain
+
+
+#: the whole-answer bound in the next test: a crawl that waited it once took longer than that
+DOWNLOAD_TIMEOUT = 120
+
+
+def _crawl_seconds(tb: Testbed, tmp_path: Path) -> float:
+    t0 = time.monotonic()
+    res = run_crawl(tb, settings(tb, tmp_path, DOWNLOAD_TIMEOUT=DOWNLOAD_TIMEOUT), tmp_path, timeout=600)
+    took = time.monotonic() - t0
+    assert res.returncode == 0, res.tail()
+    assert {i["url"] for i in res.items} >= tb.detail_urls()
+    return took
+
+
+def test_one_blackhole_proxy_costs_a_first_byte_timeout_not_one_download_timeout_per_page(tmp_path):
+    """126 pages (6 listings, 120 details) with DOWNLOAD_TIMEOUT 120 s: a blackhole among
+    three proxies costs a few first-byte timeouts (2 s each) and their retries, not 120 s
+    a page (nor even once: the crawl ends before one download timeout)."""
+    healthy = [ProxySpec("ok1"), ProxySpec("ok2"), ProxySpec("ok3")]
+    with Testbed(hosts=1, pages=120, per_page=20, seed=4, proxies=healthy) as tb:
+        base = _crawl_seconds(tb, tmp_path / "healthy")
+    with Testbed(hosts=1, pages=120, per_page=20, seed=4, proxies=[*healthy, ProxySpec("bh", mode="blackhole")]) as tb:
+        took = _crawl_seconds(tb, tmp_path / "blackhole")
+        to_bh = sum(1 for e in tb.proxy_log if e.proxy == "bh")
+    assert 1 <= to_bh <= EVICTION_BOUND
+    # the healthy crawl takes a few seconds; a loaded machine may make it several times
+    # slower, never as slow as one download timeout
+    assert took < DOWNLOAD_TIMEOUT, (took, base)
