@@ -19,6 +19,8 @@ ERROR_GROUP = "scale/error_group/"  # + class/reason: the largest groups, at clo
 RETRY_HELD = "scale/retry/held"
 RETRY_ABANDONED = "scale/retry/abandoned"
 RETRY_NOT_BEFORE_GUARD = "scale/retry/not_before_guard"
+RETRY_LATE = "scale/retry/late"  # late retries scheduled (SCALE_RETRY_LATE: after the quick budget)
+RETRY_LATE_BAD_META = "scale/retry/late_bad_meta"  # a stored request's late-retry meta that was not valid
 
 # Scrapy's own RetryMiddleware keys, written too (existing dashboards and monitors read them)
 SCRAPY_RETRY_COUNT = "retry/count"
