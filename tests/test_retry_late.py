@@ -158,3 +158,17 @@ def test_hostile_stored_chain_values_are_ignored_with_one_warning(late, first):
     new = retry_request(r, _outcome(3), not_before=d.not_before, late=True, failed_at=clock())
     assert new.meta[meta.LATE] == 1  # a bad count was taken as 0
     assert isinstance(new.meta[meta.FIRST_FAILED], float) and new.meta[meta.FIRST_FAILED] <= clock() + 300
+
+
+def test_retry_times_set_by_the_project_is_the_whole_budget_unless_late_retries_are_set_too():
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_scale.outcomes.core import OutcomeCore
+
+    def late_of(settings):
+        return OutcomeCore(get_crawler(settings_dict=settings)).policy.late
+
+    assert late_of({}) == LatePolicy()
+    assert late_of({"RETRY_TIMES": 4}) == NO_LATE
+    assert late_of({"RETRY_TIMES": 4, "SCALE_RETRY_LATE": {"retries": 1}}).retries == 1
+    assert late_of({"SCALE_RETRY_LATE": 0}) == NO_LATE
