@@ -140,7 +140,7 @@ PROBES = declare(
 )
 FIRST_BYTE_TIMEOUT = declare(
     "SCALE_EGRESS_FIRST_BYTE_TIMEOUT",
-    15.0,
+    30.0,
     as_float(0.0),
     "Seconds an attempt through an egress may wait for the response headers before it is cancelled "
     "(a timeout that counts against the egress when the site answers through another one); "
