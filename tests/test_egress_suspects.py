@@ -133,3 +133,21 @@ def test_suspects_alone_bounded_memory():
     for _ in range(1000):
         s.failed("a", "e", 4.0)
     assert len(s.blamed["a"]) <= 256
+
+
+def test_pages_that_hang_on_every_egress_blame_none_though_other_pages_answer():
+    """Listings answer, most detail pages hang on the site's side: every egress fails
+    more than it answers there, so none is evidence against another."""
+    clock = FakeClock()
+    p = pool(clock)
+    for i in range(60):
+        e = (IA, IB, IC)[i % 3]
+        if i % 4 == 0:
+            ok(p, e, "shop")  # a listing
+        else:
+            timeout(p, e, "shop")  # a detail page that hangs
+        clock.advance(0.5)
+    assert {p.state(e, "shop") for e in (IA, IB, IC)} == {HEALTHY}
+    assert {p.state(e) for e in (IA, IB, IC)} == {HEALTHY}
+    # the first failures, before the answers were outnumbered, were blamed; no later one
+    assert p.counts["suspect_failures"] == 45 and p.counts["suspect_blamed"] <= 6, p.counts
