@@ -23,7 +23,7 @@ FAST = {"transient": {"base": 0.1, "cap": 0.5}, "egress_failed": {"retries": 3}}
 
 
 def settings(tb: Testbed, tmp_path: Path, **more: Any) -> dict[str, Any]:
-    return egress_settings(tb, tmp_path, SCALE_RETRY_POLICY=FAST, SCALE_EGRESS_FIRST_BYTE_TIMEOUT=2, **more)
+    return egress_settings(tb, tmp_path, **{"SCALE_RETRY_POLICY": FAST, "SCALE_EGRESS_FIRST_BYTE_TIMEOUT": 2, **more})
 
 
 def test_blackhole_garbage_and_midclose_proxies_are_quarantined_within_the_bound(tmp_path):
@@ -87,3 +87,19 @@ def test_one_blackhole_proxy_costs_a_first_byte_timeout_not_one_download_timeout
     # the healthy crawl takes a few seconds; a loaded machine may make it several times
     # slower, never as slow as one download timeout
     assert took < DOWNLOAD_TIMEOUT, (took, base)
+
+
+def test_pages_that_hang_on_the_sites_side_evict_no_egress(tmp_path):
+    """Host 1's detail pages never answer, whichever egress asks (its listings do): the
+    timeouts are the site's, no egress is quarantined, host 2 is crawled whole."""
+    proxies = [ProxySpec("ok1"), ProxySpec("ok2"), ProxySpec("ok3")]
+    with Testbed(hosts=2, pages=10, seed=3, faults="hang@1:/item/*", proxies=proxies) as tb:
+        res = run_crawl(tb, settings(tb, tmp_path, SCALE_EGRESS_FIRST_BYTE_TIMEOUT=1), tmp_path, timeout=240)
+        assert res.returncode == 0, res.tail()
+        host2 = {u for u in tb.detail_urls() if "shop2." in u}
+        hung = tb.count(host="shop1.example.test", kind="hang")
+    assert hung >= 10  # the path ran: every detail page of host 1 hung, on several egresses
+    assert res.stats["scale/egress/first_byte_timeouts"] >= 10
+    assert {i["url"] for i in res.items} >= host2
+    assert "scale/egress/evictions" not in res.stats and "scale/egress/evictions_domain" not in res.stats
+    assert "quarantined" not in res.log
