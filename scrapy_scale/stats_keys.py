@@ -20,6 +20,8 @@ RETRY_HELD = "scale/retry/held"
 RETRY_ABANDONED = "scale/retry/abandoned"
 RETRY_NOT_BEFORE_GUARD = "scale/retry/not_before_guard"
 WARNED = "scale/"  # + the kind of a counted warning: retry_after_negative, retry_after_huge
+RETRY_LATE = "scale/retry/late"  # late retries scheduled (SCALE_RETRY_LATE: after the quick budget)
+RETRY_LATE_BAD_META = "scale/retry/late_bad_meta"  # a stored request's late-retry meta that was not valid
 
 # Scrapy's own RetryMiddleware keys, written too (existing dashboards and monitors read them)
 SCRAPY_RETRY_COUNT = "retry/count"
@@ -116,6 +118,9 @@ EGRESS_BROWSER_CONTEXTS_MAX = "scale/egress/browser/contexts_max"  # most live a
 EGRESS_BROWSER_PROCESSES = "scale/egress/browser/processes"  # connected browser processes (gauge)
 EGRESS_BROWSER_FAILED_STARTS = "scale/egress/browser/failed_starts"  # contexts that could not start
 EGRESS_STATE_SKIPPED = "scale/egress/state_skipped/"  # + bad_record, clamped, live: bad shared state read (times)
+EGRESS_SUSPECT = "scale/egress/suspect_failures"  # attempts through an egress that failed after the connection
+EGRESS_SUSPECT_BLAMED = "scale/egress/suspect_blamed"  # such failures counted against the egress (evidence)
+EGRESS_FIRST_BYTE_TIMEOUTS = "scale/egress/first_byte_timeouts"  # attempts cancelled: no headers in time
 EGRESS_ROUTE_CAPPED = "scale/egress/route_capped/"  # + id/domain: times a route was at its cap (top N)
 
 # ---- quality (scrapy_scale.quality: the validation pipeline and the report extension) ----

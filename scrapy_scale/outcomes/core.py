@@ -25,6 +25,7 @@ from scrapy_scale.outcomes._log import FirstFew
 from scrapy_scale.outcomes.classify import BlockPageDetector, Classifier
 from scrapy_scale.outcomes.emit import OutcomeEmitter
 from scrapy_scale.outcomes.holding import DelayedRetries
+from scrapy_scale.outcomes.late import NO_LATE, LatePolicy
 from scrapy_scale.outcomes.parse_tracker import ParseTracker
 from scrapy_scale.outcomes.policy import RetryPolicy, build_policies
 from scrapy_scale.outcomes.retry import RetryDecider
@@ -67,6 +68,15 @@ def _detectors(crawler: Crawler) -> list[BlockPageDetector]:
             raise config.ScaleSettingError(oset.BLOCK_DETECTORS.name, f"{path} has no detect(response, request) method")
         out.append(build_from_crawler(dcls, crawler) if hasattr(dcls, "from_crawler") else dcls())
     return out
+
+
+def _late_policy(s: Any, retry_times: int | None) -> LatePolicy:
+    """SCALE_RETRY_LATE; a RETRY_TIMES set by the project is the whole budget, as in
+    Scrapy (no late retries), unless the project sets SCALE_RETRY_LATE too."""
+    if retry_times is not None and s.get(oset.RETRY_LATE.name) is None:
+        return NO_LATE
+    policy: LatePolicy = oset.RETRY_LATE.get(s)
+    return policy
 
 
 def _exception_classes(values: list[Any]) -> list[type[BaseException]]:
@@ -125,6 +135,7 @@ class OutcomeCore:
             clock=clock,
             rng=rng or Randomness(),
             warn=self._warn_counted,
+            late=_late_policy(s, retry_times),
         )
         self.decider = RetryDecider(self.policy, enabled=s.getbool("RETRY_ENABLED"))
         self.priority_adjust = s.getint("RETRY_PRIORITY_ADJUST")

@@ -68,7 +68,7 @@ class OutcomeStats:
             inc(K.retry_depth(outcome.attempt))
             if outcome.gave_up:
                 inc(K.GAVE_UP + cls)
-                if outcome.gave_up_why == "budget":  # as Scrapy: retries spent, not refused
+                if outcome.gave_up_why in ("budget", "deadline"):  # as Scrapy: retries spent, not refused
                     inc(K.SCRAPY_RETRY_MAX_REACHED)
             if outcome.fallback:
                 inc(K.FALLBACK)

@@ -11,6 +11,7 @@ Text form (CLI ``--faults``, :func:`parse_faults`): faults separated by ``;``, e
 
     429:/item/*,p=0.1,retry_after=2 ; reset,p=0.02 ; 503@1+2:/list/*,first=1
     layout:/item/*,after=50,variant=missing ; 403,egresses=p2 ; hang:/item/7,nth=1
+    503@1:/,until=5
 
 HOSTS and tuple values are joined with ``+``; hosts are names or numbers (1-based).
 """
@@ -59,12 +60,16 @@ class Fault:
     retry_after: int | str | None = None
     delay: float = 2.0
     variant: str = "renamed"
+    #: fire only within this many seconds after the first request the rule selected
+    until: float | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown fault kind {self.kind!r}; known: {', '.join(KINDS)}")
         if self.p is not None and not 0 <= self.p <= 1:
             raise ValueError(f"fault {self.kind}: p must be in [0, 1]")
+        if self.until is not None and not self.until >= 0:
+            raise ValueError(f"fault {self.kind}: until must be a number of seconds >= 0")
         if self.variant not in ("renamed", "missing"):
             raise ValueError(f"fault {self.kind}: variant must be renamed or missing")
         ra = self.retry_after
@@ -98,6 +103,10 @@ class Fault:
                 return False
         return True
 
+    def active(self, since: float, now: float) -> bool:
+        """Within the rule's time window (``until``), ``since`` its first selected request."""
+        return self.until is None or now - since < self.until
+
     def fires(self, seed: int, index: int, host: str, path: str, ordinal: int) -> bool:
         """Whether the rule fires for the ``ordinal``-th request (1-based) to host+path."""
         planned = bool(self.nth or self.first)
@@ -109,7 +118,8 @@ class Fault:
         return unit(*key) < self.p
 
 
-PROXY_MODES = ("healthy", "dead", "slow", "flaky", "auth")
+#: every proxy mode: see the module docstring of ``scrapy_scale.testbed.proxy``
+PROXY_MODES = ("healthy", "dead", "slow", "flaky", "auth", "blackhole", "garbage", "midclose")
 
 
 @dataclass(frozen=True)

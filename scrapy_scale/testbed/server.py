@@ -144,6 +144,7 @@ class Testbed:
         self.pages = pages
         self.catalog = Catalog(seed, pages, per_page)
         self.faults: list[Fault] = parse_faults(faults) if isinstance(faults, str) else list(faults)
+        self._fault_since: dict[int, float] = {}  # rule index -> its first selected request (until=)
         self.proxy_specs: list[ProxySpec] = list(proxies)
         if len({p.id for p in self.proxy_specs}) != len(self.proxy_specs):
             raise ValueError("proxy ids must be unique")
@@ -342,6 +343,7 @@ class Testbed:
         Plans keep counting from the requests already served."""
         new = parse_faults(faults) if isinstance(faults, str) else list(faults)
         self._track_ordinals = True
+        self._fault_since = {}
         self.faults = new
 
     # ---- public view --------------------------------------------------------------
@@ -466,7 +468,11 @@ class Testbed:
         for idx, f in enumerate(self.faults):
             if f.kind == "layout" and self.catalog.item_id(path) is None:
                 continue
-            if f.selects(host, host_no, path, egress) and f.fires(self.seed, idx, host, path, ordinal):
+            if not f.selects(host, host_no, path, egress):
+                continue
+            if f.until is not None and not f.active(self._fault_since.setdefault(idx, now), now):
+                continue
+            if f.fires(self.seed, idx, host, path, ordinal):
                 return self._fault_answer(f, host_no, path, now)
         return self._normal(host_no, path)
 

@@ -91,6 +91,30 @@ def test_a_context_that_cannot_start_moves_its_request_to_another_egress(tmp_pat
     assert "Ctx0PW" not in res.log
 
 
+def test_a_dead_and_a_garbage_proxy_lose_no_browser_page_and_count_against_the_proxies(tmp_path):
+    """Page loads through a refused proxy are egress_failed (Chromium's
+    ERR_PROXY_CONNECTION_FAILED), through a proxy that answers garbage transient; either
+    way the page moves to another egress, and the failures count against the proxy."""
+    proxies = [ProxySpec("ok"), ProxySpec("dead", mode="dead"), ProxySpec("garbage", mode="garbage")]
+    with Testbed(hosts=3, pages=12, seed=6, proxies=proxies, per_page=6) as tb:
+        res, outs = _crawl(tb, tmp_path)
+        assert res.returncode == 0, res.tail()
+        eid = {pid: f"127.0.0.1:{port}" for pid, port in tb.proxy_ports.items()}
+    final = [o for o in outs if o["final"]]
+    assert len(final) == 21 and {o["cls"] for o in final} == {"ok"}, [o for o in final if o["cls"] != "ok"]
+    tries = [o for o in outs if not o["final"]]
+    by = {pid: [o for o in tries if o["egress"] == e] for pid, e in eid.items()}
+    assert by["dead"] and {o["cls"] for o in by["dead"]} == {"egress_failed"}
+    assert {o["reason"] for o in by["dead"]} == {"browser ERR_PROXY_CONNECTION_FAILED"}
+    assert by["garbage"] and {o["cls"] for o in by["garbage"]} == {"transient"}
+    for o in tries:  # the retry avoids the egress that failed it
+        assert o["egress"] in o["avoid_egress"], o
+    assert res.stats[f"scale/egress/by/{eid['dead']}/failed/egress_failed"] == len(by["dead"])
+    if len(by["dead"]) >= 3:  # SCALE_EGRESS_MIN_FAILURES: page loads evict the proxy
+        assert f"egress {eid['dead']} quarantined until" in res.log
+    assert "scale/outcome/fatal" not in res.stats
+
+
 @pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
 def test_contexts_live_in_the_handler_of_each_scheme_and_all_close(tmp_path, tls):
     """Both schemes map to scrapy-playwright: two handler objects. The pool must create,

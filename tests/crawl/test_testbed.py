@@ -261,6 +261,20 @@ def test_robots_disallow() -> None:
         assert get(tb, 1, "/robots.txt")[2] == b"User-agent: *\nDisallow: /item/3\n"
 
 
+@pytest.mark.crawl
+def test_a_fault_with_until_fires_for_that_long_after_its_first_request() -> None:
+    """A burst: 503 for ``until`` seconds from the first request the rule selected."""
+    with Testbed(hosts=1, pages=10, faults="503:/item/1,until=0.2;503:/item/2,until=600") as tb:
+        assert get(tb, 1, "/item/1")[0] == 503
+        assert get(tb, 1, "/item/2")[0] == 503
+        time.sleep(0.3)  # past the first window; the second lasts 10 minutes
+        assert get(tb, 1, "/item/1")[0] == 200
+        assert get(tb, 1, "/item/2")[0] == 503
+        assert get(tb, 1, "/item/3")[0] == 200  # not selected: no window starts
+        tb.set_faults("503:/item/1,until=600")  # new rules: new windows
+        assert get(tb, 1, "/item/1")[0] == 503
+
+
 @pytest.mark.serial
 def test_rate_limit_per_client() -> None:
     rate = 4

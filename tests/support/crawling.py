@@ -158,6 +158,8 @@ def start_crawl(
     merged["TELNETCONSOLE_ENABLED"] = False
     # the example project is polite (DOWNLOAD_DELAY) for the demo; tests run at full speed unless they set it
     merged["DOWNLOAD_DELAY"] = 0
+    # late retries come back minutes later: tests of give-ups run without them unless they set them
+    merged["SCALE_RETRY_LATE"] = 0
     merged["FEEDS"] = {str(run_dir / "items.jsonl"): {"format": "jsonlines"}}
     merged[STATS_SETTING] = str(run_dir / "stats.json")
     user = dict(settings or {})

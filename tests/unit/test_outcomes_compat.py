@@ -164,7 +164,7 @@ def test_retry_after_is_a_floor_of_the_not_before_time():
 
 
 def test_download_exception_given_up_raises_quietly_without_errback():
-    mw, outcomes, stats = make({"SCALE_RETRY_POLICY": {"transient": {"retries": 1, "base": 0}}})
+    mw, outcomes, stats = make({"SCALE_RETRY_POLICY": {"transient": {"retries": 1, "base": 0}}, "SCALE_RETRY_LATE": 0})
     req = Request(URL)
     mw.process_request(req)
     retry = mw.process_exception(req, DownloadTimeoutError("took too long"))
