@@ -124,17 +124,23 @@ async def run_step(
     lim: Limits,
     classifier: Classifier,
     request_budget: int,
+    stagger: float = 0.0,
     now: Callable[[], float] = time.monotonic,
 ) -> StepFigures:
     """Run one step: ``concurrency`` requests in flight (at most ``max_rate``/s), held as
-    the policy says, stopped at once on a 429 or Retry-After; its figures."""
+    the policy says, stopped at once on a 429 or Retry-After; its figures. The workers'
+    first requests are spread over ``stagger`` seconds (a latency of the site), as they
+    are in a steady state, instead of all at once: a burst of N at the step's start would
+    meet a site's burst limit, which a crawl at that concurrency never does."""
     t0 = now()
     st = _Step(last=t0)
     spacing = 1.0 / max_rate if max_rate else 0.0
     slots = [t0]  # next send time under the rate ceiling
     order = [0]
 
-    async def worker() -> None:
+    async def worker(i: int) -> None:
+        if stagger > 0 and i:
+            await asyncio.sleep(stagger * i / concurrency)
         while not st.stop.is_set() and st.sent < request_budget:
             if spacing:
                 t = max(slots[0], now())
@@ -168,7 +174,7 @@ async def run_step(
                 st.retry_after = max(st.retry_after, ra or 0.0)
                 st.stop.set()  # at once: the site said so
 
-    tasks = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
+    tasks = [asyncio.ensure_future(worker(i)) for i in range(concurrency)]
     cut: float | None = None  # when the warm-up ended (None: the step ended before)
     area_at_cut, busy_at_cut = 0.0, _run_time()
     try:

@@ -155,6 +155,10 @@ class Plan:
         self._retried: int | None = None  # concurrency of a client-bound step tried again
         self._next: tuple[int, str] | None = (1, "ramp")
 
+    @property
+    def last_good(self) -> StepFigures | None:
+        return self._good
+
     def budget_left(self) -> bool:
         return self.requests < self.lim.max_requests and self.clock() - self.started < self.lim.max_time
 

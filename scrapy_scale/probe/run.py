@@ -101,7 +101,9 @@ async def probe_site(
             if budget <= 0:
                 plan.end("budget (max requests) used up")
                 break
-            fig = await load.run_step(sess, allowed, c, phase, max_rate, lim, classifier, budget)
+            good = plan.last_good
+            stagger = min(good.p50, lim.warmup) if good is not None else 0.0
+            fig = await load.run_step(sess, allowed, c, phase, max_rate, lim, classifier, budget, stagger)
             plan.record(fig)
             say(step_line(site.host, fig))
             rest = wait_after(fig)

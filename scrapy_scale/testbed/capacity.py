@@ -41,7 +41,7 @@ class Capacity:
     #: bucket: requests per second
     rate: float = 10.0
     #: bucket: tokens of burst
-    burst: float = 3.0
+    burst: float = 10.0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
