@@ -210,12 +210,16 @@ def test_budget_of_time_and_requests_ends_the_probe() -> None:
     assert plan.requests >= 300 and "budget" in plan.result.ended
 
 
-def test_step_is_held_for_its_warm_up_its_time_and_enough_answers() -> None:
+def test_step_is_held_for_its_warm_up_its_time_enough_answers_and_until_steady() -> None:
     lim = Limits(min_answers=40, min_seconds=3, warmup=0.5, max_seconds=15)
-    assert not step_done(0, 3.4, 100, lim)  # not long enough
-    assert not step_done(0, 5, 39, lim)  # not enough answers
-    assert step_done(0, 3.5, 40, lim)
-    assert step_done(0, 15, 0, lim)  # a step that gets nothing ends anyway
+    even = [0.5 + i * 0.05 for i in range(60)]  # 20 answers/s from the cut at 0.5 s to 3.5 s
+    assert not step_done(0, 3.4, even, 0.5, lim)  # not long enough
+    assert not step_done(0, 5, even[:39], 0.5, lim)  # not enough answers
+    assert not step_done(0, 5, even, None, lim)  # the warm-up has not ended
+    assert step_done(0, 3.5, even, 0.5, lim)
+    ramping = [0.5 + i * 0.1 for i in range(10)] + [1.5 + i * 0.02 for i in range(100)]
+    assert not step_done(0, 3.5, ramping, 0.5, lim)  # twice as many answers in the second half
+    assert step_done(0, 15, [], 0.5, lim)  # a step that gets nothing ends anyway
 
 
 def test_rest_after_a_step() -> None:

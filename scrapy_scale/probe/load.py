@@ -188,8 +188,8 @@ async def run_step(
             if cut is None and t >= t0 + lim.warmup:
                 st.change(t, 0)
                 cut, area_at_cut, busy_at_cut = t, st.area, _run_time()
-            kept = sum(1 for a in st.answers if cut is not None and a.sent >= cut)
-            if step_done(t0, t, kept, lim) or (st.sent >= request_budget and st.in_flight == 0):
+            kept = [a.done for a in st.answers if cut is not None and a.sent >= cut]
+            if step_done(t0, t, kept, cut, lim) or (st.sent >= request_budget and st.in_flight == 0):
                 break
     finally:
         for task in tasks:

@@ -4,8 +4,9 @@ Plain Python with an injectable clock; the load generator (:mod:`scrapy_scale.pr
 only runs the steps this decides and hands back their answers.
 
 - **ramp**: concurrency 1, 2, 4, 8, ... up to ``cap``; each step is held until it has
-  ``min_answers`` answers after its warm-up and lasted ``min_seconds`` (or ``max_seconds``
-  passed), and stops at once on a 429 or ``Retry-After``;
+  ``min_answers`` answers after its warm-up, lasted ``min_seconds`` and is steady (as
+  many answers in the second half as in the first, within ``steady``), or ``max_seconds``
+  passed; it stops at once on a 429 or ``Retry-After``;
 - **judge** (:func:`judge`): a step is *bad* on a 429 or ``Retry-After``, blocks above 1%,
   success below 98%, p95 latency above twice step 1's, or goodput lower than the last
   good step's; it is *client-bound* when the probe, not the site, was the limit (requests
@@ -21,6 +22,7 @@ only runs the steps this decides and hands back their answers.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +42,8 @@ class Limits:
     max_seconds: float = 15.0
     #: seconds of a step's start whose requests are not judged
     warmup: float = 0.5
+    #: steady: the answers of the two halves of a step differ by this share at most
+    steady: float = 0.2
     max_requests: int = 5000
     max_time: float = 300.0
     #: stop rules
@@ -100,12 +104,20 @@ def judge(fig: StepFigures, baseline_p95: float | None, last_good: StepFigures |
     return fig
 
 
-def step_done(started: float, now: float, answers: int, lim: Limits) -> bool:
-    """Has a step held long enough (``answers``: those after its warm-up)?"""
+def step_done(started: float, now: float, done_times: Sequence[float], cut: float | None, lim: Limits) -> bool:
+    """Has a step held long enough? ``done_times``: when its answers after the warm-up
+    (which ended at ``cut``) came. It needs ``min_answers`` of them, ``min_seconds`` and to
+    be steady: as many answers in the second half of that window as in the first, within
+    ``steady`` (else it holds on, up to ``max_seconds``)."""
     held = now - started
     if held >= lim.max_seconds:
         return True
-    return held >= lim.min_seconds + lim.warmup and answers >= lim.min_answers
+    if cut is None or held < lim.min_seconds + lim.warmup or len(done_times) < lim.min_answers:
+        return False
+    mid = (cut + now) / 2
+    first = sum(1 for t in done_times if t < mid)
+    second = len(done_times) - first
+    return abs(second - first) <= lim.steady * max(first, second)
 
 
 @dataclass
