@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 from scrapy_scale.probe import report
+from scrapy_scale.probe.figures import StepFigures
+from scrapy_scale.probe.run import SiteProbe
 from scrapy_scale.testbed import Capacity, Testbed
 from scrapy_scale.throttle import probed
-from tests.crawling import ROOT
+from tests.crawling import ROOT, run_crawl
 
 pytestmark = [pytest.mark.crawl, pytest.mark.serial]
 
@@ -139,3 +141,61 @@ def test_robots_txt_is_obeyed(tmp_path: Path) -> None:
         code, text, fig = probe(tb, 2, tmp_path, "--no-plot", paths=3, under="/list/")
         assert code == 1 and "Crawl-delay 2" in text, text
         assert {r.kind for r in tb.log} == {"robots"} and len(tb.log) == 2
+
+
+def test_a_crawl_paces_from_the_saved_probe_file(tmp_path: Path) -> None:
+    from tests.test_throttle_crawl import max_in_window
+
+    path = tmp_path / "probed.json"
+    with Testbed(hosts=2, pages=30, per_page=10, seed=2) as tb:
+        site = SiteProbe(tb.hosts[0], [])
+        site.result.knee = StepFigures(concurrency=5, phase="bisect", goodput=2.5)
+        report.save_profiles(str(path), [site], 0.8)  # concurrency 4, max_rate 2.0
+        doc = json.loads(path.read_text())
+        doc["profiles"]["*.example.test"] = {"max_rate": 100}  # not a host: skipped, with a warning
+        path.write_text(json.dumps(doc))
+        res = run_crawl(tb, {"SCALE_PROBE_PROFILES": str(path)}, tmp_path, timeout=200)
+        assert res.returncode == 0, res.tail()
+        assert len(res.items) == 60
+        paced = sorted(r.time for r in tb.log if r.host == tb.hosts[0] and r.kind != "robots")
+        other = sorted(r.time for r in tb.log if r.host == tb.hosts[1] and r.kind != "robots")
+    assert "probe profiles skipped from" in res.log and "*.example.test" in res.log
+    assert len(paced) == len(other) == 33
+    assert max_in_window(paced, 2.0) <= 5  # 2 requests/s, as probed
+    assert paced[-1] - paced[0] >= 14.0
+    assert other[-1] - other[0] < paced[-1] - paced[0]  # the other host keeps its own pacing
+
+
+def scale(*args: str, cwd: Path, pythonpath: str = str(ROOT)) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=pythonpath)
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy", "scale", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_bad_usage_is_one_line_and_nothing_is_requested(tmp_path: Path) -> None:
+    with Testbed(hosts=1, pages=5) as tb:
+        url = f"http://{tb.hosts[0]}:{tb.port}/item/1"
+        hosts = "TESTBED_HOSTS=" + json.dumps(tb.addresses)
+        bad = tmp_path / "bad.json"
+        bad.write_text("{not json")
+        fake = tmp_path / "nomatplotlib" / "matplotlib"
+        fake.mkdir(parents=True)
+        (fake / "__init__.py").write_text("raise ImportError('matplotlib hidden by the test')\n")
+        cases = [
+            ((), "probe: give at least one URL"),
+            (("ftp://x.test/",), "not an http(s) URL with a host: 'ftp://x.test/'"),
+            ((url, "--cap", "0"), "probe: cap, min answers and max requests must be at least 1"),
+            ((url, "--margin", "2"), "probe: margin must be in (0, 1]"),
+            ((url, "--timeout", "0"), "--timeout must be above 0"),
+            ((url, "--save", str(bad)), f"--save {bad}: cannot be read as a probe profile file"),
+        ]
+        for args, message in cases:
+            r = scale("probe", *args, "-s", hosts, cwd=tmp_path)
+            assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
+            assert "Traceback" not in r.stderr
+        r = scale("probe", url, "-s", hosts, cwd=tmp_path, pythonpath=f"{fake.parent}{os.pathsep}{ROOT}")
+        assert r.returncode == 2 and "the plot needs matplotlib: pip install 'scrapy-scale[probe]'" in r.stderr, (
+            r.stderr
+        )
+        assert len(tb.log) == 0  # none of them sent a request

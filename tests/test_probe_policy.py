@@ -230,6 +230,10 @@ def test_rest_after_a_step() -> None:
     assert wait_after(f) == 2.5
     f.retry_after = 1e9
     assert wait_after(f) == 60.0  # capped
+    f.retry_after = math.nan  # what a server says is input: never a NaN sleep
+    assert wait_after(f) == 60.0
+    f.retry_after = -5.0  # a date in the past
+    assert wait_after(f) == 1.0
     f.retry_after = 0.0
     assert wait_after(f) == 1.0
 

@@ -86,20 +86,34 @@ def main(settings: Any, urls: list[str], opts: argparse.Namespace) -> int:
             raise ProbeUsage(
                 "probe: the plot needs matplotlib: pip install 'scrapy-scale[probe]' (or --no-plot)"
             ) from None
+    if not opts.timeout > 0:
+        raise ProbeUsage(f"probe: --timeout must be above 0, not {opts.timeout}")
+    if opts.save:
+        try:
+            report.saved_profiles(opts.save)
+        except ValueError as e:
+            raise ProbeUsage(f"probe: --save {opts.save}: {e}") from None
+    try:
+        resolved, clf = names(settings), classifier(settings)
+    except (ValueError, TypeError, ImportError, AttributeError, NameError) as e:
+        raise ProbeUsage(f"probe: {type(e).__name__}: {e}") from None
     os.makedirs(opts.out, exist_ok=True)
     ua = settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT") or "scrapy-scale-probe"
     try:
         sites = run(
             urls,
             lim,
-            classifier(settings),
-            names=names(settings),
+            clf,
+            names=resolved,
             user_agent=ua,
             timeout=opts.timeout,
             say=lambda s: print(s, flush=True),
         )
     except ProbeError as e:
         raise ProbeUsage(f"probe: {e}") from None
+    except KeyboardInterrupt:
+        print("scrapy scale probe: interrupted; nothing written", file=sys.stderr)
+        return 1
     code = 0
     for s in sites:
         print()
@@ -112,7 +126,11 @@ def main(settings: Any, urls: list[str], opts: argparse.Namespace) -> int:
         if s.skipped or s.result.knee is None:
             code = 1
     if opts.save:
-        added = report.save_profiles(opts.save, sites, lim.margin)
+        try:
+            added = report.save_profiles(opts.save, sites, lim.margin)
+        except (OSError, ValueError) as e:
+            print(f"scrapy scale probe: error: --save {opts.save}: {e}", file=sys.stderr)
+            return 1
         print(f"saved {len(added)} profile(s) to {opts.save} (crawl with -s SCALE_PROBE_PROFILES={opts.save})")
     sys.stdout.flush()
     return code

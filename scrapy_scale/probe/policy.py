@@ -239,8 +239,8 @@ class Plan:
 def wait_after(fig: StepFigures, cap: float = 60.0) -> float:
     """Seconds to let the site rest after a step: its Retry-After (capped), else 1 s after a
     bad step (queues drain), else none."""
-    if fig.retry_after > 0:
-        return min(cap, fig.retry_after)
+    if fig.retry_after > 0 or not math.isfinite(fig.retry_after):  # the site's word: capped
+        return min(cap, fig.retry_after) if math.isfinite(fig.retry_after) else cap
     if fig.verdict == BAD or (fig.verdict == CLIENT_BOUND and fig.classes.get(RATE_LIMITED)):
         return 1.0
     return 0.0

@@ -166,17 +166,26 @@ def plot(site: SiteProbe, folder: str) -> str:
     return path
 
 
-def save_profiles(path: str, sites: Sequence[SiteProbe], margin: float) -> dict[str, dict[str, Any]]:
-    """Merge the sites' recommendations into the profile file ``path`` (the file
-    ``SCALE_PROBE_PROFILES`` names; the throttle reads it at start). Written atomically."""
+def saved_profiles(path: str) -> dict[str, Any]:
+    """The entries of the profile file at ``path`` as they are ({} when it does not exist);
+    ValueError when it is not one (checked before a probe runs, so no probe is lost)."""
     try:
         with open(path) as f:
             old = json.load(f)
-        profiles: dict[str, Any] = dict(old.get("profiles", {})) if isinstance(old, Mapping) else {}
     except FileNotFoundError:
-        profiles = {}
+        return {}
     except (OSError, ValueError) as e:
-        raise ValueError(f"{path}: cannot be read as a probe profile file ({e}); give another --save") from None
+        raise ValueError(f"cannot be read as a probe profile file ({e}); give another file") from None
+    raw = old.get("profiles") if isinstance(old, Mapping) else None
+    if not isinstance(raw, Mapping):
+        raise ValueError("not a probe profile file (no 'profiles' object); give another file")
+    return dict(raw)
+
+
+def save_profiles(path: str, sites: Sequence[SiteProbe], margin: float) -> dict[str, dict[str, Any]]:
+    """Merge the sites' recommendations into the profile file ``path`` (the file
+    ``SCALE_PROBE_PROFILES`` names; the throttle reads it at start). Written atomically."""
+    profiles = saved_profiles(path)
     added = {}
     for s in sites:
         rec = s.recommendation(margin)
