@@ -12,9 +12,7 @@ from scrapy.utils.misc import load_object
 
 from scrapy_scale.outcomes import settings as oset
 from scrapy_scale.outcomes.classify import BlockPageDetector, Classifier, SignatureBlockDetector
-from scrapy_scale.probe import report
 from scrapy_scale.probe.policy import Limits
-from scrapy_scale.probe.run import ProbeError, run, step_line  # noqa: F401 - step_line for callers
 
 
 class ProbeUsage(Exception):
@@ -76,6 +74,10 @@ def names(settings: Any) -> dict[str, str]:
 
 def main(settings: Any, urls: list[str], opts: argparse.Namespace) -> int:
     """Run the probe and print it; the exit code (0: done, 1: a site not probed or no knee)."""
+    # here, not at the top: every `scrapy scale` subcommand loads this module for its options
+    from scrapy_scale.probe import report
+    from scrapy_scale.probe.run import ProbeError, run
+
     if not urls:
         raise ProbeUsage("probe: give at least one URL")
     lim = limits(opts)

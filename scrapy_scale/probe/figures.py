@@ -60,12 +60,20 @@ class StepFigures:
     busy: float = 0.0
     #: seconds the kept window lasted
     seconds: float = 0.0
+    #: requests sent per second over the whole step
+    offered: float = 0.0
+    #: the rate ceiling the step ran under (requests/s), None when none
+    rate_ceiling: float | None = None
     #: a 429 or Retry-After was seen (at any time in the step)
     rate_limited: bool = False
     #: seconds the server asked to wait (largest Retry-After), 0 when none
     retry_after: float = 0.0
+    #: p95 of how late the probe's event loop ran a 10 ms timer in the step (its own delay)
+    loop_lag: float = 0.0
     #: "good", "bad" or "client_bound", set by the policy
     verdict: str = ""
+    #: bad only by latency or goodput (no error said so): run again once to confirm
+    soft: bool = False
     reasons: list[str] = field(default_factory=list)
 
     @property
@@ -100,6 +108,8 @@ def summarise(
     in_flight: float = 0.0,
     busy: float = 0.0,
     retry_after: float = 0.0,
+    rate_ceiling: float | None = None,
+    loop_lag: float = 0.0,
 ) -> StepFigures:
     """The figures of a step that ran from ``start`` to ``end``; answers to requests sent
     before ``start + warmup`` are dropped (unless that would drop them all)."""
@@ -124,6 +134,9 @@ def summarise(
         in_flight=in_flight,
         busy=busy,
         seconds=window,
+        offered=requests / max(end - start, 1e-9),
+        rate_ceiling=rate_ceiling,
+        loop_lag=loop_lag,
         rate_limited=any(a.cls == RATE_LIMITED or a.status == 429 or a.retry_after for a in answers),
         retry_after=retry_after,
     )

@@ -31,7 +31,7 @@ from scrapy.http import Headers, Request
 from scrapy.responsetypes import responsetypes
 
 from scrapy_scale.outcomes.classify import Classifier
-from scrapy_scale.probe.figures import RATE_LIMITED, Answer, StepFigures, summarise
+from scrapy_scale.probe.figures import RATE_LIMITED, Answer, StepFigures, percentile, summarise
 from scrapy_scale.probe.policy import Limits, step_done
 
 
@@ -61,6 +61,7 @@ def session(names: Mapping[str, str], timeout: float, user_agent: str) -> aiohtt
         timeout=aiohttp.ClientTimeout(total=timeout),
         headers={"User-Agent": user_agent},
         auto_decompress=True,
+        cookie_jar=aiohttp.DummyCookieJar(),  # each request as a first visit: no session carried
     )
 
 
@@ -174,7 +175,16 @@ async def run_step(
                 st.retry_after = max(st.retry_after, ra or 0.0)
                 st.stop.set()  # at once: the site said so
 
+    lags: list[tuple[float, float]] = []  # (when, how late) of a 10 ms timer: the loop's own delay
+
+    async def ticker() -> None:
+        while True:
+            t = now()
+            await asyncio.sleep(0.01)
+            lags.append((t, max(0.0, now() - t - 0.01)))
+
     tasks = [asyncio.ensure_future(worker(i)) for i in range(concurrency)]
+    tasks.append(asyncio.ensure_future(ticker()))
     cut: float | None = None  # when the warm-up ended (None: the step ended before)
     area_at_cut, busy_at_cut = 0.0, _run_time()
     try:
@@ -203,6 +213,7 @@ async def run_step(
     window = max(end - cut, 1e-9)
     in_flight = (st.area - area_at_cut) / window
     busy = (busy_end - busy_at_cut) / window if busy_end is not None and busy_at_cut is not None else 0.0
+    lag = percentile([late for t, late in lags if t >= cut], 0.95)
     return summarise(
         st.answers,
         concurrency=concurrency,
@@ -214,4 +225,6 @@ async def run_step(
         in_flight=in_flight,
         busy=busy,
         retry_after=st.retry_after,
+        rate_ceiling=max_rate,
+        loop_lag=lag,
     )

@@ -10,11 +10,18 @@ only runs the steps this decides and hands back their answers.
 - **judge** (:func:`judge`): a step is *bad* on a 429 or ``Retry-After``, blocks above 1%,
   success below 98%, p95 latency above twice step 1's, or goodput lower than the last
   good step's; it is *client-bound* when the probe, not the site, was the limit (requests
-  in flight well below the step's concurrency, or the probe's process saturated): that is
+  in flight well below the step's concurrency, the probe's process saturated, or its event
+  loop late by a good share of the latency measured): that is
   never taken for the site's knee; the step is tried once more and, bound again, the
   probe ends there;
+- a step bad only by its latency or goodput (no error said so) is run once more, and is
+  bad when the second run is bad too;
 - **bisection** between the last good and the first bad step, until they are one apart or
   within ``resolution`` of each other; never more load than twice the last good step;
+- **below one request at a time**: when concurrency 1 is already rate limited (a 429 or
+  ``Retry-After``), one request at a time under a rate ceiling: half the rate step 1 sent,
+  halved again until good (not below ``min_rate``), then bisected between the good and
+  the bad rate, to within ``resolution``;
 - **recommendation**: the knee (the last good step) times ``margin``, as a
   ``SCALE_DOMAIN_PROFILES`` entry (``concurrency`` and ``max_rate``).
 """
@@ -30,6 +37,8 @@ from scrapy_scale.clock import Clock, wall
 from scrapy_scale.probe.figures import RATE_LIMITED, StepFigures
 
 GOOD, BAD, CLIENT_BOUND = "good", "bad", "client_bound"
+#: the phases of a step
+RAMP, BISECT, RATE = "ramp", "bisect", "rate"
 
 
 @dataclass(frozen=True)
@@ -57,10 +66,15 @@ class Limits:
     #: client-bound: in flight under this share of the step, or the process busier than this
     min_in_flight_share: float = 0.75
     max_busy: float = 0.9
+    #: client-bound: the event loop's p95 lateness above this and above this share of p95 latency
+    max_loop_lag: float = 0.02
+    max_loop_lag_share: float = 0.25
     #: bisection stops when the good and bad steps are within this share of each other
     resolution: float = 0.1
     #: the recommendation is the knee times this
     margin: float = 0.8
+    #: below one request at a time: the lowest rate tried (requests/s)
+    min_rate: float = 0.05
 
     def __post_init__(self) -> None:
         for name, v in vars(self).items():
@@ -68,6 +82,8 @@ class Limits:
                 raise ValueError(f"probe: {name} must be a finite number >= 0, not {v!r}")
         if self.cap < 1 or self.min_answers < 1 or self.max_requests < 1:
             raise ValueError("probe: cap, min answers and max requests must be at least 1")
+        if self.min_rate <= 0:
+            raise ValueError("probe: min_rate must be above 0")
         if not 0 < self.margin <= 1:
             raise ValueError(f"probe: margin must be in (0, 1], not {self.margin}")
 
@@ -83,10 +99,14 @@ def judge(fig: StepFigures, baseline_p95: float | None, last_good: StepFigures |
         worst = max((c for c in fig.classes if c not in ("ok", "not_found")), key=lambda c: fig.classes[c], default="")
         site.append(f"success {fig.success:.1%}" + (f" ({worst})" if worst else ""))
     client: list[str] = []
-    if fig.in_flight < lim.min_in_flight_share * fig.concurrency:
+    # fewer in flight than the step is the probe's doing, unless its rate ceiling held them back
+    ceiling_held = fig.rate_ceiling is not None and fig.offered >= 0.85 * fig.rate_ceiling
+    if fig.in_flight < lim.min_in_flight_share * fig.concurrency and not ceiling_held:
         client.append(f"in flight {fig.in_flight:.1f} of {fig.concurrency}")
     if fig.busy > lim.max_busy:
         client.append(f"probe process busy {fig.busy:.0%}")
+    if fig.loop_lag > max(lim.max_loop_lag, lim.max_loop_lag_share * fig.p95):
+        client.append(f"probe's event loop {fig.loop_lag * 1000:.0f} ms late")
     slow: list[str] = []
     if baseline_p95 is not None and fig.p95 > max(lim.latency_factor * baseline_p95, baseline_p95 + lim.latency_slack):
         slow.append(f"p95 {fig.p95 * 1000:.0f} ms > {lim.latency_factor:g}x step 1")
@@ -98,7 +118,7 @@ def judge(fig: StepFigures, baseline_p95: float | None, last_good: StepFigures |
         # the latency and goodput of a step the probe could not drive say nothing of the site
         fig.verdict, fig.reasons = CLIENT_BOUND, client + slow
     elif slow:
-        fig.verdict, fig.reasons = BAD, slow
+        fig.verdict, fig.reasons, fig.soft = BAD, slow, True
     else:
         fig.verdict, fig.reasons = GOOD, []
     return fig
@@ -165,7 +185,12 @@ class Plan:
         self._good: StepFigures | None = None  # the last good step (the knee so far)
         self._bad: StepFigures | None = None  # the first bad step above it
         self._retried: int | None = None  # concurrency of a client-bound step tried again
-        self._next: tuple[int, str] | None = (1, "ramp")
+        self._confirmed: set[tuple[int, float]] = set()  # soft-bad steps run again
+        self._next: tuple[int, str] | None = (1, RAMP)
+        # below one request at a time: the rate of the next step, the best good and worst bad rates
+        self._rate = 0.0
+        self._rate_good: float | None = None
+        self._rate_bad = 0.0
 
     @property
     def last_good(self) -> StepFigures | None:
@@ -185,13 +210,13 @@ class Plan:
             self.end("budget (max requests or max time) used up")
             return None
         c, phase = self._next
-        return c, phase, self.max_rate()
+        return c, phase, self._rate if phase == RATE else self.max_rate()
 
     def record(self, fig: StepFigures) -> StepFigures:
         self.requests += fig.requests
         judge(fig, self._baseline, self._good, self.lim)
         self.result.steps.append(fig)
-        if self._baseline is None and fig.verdict != CLIENT_BOUND:
+        if self._baseline is None and fig.verdict == GOOD:
             self._baseline = fig.p95
         c = fig.concurrency
         if fig.verdict == CLIENT_BOUND:
@@ -201,6 +226,16 @@ class Plan:
             else:
                 self._retried = c
                 self._next = (c, fig.phase)
+            return fig
+        key = (c, self._rate if fig.phase == RATE else 0.0)
+        if fig.verdict == BAD and fig.soft and key not in self._confirmed:
+            # latency or goodput alone: a moment's noise (the site's or this machine's) is no knee
+            self._confirmed.add(key)
+            fig.reasons.append("run again to confirm")
+            self._next = (c, fig.phase)
+            return fig
+        if fig.phase == RATE:
+            self._next = self._choose_rate(fig)
             return fig
         if fig.verdict == GOOD:
             self._good = fig
@@ -217,15 +252,43 @@ class Plan:
             if lo >= self.lim.cap:
                 self.end(f"reached the cap ({self.lim.cap}) with no sign of a limit")
                 return None
-            return min(max(1, 2 * lo), self.lim.cap), "ramp"
+            return min(max(1, 2 * lo), self.lim.cap), RAMP
         hi = self._bad.concurrency
         if lo == 0:
+            if self._bad.rate_limited and hi == 1 and self._bad.offered > 0:
+                self._rate_bad = self._bad.offered
+                return self._next_rate()
             self.end(f"the site fails already at concurrency {hi} ({'; '.join(self._bad.reasons)})")
             return None
         if hi - lo <= 1 or (hi - lo) <= self.lim.resolution * lo:
             self.end(f"knee between {lo} (good) and {hi} (bad: {'; '.join(self._bad.reasons)})")
             return None
-        return (lo + hi) // 2, "bisect"
+        return (lo + hi) // 2, BISECT
+
+    def _choose_rate(self, fig: StepFigures) -> tuple[int, str] | None:
+        if fig.verdict == GOOD:
+            self._rate_good = self._rate
+            self._good = fig
+            self.result.knee = fig
+        else:
+            self._rate_bad = self._rate
+            if self.result.first_bad is None or self.result.first_bad.phase != RATE:
+                self.result.first_bad = fig
+        return self._next_rate()
+
+    def _next_rate(self) -> tuple[int, str] | None:
+        lo, hi = self._rate_good, self._rate_bad
+        if lo is None:
+            if hi / 2 < self.lim.min_rate:
+                self.end(f"the site refuses even {hi:.3g} request/s, one at a time")
+                return None
+            self._rate = hi / 2
+        elif hi <= lo * (1 + self.lim.resolution):
+            self.end(f"knee between {lo:.3g}/s (good) and {hi:.3g}/s (bad), one request at a time")
+            return None
+        else:
+            self._rate = (lo + hi) / 2
+        return 1, RATE
 
     def end(self, why: str) -> None:
         self._next = None

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scrapy_scale.probe.figures import GOOD
-from scrapy_scale.probe.policy import CLIENT_BOUND, Limits
+from scrapy_scale.probe.policy import CLIENT_BOUND, RATE, Limits
 from scrapy_scale.probe.run import SiteProbe
 
 #: plot colours (the tests look for them in the decoded PNG)
@@ -35,13 +35,16 @@ class PlotUnavailable(Exception):
 
 
 def table(site: SiteProbe) -> str:
-    head = f"{'step':>6} {'conc':>5} {'in flight':>9} {'goodput/s':>10} {'success':>8} {'p50 ms':>7} {'p95 ms':>7}  verdict"
+    head = (
+        f"{'step':>6} {'conc':>5} {'in flight':>9} {'sent/s':>8} {'goodput/s':>10} {'success':>8} "
+        f"{'p50 ms':>7} {'p95 ms':>7}  verdict"
+    )
     lines = [f"{site.host}", head]
     for f in site.result.steps:
         fails = ", ".join(f"{c} {n}" for c, n in f.classes.items() if c not in GOOD)
         why = "; ".join(f.reasons)
         lines.append(
-            f"{f.phase:>6} {f.concurrency:>5} {f.in_flight:>9.1f} {f.goodput:>10.1f} {f.success:>8.1%} "
+            f"{f.phase:>6} {f.concurrency:>5} {f.in_flight:>9.1f} {f.offered:>8.1f} {f.goodput:>10.1f} {f.success:>8.1%} "
             f"{f.p50 * 1000:>7.0f} {f.p95 * 1000:>7.0f}  {f.verdict}"
             + (f" ({why})" if why else "")
             + (f" [{fails}]" if fails else "")
@@ -104,10 +107,17 @@ def plot(site: SiteProbe, folder: str) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         raise PlotUnavailable("the plot needs matplotlib: pip install 'scrapy-scale[probe]'") from None
-    steps = sorted(site.result.steps, key=lambda f: (f.concurrency, f.phase))
-    by_c: dict[int, Any] = {}
-    for f in steps:  # one point per concurrency: the last run of it
-        by_c[f.concurrency] = f
+    # x: the concurrency; for a probe that went below one request at a time, the rate sent
+    by_rate = any(f.phase == RATE for f in site.result.steps)
+
+    def x_of(f: Any) -> float:
+        if not by_rate:
+            return float(f.concurrency)
+        return round(f.rate_ceiling if f.phase == RATE and f.rate_ceiling else f.offered, 3)
+
+    by_c: dict[float, Any] = {}
+    for f in site.result.steps:  # one point per x: the last run of it
+        by_c[x_of(f)] = f
     xs = sorted(by_c)
     fig, (ax, bx) = plt.subplots(2, 1, figsize=(8, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1.4]})
     try:
@@ -133,7 +143,8 @@ def plot(site: SiteProbe, folder: str) -> str:
                 ax.axvspan(c / 1.15, c * 1.15, color=CLIENT_BOUND_COLOR, alpha=0.25)
         knee = site.result.knee
         if knee is not None and not site.result.client_bound:
-            ax.axvline(knee.concurrency, color=KNEE_COLOR, lw=3, label=f"knee: {knee.concurrency}")
+            label = f"knee: {x_of(knee):.3g}/s" if by_rate else f"knee: {knee.concurrency}"
+            ax.axvline(x_of(knee), color=KNEE_COLOR, lw=3, label=label)
         ax.set_title(f"{site.host}: {site.result.ended}"[:110], fontsize=9)
         handles = ax.get_legend_handles_labels()
         more = lx.get_legend_handles_labels()
@@ -146,14 +157,14 @@ def plot(site: SiteProbe, folder: str) -> str:
             bx.bar(
                 xs,
                 shares,
-                width=[c * 0.25 for c in xs],
+                width=[c * (0.06 if by_rate else 0.25) for c in xs],
                 bottom=bottom,
                 label=cls,
                 color=CLASS_COLORS.get(cls, "#444444"),
             )
             bottom = [b + s for b, s in zip(bottom, shares, strict=True)]
         bx.set_ylabel("failures (% of answers)")
-        bx.set_xlabel("concurrency (requests in flight)")
+        bx.set_xlabel("requests sent per second (one at a time)" if by_rate else "concurrency (requests in flight)")
         bx.set_ylim(0, max(5.0, math.ceil(max(bottom, default=0) * 1.2)))
         if classes:
             bx.legend(fontsize=8, loc="upper left")
