@@ -202,6 +202,15 @@ def test_a_late_event_loop_is_client_bound() -> None:
     assert judge(g, 0.1, None, Limits()).verdict == GOOD
 
 
+def test_few_in_flight_under_a_rate_ceiling_that_held_is_not_client_bound() -> None:
+    f = step(1, 0.05, ["ok"], in_flight=0.4)
+    f.rate_ceiling, f.offered = 8.0, 7.9  # the ceiling, not the probe's weakness, held them back
+    assert judge(f, 0.05, None, Limits()).verdict == GOOD
+    g = step(1, 0.05, ["ok"], in_flight=0.4)
+    g.rate_ceiling, g.offered = 8.0, 3.0  # far under its ceiling: the probe could not keep up
+    assert judge(g, 0.05, None, Limits()).verdict == CLIENT_BOUND
+
+
 def test_in_flight_below_the_step_is_client_bound_and_a_recovered_step_goes_on() -> None:
     seen: list[int] = []
 

@@ -90,7 +90,7 @@ def classify(
     return str(v.cls), v.retry_after, b"Retry-After" in h
 
 
-def _run_time() -> float | None:
+def _run_time() -> float:
     """Seconds this process ran or waited for a CPU (Linux), else its CPU time."""
     try:
         with open(f"/proc/{os.getpid()}/task/{os.getpid()}/schedstat") as f:
@@ -148,7 +148,7 @@ async def run_step(
                 slots[0] = t + spacing
                 if t > now():
                     await asyncio.sleep(t - now())
-                if st.stop.is_set():
+                if st.stop.is_set() or st.sent >= request_budget:
                     return
             url = urls[order[0] % len(urls)]
             order[0] += 1
@@ -212,7 +212,7 @@ async def run_step(
         cut, area_at_cut = t0, 0.0
     window = max(end - cut, 1e-9)
     in_flight = (st.area - area_at_cut) / window
-    busy = (busy_end - busy_at_cut) / window if busy_end is not None and busy_at_cut is not None else 0.0
+    busy = (busy_end - busy_at_cut) / window
     lag = percentile([late for t, late in lags if t >= cut], 0.95)
     return summarise(
         st.answers,
