@@ -10,12 +10,13 @@ from typing import Any
 
 from scrapy.utils.misc import load_object
 
+from scrapy_scale.errors import ScaleError
 from scrapy_scale.outcomes import settings as oset
 from scrapy_scale.outcomes.classify import BlockPageDetector, Classifier, SignatureBlockDetector
 from scrapy_scale.probe.policy import Limits
 
 
-class ProbeUsage(Exception):
+class ProbeUsage(ScaleError):
     """A bad option or argument of ``probe`` (said with exit code 2)."""
 
 

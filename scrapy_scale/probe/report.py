@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from scrapy_scale.errors import ScaleError
 from scrapy_scale.probe.figures import GOOD
 from scrapy_scale.probe.policy import CLIENT_BOUND, RATE, Limits
 from scrapy_scale.probe.run import SiteProbe
@@ -30,7 +31,7 @@ CLASS_COLORS = {
 }
 
 
-class PlotUnavailable(Exception):
+class PlotUnavailable(ScaleError):
     """matplotlib is not installed."""
 
 

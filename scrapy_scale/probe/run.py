@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from protego import Protego
 
+from scrapy_scale.errors import ScaleError
 from scrapy_scale.outcomes.classify import Classifier
 from scrapy_scale.probe import load
 from scrapy_scale.probe.policy import Limits, Plan, Result, wait_after
@@ -23,7 +24,7 @@ from scrapy_scale.probe.policy import Limits, Plan, Result, wait_after
 logger = logging.getLogger(__name__)
 
 
-class ProbeError(Exception):
+class ProbeError(ScaleError):
     """The probe cannot run (bad URL, robots.txt says no...)."""
 
 
