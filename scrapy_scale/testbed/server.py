@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from scrapy_scale.testbed import resolver
+from scrapy_scale.testbed.capacity import Capacity, CapacityPlan
 from scrapy_scale.testbed.catalog import BLOCK_PAGE, Catalog, robots_txt
 from scrapy_scale.testbed.faults import Fault, ProxySpec, parse_faults
 from scrapy_scale.testbed.log import ProxyEvent, Served
@@ -137,6 +138,7 @@ class Testbed:
         robots_crawl_delay: float | Mapping[str | int, float] | None = None,
         keep_log: bool = True,
         tls: bool = False,
+        capacity: Mapping[str | int, Capacity] | None = None,
     ):
         if hosts < 1:
             raise ValueError("hosts must be >= 1")
@@ -172,6 +174,7 @@ class Testbed:
         # per-path ordinals cost memory per distinct URL: kept only when the log or a fault needs them
         self._track_ordinals = keep_log or bool(self.faults)
         self._buckets: dict[tuple[int, str], tuple[float, float]] = {}
+        self._capacity = CapacityPlan(capacity, self._host_no) if capacity else None  # testbed/capacity.py
         self._lock = threading.Lock()
         self._conn_ids = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -449,6 +452,8 @@ class Testbed:
                 self._ordinals[(host_no, target)] += 1
                 ordinal = self._ordinals[(host_no, target)]
         ans = self._decide(host_no, host, path, egress, client, ordinal, now)
+        if self._capacity is not None:
+            ans = self._capacity.shape(ans, host_no, path, now)
         rec = Served(now, host, target, method, egress, client, conn, ans.status, ans.kind, ordinal)
         with self._lock:
             if self.keep_log:

@@ -103,7 +103,7 @@ class Throttle:
         s = crawler.settings
         if not throttle_settings.ENABLED.get(s):
             raise NotConfigured("SCALE_THROTTLE_ENABLED is off")
-        profiles: Profiles = throttle_settings.PROFILES.get(s)
+        profiles: Profiles = throttle_settings.profiles(s)  # with SCALE_PROBE_PROFILES
         dd = s.getfloat("DOWNLOAD_DELAY")
         if dd > 0 and "min_delay" not in profiles.default_explicit:
             # DOWNLOAD_DELAY is the floor of every site no profile gives a min_delay

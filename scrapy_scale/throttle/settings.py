@@ -10,11 +10,13 @@ from scrapy_scale.config import (
     as_bool,
     as_dict,
     as_int,
+    as_str,
     as_url,
     core_settings,  # noqa: F401 - declares SCALE_STATE_DIR (used alone, without the add-on)
     declare,
 )
 from scrapy_scale.frontier import settings as frontier_settings
+from scrapy_scale.throttle import probed
 from scrapy_scale.throttle.profiles import Profiles
 
 COMPONENT = "throttle"
@@ -41,6 +43,15 @@ PROFILES = declare(
     "slowdown, recovery. See docs/throttle.md.",
     COMPONENT,
 )
+PROBE_PROFILES = declare(
+    "SCALE_PROBE_PROFILES",
+    None,
+    as_str,
+    "A profile file written by `scrapy scale probe --save FILE`: its hosts' `concurrency` and `max_rate` "
+    "are used as exact-host profiles under `SCALE_DOMAIN_PROFILES` (whose own fields win). Default: none. "
+    "See docs/throttle.md.",
+    COMPONENT,
+)
 URL = declare(
     "SCALE_THROTTLE_URL",
     None,
@@ -56,6 +67,15 @@ STATS_TOP = declare(
     "Sites with their own pacing stats (the most requested); the rest are summed under `other`.",
     COMPONENT,
 )
+
+
+def profiles(settings: Any) -> Profiles:
+    """``SCALE_DOMAIN_PROFILES`` with the probed hosts of ``SCALE_PROBE_PROFILES`` under it."""
+    user: Profiles = PROFILES.get(settings)
+    path = PROBE_PROFILES.get(settings)
+    if not path:
+        return user
+    return Profiles.parse(probed.merged(user.raw, path))
 
 
 def throttle_url(settings: Any) -> str:

@@ -1,4 +1,4 @@
-"""docs/settings.md is what the settings registry generates (scrapy_scale.settings_reference)."""
+"""docs/settings.md is what the settings registry generates (scrapy_scale.config.reference)."""
 
 from __future__ import annotations
 
