@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from scrapy.settings import Settings
 
-from scrapy_scale import config
+from scrapy_scale import config, settings_reference
 from scrapy_scale.addon import Addon
 
 pytestmark = pytest.mark.pure
@@ -144,20 +144,7 @@ def test_every_dict_setting_takes_its_json_from_the_command_line():
 #: settings whose README default is described in words, not a literal: the registry leaves
 #: them unset (None, or {} for SCALE_STORE_FIELDS) and the code derives the value (checked
 #: by test_derived_defaults_are_what_the_readme_describes where the rule is a plain function)
-DESCRIBED_DEFAULTS: dict[str, tuple[str, object]] = {
-    "SCALE_JOB": ("spider name", None),
-    "SCALE_FRONTIER_URL": ("`frontier.db` under `JOBDIR` or `SCALE_STATE_DIR`", None),
-    "SCALE_FRONTIER_WORKER": ("`hostname/N`", None),
-    "SCALE_THROTTLE_URL": ("the frontier's Redis, else `throttle.db` under `JOBDIR` or `SCALE_STATE_DIR`", None),
-    "SCALE_STORE_URL": ("`items.sqlite` under `JOBDIR` or `SCALE_STATE_DIR`", None),
-    "SCALE_STORE_DEAD_LETTER": ("`<collection>_dead_letter`", None),
-    "SCALE_STORE_FIELDS": ("`_first_seen`, `_last_seen`, `_run_id`, `_job`, `_source_url`, `_item_type`", {}),
-    "SCALE_QUALITY_QUARANTINE": ("`<collection>_quarantine`", None),
-    "SCALE_QUALITY_HISTORY": ("`<collection>_quality_runs`", None),
-    "SCALE_QUALITY_DIR": ("`quality/<job>` under `JOBDIR` or `SCALE_STATE_DIR`", None),
-    "SCALE_QUALITY_FINISH_REASON": ("unchanged", None),
-    "SCALE_METRICS_FILE_SD": ("`prometheus/` under `SCALE_STATE_DIR`", None),
-}
+DESCRIBED_DEFAULTS = settings_reference.DESCRIBED_DEFAULTS
 #: a literal default: `value`, optionally followed by a note in parentheses, e.g. `0` (off)
 LITERAL_CELL = re.compile(r"^`([^`]+)`(?: \(([^)]+)\))?$")
 
