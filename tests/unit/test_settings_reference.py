@@ -7,7 +7,7 @@ import re
 import pytest
 
 from scrapy_scale import config, settings_reference
-from tests.crawling import ROOT
+from tests.support.crawling import ROOT
 
 pytestmark = pytest.mark.pure
 
