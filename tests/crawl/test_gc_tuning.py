@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from scrapy_scale.testbed import Testbed
-from tests.support.crawling import run_crawl
+from tests.support.crawling import UNPACED, run_crawl
 
 pytestmark = pytest.mark.crawl
 
@@ -19,9 +19,12 @@ def test_a_real_crawl_runs_with_the_collector_tuned_and_can_turn_it_off(tmp_path
     """The add-on enables it (README settings table: SCALE_GC_FREEZE, SCALE_GC_THRESHOLD)."""
     before = gc.get_threshold()
     with Testbed(hosts=1, pages=10, seed=2) as tb:
-        on = run_crawl(tb, {"LOG_LEVEL": "INFO"}, tmp_path / "on", timeout=90)
+        on = run_crawl(tb, {"LOG_LEVEL": "INFO", **UNPACED}, tmp_path / "on", timeout=90)
         off = run_crawl(
-            tb, {"LOG_LEVEL": "INFO", "SCALE_GC_FREEZE": False, "SCALE_GC_THRESHOLD": 0}, tmp_path / "off", timeout=90
+            tb,
+            {"LOG_LEVEL": "INFO", "SCALE_GC_FREEZE": False, "SCALE_GC_THRESHOLD": 0, **UNPACED},
+            tmp_path / "off",
+            timeout=90,
         )
     assert on.returncode == 0, on.tail()
     m = re.search(

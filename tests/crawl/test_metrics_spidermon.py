@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scrapy_scale.testbed import Testbed
-from tests.support.crawling import run_crawl
+from tests.support.crawling import UNPACED, run_crawl
 
 pytestmark = pytest.mark.crawl
 
@@ -36,7 +36,8 @@ def example(tmp_path: Path) -> dict[str, object]:
 def run(tmp_path: Path, faults: str) -> str:
     settings = example(tmp_path)
     with Testbed(hosts=2, pages=20, faults=faults) as tb:
-        res = run_crawl(tb, settings, tmp_path, env={"PYTHONPATH": str(tmp_path / "monitors_pkg")})
+        # pacing is not what the monitors check: no start delay
+        res = run_crawl(tb, {**settings, **UNPACED}, tmp_path, env={"PYTHONPATH": str(tmp_path / "monitors_pkg")})
     assert res.returncode == 0, res.tail()
     return res.log
 
