@@ -219,7 +219,7 @@ class EgressMiddleware(SourceGlue):
         if outcome.fallback or outcome.egress is None:
             return
         events = self.pool.observe(
-            outcome.egress, outcome.domain, outcome.cls.value, outcome.blame.value, outcome.status is not None
+            outcome.egress, outcome.domain, outcome.cls.value, outcome.blame.value, outcome.responded
         )
         for ev in events:
             self._report(ev)

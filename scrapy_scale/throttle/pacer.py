@@ -36,7 +36,6 @@ from scrapy_scale import stats_keys as keys
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.daemon_pool import DaemonThreadPool
 from scrapy_scale.outcomes import settings as outcomes_settings
-from scrapy_scale.outcomes.retry_after import parse_retry_after
 from scrapy_scale.redact import redact_url
 from scrapy_scale.throttle import settings as throttle_settings
 from scrapy_scale.throttle.notes import PauseNotes
@@ -90,7 +89,6 @@ class Throttle:
         self._pool: ThreadPool | None = None
         self._loop: task.LoopingCall | None = None
         self._saved_at = 0.0
-        self._warned_cap = False
         #: sites already warned about (bad learned state read back; a shared wait capped)
         self._warned_bad: set[str] = set()
         self._warned_far: set[str] = set()
@@ -264,29 +262,21 @@ class Throttle:
                 compat.wake_engine(self.crawler)
         if outcome.cls == "rate_limited":
             self._rate_limited(outcome)
-        elif outcome.status == 503:
+        elif outcome.slow_down:
             # overloaded, without a Retry-After (so classed transient): slow down all the
             # same, however fast the answer came (AutoThrottle only lets a non-200 raise the
             # delay to its latency); no pause, nothing asked for
             self.pacing.on_rate_limited(outcome.domain, outcome.latency, None)
-        elif outcome.status is not None and outcome.done:
+        elif outcome.responded and outcome.done:
             self.pacing.on_success(outcome.domain, outcome.latency)
         elif outcome.latency:
             self.pacing.on_error(outcome.domain, outcome.latency)
 
     def _rate_limited(self, outcome: Outcome) -> None:
-        ra = parse_retry_after(outcome.retry_after_raw, time.time())
         self.stats.inc_value(keys.THROTTLE_RATE_LIMITED)
-        pause = self.pacing.on_rate_limited(outcome.domain, outcome.latency, ra)
-        if self.pacing.capped and not self._warned_cap:
-            site, asked = self.pacing.capped[0]
-            logger.warning(
-                "throttle: %s asked for Retry-After %.0f s; pausing it %.0f s (SCALE_RETRY_AFTER_MAX)",
-                site,
-                asked,
-                self.pacing.retry_after_cap,
-            )
-            self._warned_cap = True
+        pause = self.pacing.on_rate_limited(outcome.domain, outcome.latency, outcome.retry_after)
+        # outcome.retry_after is clamped to SCALE_RETRY_AFTER_MAX where it was made (warned there)
+        self.pacing.capped.clear()
         if pause <= 0:
             return
         s = self.pacing.site(outcome.domain)
