@@ -101,6 +101,9 @@ class EgressMiddleware(SourceGlue):
         self.browser = BrowserContexts(crawler, S.CONTEXT_PAGES.get(st), S.CONTEXT_AGE.get(st), time.time)
         self.ctx = ScaleContext.of(crawler)
         self.ctx.extra["egress_pool"] = self
+        pacer = self.ctx.extra.get("pacer")
+        if pacer is not None and hasattr(pacer, "use_routes"):  # the throttle learns each route's capacity
+            self.pool.routes.attach(pacer.use_routes(self.pool.usable))
         self.ctx.extra["browser"] = self.browser  # live contexts and browser processes, for the metrics
         crawler.signals.connect(self.on_outcome, signal=scale_signals.outcome)
         crawler.signals.connect(self.on_scheduled, signal=signals.request_scheduled)
@@ -170,7 +173,7 @@ class EgressMiddleware(SourceGlue):
         if domain not in self._waiting:
             what = {
                 "quarantined": "every egress is quarantined for it",
-                "route_cap": "every route to it is at its rate cap (SCALE_EGRESS_ROUTE_RATE)",
+                "route_cap": "every route to it is at its capacity (learned, or SCALE_EGRESS_ROUTE_RATE)",
                 "probing": "its only egresses are being re-probed",
                 "empty": "the egress pool is empty",
             }.get(reason, reason)

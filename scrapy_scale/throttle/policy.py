@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scrapy_scale import clock as clock_mod
-from scrapy_scale.throttle.learned import check_learned
+from scrapy_scale.throttle.learned import export_state, restore_state
 from scrapy_scale.throttle.profiles import Match, Profiles
 
 #: the delay settles this fraction above the spacing a site said was too fast
@@ -76,6 +76,9 @@ SUCCESS_FADE = 0.5 ** (1 / SUCCESS_HALF_LIFE)
 STEPS_FADE = 0.5 ** (1 / STEPS_HALF_LIFE)
 #: weight of the newest gap in the moving average of the spacing actually sent
 GAP_WEIGHT = 0.2
+#: share of the recent answers (about the last 20) that said "overloaded" (a 503 without
+#: Retry-After) from which they are taken as pressure, not noise
+OVERLOAD_SHARE = 0.15
 
 
 @dataclass
@@ -107,6 +110,9 @@ class SiteState:
     refused_share: float = 0.0
     #: the current pause already excused the refusal of its first request
     pause_excused: bool = False
+    #: moving share of recent answers that said "overloaded" (503 without Retry-After)
+    overload_share: float = 0.0
+
     paused_until: float = 0.0
     #: when ``paused_until`` last moved (exported for `scrapy scale status`)
     paused_at: float = 0.0
@@ -265,6 +271,7 @@ class Pacing:
         s.good_since_refused += 1
         s.good_since_forgiven += 1
         s.refused_share *= 1 - SHARE_WEIGHT
+        s.overload_share *= 1 - SHARE_WEIGHT
         if goal >= s.delay:
             s.delay = goal
         elif s.refused_share <= 0.5:
@@ -285,6 +292,20 @@ class Pacing:
             s.delay = max(s.delay, self._bound(s, latency / s.profile.target_concurrency))
             self._changed(s, old, self.clock())
         return s
+
+    def on_overloaded(self, host: str, latency: float | None) -> bool:
+        """The site answered "overloaded" without saying for how long (a 503 without
+        Retry-After). Noise is not pressure: one is an error (its latency may raise the
+        delay, as any 5xx). Only when they are :data:`OVERLOAD_SHARE` of the recent answers
+        (they rise with the rate sent) is it a rate-limited answer (:meth:`on_rate_limited`),
+        then again each time as many more come. Returns whether it slowed down."""
+        s = self.on_error(host, latency)
+        s.overload_share = SHARE_WEIGHT + (1 - SHARE_WEIGHT) * s.overload_share
+        if s.overload_share < OVERLOAD_SHARE:
+            return False
+        s.overload_share = 0.0  # new evidence is needed for the next step
+        self.on_rate_limited(host, latency, None)
+        return True
 
     def on_rate_limited(self, host: str, latency: float | None, retry_after: float | None) -> float:
         """The site said slow down. Returns the pause it asked for (seconds, 0: none)."""
@@ -386,48 +407,10 @@ class Pacing:
 
     def export(self, since: float = 0.0) -> dict[str, dict[str, float]]:
         """The learned state of sites changed after ``since``, as plain data."""
-        return {
-            k: {
-                "delay": s.delay,
-                "too_fast": s.too_fast,
-                "too_fast_at": s.too_fast_at,
-                "proven": s.proven,
-                "settled": s.settled,
-                "at": s.changed_at,
-                # for `scrapy scale status` / `watch` (which sites are paused, until when);
-                # restore() does not adopt it: a pause is shared by the limiter, if at all
-                "paused_until": s.paused_until,
-            }
-            for k, s in self.sites.items()
-            if (s.learned and s.changed_at > since) or s.paused_at > since
-        }
+        return export_state(self, since)
 
-    def restore(self, learned: dict[str, dict[str, float]]) -> int:
-        """Adopt learned state that is newer than ours (a restart, another worker). Returns how many.
-
-        What is read back is checked first (:func:`check_learned`); a site whose state is
-        unusable keeps its profile's pacing and is marked changed, so that the next save
-        writes sane state over the bad one. Each problem is added to :attr:`rejected`."""
-        n = 0
-        now = self.clock()
-        for key, raw in learned.items():
-            s = self.site(key)
-            v, why = check_learned(raw, now, s.profile.max_delay)
-            if why is not None:
-                self.rejected.append((key, why))
-            if s.key != key:
-                continue
-            if v is None:
-                s.learned, s.changed_at = True, max(s.changed_at, now)
-                continue
-            if v["at"] <= s.changed_at:
-                continue
-            s.delay = self._bound(s, v["delay"])
-            s.too_fast, s.too_fast_at, s.proven = v["too_fast"], v["too_fast_at"], v["proven"]
-            # what was stepped up to in an earlier run is no pace of this one: only the confirmed
-            # part can be confirmed again (a stray 429 of the next run must not confirm it all)
-            s.settled = min(v["settled"], s.too_fast)
-            s.peak = s.settled
-            s.learned, s.changed_at = True, v["at"]
-            n += 1
-        return n
+    def restore(self, learned: dict[str, dict[str, float]], new_run: bool = False) -> int:
+        """Adopt learned state that is newer than ours (``new_run``: a restart or rerun, else
+        another worker's); checked first (:func:`~scrapy_scale.throttle.learned.restore_state`).
+        Returns how many."""
+        return restore_state(self, learned, new_run)
