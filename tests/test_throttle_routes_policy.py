@@ -306,3 +306,30 @@ def test_the_pool_picks_no_route_that_is_not_due_and_the_static_cap_still_bounds
     learner.on_rate_limited(HOST, "e2:8080", LATENCY, 30.0)  # learned: e2 paused by its Retry-After
     assert limiter.full("e2:8080", HOST, clock())
     assert limiter.free_at("e2:8080", HOST) == pytest.approx(clock() + 30.0)
+
+
+def test_status_shows_routes_at_their_learned_capacity_in_a_few_lines() -> None:
+    from scrapy_scale.throttle import status
+
+    rows = [{"site": "shop2.example.test", "delay": 0.5, "learned_at": 990.0}]
+    for i in range(7):
+        rows.append(
+            {
+                "site": route_key(HOST, f"e{i}:8080"),
+                "delay": 0.2 + i / 100,
+                "learned_at": 990.0,
+                "route": {"site": HOST, "egress": f"e{i}:8080"},
+            }
+        )
+    text = status.format_text(rows, now=1000.0)
+    lines = text.strip().splitlines()
+    assert "shop2.example.test: 0.500 s between requests" in text
+    assert lines[-2] == "routes (learned capacity per egress, 7 route(s)):"
+    assert (
+        lines[-1].startswith(f"  {HOST}: 7 route(s), ")
+        and "e6:8080 3.8, " in lines[-1]
+        and lines[-1].endswith(", ...)")
+    )
+    # a route's own pause is no pause of the site
+    rows[1]["paused_until"] = 2000.0
+    assert status.paused(rows, 1000.0) == []
