@@ -333,3 +333,24 @@ def test_status_shows_routes_at_their_learned_capacity_in_a_few_lines() -> None:
     # a route's own pause is no pause of the site
     rows[1]["paused_until"] = 2000.0
     assert status.paused(rows, 1000.0) == []
+
+
+def test_a_new_run_starts_no_slower_than_the_start_delay_with_half_the_memory_as_a_hint() -> None:
+    """Reruns of the demo got slower and slower: each started from the delay and the
+    confirmed too-fast memory the planned 429s of the last one had raised."""
+    clock = FakeClock(1000.0)
+    profiles = Profiles.parse({"default": {"min_delay": 0.2, "start_delay": 0.25}})
+    saved = {HOST: {"delay": 2.0, "at": 999.0, "too_fast": 1.6, "too_fast_at": 999.0, "settled": 1.6}}
+    rerun = Pacing(profiles, clock)
+    assert rerun.restore(saved, new_run=True) == 1
+    s = rerun.site(HOST)
+    assert s.delay == 0.25 and s.too_fast == pytest.approx(0.8) and s.settled == 0.0
+    rerun.on_success(HOST, 0.01)  # the hint holds the first answers back...
+    assert s.delay == pytest.approx(0.8 * 1.1, rel=0.01)
+    for _ in range(20):  # ...and fades within a few good answers, the site refusing nothing
+        rerun.on_success(HOST, 0.01)
+    assert s.delay < 0.3
+    # another worker's state (not a new run) is adopted as it is
+    worker = Pacing(profiles, clock)
+    worker.restore(saved)
+    assert worker.site(HOST).delay == 2.0 and worker.site(HOST).settled == 1.6

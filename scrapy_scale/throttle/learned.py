@@ -11,6 +11,8 @@ from typing import Any
 
 #: seconds a time read back from shared state may be ahead of ours (clocks of workers differ)
 FUTURE_SLACK = 60.0
+#: the share of the too-fast memory a new run (restart, rerun) starts from, as a hint
+NEW_RUN_HINT = 0.5
 
 
 def _finite(v: Any) -> float | None:
@@ -104,10 +106,14 @@ def restore_state(pacing: Any, learned: dict[str, dict[str, float]], new_run: bo
         # part can be confirmed again (a stray 429 of the next run must not confirm it all)
         s.settled = min(v["settled"], s.too_fast)
         if new_run:
-            # a new run (a restart, a rerun): what the last run remembered as too fast is a
-            # hint to confirm, not a limit: it fades within a few good answers unless the
-            # site refuses again at that pace. Planned or stray refusals of each run would
-            # otherwise add up run after run
+            # a new run (a restart, a rerun) starts no slower than the start delay, and what
+            # the last run remembered as too fast is a hint (half of it, none confirmed) that
+            # fades within a few good answers unless the site refuses again: a real limit is
+            # found again with a refusal, planned or stray refusals of each run do not add up
+            # run after run (each run's own learning starts from the same place)
+            p = s.profile
+            s.delay = min(s.delay, pacing._bound(s, min(max(p.start_delay, p.min_delay), p.max_delay)))
+            s.too_fast *= NEW_RUN_HINT
             s.settled = 0.0
         s.peak = s.settled
         s.learned, s.changed_at = True, v["at"]
