@@ -19,7 +19,7 @@ Plain Python with an injectable clock and randomness (no reactor): the Scrapy gl
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,11 +166,12 @@ class EgressPool:
             return self.routes.free_at(e, domain)
         return wait
 
-    def usable(self, domain: str) -> list[str]:
+    def usable(self, domain: str) -> Iterator[str]:
         """The egresses whose health lets them carry a request to ``domain`` now, their
-        route capacity aside (the throttle asks which routes to wait for)."""
+        route capacity aside (the throttle asks which routes to wait for, and stops at the
+        first that is due: lazily, a pool may be large)."""
         now = self.clock()
-        return [e for e in self.egresses if not self._health_wait(e, domain, now)]
+        return (e for e in list(self.egresses) if not self._health_wait(e, domain, now))
 
     def choose(self, domain: str, avoid: Iterable[str] = ()) -> Choice:
         now = self.clock()

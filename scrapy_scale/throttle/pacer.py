@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -185,7 +185,7 @@ class Throttle(PacerUpkeep):
             d.addCallbacks(self._acquired, self._shared_failed, callbackArgs=(s.key,), errbackArgs=(s.key,))
         return math.inf
 
-    def use_routes(self, usable: Callable[[str], list[str]]) -> RouteLearner:
+    def use_routes(self, usable: Callable[[str], Iterable[str]]) -> RouteLearner:
         """Called by the egress pool: pace each route (site via egress) on its own learned
         capacity from now on, and hold a site while none of its ``usable(host)`` egresses'
         routes is ready. Returns the gate the pool asks before it picks a route."""

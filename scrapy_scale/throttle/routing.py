@@ -115,7 +115,7 @@ class RouteLearner:
         #: live workers of the job: each enforces its share of a route's learned spacing
         self.workers = 1
         #: the egresses that may carry a request to a host now (the egress pool's health)
-        self.candidates: Callable[[str], list[str]] | None = None
+        self.candidates: Callable[[str], Iterable[str]] | None = None
 
     def _of(self, host: str) -> tuple[SiteState, _Seen]:
         s = self.site.site(host)
@@ -137,16 +137,13 @@ class RouteLearner:
         """0.0 when one of the site's routes is ready, else the earliest time one is."""
         if egresses is None:
             egresses = self.candidates(host) if self.candidates is not None else self.egresses
-        ids = tuple(egresses)
-        if not ids:
-            return 0.0
         best = math.inf
-        for e in ids:
+        for e in egresses:
             t = self.route_free_at(host, e)
             if not t:
                 return 0.0
             best = min(best, t)
-        return best
+        return 0.0 if best == math.inf else best  # no usable egress: the pool says why
 
     def taken(self, host: str, egress: str) -> None:
         """A request to ``host`` goes out through ``egress`` now."""
