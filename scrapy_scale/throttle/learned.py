@@ -11,8 +11,6 @@ from typing import Any
 
 #: seconds a time read back from shared state may be ahead of ours (clocks of workers differ)
 FUTURE_SLACK = 60.0
-#: the share of the too-fast memory a new run (restart, rerun) starts from, as a hint
-NEW_RUN_HINT = 0.5
 
 
 def _finite(v: Any) -> float | None:
@@ -57,7 +55,18 @@ def check_learned(raw: Any, now: float, max_spacing: float = math.inf) -> tuple[
     settled = _finite(raw.get("settled", tf))  # older records: all of it confirmed
     if settled is None or settled < 0:
         why, settled = why or f"confirmed spacing {raw.get('settled')!r} is unusable; all confirmed", tf
-    state = {"delay": delay, "at": at, "too_fast": tf, "too_fast_at": tf_at, "proven": proven, "settled": settled}
+    fastest = _finite(raw.get("fastest_ok", 0.0))
+    if fastest is None or fastest < 0 or fastest > max_spacing:
+        why, fastest = why or f"fastest good spacing {raw.get('fastest_ok')!r} is unusable; dropped", 0.0
+    state = {
+        "delay": delay,
+        "at": at,
+        "too_fast": tf,
+        "too_fast_at": tf_at,
+        "proven": proven,
+        "settled": settled,
+        "fastest_ok": fastest,
+    }
     return state, why
 
 
@@ -70,6 +79,7 @@ def export_state(pacing: Any, since: float = 0.0) -> dict[str, dict[str, float]]
             "too_fast_at": s.too_fast_at,
             "proven": s.proven,
             "settled": s.settled,
+            "fastest_ok": s.fastest_ok,
             "at": s.changed_at,
             # for `scrapy scale status` / `watch` (which sites are paused, until when);
             # restore() does not adopt it: a pause is shared by the limiter, if at all
@@ -106,16 +116,14 @@ def restore_state(pacing: Any, learned: dict[str, dict[str, float]], new_run: bo
         # part can be confirmed again (a stray 429 of the next run must not confirm it all)
         s.settled = min(v["settled"], s.too_fast)
         if new_run:
-            # a new run (a restart, a rerun) starts no slower than the start delay, and what
-            # the last run remembered as too fast is a hint (half of it, none confirmed) that
-            # fades within a few good answers unless the site refuses again: a real limit is
-            # found again with a refusal, planned or stray refusals of each run do not add up
-            # run after run (each run's own learning starts from the same place)
-            p = s.profile
-            s.delay = min(s.delay, pacing._bound(s, min(max(p.start_delay, p.min_delay), p.max_delay)))
-            s.too_fast *= NEW_RUN_HINT
+            # a new run (a restart, a rerun) starts from the learned delay, but what the last
+            # run remembered as too fast is a hint, none of it confirmed: it fades within a
+            # few good answers unless the site refuses again at that pace. With the fastest
+            # pace the site took well (kept), planned or stray refusals of each run at the
+            # slower pace confirm nothing, so they do not add up run after run
             s.settled = 0.0
         s.peak = s.settled
+        s.fastest_ok = v["fastest_ok"]
         s.learned, s.changed_at = True, v["at"]
         n += 1
     return n

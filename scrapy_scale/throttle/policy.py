@@ -76,6 +76,10 @@ SUCCESS_FADE = 0.5 ** (1 / SUCCESS_HALF_LIFE)
 STEPS_FADE = 0.5 ** (1 / STEPS_HALF_LIFE)
 #: weight of the newest gap in the moving average of the spacing actually sent
 GAP_WEIGHT = 0.2
+#: a refusal at a spacing this many times the fastest pace proven is no sign of the rate...
+NOT_THE_RATE = 2.0
+#: ...unless refusals are this share of the recent answers (then the limit dropped)
+STALE_SHARE = 0.3
 #: share of the recent answers (about the last 20) that said "overloaded" (a 503 without
 #: Retry-After) from which they are taken as pressure, not noise
 OVERLOAD_SHARE = 0.15
@@ -110,6 +114,9 @@ class SiteState:
     refused_share: float = 0.0
     #: the current pause already excused the refusal of its first request
     pause_excused: bool = False
+    #: the fastest pace proven (STEP_AFTER_GOOD good answers in a row; 0: none): a refusal
+    #: far slower than it is no sign of the rate, unless refusals are frequent
+    fastest_ok: float = 0.0
     #: moving share of recent answers that said "overloaded" (503 without Retry-After)
     overload_share: float = 0.0
 
@@ -280,6 +287,8 @@ class Pacing:
             s.delay -= (s.delay - goal) * p.recovery
         if s.good_since_slowed % PROVEN_AFTER_GOOD == 0:
             s.proven = self.interval(s)  # a run of good answers at (about) this pace
+        if s.good_since_slowed % STEP_AFTER_GOOD == 0:  # a long run (no burst a bucket let by)
+            s.fastest_ok = min(s.fastest_ok or math.inf, max(self.interval(s), s.gap or 0.0))
         self._changed(s, old, now)
         return s
 
@@ -319,6 +328,14 @@ class Pacing:
         isolated = (long_run or first) and s.good_since_forgiven >= FORGIVE_EVERY
         not_cluster = s.good_since_refused >= PROVEN_AFTER_GOOD
         s.refused_share = SHARE_WEIGHT + (1 - SHARE_WEIGHT) * share
+        spacing_now = max(s.delay, s.gap or 0.0, self.interval(s))
+        slower = bool(s.fastest_ok) and spacing_now >= NOT_THE_RATE * s.fastest_ok
+        if slower and s.refused_share >= STALE_SHARE:
+            s.fastest_ok = 0.0  # refused often, far slower than it once took: the limit dropped
+        # refused far slower than a pace the site took well, and not often: not the rate's
+        # doing (planned faults, a stray 429). It slows down all the same (the site said so),
+        # but confirms no limit: the steps fade once good answers come in a row again
+        noise = slower and bool(s.fastest_ok)
         s.good_since_refused = 0
         sent_at = now - (latency or 0.0)
         if sent_at >= s.slowed_at:
@@ -330,7 +347,7 @@ class Pacing:
             if tf and spacing >= tf * (1 + MARGIN) * 0.99:
                 # refused at the pace learned to be safe: the limit tightened a little, or a
                 # stray 429 (a fault, not the rate)
-                if settled < peak * 0.99 and spacing < peak * (1 + MARGIN) and not_cluster:
+                if settled < peak * 0.99 and spacing < peak * (1 + MARGIN) and not_cluster and not noise:
                     # refused again, after good answers, below the pace it was stepped up to:
                     # the steps were right (the limit did drop). Back to that pace, confirmed
                     tf = settled = peak = max(peak, spacing)
@@ -348,7 +365,7 @@ class Pacing:
                     # had faded below the limit); in a cluster not until refused again below
                     # it: good answers in a row undo it fast
                     s.delay = self._bound(s, max(s.delay, spacing * (1 + MARGIN)))
-                    confirmed = spacing if long_run else settled
+                    confirmed = spacing if long_run and not noise else settled
                     self._remember(s, now, spacing, confirmed, peak)
             else:
                 tf = max(tf, spacing)
