@@ -442,7 +442,7 @@ def test_planned_429s_do_not_ratchet_the_learned_delay_up_run_after_run() -> Non
     took, delays = [], []
     for _ in range(6):
         pc = Pacing(Profiles.parse({"default": {"min_delay": 0.2, "start_delay": 0.25}}), clk)
-        pc.restore(learned, new_run=True)
+        pc.restore(learned)
         took.append(demo_like_run(pc, clk))
         delays.append(pc.site("h").delay)
         learned = pc.export()
@@ -531,7 +531,7 @@ def test_a_restart_with_a_restored_proven_pace_follows_a_dropped_limit() -> None
     assert learned["h"]["proven"]
     clk.advance(600.0)
     fresh = Pacing(Profiles.parse({}), clk)
-    assert fresh.restore(learned, new_run=True) == 1 and fresh.site("h").proven
+    assert fresh.restore(learned) == 1 and fresh.site("h").proven
     assert_converges(minutes_after_a_drop(fresh, clk, strict=True))
 
 

@@ -90,7 +90,7 @@ def export_state(pacing: Any, since: float = 0.0) -> dict[str, dict[str, float]]
     }
 
 
-def restore_state(pacing: Any, learned: dict[str, dict[str, float]], new_run: bool = False) -> int:
+def restore_state(pacing: Any, learned: dict[str, dict[str, float]]) -> int:
     """Adopt learned state that is newer than ours (a restart, another worker). Returns how many.
 
     What is read back is checked first (:func:`check_learned`); a site whose state is
@@ -115,13 +115,6 @@ def restore_state(pacing: Any, learned: dict[str, dict[str, float]], new_run: bo
         # what was stepped up to in an earlier run is no pace of this one: only the confirmed
         # part can be confirmed again (a stray 429 of the next run must not confirm it all)
         s.settled = min(v["settled"], s.too_fast)
-        if new_run:
-            # a new run (a restart, a rerun) starts from the learned delay, but what the last
-            # run remembered as too fast is a hint, none of it confirmed: it fades within a
-            # few good answers unless the site refuses again at that pace. With the fastest
-            # pace the site took well (kept), planned or stray refusals of each run at the
-            # slower pace confirm nothing, so they do not add up run after run
-            s.settled = 0.0
         s.peak = s.settled
         s.fastest_ok = v["fastest_ok"]
         s.learned, s.changed_at = True, v["at"]

@@ -426,8 +426,7 @@ class Pacing:
         """The learned state of sites changed after ``since``, as plain data."""
         return export_state(self, since)
 
-    def restore(self, learned: dict[str, dict[str, float]], new_run: bool = False) -> int:
-        """Adopt learned state that is newer than ours (``new_run``: a restart or rerun, else
-        another worker's); checked first (:func:`~scrapy_scale.throttle.learned.restore_state`).
-        Returns how many."""
-        return restore_state(self, learned, new_run)
+    def restore(self, learned: dict[str, dict[str, float]]) -> int:
+        """Adopt learned state that is newer than ours (a restart, another worker); checked
+        first (:func:`~scrapy_scale.throttle.learned.restore_state`). Returns how many."""
+        return restore_state(self, learned)
