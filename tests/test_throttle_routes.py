@@ -50,6 +50,7 @@ def test_a_host_that_limits_each_client_is_crawled_near_egresses_times_its_limit
     # bound leaves room for a loaded machine (the policy tests hold the precise figures)
     half = served[len(served) // 2 :]
     rate = (len(half) - 1) / (half[-1].time - half[0].time)
+    print(f"per-client limit {limit}/s x {len(PROXIES)} egresses: {rate:.1f} requests/s, {refused}/{len(served)} 429s")
     assert rate >= 2.0 * limit, f"{rate:.1f} requests/s with {len(PROXIES)} egresses of {limit}/s each"
     assert res.stats.get("scale/throttle/routes", 0) >= len(PROXIES)  # paced per route
 
@@ -64,6 +65,7 @@ def test_a_profiles_max_rate_bounds_every_route_together(tmp_path: Path) -> None
     assert res.returncode == 0, res.tail()
     assert len({r.egress for r in served}) == len(PROXIES)  # every route was used
     times = [r.time for r in served]
+    print(f"max_rate {max_rate}: {max_in_window(times, 2.0)} in the busiest 2 s, {len(times)} requests")
     # arrival times at the host: jitter between the grant and the arrival may bring two
     # requests closer than 1/max_rate, never more of them into a window than the rate allows
     assert max_in_window(times, 2.0) <= 2 * max_rate + 1, times
