@@ -196,8 +196,7 @@ class Pacing:
         goal = (latency or 0.0) / p.target_concurrency
         tf = self.too_fast(s, now)
         if tf:
-            if s.proven:
-                s.safe_answers += 1  # answered at the pace learned to be safe, once proven there
+            s.safe_answers += 1  # answered at (or near) the pace learned to be safe
             # a good answer is evidence the site takes more than the memory says: the memory
             # fades with good answers too, so the delay comes back down towards the site's
             # real capacity (one rate-limited answer at a time), instead of only growing.
@@ -284,9 +283,8 @@ class Pacing:
             settled, peak = s.settled * f, s.peak * f
             old = s.delay
             if tf and spacing >= tf * (1 + MARGIN) * 0.99:
-                if s.proven and not_cluster:  # refused at a pace proven since the last step
-                    s.safe_answers += 1
-                    s.safe_refused += 1
+                s.safe_answers += 1
+                s.safe_refused += 1
                 # refused at the pace learned to be safe: the limit tightened a little, or a
                 # stray 429 (a fault, not the rate)
                 if settled < peak * 0.99 and spacing < peak * (1 + MARGIN) and not_cluster and not noise:
