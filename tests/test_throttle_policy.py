@@ -317,8 +317,6 @@ def test_learned_state_that_is_not_finite_is_not_restored_and_is_written_over(ba
         "proven": 0.0,
         "settled": 0.0,
         "fastest_ok": 0.0,
-        "safe_answers": 0.0,
-        "safe_refused": 0.0,
         "at": 1000.0,
         "paused_until": 0.0,
     }
@@ -444,7 +442,7 @@ def test_planned_429s_do_not_ratchet_the_learned_delay_up_run_after_run() -> Non
     took, delays = [], []
     for _ in range(6):
         pc = Pacing(Profiles.parse({"default": {"min_delay": 0.2, "start_delay": 0.25}}), clk)
-        pc.restore(learned, new_run=True)
+        pc.restore(learned)
         took.append(demo_like_run(pc, clk))
         delays.append(pc.site("h").delay)
         learned = pc.export()

@@ -358,29 +358,6 @@ def test_slow_refusals_of_a_rerun_confirm_no_higher_limit() -> None:
     assert s.settled <= 0.4 and s.delay <= 0.6, (s.settled, s.delay)  # nothing higher confirmed
 
 
-def test_a_new_run_does_not_carry_a_memory_raised_by_refusals_at_the_safe_pace() -> None:
-    """A site that refused 15% of its answers at the pace learned to be safe refuses whatever
-    the pace (the demo's planned 429s): a new run starts from half that memory, unconfirmed;
-    one whose refusals stopped at the safe pace (a real limit) keeps it all."""
-    clock = FakeClock(1000.0)
-    profiles = Profiles.parse({"default": {"min_delay": 0.2, "start_delay": 0.25}})
-    base = {"delay": 2.0, "at": 999.0, "too_fast": 1.6, "too_fast_at": 999.0, "settled": 1.6}
-    noisy = Pacing(profiles, clock)
-    noisy.restore({HOST: {**base, "safe_answers": 60.0, "safe_refused": 9.0}}, new_run=True)
-    s = noisy.site(HOST)
-    assert s.too_fast == pytest.approx(0.8) and s.settled == 0.0 and s.delay == pytest.approx(0.88)
-    limited = Pacing(profiles, clock)
-    limited.restore({HOST: {**base, "safe_answers": 60.0, "safe_refused": 1.0}}, new_run=True)
-    assert limited.site(HOST).delay == 2.0 and limited.site(HOST).settled == 1.6
-    worker = Pacing(profiles, clock)  # another worker's state, not a new run: adopted as it is
-    worker.restore({HOST: {**base, "safe_answers": 60.0, "safe_refused": 9.0}})
-    assert worker.site(HOST).delay == 2.0
-    hostile = Pacing(profiles, clock)  # counts read back that make no sense are dropped
-    hostile.restore({HOST: {**base, "safe_answers": 5.0, "safe_refused": 9.0}}, new_run=True)
-    assert hostile.rejected and "safe pace" in hostile.rejected[0][1]
-    assert hostile.site(HOST).safe_refused == 0.0 and hostile.site(HOST).delay == 2.0
-
-
 def test_a_limit_that_drops_far_below_the_fastest_pace_taken_is_still_followed() -> None:
     """The fastest pace taken well is no excuse for frequent refusals: it is dropped."""
     clock = FakeClock(1000.0)

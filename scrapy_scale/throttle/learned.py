@@ -11,12 +11,6 @@ from typing import Any
 
 #: seconds a time read back from shared state may be ahead of ours (clocks of workers differ)
 FUTURE_SLACK = 60.0
-#: a site refused this share of its answers at the pace learned to be safe...
-NOISY_SHARE = 0.1
-#: ...over at least this many of them: its refusals were noise, not a limit to carry over
-NOISY_AFTER = 20
-#: answers at the safe pace whose counts are carried over to the next run, at most
-COUNTS_KEPT = 200.0
 
 
 def _finite(v: Any) -> float | None:
@@ -64,13 +58,8 @@ def check_learned(raw: Any, now: float, max_spacing: float = math.inf) -> tuple[
     fastest = _finite(raw.get("fastest_ok", 0.0))
     if fastest is None or fastest < 0 or fastest > max_spacing:
         why, fastest = why or f"fastest good spacing {raw.get('fastest_ok')!r} is unusable; dropped", 0.0
-    answers, refused = _finite(raw.get("safe_answers", 0.0)), _finite(raw.get("safe_refused", 0.0))
-    if answers is None or refused is None or not 0 <= refused <= answers:
-        why, answers, refused = why or "counts of answers at the safe pace are unusable; dropped", 0.0, 0.0
     state = {
         "delay": delay,
-        "safe_answers": answers,
-        "safe_refused": refused,
         "at": at,
         "too_fast": tf,
         "too_fast_at": tf_at,
@@ -91,8 +80,6 @@ def export_state(pacing: Any, since: float = 0.0) -> dict[str, dict[str, float]]
             "proven": s.proven,
             "settled": s.settled,
             "fastest_ok": s.fastest_ok,
-            "safe_answers": s.safe_answers,
-            "safe_refused": s.safe_refused,
             "at": s.changed_at,
             # for `scrapy scale status` / `watch` (which sites are paused, until when);
             # restore() does not adopt it: a pause is shared by the limiter, if at all
@@ -103,7 +90,7 @@ def export_state(pacing: Any, since: float = 0.0) -> dict[str, dict[str, float]]
     }
 
 
-def restore_state(pacing: Any, learned: dict[str, dict[str, float]], new_run: bool = False) -> int:
+def restore_state(pacing: Any, learned: dict[str, dict[str, float]]) -> int:
     """Adopt learned state that is newer than ours (a restart, another worker). Returns how many.
 
     What is read back is checked first (:func:`check_learned`); a site whose state is
@@ -130,20 +117,6 @@ def restore_state(pacing: Any, learned: dict[str, dict[str, float]], new_run: bo
         s.settled = min(v["settled"], s.too_fast)
         s.peak = s.settled
         s.fastest_ok = v["fastest_ok"]
-        # counts carried over, at most the last COUNTS_KEPT answers' worth
-        keep = min(1.0, COUNTS_KEPT / v["safe_answers"]) if v["safe_answers"] > COUNTS_KEPT else 1.0
-        s.safe_answers, s.safe_refused = v["safe_answers"] * keep, v["safe_refused"] * keep
-        if new_run and s.safe_answers >= NOISY_AFTER and s.safe_refused >= NOISY_SHARE * s.safe_answers:
-            # a new run (a restart, a rerun) of a site that refused at the pace learned to be
-            # safe as often as this: those refusals were not the rate's doing (planned faults,
-            # noise), and the memory they raised is no limit to start from. Half of it is a
-            # hint (none confirmed), and the delay starts no slower than it allows: planned or
-            # stray refusals of each run do not add up run after run
-            p = s.profile
-            s.too_fast *= 0.5
-            s.settled = 0.0
-            start = min(max(p.start_delay, p.min_delay), p.max_delay)
-            s.delay = min(s.delay, pacing._bound(s, max(start, s.too_fast * 1.1)))
         s.learned, s.changed_at = True, v["at"]
         n += 1
     return n

@@ -127,7 +127,7 @@ class Throttle(PacerUpkeep):
             )
             shared, learned = None, {}
         ext = cls(crawler, pacing, shared, top=throttle_settings.STATS_TOP.get(s))
-        ext.restored = ext._restore(learned, new_run=True)
+        ext.restored = ext._restore(learned)
         if s.getbool("AUTOTHROTTLE_ENABLED"):
             logger.warning(
                 "throttle: AUTOTHROTTLE_ENABLED is on as well; scrapy-scale's per-site pacing "

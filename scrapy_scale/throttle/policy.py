@@ -196,7 +196,6 @@ class Pacing:
         goal = (latency or 0.0) / p.target_concurrency
         tf = self.too_fast(s, now)
         if tf:
-            s.safe_answers += 1  # answered at (or near) the pace learned to be safe
             # a good answer is evidence the site takes more than the memory says: the memory
             # fades with good answers too, so the delay comes back down towards the site's
             # real capacity (one rate-limited answer at a time), instead of only growing.
@@ -283,8 +282,6 @@ class Pacing:
             settled, peak = s.settled * f, s.peak * f
             old = s.delay
             if tf and spacing >= tf * (1 + MARGIN) * 0.99:
-                s.safe_answers += 1
-                s.safe_refused += 1
                 # refused at the pace learned to be safe: the limit tightened a little, or a
                 # stray 429 (a fault, not the rate)
                 if settled < peak * 0.99 and spacing < peak * (1 + MARGIN) and not_cluster and not noise:
@@ -366,8 +363,7 @@ class Pacing:
         """The learned state of sites changed after ``since``, as plain data."""
         return export_state(self, since)
 
-    def restore(self, learned: dict[str, dict[str, float]], new_run: bool = False) -> int:
-        """Adopt learned state that is newer than ours (``new_run``: a restart or rerun, else
-        another worker's); checked first (:func:`~scrapy_scale.throttle.learned.restore_state`).
-        Returns how many."""
-        return restore_state(self, learned, new_run)
+    def restore(self, learned: dict[str, dict[str, float]]) -> int:
+        """Adopt learned state that is newer than ours (a restart, another worker); checked
+        first (:func:`~scrapy_scale.throttle.learned.restore_state`). Returns how many."""
+        return restore_state(self, learned)

@@ -47,11 +47,6 @@ class SiteState:
     #: the fastest pace proven (STEP_AFTER_GOOD good answers in a row; 0: none): a refusal
     #: far slower than it is no sign of the rate, unless refusals are frequent
     fastest_ok: float = 0.0
-    #: answers, and refusals, at the pace learned to be safe (this run, and the runs before
-    #: as restored): a site that refuses there as often as NOISY_SHARE refuses whatever the
-    #: pace (planned faults, noise), and a new run does not carry its memory as a limit
-    safe_answers: float = 0.0
-    safe_refused: float = 0.0
     #: moving share of recent answers that said "overloaded" (503 without Retry-After)
     overload_share: float = 0.0
 

@@ -92,12 +92,12 @@ class PacerUpkeep:
 
         self._in_thread(sync).addCallbacks(self._restore, lambda f: None)
 
-    def _restore(self, learned: dict[str, dict[str, float]], new_run: bool = False) -> int:
+    def _restore(self, learned: dict[str, dict[str, float]]) -> int:
         """Adopt learned state read back; warn once per site about state that was unusable."""
         sites = {k: v for k, v in learned.items() if split_route(k) is None}
         routes = {k: v for k, v in learned.items() if split_route(k) is not None}
-        n = self.pacing.restore(sites, new_run)
-        self.route_pacing.restore(routes, new_run)
+        n = self.pacing.restore(sites)
+        self.route_pacing.restore(routes)
         for pacing in (self.pacing, self.route_pacing):
             for site, why in pacing.rejected:
                 if site not in self._warned_bad:
