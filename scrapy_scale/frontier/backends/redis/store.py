@@ -15,7 +15,10 @@ switch; the old run's keys are unlinked afterwards.
     scale:{J}:R:r:FP         HASH  one record: st d dom p a el enq fc fr o le t
     scale:{J}:R:prios        ZSET  priorities with ready work
     scale:{J}:R:dq:P         ZSET  domains with ready work at priority P, by last service
-    scale:{J}:R:q:P:DOMAIN   LIST  ready fingerprints, FIFO (stale entries skipped at lease)
+    scale:{J}:R:q:P:DOMAIN   LIST  ready fingerprints, popped from the head: a crawl's request is
+                                   pushed at the head (LIFO), a seed, start request or FIFO one at
+                                   the tail, a due retry or released lease at the head (stale
+                                   entries skipped at lease)
     scale:{J}:R:delayed      ZSET  delayed fingerprints by eligible time
     scale:{J}:R:leases       ZSET  leased fingerprints by lease expiry
     scale:{J}:R:wl:WORKER    SET   fingerprints leased by a worker
@@ -82,6 +85,7 @@ class RedisStore(RedisBase):
                     r.held_by,
                     float(r.held_seconds),
                     r.again if r.reopen else "",
+                    "1" if r.tail else "",
                 ]
             out += [EnqueueResult(x) for x in self.call_script("enqueue", *args)]
         return out

@@ -1,9 +1,9 @@
 local now = tonumber(ARGV[1])
 local out = {}
-for i = 2, #ARGV, 12 do
+for i = 2, #ARGV, 13 do
   local fp, data, dom, p = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3]
   local nb, att, fc, fr, flag = tonumber(ARGV[i+4]), ARGV[i+5], ARGV[i+6], ARGV[i+7], ARGV[i+8]
-  local held, hsecs, again = ARGV[i+9], tonumber(ARGV[i+10]), ARGV[i+11]
+  local held, hsecs, again, tail = ARGV[i+9], tonumber(ARGV[i+10]), ARGV[i+11], ARGV[i+12] == '1'
   local el = math.max(now, nb)
   local st = 0
   if el > now then st = 1 end
@@ -45,7 +45,7 @@ for i = 2, #ARGV, 12 do
     end
   end
   if res ~= 'duplicate' and st < 2 then
-    if st == 1 then redis.call('ZADD', P..':delayed', el, fp) else push_ready(fp, p, dom, false) end
+    if st == 1 then redis.call('ZADD', P..':delayed', el, fp) else push_ready(fp, p, dom, not tail) end
   end
   out[#out + 1] = res
 end

@@ -64,8 +64,10 @@ local function unreadable(fp)
 end
 local function promote(now)
   local due = redis.call('ZRANGEBYSCORE', P..':delayed', '-inf', now, 'LIMIT', 0, 1000)
-  for _, fp in ipairs(due) do
-    if redis.call('HGET', rk(fp), 'st') == '1' then to_ready(fp, false)
+  for i = #due, 1, -1 do  -- each to the head: the earliest due ends first
+    local fp = due[i]
+    -- a due retry (or a request waiting for its turn) goes first in its queue
+    if redis.call('HGET', rk(fp), 'st') == '1' then to_ready(fp, true)
     else redis.call('ZREM', P..':delayed', fp) end
   end
 end
