@@ -230,7 +230,7 @@ class SqliteStore(SqliteBase):
             for fp, token in done:
                 cur = db.execute(
                     # done: the request itself is no longer needed (dedup and status keep the row)
-                    "UPDATE requests SET state=3, data='', owner=NULL, lease_expires=NULL "
+                    "UPDATE requests SET state=3, data='', domain='', owner=NULL, lease_expires=NULL "
                     "WHERE job=? AND fp=? AND token=? AND state IN (0, 1, 2)",
                     (self.job, fp, token),
                 )
@@ -390,7 +390,8 @@ class SqliteStore(SqliteBase):
         with self._tx() as db:
             return sum(
                 db.execute(
-                    "UPDATE requests SET state=3, data='', owner=NULL, lease_expires=NULL, fail_cls=NULL, fail_reason=NULL "
+                    "UPDATE requests SET state=3, data='', domain='', owner=NULL, lease_expires=NULL, "
+                    "fail_cls=NULL, fail_reason=NULL "
                     "WHERE job=? AND fp=? AND state=4",
                     (self.job, fp),
                 ).rowcount
