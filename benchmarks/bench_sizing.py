@@ -15,7 +15,8 @@ folder, never the shared one) and a fresh SQLite file get N URLs seeded the way
   (``store.status()``), and one lease round (lease 64 + ack 64, the median of 20) at N
   pending;
 - **done**: every record leased and acked (batches of 1,000), then bytes per done record
-  (SQLite: after ``VACUUM``; a done record is also what deduplication keeps of a URL).
+  (SQLite: after ``VACUUM``; a done record is also what deduplication keeps of a URL), and
+  on Redis the encodings of the done set's buckets (they must all be listpacks).
 
 Prints a table (and ``--json`` writes the figures). The figures and the projection to
 10^8 and 10^9 URLs are in docs/frontier.md, "Sizing".
@@ -135,6 +136,12 @@ def redis_size(n: int, hosts: int, workdir: str) -> dict[str, Any]:
         out["finish_s"] = finish_all(store)
         assert store.counts()["done"] == n, store.counts()
         out["done_B"] = (int(r.info("memory")["used_memory"]) - base) / n
+        # the done set's buckets must stay listpacks (a hashtable costs about three times more)
+        kinds: dict[str, int] = {}
+        for key in r.scan_iter(match=f"{prefix}:d:*", count=1000):
+            kind = r.object("encoding", key).decode()
+            kinds[kind] = kinds.get(kind, 0) + 1
+        out["done_buckets"] = kinds
         store.close()
         r.close()
         return out
