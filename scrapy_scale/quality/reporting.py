@@ -29,7 +29,7 @@ def quality_dir(settings: Any, job: str) -> str:
     d = quality_settings.DIR.get(settings)
     if d:
         return os.path.abspath(d)
-    folder = settings.get("JOBDIR") or settings_core.STATE_DIR.get(settings)
+    folder = settings_core.state_folder(settings)
     return os.path.abspath(os.path.join(folder, "quality", job))
 
 

@@ -54,7 +54,7 @@ class FeedGuard:
         if exporter is None:
             return None
         s = crawler.settings
-        journal = FeedJournal(journal_folder(s.get("JOBDIR") or settings_core.STATE_DIR.get(s), job))
+        journal = FeedJournal(journal_folder(settings_core.state_folder(s), job))
         journal.open()
         return cls(crawler, exporter, journal, (url, collection, dead, fields), job)
 

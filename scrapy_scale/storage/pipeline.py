@@ -153,7 +153,7 @@ class StoreSpiderMiddleware:
 
 
 def default_store_url(settings: Any) -> str:
-    folder = settings.get("JOBDIR") or settings_core.STATE_DIR.get(settings)
+    folder = settings_core.state_folder(settings)
     return "sqlite:///" + os.path.abspath(os.path.join(folder, "items.sqlite"))
 
 
