@@ -39,7 +39,8 @@ STATE_DIR = declare(
     "SCALE_STATE_DIR",
     ".scale",
     as_str,
-    "Folder for the embedded SQLite files when no URL names one (`JOBDIR` wins when set).",
+    "Folder for the embedded SQLite files when no URL names one (`JOBDIR` wins when set; under scrapyd's "
+    "`jobs_dir`, the spider's folder above the per-job `JOBDIR`).",
     "core",
 )
 ENABLED = declare(
