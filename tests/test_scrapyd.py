@@ -83,6 +83,8 @@ def _kill_resume_check(tmp_path: Path, *, jobs_dir: bool, seed: int) -> tuple[Sc
             log = sd.job_log(second)
             assert "run finished" in log or "drained" in log, log[-3000:]
             assert "resum" in log or "took back" in log, log[-3000:]
+            # the killed job's journal was found (in the same state folder) and its items re-sent
+            assert "feeds: re-sent" in log, log[-3000:]
             counts = frontier_counts(f"sqlite:///{state}/frontier.db", "catalog")
             assert counts == {"pending": 0, "delayed": 0, "leased": 0, "done": total, "failed": 0}, counts
             missing = all_paths(tb) - served_ok_paths(tb)
