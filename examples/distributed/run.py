@@ -52,18 +52,28 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait(check: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
+def poll(check: Any, timeout: float, interval: float = 0.2) -> tuple[Any, Any]:
+    """Call ``check`` until it returns something true or ``timeout`` passes: (its last
+    result, the last error it raised)."""
     deadline = time.monotonic() + timeout
+    got: Any = None
     last: Any = None
     while time.monotonic() < deadline:
         try:
             got = check()
             if got:
-                return got
+                break
         except Exception as e:  # noqa: BLE001 - not ready yet
             last = e
         time.sleep(interval)
-    raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last!r})")
+    return got, last
+
+
+def wait(check: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
+    got, last = poll(check, timeout, interval)
+    if not got:
+        raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last!r})")
+    return got
 
 
 class Server:
@@ -131,6 +141,15 @@ def start_mongo(workdir: Path, mongod: bool) -> tuple[Server, str]:
             c.close()
 
     return Server("mongo", argv, workdir, ping), uri
+
+
+def count_rows(store_url: str) -> int:
+    store = open_item_store(store_url, "items")
+    store.open()
+    try:
+        return store.count()
+    finally:
+        store.close()
 
 
 def http_json(url: str) -> Any:
@@ -250,10 +269,17 @@ def run(opts: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             seen: dict[str, dict[str, float]] = {}
             if prom is not None:
                 finished = counts["done"] + counts["failed"]
-                metric = f'scrapy_scale_requests_total{{job="{job}"}}'
-                wait(lambda: sum(prom.by_worker(metric).values()) == finished, 60, "Prometheus to see every request")
-                seen["requests"] = prom.by_worker(metric)
-                seen["items"] = prom.by_worker(f'scrapy_scale_items_stored_total{{job="{job}"}}')
+                rows = count_rows(store_url)
+                queries = {
+                    "requests": f'scrapy_scale_requests_total{{job="{job}"}}',
+                    "items": f'scrapy_scale_items_stored_total{{job="{job}"}}',
+                }
+
+                def final() -> bool:  # each worker's counters reach Prometheus at its next scrape
+                    seen.update({k: prom.by_worker(q) for k, q in queries.items()})
+                    return sum(seen["requests"].values()) == finished and sum(seen["items"].values()) >= rows
+
+                poll(final, 60, 0.5)  # a count still short then is reported, not waited for forever
             for w in workers:
                 w.send_signal(signal.SIGINT)
             codes = [w.wait(120) for w in workers]
