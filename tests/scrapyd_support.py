@@ -68,12 +68,16 @@ class Scrapyd(Process):
 
     def get(self, endpoint: str, **params: str) -> dict[str, Any]:
         url = self.url + endpoint + ("?" + urllib.parse.urlencode(params) if params else "")
-        with urllib.request.urlopen(url, timeout=10) as r:
+        with urllib.request.urlopen(url, timeout=30) as r:
             return json.loads(r.read())  # type: ignore[no-any-return]
 
     def post(self, endpoint: str, fields: list[tuple[str, str]]) -> dict[str, Any]:
+        """A POST, not retried (a second schedule.json would be a second job). Its bound is
+        wide: schedule.json runs `scrapy list` from the egg (a Python start-up, importing
+        Scrapy and scrapy_scale) the first time after a start, which took over 10 s once on
+        the loaded test machine."""
         data = urllib.parse.urlencode(fields).encode()
-        with urllib.request.urlopen(self.url + endpoint, data=data, timeout=10) as r:
+        with urllib.request.urlopen(self.url + endpoint, data=data, timeout=180) as r:
             out = json.loads(r.read())
         assert out.get("status") == "ok", out
         return out  # type: ignore[no-any-return]
