@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,10 +105,13 @@ async def probe_site(
                 break
             good = plan.last_good
             stagger = min(good.p50, lim.warmup) if good is not None else 0.0
-            fig = await load.run_step(sess, allowed, c, phase, max_rate, lim, classifier, budget, stagger)
+            deadline = time.monotonic() + plan.time_left()  # max time bounds the step too
+            fig = await load.run_step(
+                sess, allowed, c, phase, max_rate, lim, classifier, budget, stagger, deadline=deadline
+            )
             plan.record(fig)
             say(step_line(site.host, fig))
-            rest = wait_after(fig)
+            rest = min(wait_after(fig), plan.time_left())
             if rest > 0 and plan.next_step() is not None:
                 await asyncio.sleep(rest)
         site.result = plan.result

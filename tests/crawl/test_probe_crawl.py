@@ -165,6 +165,16 @@ def test_a_host_that_is_never_the_limit_is_flagged_client_bound(tmp_path: Path) 
         assert not has_color(png, report.KNEE_COLOR)
 
 
+def test_max_time_cuts_the_step_running_when_it_is_up(tmp_path: Path) -> None:
+    # steps of at least 4 s against a budget of 1.5 s: the step running is cut at 1.5 s
+    with Testbed(hosts=1, pages=100, capacity={1: Capacity("unlimited", latency=0.05)}) as tb:
+        code, text, fig = probe(tb, 1, tmp_path, "--no-plot", "--step-seconds", "4", "--max-time", "1.5")
+        res = fig["result"]
+        assert "max time" in res["ended"], text
+        judged = sum(s["seconds"] for s in res["steps"])  # each step's window after its 0.5 s warm-up
+        assert 0 < judged < 2.5, text  # uncut, the first step alone holds 4 s of it
+
+
 def test_robots_txt_is_obeyed(tmp_path: Path) -> None:
     with Testbed(hosts=2, pages=10, robots_disallow=["/item/"], robots_crawl_delay={2: 2}) as tb:
         code, text, fig = probe(tb, 1, tmp_path, "--no-plot", paths=3)

@@ -1,0 +1,69 @@
+"""The probe's stops: a Retry-After longer than it waits ends the site's probe (not
+resumed after a capped rest), and the time left bounds a step."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from scrapy_scale.clock import FakeClock
+from scrapy_scale.probe.figures import Answer, StepFigures, summarise
+from scrapy_scale.probe.policy import MAX_WAIT, Limits, Plan
+
+pytestmark = pytest.mark.pure
+
+
+def answered(c: int, retry_after: float = 0.0, limited: bool = False) -> StepFigures:
+    answers = [Answer(0.1 * i, 0.1 * i + 0.05, "ok", 200, False) for i in range(60)]
+    if limited:
+        answers.append(Answer(6.0, 6.05, "rate_limited", 429, True))
+    return summarise(
+        answers,
+        concurrency=c,
+        phase="ramp",
+        start=0.0,
+        end=6.1,
+        warmup=0.5,
+        requests=len(answers),
+        in_flight=c,
+        busy=0.1,
+        retry_after=retry_after,
+    )
+
+
+def ramped_to_8() -> Plan:
+    """A plan whose steps 1, 2 and 4 were good; its next step is 8."""
+    plan = Plan(Limits())
+    for c in (1, 2, 4):
+        nxt = plan.next_step()
+        assert nxt is not None and nxt[0] == c
+        plan.record(answered(c))
+    nxt = plan.next_step()
+    assert nxt is not None and nxt[0] == 8
+    return plan
+
+
+@pytest.mark.parametrize("seconds", [MAX_WAIT + 1, 3600.0, math.inf, math.nan])
+def test_a_retry_after_longer_than_the_probe_waits_ends_it(seconds: float) -> None:
+    plan = ramped_to_8()
+    plan.record(answered(8, retry_after=seconds, limited=True))
+    assert plan.next_step() is None  # not resumed after a 60 s rest
+    assert "Retry-After" in plan.result.ended and "not resumed" in plan.result.ended
+
+
+def test_a_short_retry_after_is_waited_out_and_the_probe_goes_on() -> None:
+    plan = ramped_to_8()
+    plan.record(answered(8, retry_after=MAX_WAIT, limited=True))
+    assert plan.next_step() == (6, "bisect", 2 * plan.result.steps[2].goodput)  # bisection goes on
+    assert not plan.result.ended
+
+
+def test_time_left_counts_down_to_zero() -> None:
+    clock = FakeClock()
+    plan = Plan(Limits(max_time=10.0), clock=clock)
+    assert plan.time_left() == 10.0
+    clock.advance(4.0)
+    assert plan.time_left() == 6.0
+    clock.advance(100.0)
+    assert plan.time_left() == 0.0 and plan.next_step() is None
