@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from protego import Protego
 
@@ -23,6 +23,9 @@ from scrapy_scale.probe import load
 from scrapy_scale.probe.policy import Limits, Plan, Result, wait_after
 
 logger = logging.getLogger(__name__)
+
+#: redirects of robots.txt followed (RFC 9309: at least five), on the same host only
+ROBOTS_REDIRECTS = 5
 
 
 class ProbeError(ScaleError):
@@ -56,16 +59,28 @@ def group_by_host(urls: Sequence[str]) -> dict[str, list[str]]:
 
 async def _robots(sess: Any, url: str, user_agent: str) -> tuple[Protego | None, str]:
     """(parser, "") or (None, why not allowed). A missing robots.txt (4xx) allows all; one
-    that cannot be read (5xx, no answer) disallows all, as RFC 9309 says."""
+    that cannot be read (5xx, no answer) disallows all, as RFC 9309 says. Its redirects
+    are followed (up to five) only on the same host: the probe requests no other host."""
     parts = urlsplit(url)
     robots_url = f"{parts.scheme}://{parts.netloc}/robots.txt"
     try:
-        async with sess.get(robots_url, allow_redirects=True) as r:
-            if 400 <= r.status < 500:
-                return Protego.parse(""), ""
-            if r.status >= 500:
-                return None, f"robots.txt answered {r.status}: not probed"
-            text = (await r.read()).decode("utf-8", "replace")
+        for _ in range(1 + ROBOTS_REDIRECTS):
+            async with sess.get(robots_url, allow_redirects=False) as r:
+                if r.status in (301, 302, 303, 307, 308):
+                    target = urlsplit(urljoin(robots_url, r.headers.get("Location", "")))
+                    if target.scheme not in ("http", "https") or target.hostname != parts.hostname:
+                        where = target.hostname or target.geturl() or "nowhere"
+                        return None, f"robots.txt redirects to another host ({where}): not probed"
+                    robots_url = target.geturl()
+                    continue
+                if 400 <= r.status < 500:
+                    return Protego.parse(""), ""
+                if r.status >= 300:
+                    return None, f"robots.txt answered {r.status}: not probed"
+                text = (await r.read()).decode("utf-8", "replace")
+                break
+        else:
+            return None, f"robots.txt redirects more than {ROBOTS_REDIRECTS} times: not probed"
     except Exception as e:  # noqa: BLE001 - said in the report
         return None, f"robots.txt unreachable ({type(e).__name__}: {e}): not probed"
     return Protego.parse(text), ""
