@@ -50,7 +50,11 @@ def group_by_host(urls: Sequence[str]) -> dict[str, list[str]]:
     """The URLs by host name (a URL that is not http(s) with a host is an error)."""
     out: dict[str, list[str]] = {}
     for u in urls:
-        parts = urlsplit(u)
+        try:
+            parts = urlsplit(u)
+            parts.port  # noqa: B018 - raises ValueError on a port that is not 0-65535
+        except ValueError as e:
+            raise ProbeError(f"not a URL: {u!r} ({e})") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ProbeError(f"not an http(s) URL with a host: {u!r}")
         out.setdefault(parts.hostname, []).append(u)

@@ -1,5 +1,6 @@
 """The probe's stops: a Retry-After longer than it waits ends the site's probe (not
-resumed after a capped rest), and the time left bounds a step."""
+resumed after a capped rest), the time left bounds a step, a URL that does not parse is
+a probe error (a usage error, not a traceback)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from scrapy_scale.clock import FakeClock
 from scrapy_scale.probe.figures import Answer, StepFigures, summarise
 from scrapy_scale.probe.policy import MAX_WAIT, Limits, Plan
+from scrapy_scale.probe.run import ProbeError, group_by_host
 
 pytestmark = pytest.mark.pure
 
@@ -67,3 +69,17 @@ def test_time_left_counts_down_to_zero() -> None:
     assert plan.time_left() == 6.0
     clock.advance(100.0)
     assert plan.time_left() == 0.0 and plan.next_step() is None
+
+
+@pytest.mark.parametrize(
+    "url,message",
+    [
+        ("http://[::1", "not a URL: 'http://[::1' (Invalid IPv6 URL)"),
+        ("http://a.test:99999/x", "not a URL: 'http://a.test:99999/x' (Port out of range 0-65535)"),
+        ("http://a.test:port/x", "not a URL: 'http://a.test:port/x'"),
+    ],
+)
+def test_a_url_that_does_not_parse_is_a_probe_error(url: str, message: str) -> None:
+    with pytest.raises(ProbeError) as e:
+        group_by_host([url])
+    assert message in str(e.value)
