@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from scrapy_scale.probe.report import saved_profiles
 from scrapy_scale.throttle import probed
 from scrapy_scale.throttle.profiles import Profiles
 
@@ -77,3 +78,10 @@ def test_a_file_nested_too_deep_is_skipped_with_one_warning(tmp_path: Path, capl
         assert probed.merged({"default": {"max_rate": 1.0}}, str(path)) == {"default": {"max_rate": 1.0}}
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "RecursionError" in warnings[0]
+
+
+def test_save_to_a_file_nested_too_deep_is_refused_as_not_a_profile_file(tmp_path: Path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 200_000)
+    with pytest.raises(ValueError, match="cannot be read as a probe profile file"):
+        saved_profiles(str(path))  # `probe --save` says so before probing, as a usage error
