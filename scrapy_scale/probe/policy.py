@@ -7,7 +7,7 @@ only runs the steps this decides and hands back their answers.
   ``min_answers`` answers after its warm-up, lasted ``min_seconds`` and is steady (as
   many answers in the second half as in the first, within ``steady``), or ``max_seconds``
   passed; it stops at once on a 429 or ``Retry-After``;
-- **judge** (:func:`judge`): a step is *bad* on a 429 or ``Retry-After``, blocks above 1%,
+- **judge** (:func:`judge`): a step is *bad* with no answer at all, on a 429 or ``Retry-After``, blocks above 1%,
   success below 98%, p95 latency above twice step 1's, or goodput lower than the last
   good step's; it is *client-bound* when the probe, not the site, was the limit (requests
   in flight well below the step's concurrency, the probe's process saturated, or its event
@@ -93,6 +93,8 @@ class Limits:
 def judge(fig: StepFigures, baseline_p95: float | None, last_good: StepFigures | None, lim: Limits) -> StepFigures:
     """Set ``fig.verdict`` and ``fig.reasons`` (and return it)."""
     site: list[str] = []
+    if fig.answers == 0:  # every request still in flight: a site that hangs is no knee to climb on
+        site.append(f"no answer in {fig.seconds:.1f} s")
     if fig.rate_limited:
         site.append("429 / Retry-After")
     if fig.block_share > lim.max_block_share:

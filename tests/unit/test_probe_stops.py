@@ -10,7 +10,7 @@ import pytest
 
 from scrapy_scale.clock import FakeClock
 from scrapy_scale.probe.figures import Answer, StepFigures, summarise
-from scrapy_scale.probe.policy import MAX_WAIT, Limits, Plan
+from scrapy_scale.probe.policy import BAD, MAX_WAIT, Limits, Plan
 from scrapy_scale.probe.run import ProbeError, group_by_host
 
 pytestmark = pytest.mark.pure
@@ -83,3 +83,21 @@ def test_a_url_that_does_not_parse_is_a_probe_error(url: str, message: str) -> N
     with pytest.raises(ProbeError) as e:
         group_by_host([url])
     assert message in str(e.value)
+
+
+def unanswered(c: int) -> StepFigures:
+    """A step whose requests were all still in flight when it ended (a site that hangs)."""
+    return summarise([], concurrency=c, phase="ramp", start=0.0, end=15.0, warmup=0.5, requests=c, in_flight=c)
+
+
+def test_a_step_without_an_answer_is_not_good_and_the_ramp_does_not_climb_on_it() -> None:
+    plan = Plan(Limits())
+    assert plan.next_step() == (1, "ramp", None)
+    plan.record(unanswered(1))
+    assert plan.result.steps[0].verdict == BAD and "no answer" in plan.result.steps[0].reasons[0]
+    assert plan.next_step() is None and plan.result.knee is None  # nothing to recommend
+    # above a good step: the first bad one, the knee stays below it
+    plan = ramped_to_8()
+    plan.record(unanswered(8))
+    nxt = plan.next_step()
+    assert nxt is not None and nxt[0] == 6 and plan.result.knee is not None and plan.result.knee.concurrency == 4
