@@ -112,7 +112,10 @@ async def probe_site(
             site.skipped = "robots.txt disallows every URL given: not probed"
             return site
         if delay:
-            site.skipped = f"robots.txt asks for Crawl-delay {delay} s: not probed (pace it at that)"
+            site.skipped = (
+                f"robots.txt asks for Crawl-delay {delay:g} s between requests: not probed, since a probe "
+                "cannot keep it (a crawl with the throttle paces this site at that delay)"
+            )
             return site
         plan = Plan(lim)
         while (step := plan.next_step()) is not None:
