@@ -5,7 +5,7 @@ parser, one line of documentation). :func:`get` reads one setting through its
 parser; a bad value raises :class:`ScaleSettingError` naming the setting and what
 is wrong, so the crawl fails at startup instead of misbehaving later.
 
-The README's settings table is checked against this registry by the tests.
+docs/settings.md is generated from this registry (reference.py); the tests check both agree.
 """
 
 from __future__ import annotations

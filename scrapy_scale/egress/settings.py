@@ -91,8 +91,9 @@ EGRESSES = declare(
     "SCALE_EGRESSES",
     None,
     as_egresses,
-    "The egress pool: proxy URLs (`http://user:pass@host:port`, `direct` = no proxy), a dict of named groups "
-    "of them, a file (one URL a line, re-read on change) or a provider class. Unset: no pool.",
+    "The egress pool: proxy URLs (`http://user:pass@host:port`, `https://...`; `direct` = no "
+    "proxy), a dict of named groups of them, a file (one URL a line, re-read on change) or a "
+    "provider class with `fetch()`. Set but empty is an error. See docs/egress.md.",
     COMPONENT,
     shallow=lambda v: as_egresses(v, read=False),
 )
@@ -173,7 +174,7 @@ GROUP_RETIRE = declare(
     "SCALE_EGRESS_GROUP_RETIRE",
     0.5,
     as_float(0.0, 1.0),
-    "Fraction of a group's members quarantined at once that retires the whole group.",
+    "Fraction of a group's members (at least 2) quarantined at once that retires the whole group.",
     COMPONENT,
 )
 EXHAUSTED = declare(
@@ -188,8 +189,8 @@ SYNC = declare(
     "SCALE_EGRESS_SYNC",
     1.0,
     as_float(0.05),
-    "Seconds between writes of the pool's health to its shared state (Redis or SQLite) and reads of "
-    "other workers' changes.",
+    "Seconds between batched writes of the pool's health to its shared state (Redis or "
+    "`egress.db`) and reads of the other workers' changes.",
     COMPONENT,
 )
 REFRESH = declare(
@@ -203,9 +204,11 @@ PROVIDER_TIMEOUT = declare(
     "SCALE_EGRESS_PROVIDER_TIMEOUT",
     30.0,
     as_float(0.1),
-    "Seconds the crawl's start waits for a provider's first fetch(); then it starts with an empty pool "
-    "(requests wait) and the call's result is taken whenever it returns. A pool still empty after 10 times "
-    "this (once with SCALE_EGRESS_EXHAUSTED = close) closes the spider, reason `egress_unavailable`.",
+    "Seconds the crawl's start waits for a provider's first `fetch()`; then it starts with an "
+    "empty pool (requests wait) and takes the result when the call returns. A later call that "
+    "hangs is reported once it has run this long. A pool still empty after 10 times this "
+    "(once with `SCALE_EGRESS_EXHAUSTED = close`) closes the spider, reason "
+    "`egress_unavailable`, exit status 1.",
     COMPONENT,
 )
 STATS_TOP = declare(

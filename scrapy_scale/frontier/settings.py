@@ -67,15 +67,17 @@ SCHEMES = declare(
     "SCALE_FRONTIER_SCHEMES",
     ["http", "https"],
     as_list(as_scheme),
-    "URL schemes a stored record or a feed seed may have; a request of another scheme is dead-lettered (or refused).",
+    "URL schemes a stored record or a feed seed may have; a record of another scheme is "
+    "dead-lettered, a seed refused. See docs/frontier.md.",
     COMPONENT,
 )
 REQUEST_CLASSES = declare(
     "SCALE_FRONTIER_REQUEST_CLASSES",
     [],
     as_list(as_dotted),
-    "Request subclasses a stored record may name (dotted paths of classes or modules), besides Scrapy's own "
-    "and the spider's module; others are dead-lettered without being imported.",
+    "Request subclasses a stored record may name (dotted paths of classes or modules), "
+    "besides Scrapy's own and the spider's module; a record naming any other class is "
+    "dead-lettered without importing it.",
     COMPONENT,
 )
 
@@ -84,8 +86,9 @@ ERROR_DEADLINE = declare(
     "SCALE_FRONTIER_ERROR_DEADLINE",
     600.0,
     as_float(0.0, 7 * 86_400.0),
-    "Seconds the frontier keeps retrying failing writes (disk full, I/O errors) before it stops the crawl "
-    "with an error (exit status 1); 0 = retry forever.",
+    "Seconds the frontier keeps retrying failing writes (disk full, I/O errors; with backoff "
+    "and one log line per 30 s) before it stops the crawl with an error (exit status 1); `0` "
+    "= retry forever.",
     COMPONENT,
 )
 
@@ -102,7 +105,8 @@ WORKER = declare(
     "SCALE_FRONTIER_WORKER",
     None,
     as_worker_id,
-    "This worker's id in lease records. Default: `hostname/N`, the lowest slot not held by a live process.",
+    "This worker's id in lease records, unique among live workers (default: the lowest slot "
+    "on this host not held by a live process).",
     COMPONENT,
 )
 

@@ -129,14 +129,15 @@ PROGRESS_INTERVAL = declare(
     "SCALE_PROGRESS_INTERVAL",
     60.0,
     as_float(0.0, 86_400.0),
-    "Seconds between progress lines (done, pending, failed, pages/min, items/min, ETA); 0 = none.",
+    "Seconds between progress lines in the log (done, pending, failed, pages/min, items/min, ETA); `0` = none.",
     COMPONENT,
 )
 WATCH_INTERVAL = declare(
     "SCALE_WATCH_INTERVAL",
     5.0,
     as_float(0.0, 3600.0),
-    "Seconds between the snapshots each worker publishes next to its frontier for `scrapy scale watch` "
-    "and `status`; 0 = none.",
+    "Seconds between the snapshots each worker publishes next to its frontier (Redis hash "
+    "`scale:{JOB}:monitor`, or `monitor/JOB/` beside `frontier.db`) for `scrapy scale watch` "
+    "and `status`; `0` = none.",
     COMPONENT,
 )

@@ -56,11 +56,11 @@ RETRY_LATE = declare(
     "SCALE_RETRY_LATE",
     {},
     _parse_late,
-    "Late retries, after a class's quick retries are spent: "
-    '`{"retries": 3, "base": 60, "cap": 600, "deadline": 3600, "classes": ["transient", "egress_failed"]}` '
-    "(the defaults): the k-th waits base*2^(k-1) capped at cap, jittered between half and all of it, none past "
-    "deadline seconds after the first failure (0 = none). `0` or `retries: 0`: no late retries. The crawl stays "
-    "open while one is due.",
+    'Late retries after a class\'s quick retries are spent (defaults: `{"retries": 3, "base": '
+    '60, "cap": 600, "deadline": 3600, "classes": ["transient", "egress_failed"]}`): the k-th '
+    "waits `base*2^(k-1)` s capped at `cap`, jittered between half and all of it, none past "
+    "`deadline` s after the first failure (`0` = none); `0` = no late retries (also when your "
+    "project sets `RETRY_TIMES` and not this). The crawl stays open while one is due.",
     COMPONENT,
 )
 RETRY_AFTER_MAX = declare(
@@ -74,15 +74,17 @@ CRITICAL_FIELDS = declare(
     "SCALE_CRITICAL_FIELDS",
     [],
     _parse_critical,
-    "Item fields that must be present and non-empty (a list for every item, or a dict item class name -> list, "
-    "`*` for any); an item missing one makes its request `parse_failed`.",
+    "Item fields that must be present and non-empty (a list or a comma-separated string, or a "
+    "dict item class name -> list, `*` = any); an item missing one makes its request "
+    "`parse_failed`.",
     COMPONENT,
 )
 BLOCK_DETECTORS = declare(
     "SCALE_BLOCK_DETECTORS",
     [],
     as_list(as_str),
-    "Dotted paths of block-page detector classes (see `BlockPageDetector`); a detected page is `blocked`.",
+    "Dotted paths (a list or a comma-separated string) of block-page detector classes "
+    "(`scrapy_scale.outcomes.BlockPageDetector`); a detected page is `blocked`.",
     COMPONENT,
 )
 OUTCOME_LOG = declare(

@@ -68,8 +68,9 @@ SCHEMAS = declare(
     "SCALE_QUALITY_SCHEMAS",
     {},
     as_schemas,
-    "JSON Schema per item type name (`*` = any type): a dict, or the path of a `.json` file; an item "
-    "that fails its schema is quarantined. Needs `jsonschema` (the `all` extra).",
+    "JSON Schema per item type name (`*` = any type): a dict, or the path of a `.json` file; "
+    "an item that fails its schema is quarantined. Needs `jsonschema` (the `all` extra). See "
+    "docs/quality.md.",
     COMPONENT,
 )
 QUARANTINE = declare(
@@ -110,7 +111,11 @@ DIR = declare(
     COMPONENT,
 )
 REPORT = declare(
-    "SCALE_QUALITY_REPORT", True, as_bool, "Write the consistency report (JSON and HTML) when a crawl ends.", COMPONENT
+    "SCALE_QUALITY_REPORT",
+    True,
+    as_bool,
+    "Count the run's figures and write the consistency report (JSON and HTML) when a crawl ends.",
+    COMPONENT,
 )
 EXPECT = declare(
     "SCALE_QUALITY_EXPECT",
@@ -184,7 +189,7 @@ EXIT_CODE = declare(
     "SCALE_QUALITY_EXIT_CODE",
     0,
     as_int(0, 255),
-    "Exit status of a crawl whose quality report fails a check; `0` = leave the exit status alone.",
+    "Exit status of a crawl whose quality report fails a check (and of `scrapy scale report`); `0` = leave it alone.",
     COMPONENT,
 )
 FINISH_REASON = declare(

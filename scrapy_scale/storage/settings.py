@@ -106,8 +106,10 @@ ITEM_KEY = declare(
     "SCALE_ITEM_KEY",
     {},
     as_item_key,
-    'Key fields per item type, e.g. `{"ProductItem": ["sku"], "*": ["url"]}`, or fields alone (`sku`, `sku,color`, '
-    '`["sku"]`) for every item type; `@page` means the page URL. Unlisted types: page URL fingerprint + index.',
+    'Key fields per item type, e.g. `{"ProductItem": ["sku"], "*": ["url"]}`, or the fields '
+    'alone for every item type (`sku`, `sku,color` or `["sku"]`, as on the command line: `-s '
+    "SCALE_ITEM_KEY=sku`); `@page` = the page URL. Unlisted types: fingerprint of the page's "
+    "canonical URL (+ `-n` for its n-th item).",
     "storage",
 )
 BATCH_SIZE = declare(
@@ -149,7 +151,7 @@ DROP_DUPLICATES = declare(
     "SCALE_STORE_DROP_DUPLICATES",
     False,
     as_bool,
-    "Drop (DropItem) an item whose key was already written in this run instead of updating it again.",
+    "Drop an item whose key was already written in this run (always counted in `scale/store/duplicates_in_run`).",
     "storage",
 )
 FIELDS = declare(

@@ -39,12 +39,12 @@ def test_addon_off_switch_changes_nothing():
 
 def test_every_setting_is_in_the_readme_table():
     config._load_declarations()
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "docs" / "settings.md").read_text()
     rows = set(re.findall(r"^\| `(SCALE_[A-Z0-9_]+)` \|", readme, flags=re.M))
     missing = sorted(set(config.REGISTRY) - rows)
-    assert not missing, f"settings missing from README's table: {missing}"
+    assert not missing, f"settings missing from docs/settings.md: {missing}"
     stale = sorted(rows - set(config.REGISTRY))
-    assert not stale, f"README documents settings that do not exist: {stale}"
+    assert not stale, f"docs/settings.md documents settings that do not exist: {stale}"
 
 
 @pytest.mark.parametrize(
@@ -142,7 +142,7 @@ def test_every_dict_setting_takes_its_json_from_the_command_line():
         assert type(config.get(Settings({name: "{}"}), name)) is type(config.get(Settings({}), name)), name
 
 
-#: settings whose README default is described in words, not a literal: the registry leaves
+#: settings whose documented default is described in words, not a literal: the registry leaves
 #: them unset (None, or {} for SCALE_STORE_FIELDS) and the code derives the value (checked
 #: by test_derived_defaults_are_what_the_readme_describes where the rule is a plain function)
 DESCRIBED_DEFAULTS = settings_reference.DESCRIBED_DEFAULTS
@@ -151,8 +151,8 @@ LITERAL_CELL = re.compile(r"^`([^`]+)`(?: \(([^)]+)\))?$")
 
 
 def readme_defaults() -> dict[str, str]:
-    """setting -> the README settings table's default cell, as written."""
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    """setting -> the default cell of docs/settings.md, as written."""
+    readme = (Path(__file__).parents[2] / "docs" / "settings.md").read_text()
     return dict(re.findall(r"^\| `(SCALE_[A-Z0-9_]+)` \| ([^|]+?) \|", readme, flags=re.M))
 
 
@@ -167,7 +167,7 @@ def _literal(text: str) -> object:
 
 
 def test_every_readme_default_is_the_registry_default():
-    """README, "## Settings": the default column says what a crawl gets when the setting is unset."""
+    """docs/settings.md: the default column says what a crawl gets when the setting is unset."""
     config._load_declarations()
     cells = readme_defaults()
     assert set(cells) == set(config.REGISTRY)  # (names: test_every_setting_is_in_the_readme_table)
@@ -177,22 +177,22 @@ def test_every_readme_default_is_the_registry_default():
         if name in DESCRIBED_DEFAULTS:
             words, unset = DESCRIBED_DEFAULTS[name]
             if (cell, default) != (words, unset):
-                wrong.append(f"{name}: README {cell!r}, registry {default!r}; expected {words!r}, {unset!r}")
+                wrong.append(f"{name}: docs/settings.md {cell!r}, registry {default!r}; expected {words!r}, {unset!r}")
             continue
         if cell == "off":  # no value: the feature is off unless set
             if default is not None:
-                wrong.append(f"{name}: README says off, registry {default!r}")
+                wrong.append(f"{name}: docs/settings.md says off, registry {default!r}")
             continue
         m = LITERAL_CELL.match(cell)
         if not m:
-            wrong.append(f"{name}: README default {cell!r} is neither a literal nor in DESCRIBED_DEFAULTS")
+            wrong.append(f"{name}: docs/settings.md default {cell!r} is neither a literal nor in DESCRIBED_DEFAULTS")
             continue
         value, note = _literal(m.group(1)), m.group(2)
         if value != default or type(value) is not type(default):  # 3 is not 3.0 in the table either
-            wrong.append(f"{name}: README {m.group(1)}, registry {default!r}")
+            wrong.append(f"{name}: docs/settings.md {m.group(1)}, registry {default!r}")
         mib = re.fullmatch(r"(\d+) MiB", note or "")
         if mib and int(mib.group(1)) * 2**20 != default:
-            wrong.append(f"{name}: README says {note}, registry {default!r}")
+            wrong.append(f"{name}: docs/settings.md says {note}, registry {default!r}")
     assert not wrong, "\n".join(wrong)
     assert not set(DESCRIBED_DEFAULTS) - set(cells), "DESCRIBED_DEFAULTS names a setting the table lacks"
 
