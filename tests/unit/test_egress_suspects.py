@@ -151,3 +151,30 @@ def test_pages_that_hang_on_every_egress_blame_none_though_other_pages_answer():
     assert {p.state(e) for e in (IA, IB, IC)} == {HEALTHY}
     # the first failures, before the answers were outnumbered, were blamed; no later one
     assert p.counts["suspect_failures"] == 45 and p.counts["suspect_blamed"] <= 6, p.counts
+
+
+def test_pages_that_hang_on_every_egress_are_not_blamed_once_the_routes_have_a_record():
+    """30 % of two sites' pages hang through every egress, the rest answer: each route fails
+    as often as the others, so none is a witness against another. (Before the witness had
+    to fail less often than the blamed route, every such failure was blamed and the healthy
+    egresses were quarantined everywhere in turn.)"""
+    import random
+
+    clock = FakeClock()
+    p = EgressPool(parse_egresses([A, B, C]), HealthPolicy(), PoolOptions(), clock, Randomness(1))
+    rnd = random.Random(2)
+    evicted, failures_after_warmup, blamed_at_warmup = [], 0, 0
+    for i in range(3000):
+        if i == 600:  # two minutes: every route has a record
+            blamed_at_warmup = p.counts["suspect_blamed"]
+        e, d = rnd.choice([IA, IB, IC]), f"s{i % 2}"
+        if rnd.random() < 0.3:
+            events = timeout(p, e, d)
+            failures_after_warmup += i >= 600
+        else:
+            events = p.observe(e, d, "ok", "none", True)
+        evicted += [ev for ev in events if ev.kind == "quarantined" and not ev.domain and i >= 600]
+        clock.advance(0.2)
+    assert failures_after_warmup > 500  # the forced path: many failures after the connection
+    assert p.counts["suspect_blamed"] - blamed_at_warmup <= failures_after_warmup // 20
+    assert not evicted
