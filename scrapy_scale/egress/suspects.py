@@ -4,7 +4,8 @@ connection closed mid-answer through an egress.
 Such a failure (a ``transient`` outcome without a response) may be the egress's fault
 (a proxy that accepts and never answers) or the site's (a site that hangs or resets).
 It counts against the egress only with evidence: the same site answered through
-another egress within ``window`` seconds (before or after the failure), and that egress
+another egress within ``window`` seconds after the failure (an answer from before may be
+of a page sent before the failing one: a listing, then detail pages that all hang), and that egress
 answers the site more often than it fails on it and fails it at most half as often as the
 failing egress does (decayed counts, half-life ``window``): pages that hang on every
 egress (the same share of failures on each) blame none. Then it counts
@@ -137,12 +138,12 @@ class Suspects:
         return out
 
     def failed(self, egress: str, domain: str, now: float) -> list[Blame]:
-        """An attempt to ``domain`` through ``egress`` failed after the connection."""
-        mine = self._route(egress, domain, now)
-        mine.bad += 1.0
-        seen = self.routes.get(domain, {})
-        if any(e != egress and r.witness(mine, now, self.window) for e, r in seen.items()):
-            return [self._blame(egress, domain, now)]
+        """An attempt to ``domain`` through ``egress`` failed after the connection: it
+        waits for the site's next answer through another egress (:meth:`answered`)."""
+        self._route(egress, domain, now).bad += 1.0
+        # blamed only when the site answers through another egress afterwards: an answer
+        # from before may be of a page sent before this attempt's (pages that all hang
+        # after a listing that answered)
         waiting = self.pending.setdefault(domain, [])
         waiting.append((egress, now))
         del waiting[:-MAX_PENDING]

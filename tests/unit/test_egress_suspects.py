@@ -23,8 +23,8 @@ def pool(clock: FakeClock) -> EgressPool:
     return EgressPool(parse_egresses([A, B, C]), POLICY, PoolOptions(), clock, Randomness(1))
 
 
-def ok(p: EgressPool, e: str, d: str) -> None:
-    p.observe(e, d, "ok", "none", True)
+def ok(p: EgressPool, e: str, d: str) -> list:
+    return p.observe(e, d, "ok", "none", True)
 
 
 def timeout(p: EgressPool, e: str, d: str) -> list:
@@ -35,9 +35,9 @@ def test_a_blackhole_among_healthy_egresses_is_quarantined_for_the_site_after_mi
     clock = FakeClock()
     p = pool(clock)
     for i in range(3):
-        ok(p, IB, "shop")
+        timeout(p, IA, "shop")
         clock.advance(1)
-        events = timeout(p, IA, "shop")
+        events = ok(p, IB, "shop")  # the site answers through another egress afterwards
         assert (p.state(IA, "shop") == QUARANTINED) == (i == 2)
     assert [(e.kind, e.egress, e.domain) for e in events] == [("quarantined", IA, "shop")]
     assert p.state(IA) == HEALTHY  # one site only: not yet everywhere
@@ -47,12 +47,12 @@ def test_a_blackhole_among_healthy_egresses_is_quarantined_for_the_site_after_mi
 def test_failures_on_several_sites_count_globally_including_the_earlier_ones():
     clock = FakeClock()
     p = pool(clock)
-    for d in ("s1", "s2"):
-        ok(p, IB, d)
     timeout(p, IA, "s1")
     timeout(p, IA, "s1")
+    ok(p, IB, "s1")
     assert p.state(IA) == HEALTHY  # blamed on one site: not globally
-    events = timeout(p, IA, "s2")  # the second site: the three count globally
+    timeout(p, IA, "s2")
+    events = ok(p, IB, "s2")  # the second site: the three count globally
     assert ("quarantined", IA, "") in [(e.kind, e.egress, e.domain) for e in events]
     assert p.state(IA) == QUARANTINED
     assert p.choose("s3").egress.id != IA  # every site avoids it now
@@ -116,9 +116,9 @@ def test_random_noise_on_a_healthy_egress_does_not_evict_it():
 def test_rate_limited_answers_are_evidence_that_the_site_works():
     clock = FakeClock()
     p = pool(clock)
-    p.observe(IB, "shop", "rate_limited", "domain", True)
     for _ in range(3):
         timeout(p, IA, "shop")
+    p.observe(IB, "shop", "rate_limited", "domain", True)
     assert p.state(IA, "shop") == QUARANTINED
 
 
@@ -178,3 +178,18 @@ def test_pages_that_hang_on_every_egress_are_not_blamed_once_the_routes_have_a_r
     assert failures_after_warmup > 500  # the forced path: many failures after the connection
     assert p.counts["suspect_blamed"] - blamed_at_warmup <= failures_after_warmup // 20
     assert not evicted
+
+
+def test_an_answer_from_before_the_failures_blames_none():
+    """The site's listing answered through A, then its detail pages (sent after it) hang
+    through every egress: B's and C's timeouts are handled before A's. Only an answer after
+    a failure is evidence against it (failed before: B and C were quarantined for the site,
+    the race behind a flaky crawl test of pages that hang on the site's side)."""
+    clock = FakeClock()
+    p = pool(clock)
+    ok(p, IA, "shop")
+    clock.advance(1)
+    events = [ev for e in (IB, IB, IB, IC, IC, IC, IA, IA, IA) for ev in timeout(p, e, "shop")]
+    assert events == [] and p.counts["suspect_blamed"] == 0
+    assert p.counts["suspect_failures"] == 9  # the path ran
+    assert {p.state(e, "shop") for e in (IA, IB, IC)} == {HEALTHY}
