@@ -149,6 +149,22 @@ class Suspects:
         del waiting[:-MAX_PENDING]
         return []
 
+    def forget(self, egresses: list[str]) -> None:
+        """Drop the records of egresses no longer in the pool (a source changed): a
+        source that rotates its egresses would otherwise grow every site's record."""
+        gone = set(egresses)
+        if not gone:
+            return
+        for seen in self.routes.values():
+            for e in gone & seen.keys():
+                del seen[e]
+        for domain, waiting in list(self.pending.items()):
+            waiting[:] = [(e, t) for e, t in waiting if e not in gone]
+            if not waiting:
+                del self.pending[domain]
+        for e in gone:
+            self.blamed.pop(e, None)
+
     def _blame(self, egress: str, domain: str, now: float) -> Blame:
         events = [ev for ev in self.blamed.get(egress, ()) if now - ev.at <= self.window]
         events.append(_Ev(now, domain))

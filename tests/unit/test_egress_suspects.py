@@ -193,3 +193,20 @@ def test_an_answer_from_before_the_failures_blames_none():
     assert events == [] and p.counts["suspect_blamed"] == 0
     assert p.counts["suspect_failures"] == 9  # the path ran
     assert {p.state(e, "shop") for e in (IA, IB, IC)} == {HEALTHY}
+
+
+def test_egresses_removed_from_the_pool_are_forgotten():
+    """A source that rotates its egresses must not grow every site's record (failed before:
+    the removed egresses' routes, pending failures and blamed failures stayed)."""
+    clock = FakeClock()
+    p = pool(clock)
+    for d in ("s1", "s2"):
+        timeout(p, IA, d)
+        ok(p, IB, d)
+        timeout(p, IA, d)  # pending: no answer after it yet
+    assert IA in p.suspects.blamed and all(IA in seen for seen in p.suspects.routes.values())
+    p.set_egresses(parse_egresses([B, C]))
+    s = p.suspects
+    assert IA not in s.blamed and not any(IA in seen for seen in s.routes.values())
+    assert not any(e == IA for waiting in s.pending.values() for e, _ in waiting)
+    assert all(IB in s.routes[d] for d in ("s1", "s2"))  # the others' records are kept
