@@ -85,6 +85,37 @@ def engine_scheduler(crawler: Any) -> Any:
     return sched
 
 
+# ---- the downloader's handlers (the egress first-byte timeout) ----------------------
+# ``Downloader._download`` awaits ``self.handlers.download_request_async(request)`` for
+# every download, after the download slot's delay; an instance attribute of that name on
+# the downloader's ``handlers`` replaces the method. Scrapy has no public hook there.
+
+
+def wrap_downloads(crawler: Any, wrap: Callable[[Any], Any]) -> Callable[[], bool] | None:
+    """Make the downloader call ``wrap(inner)`` instead of its handlers'
+    ``download_request_async`` (``inner``); the function that undoes it (False when
+    something else wrapped it since: then it stays, and ``wrap``'s function should pass
+    through), or None when the crawler has no such handlers (no engine yet)."""
+    handlers = getattr(getattr(engine_of(crawler), "downloader", None), "handlers", None)
+    inner = getattr(handlers, "download_request_async", None)
+    if handlers is None or inner is None:
+        return None
+    before = vars(handlers).get("download_request_async")  # another wrapper, or none
+    wrapped = wrap(inner)
+    handlers.download_request_async = wrapped
+
+    def undo() -> bool:
+        if vars(handlers).get("download_request_async") is not wrapped:
+            return False
+        if before is None:
+            del handlers.download_request_async
+        else:
+            handlers.download_request_async = before
+        return True
+
+    return undo
+
+
 # ---- scrapy-playwright (the egress pool's browser contexts) ------------------------
 # Its download handler keeps contexts in ``context_wrappers`` (name -> wrapper with
 # ``.context``), creates them with ``_create_browser_context`` under

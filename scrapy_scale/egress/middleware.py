@@ -312,6 +312,7 @@ class EgressMiddleware(SourceGlue):
             if loop.running:
                 loop.stop()
         self._stop_fetch_pool()
+        self.first_byte.uninstall()
         await self.browser.close_all()  # (fires its settled(), which the metrics wait for)
         self._browser_gauges()
         for key, n in (

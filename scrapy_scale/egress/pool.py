@@ -126,6 +126,7 @@ class EgressPool:
         for d, s in list(self._sticky.items()):
             if s.egress not in new:
                 del self._sticky[d]
+        self.suspects.forget(removed)
         return added, removed
 
     def groups(self) -> dict[str, list[str]]:

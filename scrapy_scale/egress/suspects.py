@@ -4,9 +4,11 @@ connection closed mid-answer through an egress.
 Such a failure (a ``transient`` outcome without a response) may be the egress's fault
 (a proxy that accepts and never answers) or the site's (a site that hangs or resets).
 It counts against the egress only with evidence: the same site answered through
-another egress within ``window`` seconds (before or after the failure), and that egress
-answers the site more often than it fails on it (decayed counts, half-life ``window``):
-pages that hang on every egress blame none. Then it counts
+another egress within ``window`` seconds after the failure (an answer from before may be
+of a page sent before the failing one: a listing, then detail pages that all hang), and that egress
+answers the site more often than it fails on it and fails it at most half as often as the
+failing egress does (decayed counts, half-life ``window``): pages that hang on every
+egress (the same share of failures on each) blame none. Then it counts
 against (egress, site), and against the egress everywhere once it has been blamed so
 on ``sites`` different sites within the window (the earlier blamed failures then count
 globally too). A site that fails on every egress blames none of them.
@@ -28,6 +30,8 @@ MAX_SITES = 20_000
 MAX_PENDING = 64
 #: blamed failures remembered per egress (the newest)
 MAX_BLAMED = 256
+#: a witness fails the site at most 1/WITNESS_FACTOR as often as the blamed route
+WITNESS_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,18 @@ class _Route:
         self.decay(now, window)
         return now - self.last_good <= window and self.good > self.bad
 
+    def ratio(self) -> float:
+        """Its share of failures (decayed); 0 with no record."""
+        total = self.good + self.bad
+        return self.bad / total if total > 0 else 0.0
+
+    def witness(self, failing: _Route, now: float, window: float) -> bool:
+        """It works, and ``failing`` fails the site more often than it answers it and at
+        least twice as often as this one does: pages that hang on every route (about the
+        same share of failures everywhere) blame none."""
+        bad = failing.ratio()
+        return bad > 0.5 and self.works(now, window) and self.ratio() * WITNESS_FACTOR <= bad
+
 
 class Suspects:
     def __init__(self, window: float = 60.0, sites: int = GLOBAL_SITES):
@@ -104,13 +120,17 @@ class Suspects:
         if not waiting or not r.works(now, self.window):
             return []
         out, keep = [], []
+        seen = self.routes[domain]
         for e, t in waiting:
             if now - t > self.window:
                 continue
-            if e == egress:
-                keep.append((e, t))
-            else:
-                out.append(self._blame(e, domain, now))
+            failing = seen.get(e)
+            if e != egress and failing is not None:
+                failing.decay(now, self.window)
+                if r.witness(failing, now, self.window):
+                    out.append(self._blame(e, domain, now))
+                    continue
+            keep.append((e, t))
         if keep:
             self.pending[domain] = keep
         else:
@@ -118,15 +138,32 @@ class Suspects:
         return out
 
     def failed(self, egress: str, domain: str, now: float) -> list[Blame]:
-        """An attempt to ``domain`` through ``egress`` failed after the connection."""
+        """An attempt to ``domain`` through ``egress`` failed after the connection: it
+        waits for the site's next answer through another egress (:meth:`answered`)."""
         self._route(egress, domain, now).bad += 1.0
-        seen = self.routes.get(domain, {})
-        if any(e != egress and r.works(now, self.window) for e, r in seen.items()):
-            return [self._blame(egress, domain, now)]
+        # blamed only when the site answers through another egress afterwards: an answer
+        # from before may be of a page sent before this attempt's (pages that all hang
+        # after a listing that answered)
         waiting = self.pending.setdefault(domain, [])
         waiting.append((egress, now))
         del waiting[:-MAX_PENDING]
         return []
+
+    def forget(self, egresses: list[str]) -> None:
+        """Drop the records of egresses no longer in the pool (a source changed): a
+        source that rotates its egresses would otherwise grow every site's record."""
+        gone = set(egresses)
+        if not gone:
+            return
+        for seen in self.routes.values():
+            for e in gone & seen.keys():
+                del seen[e]
+        for domain, waiting in list(self.pending.items()):
+            waiting[:] = [(e, t) for e, t in waiting if e not in gone]
+            if not waiting:
+                del self.pending[domain]
+        for e in gone:
+            self.blamed.pop(e, None)
 
     def _blame(self, egress: str, domain: str, now: float) -> Blame:
         events = [ev for ev in self.blamed.get(egress, ()) if now - ev.at <= self.window]

@@ -55,20 +55,30 @@ class LatePolicy:
 NO_LATE = LatePolicy(retries=0)
 
 _KEYS = {f.name for f in fields(LatePolicy)}
+#: the longest wait or deadline accepted (30 days): a late retry held longer keeps the
+#: crawl open as good as forever
+MAX_SECONDS = 30 * 86400.0
+#: what turns late retries off, as text (``-s SCALE_RETRY_LATE=0`` on the command line)
+_OFF_WORDS = ("0", "false", "no", "off", "none", "")
 
 
 def _seconds(key: str, v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
         raise ValueError(f"{key}: expected a number of seconds >= 0, got {v!r}")
+    if v > MAX_SECONDS:
+        raise ValueError(f"{key}: at most {MAX_SECONDS:g} s (30 days), got {v!r}")
     return float(v)
 
 
 def parse_late(value: Any) -> LatePolicy:
     """Validate ``SCALE_RETRY_LATE``: a dict of ``retries``, ``base``, ``cap``, ``deadline``,
-    ``classes``; missing keys keep their defaults; ``0``/``False``/``None`` = no late retries."""
+    ``classes``; missing keys keep their defaults; ``0``/``False``/``None`` (or, as text,
+    ``"0"``, ``"false"``, ``"off"``, ...) = no late retries."""
     from scrapy_scale.config import as_dict
 
     if value is None or value is False or value == 0:
+        return NO_LATE
+    if isinstance(value, str) and value.strip().lower() in _OFF_WORDS:
         return NO_LATE
     raw = as_dict(value)
     unknown = set(raw) - _KEYS

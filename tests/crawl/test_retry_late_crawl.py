@@ -85,3 +85,39 @@ def test_status_counts_a_late_retry_as_a_delayed_retry_and_the_crawl_waits_for_i
         finally:
             proc.terminate()
             proc.wait(60)
+
+
+def _outcomes(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_late_retry_survives_kill_9_and_the_next_run_sends_it_at_its_time(tmp_path):
+    """The frontier holds a late retry as a delayed record: after kill -9, the next run
+    sends that record (the chain's 4th attempt) once its time has come, not the entry page
+    afresh and not at once."""
+    late = {"retries": 2, "base": 20, "cap": 20, "deadline": 600}  # the late retry waits 10-20 s
+    with Testbed(hosts=1, pages=5, seed=9, faults="503@1:/,first=3") as tb:
+        settings = {"SCALE_RETRY_POLICY": QUICK, "SCALE_RETRY_LATE": late}
+        log1, log2 = tmp_path / "outcomes1.jsonl", tmp_path / "outcomes2.jsonl"
+        proc = start_crawl(tb, {**settings, "SCALE_OUTCOME_LOG": str(log1)}, tmp_path)
+        try:
+            deadline = time.monotonic() + 180
+            while True:  # progress: the late retry is decided and the frontier's store holds it
+                assert proc.poll() is None, "the crawl ended while a late retry was due"
+                assert time.monotonic() < deadline, "no late retry held by the frontier"
+                late_at = [o["retry_at"] for o in _outcomes(log1) if not o["final"] and o["attempt"] == 3]
+                if late_at and _status(tmp_path)["delayed_retries"] >= 1:
+                    break
+                time.sleep(0.5)
+        finally:
+            proc.kill()  # SIGKILL
+            proc.wait(60)
+        assert tb.count(path="/", kind="503") == 3
+        res = run_crawl(tb, {**settings, "SCALE_OUTCOME_LOG": str(log2)}, tmp_path, timeout=240)
+        assert res.returncode == 0, res.tail()
+        entry = [o for o in _outcomes(log2) if o["attempt"] > 1]
+        expected = tb.detail_urls()
+        requests_to_entry = tb.count(path="/")
+    assert [(o["attempt"], o["cls"]) for o in entry] == [(4, "ok")], entry  # the held chain, not a fresh one
+    assert requests_to_entry == 4  # 3 failures, then the late retry: no resent entry page
+    assert {i["url"] for i in res.items} >= expected  # the subtree, crawled after the late retry

@@ -21,6 +21,7 @@ def test_outside_a_crawl_every_helper_says_unknown() -> None:
     assert compat.feeds_accepting(None, {}) == 0
     assert compat.feed_exporter(crawler) is None  # in a crawl: test_private_engine_api_as_compat_uses_it
     assert compat.drop_slot_delay(crawler, "shop1.example.test") is False
+    assert compat.wrap_downloads(crawler, lambda inner: inner) is None
 
 
 def test_scrapy_playwright_private_api_as_compat_uses_it() -> None:
@@ -42,3 +43,46 @@ def test_scrapy_playwright_private_api_as_compat_uses_it() -> None:
     for attr in ("self.context_wrappers", "self.context_launch_lock", "self.browser"):
         assert attr in src, attr
     assert compat.playwright_contexts(object()) == {} and compat.playwright_browsers(object()) == 0
+
+
+def test_downloader_calls_its_handlers_download_request_async_as_compat_wraps_it() -> None:
+    """compat.wrap_downloads: Downloader._download awaits
+    ``self.handlers.download_request_async(request)`` (an instance attribute of that name
+    replaces it), and undo gives the method back, or says no when wrapped over since. The
+    first-byte timeout crawls (tests/crawl/test_egress_after_connect.py) use it for real."""
+    import inspect
+    from types import SimpleNamespace
+
+    from scrapy.core.downloader import Downloader
+    from scrapy.core.downloader.handlers import DownloadHandlers
+
+    assert "self.handlers.download_request_async(" in inspect.getsource(Downloader._download)
+    assert inspect.iscoroutinefunction(DownloadHandlers.download_request_async)
+    crawler = get_crawler()
+    handlers = DownloadHandlers(crawler)
+    crawler.engine = SimpleNamespace(downloader=SimpleNamespace(handlers=handlers))
+    seen = []
+    undo = compat.wrap_downloads(crawler, lambda inner: seen.append(inner) or "wrapped")
+    assert undo is not None and handlers.download_request_async == "wrapped"
+    assert seen[0].__func__ is DownloadHandlers.download_request_async  # inner: Scrapy's own
+    assert undo() is True and "download_request_async" not in vars(handlers)
+    undo = compat.wrap_downloads(crawler, lambda inner: "mine")
+    assert undo is not None
+    handlers.download_request_async = "over it"  # something wrapped it since
+    assert undo() is False and handlers.download_request_async == "over it"
+
+
+def test_only_compat_touches_the_downloaders_handlers() -> None:
+    """The project rule: Scrapy internals are used in compat.py only. (first_byte.py replaced
+    ``handlers.download_request_async`` itself before.)"""
+    from pathlib import Path
+
+    import scrapy_scale
+
+    root = Path(scrapy_scale.__file__).parent
+    users = sorted(
+        str(f.relative_to(root))
+        for f in root.rglob("*.py")
+        if f.name != "compat.py" and "download_request_async" in f.read_text()
+    )
+    assert users == []

@@ -80,3 +80,51 @@ def test_install_without_an_engine_warns_and_leaves_downloads_alone(caplog):
     off = FirstByteTimeout(NoEngine(), seconds=0)
     off.install()  # 0 = off: nothing to install, nothing said
     assert not off.installed
+
+
+def _crawler_with_handlers():
+    from types import SimpleNamespace
+
+    from scrapy.core.downloader.handlers import DownloadHandlers
+    from scrapy.utils.test import get_crawler
+
+    crawler = get_crawler()
+    handlers = DownloadHandlers(crawler)
+    crawler.engine = SimpleNamespace(downloader=SimpleNamespace(handlers=handlers))
+    return crawler, handlers
+
+
+def test_install_wraps_each_crawlers_handlers_and_close_gives_them_back(monkeypatch):
+    """Through compat.wrap_downloads; uninstall (the spider closed) restores Scrapy's method,
+    stops the clocks and leaves another crawler's wrapper alone. Failed before: there was
+    no uninstall (the wrapper and its timers outlived the spider)."""
+    from scrapy_scale.egress import first_byte
+
+    monkeypatch.setattr(first_byte, "_asyncio_reactor", lambda: True)  # no reactor in a pure test
+    (c1, h1), (c2, h2) = _crawler_with_handlers(), _crawler_with_handlers()
+    fb1, fb2 = FirstByteTimeout(c1, seconds=60), FirstByteTimeout(c2, seconds=60)
+    fb1.install()
+    fb2.install()
+    assert fb1.installed and fb2.installed  # the forced path ran
+    assert "download_request_async" in vars(h1) and "download_request_async" in vars(h2)
+
+    async def main():
+        started = asyncio.Event()
+
+        async def hang(request):
+            started.set()
+            await asyncio.sleep(3600)
+
+        t = asyncio.ensure_future(fb1.wrap(hang)(_req()))
+        await started.wait()
+        assert len(fb1._timers) == 1  # a clock runs for the pending attempt
+        fb1.uninstall()
+        assert not fb1._timers  # stopped, not left to fire after the close
+        t.cancel()
+
+    asyncio.run(main())
+    assert "download_request_async" not in vars(h1)  # Scrapy's own method again
+    assert "download_request_async" in vars(h2) and fb2.installed  # the other crawler keeps its own
+    assert not fb1.installed and fb1.closed
+    fb2.uninstall()
+    assert "download_request_async" not in vars(h2)

@@ -23,8 +23,8 @@ def pool(clock: FakeClock) -> EgressPool:
     return EgressPool(parse_egresses([A, B, C]), POLICY, PoolOptions(), clock, Randomness(1))
 
 
-def ok(p: EgressPool, e: str, d: str) -> None:
-    p.observe(e, d, "ok", "none", True)
+def ok(p: EgressPool, e: str, d: str) -> list:
+    return p.observe(e, d, "ok", "none", True)
 
 
 def timeout(p: EgressPool, e: str, d: str) -> list:
@@ -35,9 +35,9 @@ def test_a_blackhole_among_healthy_egresses_is_quarantined_for_the_site_after_mi
     clock = FakeClock()
     p = pool(clock)
     for i in range(3):
-        ok(p, IB, "shop")
+        timeout(p, IA, "shop")
         clock.advance(1)
-        events = timeout(p, IA, "shop")
+        events = ok(p, IB, "shop")  # the site answers through another egress afterwards
         assert (p.state(IA, "shop") == QUARANTINED) == (i == 2)
     assert [(e.kind, e.egress, e.domain) for e in events] == [("quarantined", IA, "shop")]
     assert p.state(IA) == HEALTHY  # one site only: not yet everywhere
@@ -47,12 +47,12 @@ def test_a_blackhole_among_healthy_egresses_is_quarantined_for_the_site_after_mi
 def test_failures_on_several_sites_count_globally_including_the_earlier_ones():
     clock = FakeClock()
     p = pool(clock)
-    for d in ("s1", "s2"):
-        ok(p, IB, d)
     timeout(p, IA, "s1")
     timeout(p, IA, "s1")
+    ok(p, IB, "s1")
     assert p.state(IA) == HEALTHY  # blamed on one site: not globally
-    events = timeout(p, IA, "s2")  # the second site: the three count globally
+    timeout(p, IA, "s2")
+    events = ok(p, IB, "s2")  # the second site: the three count globally
     assert ("quarantined", IA, "") in [(e.kind, e.egress, e.domain) for e in events]
     assert p.state(IA) == QUARANTINED
     assert p.choose("s3").egress.id != IA  # every site avoids it now
@@ -116,9 +116,9 @@ def test_random_noise_on_a_healthy_egress_does_not_evict_it():
 def test_rate_limited_answers_are_evidence_that_the_site_works():
     clock = FakeClock()
     p = pool(clock)
-    p.observe(IB, "shop", "rate_limited", "domain", True)
     for _ in range(3):
         timeout(p, IA, "shop")
+    p.observe(IB, "shop", "rate_limited", "domain", True)
     assert p.state(IA, "shop") == QUARANTINED
 
 
@@ -151,3 +151,62 @@ def test_pages_that_hang_on_every_egress_blame_none_though_other_pages_answer():
     assert {p.state(e) for e in (IA, IB, IC)} == {HEALTHY}
     # the first failures, before the answers were outnumbered, were blamed; no later one
     assert p.counts["suspect_failures"] == 45 and p.counts["suspect_blamed"] <= 6, p.counts
+
+
+def test_pages_that_hang_on_every_egress_are_not_blamed_once_the_routes_have_a_record():
+    """30 % of two sites' pages hang through every egress, the rest answer: each route fails
+    as often as the others, so none is a witness against another. (Before the witness had
+    to fail less often than the blamed route, every such failure was blamed and the healthy
+    egresses were quarantined everywhere in turn.)"""
+    import random
+
+    clock = FakeClock()
+    p = EgressPool(parse_egresses([A, B, C]), HealthPolicy(), PoolOptions(), clock, Randomness(1))
+    rnd = random.Random(2)
+    evicted, failures_after_warmup, blamed_at_warmup = [], 0, 0
+    for i in range(3000):
+        if i == 600:  # two minutes: every route has a record
+            blamed_at_warmup = p.counts["suspect_blamed"]
+        e, d = rnd.choice([IA, IB, IC]), f"s{i % 2}"
+        if rnd.random() < 0.3:
+            events = timeout(p, e, d)
+            failures_after_warmup += i >= 600
+        else:
+            events = p.observe(e, d, "ok", "none", True)
+        evicted += [ev for ev in events if ev.kind == "quarantined" and not ev.domain and i >= 600]
+        clock.advance(0.2)
+    assert failures_after_warmup > 500  # the forced path: many failures after the connection
+    assert p.counts["suspect_blamed"] - blamed_at_warmup <= failures_after_warmup // 20
+    assert not evicted
+
+
+def test_an_answer_from_before_the_failures_blames_none():
+    """The site's listing answered through A, then its detail pages (sent after it) hang
+    through every egress: B's and C's timeouts are handled before A's. Only an answer after
+    a failure is evidence against it (failed before: B and C were quarantined for the site,
+    the race behind a flaky crawl test of pages that hang on the site's side)."""
+    clock = FakeClock()
+    p = pool(clock)
+    ok(p, IA, "shop")
+    clock.advance(1)
+    events = [ev for e in (IB, IB, IB, IC, IC, IC, IA, IA, IA) for ev in timeout(p, e, "shop")]
+    assert events == [] and p.counts["suspect_blamed"] == 0
+    assert p.counts["suspect_failures"] == 9  # the path ran
+    assert {p.state(e, "shop") for e in (IA, IB, IC)} == {HEALTHY}
+
+
+def test_egresses_removed_from_the_pool_are_forgotten():
+    """A source that rotates its egresses must not grow every site's record (failed before:
+    the removed egresses' routes, pending failures and blamed failures stayed)."""
+    clock = FakeClock()
+    p = pool(clock)
+    for d in ("s1", "s2"):
+        timeout(p, IA, d)
+        ok(p, IB, d)
+        timeout(p, IA, d)  # pending: no answer after it yet
+    assert IA in p.suspects.blamed and all(IA in seen for seen in p.suspects.routes.values())
+    p.set_egresses(parse_egresses([B, C]))
+    s = p.suspects
+    assert IA not in s.blamed and not any(IA in seen for seen in s.routes.values())
+    assert not any(e == IA for waiting in s.pending.values() for e, _ in waiting)
+    assert all(IB in s.routes[d] for d in ("s1", "s2"))  # the others' records are kept

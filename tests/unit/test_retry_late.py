@@ -101,6 +101,10 @@ def test_what_the_user_said_stops_late_retries():
 def test_the_setting_and_its_errors():
     assert parse_late({}) == LatePolicy()
     assert parse_late(0) == NO_LATE and parse_late(False) == NO_LATE
+    # as the command line gives it (-s SCALE_RETRY_LATE=0): failed before ("expected a dict")
+    for off in ("0", "false", "off", " None "):
+        assert parse_late(off) == NO_LATE, off
+    assert RETRY_LATE.get(Settings({"SCALE_RETRY_LATE": "0"})) == NO_LATE
     assert parse_late({"retries": 5, "classes": ["transient"]}) == LatePolicy(
         retries=5, classes=frozenset({C.TRANSIENT})
     )
@@ -119,6 +123,8 @@ def test_the_setting_and_its_errors():
         ({"retry": 3}, "unknown key"),
         ({"base": 0}, "need a wait"),
         ({"base": 100, "cap": 10}, "below base"),
+        ({"cap": 1e308}, "at most"),  # with deadline 0, a retry held as good as forever
+        ({"deadline": 1e12}, "at most"),
     ]:
         with pytest.raises(ValueError, match=msg):
             parse_late(bad)
