@@ -23,3 +23,31 @@ FIRST_FAILED = "scale_first_failed"
 #: the keys that make a request the next attempt of its chain; a request that copied
 #: them from another (``meta=dict(response.meta)``) starts a chain of its own without them
 CHAIN_KEYS = (ATTEMPT, NOT_BEFORE, LAST_FAILURE, AVOID_EGRESS, LATE, FIRST_FAILED, "retry_times")
+
+#: the most attempts a chain can plausibly have; a stored value above it is not trusted
+MAX_ATTEMPT = 10_000
+
+_warned_attempt = False
+
+
+def attempt_of(m: dict, default: int = 1) -> int:
+    """The chain's attempt number from ``m`` (a request's meta, possibly read back from a
+    stored record: untrusted). A value that is not a whole number from 1 to
+    :data:`MAX_ATTEMPT` (text, NaN, infinite, negative, huge) gives ``default``, with one
+    warning per process, instead of an exception on the request path."""
+    global _warned_attempt
+    raw = m.get(ATTEMPT, default)
+    try:
+        value = float(raw)
+        if value != value or not 1 <= value <= MAX_ATTEMPT:
+            raise ValueError(raw)
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        if not _warned_attempt:
+            _warned_attempt = True
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "request meta %s = %r is not an attempt number; counted as %d (warned once)", ATTEMPT, raw, default
+            )
+        return default

@@ -33,7 +33,7 @@ class RetryFields:
 def retry_fields(request: Request) -> RetryFields:
     last = request.meta.get(meta.LAST_FAILURE)
     return RetryFields(
-        attempt=as_int(request.meta.get(meta.ATTEMPT), 1),
+        attempt=meta.attempt_of(request.meta),
         not_before=as_float(request.meta.get(meta.NOT_BEFORE), 0.0),
         last_failure=(str(last[0]), str(last[1])) if isinstance(last, list | tuple) and len(last) == 2 else None,
     )
@@ -79,7 +79,7 @@ class RecordIdentity:
         Sets ``meta["scale_fingerprint"]`` to the key."""
         real = self.fingerprinter.fingerprint(request).hex()
         given = request.meta.get(meta.FINGERPRINT)
-        attempt = as_int(request.meta.get(meta.ATTEMPT), 1)
+        attempt = meta.attempt_of(request.meta)
         fp, update = real, False
         given_url = in_flight_url(given) if given else None
         if given and key_base(given) == real:  # its own record, or a dont_filter one of its own
@@ -100,7 +100,7 @@ class RecordIdentity:
 def as_int(v: Any, default: int) -> int:
     try:
         return int(v) if v is not None else default
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return default
 
 

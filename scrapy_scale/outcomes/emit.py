@@ -95,7 +95,7 @@ class OutcomeEmitter:
             exception=exception_name(exception),
             egress=egress_id(request),
             latency=latency,
-            attempt=int(m.get(meta.ATTEMPT, 1)) if attempt is None else attempt,
+            attempt=meta.attempt_of(m) if attempt is None else attempt,
             final=final,
             retry_at=retry_at,
             avoid_egress=avoid,

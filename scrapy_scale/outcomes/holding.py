@@ -132,7 +132,7 @@ class DelayedRetries:
             cls = FailureClass.parse(str(last[0]))
         except ValueError:
             cls = C.FATAL
-        attempt = max(1, int(request.meta.get(meta.ATTEMPT, 2)) - 1)
+        attempt = max(1, meta.attempt_of(request.meta, 2) - 1)
         o = self.emitter.build(request, Verdict(cls, f"{last[1]} ({why})".strip()), attempt=attempt)
         self.stats.inc_value(K.RETRY_ABANDONED)
         self.emitter.send(o, request)
@@ -142,7 +142,7 @@ class DelayedRetries:
         m = request.meta
         if meta.FINGERPRINT not in m:
             return
-        if int(m.get(meta.ATTEMPT, 1)) > 1:
+        if meta.attempt_of(m) > 1:
             self.abandon(request, "dropped by the scheduler")
         elif m.get("redirect_urls"):
             o = self.emitter.build(request, Verdict(C.OK, "redirect to a URL already seen"))

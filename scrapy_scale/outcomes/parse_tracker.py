@@ -95,7 +95,7 @@ class ParseTracker:
         """The callback retries its own request (Scrapy's ``get_retry_request``): this attempt's
         outcome becomes non-final and the retry continues the chain as the next attempt."""
         request = response.request
-        attempt = int(request.meta.get(meta.ATTEMPT, 1)) if request is not None else 1
+        attempt = meta.attempt_of(request.meta) if request is not None else 1
         retry.meta[meta.ATTEMPT] = attempt + 1
         cls = st.pending.verdict.cls if st.pending.verdict.cls is not C.OK else C.PARSE_FAILED
         retry.meta[meta.LAST_FAILURE] = [cls.value, "retried by the callback"]

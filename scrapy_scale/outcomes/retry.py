@@ -46,7 +46,7 @@ class RetryDecider:
         late_done, first_failed = self.late_state(m, where) if late_ok else (0, None)
         d = self.policy.decide(
             verdict.cls,
-            int(m.get(meta.ATTEMPT, 1)),
+            meta.attempt_of(m),
             retry_after=verdict.retry_after,
             max_retries=m.get("max_retry_times"),
             dont_retry=bool(m.get("dont_retry", False)),
