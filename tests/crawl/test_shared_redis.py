@@ -64,10 +64,6 @@ def test_scale_reset_refuses_a_glob_job_name(redis_url: str, redis_prefix: str) 
         other.close()
 
 
-class NotARequest:
-    pass
-
-
 def test_a_record_naming_another_class_is_refused_without_importing_it(capsys: pytest.CaptureFixture[str]) -> None:
     assert "this" not in sys.modules  # importing it prints the Zen of Python
     for path in ("this.Request", "os.system", "subprocess.Popen", "scrapy_scale.testbed.Testbed"):
@@ -78,7 +74,7 @@ def test_a_record_naming_another_class_is_refused_without_importing_it(capsys: p
     assert "Beautiful is better than ugly" not in capsys.readouterr().out
     # the spider's module is allowed, but only for Request classes
     with pytest.raises(codec.CodecError, match="not a Request class"):
-        codec.decode(record(_class=f"{__name__}.NotARequest"), Shop())
+        codec.decode(record(_class=f"{Shop.__module__}.NotARequest"), Shop())  # the spider's module
     with pytest.raises(codec.CodecError, match="not a dotted path"):
         codec.decode(record(_class="Request"), Shop())
 

@@ -57,6 +57,10 @@ class Shop(scrapy.Spider):
         return cls()
 
 
+class NotARequest:
+    """A class in the spider's module that is not a Request (a record may not name it)."""
+
+
 class ShopRequest(scrapy.Request):
     """A Request subclass of the spider's own module (this test module)."""
 
