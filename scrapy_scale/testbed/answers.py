@@ -46,6 +46,8 @@ class Answering:
     rate_limit: float | Mapping[str | int, float] | None
     robots: bytes
     keep_log: bool
+    #: epoch seconds the time windows of faults (``until``) count from
+    clock_start: float
     _disallow: list[str]
     _crawl_delay: float | Mapping[str | int, float] | None
     host_numbers: dict[str, int]
@@ -117,6 +119,8 @@ class Answering:
             return Answer(429, "rate_limited", b"<html><body>Slow down</body></html>", [("Retry-After", "1")])
         for idx, f in enumerate(self.faults):
             if f.kind == "layout" and self.catalog.item_id(path) is None:
+                continue
+            if f.until is not None and now - self.clock_start > f.until:
                 continue
             if f.selects(host, host_no, path, egress) and f.fires(self.seed, idx, host, path, ordinal):
                 return self._fault_answer(f, host_no, path, now)
