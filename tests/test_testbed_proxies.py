@@ -185,3 +185,50 @@ def test_tls_hosts_directly_and_through_a_connect_tunnel() -> None:
         assert c.getresponse().status == 200
         assert [(r.host, r.egress) for r in t.log] == [("shop1.example.test", None), ("shop2.example.test", "p1")]
         assert via(t, "p1", f"https://shop2.example.test:{t.port}/")[0] == 502  # https only via CONNECT
+
+
+@pytest.mark.crawl
+def test_blackhole_proxy_reads_the_request_and_never_answers() -> None:
+    with Testbed(hosts=1, pages=10, proxies=[ProxySpec("bh", mode="blackhole")]) as t:
+        c = http.client.HTTPConnection("127.0.0.1", t.proxy_ports["bh"], timeout=0.5)
+        try:
+            with pytest.raises(TimeoutError):
+                via(t, "bh", url(t, 1, "/item/1"), conn=c)
+        finally:
+            c.close()
+        assert [(e.proxy, e.outcome) for e in t.proxy_log] == [("bh", "blackhole")]
+        assert t.log == []  # nothing reached the target
+
+
+@pytest.mark.crawl
+def test_garbage_proxy_answers_bytes_that_are_not_http() -> None:
+    with Testbed(hosts=1, pages=10, proxies=[ProxySpec("g", mode="garbage")]) as t:
+        with pytest.raises(http.client.BadStatusLine):
+            via(t, "g", url(t, 1, "/item/1"))
+        assert [e.outcome for e in t.proxy_log] == ["garbage"]
+        assert t.log == []
+
+
+@pytest.mark.crawl
+def test_midclose_proxy_closes_in_the_middle_of_the_body() -> None:
+    with Testbed(hosts=1, pages=10, proxies=[ProxySpec("m", mode="midclose"), ProxySpec("ok")]) as t:
+        full = via(t, "ok", url(t, 1, "/item/1"))[2]
+        c = http.client.HTTPConnection("127.0.0.1", t.proxy_ports["m"], timeout=5)
+        try:
+            c.request("GET", url(t, 1, "/item/1"))
+            r = c.getresponse()
+            assert r.status == 200  # the status line and the headers came through
+            with pytest.raises(http.client.IncompleteRead) as exc:
+                r.read()
+            assert 0 < len(exc.value.partial) < len(full)
+        finally:
+            c.close()
+        assert [e.outcome for e in t.proxy_log] == ["forwarded", "midclose"]
+        assert [r.egress for r in t.log] == ["ok", "m"]  # the target did answer
+
+
+@pytest.mark.pure
+def test_proxy_spec_parsing_of_the_failing_modes() -> None:
+    assert parse_proxy("b:blackhole").mode == "blackhole"
+    assert parse_proxy("g:garbage").mode == "garbage"
+    assert parse_proxy("m:midclose").mode == "midclose"

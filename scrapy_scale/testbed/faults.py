@@ -115,7 +115,8 @@ class Fault:
         return unit(*key) < self.p
 
 
-PROXY_MODES = ("healthy", "dead", "slow", "flaky", "auth")
+#: every proxy mode: see the module docstring of ``scrapy_scale.testbed.proxy``
+PROXY_MODES = ("healthy", "dead", "slow", "flaky", "auth", "blackhole", "garbage", "midclose")
 
 
 @dataclass(frozen=True)

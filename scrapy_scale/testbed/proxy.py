@@ -4,7 +4,10 @@ Each proxy connects to targets from its own loopback source address, so a target
 sees which egress a request came through (``Served.egress``), for plain requests
 and CONNECT tunnels alike. Modes: healthy, slow (``delay`` before each request),
 flaky (resets ``p`` of the requests), auth (407 without the right
-Proxy-Authorization); dead proxies are handled in the server (bound, not listening).
+Proxy-Authorization), blackhole (reads the request, never answers, never closes),
+garbage (answers with bytes that are not HTTP, then closes), midclose (forwards, sends
+the status line, the headers and part of the body, then closes); dead proxies are
+handled in the server (bound, not listening).
 """
 
 from __future__ import annotations
@@ -24,6 +27,15 @@ if TYPE_CHECKING:
     from scrapy_scale.testbed.server import Testbed
 
 _HOP = {"proxy-authorization", "proxy-connection", "connection", "keep-alive"}
+
+#: what a ``garbage`` proxy answers: no status line, no headers
+GARBAGE = b"\x00\x17\x9cgarbage, not HTTP\n\xff\xfe" * 4
+
+
+async def _until_closed(reader: asyncio.StreamReader) -> None:
+    """Read and drop whatever the client sends until it closes (or the testbed stops)."""
+    while await reader.read(65536):
+        pass
 
 
 async def start_proxy(tb: Testbed, spec: ProxySpec, source_ip: str, port: int = 0) -> asyncio.Server:
@@ -99,6 +111,22 @@ class _Proxy:
                     return
                 if spec.mode == "slow":
                     await asyncio.sleep(spec.delay)
+                if spec.mode == "blackhole":
+                    self._event(method, target, client, "blackhole")
+                    await _until_closed(reader)
+                    return
+                if spec.mode == "garbage":
+                    self._event(method, target, client, "garbage")
+                    writer.write(GARBAGE)
+                    await writer.drain()
+                    return
+                if spec.mode == "midclose" and method == "CONNECT":
+                    # a tunnel's answer is opaque (TLS): the proxy closes before it
+                    self._event(method, target, client, "midclose")
+                    writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    await writer.drain()
+                    await reader.read(65536)
+                    return
                 if method == "CONNECT":
                     await self._tunnel(target, reader, writer, client)
                     return
@@ -121,7 +149,7 @@ class _Proxy:
                         await writer.drain()
                         continue
                     upstreams[key] = up
-                self._event(method, target, client, "forwarded")
+                self._event(method, target, client, "midclose" if spec.mode == "midclose" else "forwarded")
                 path = (u.path or "/") + (f"?{u.query}" if u.query else "")
                 out = [f"{method} {path} HTTP/1.1"]
                 out += [f"{k}: {v}" for k, v in headers if k.lower() not in _HOP]
@@ -138,6 +166,10 @@ class _Proxy:
                     rmap[k.strip().lower()] = v.strip()
                 if "content-length" in rmap:
                     rbody = await up[0].readexactly(int(rmap["content-length"])) if method != "HEAD" else b""
+                    if spec.mode == "midclose":
+                        writer.write(rhead + rbody[: len(rbody) // 2])
+                        await writer.drain()
+                        return
                     writer.write(rhead + rbody)
                     await writer.drain()
                     if rmap.get("connection", "").lower() == "close":
@@ -146,7 +178,8 @@ class _Proxy:
                     if hmap.get("connection", "").lower() == "close":
                         return
                 else:
-                    writer.write(rhead + await up[0].read())
+                    rest = await up[0].read()
+                    writer.write(rhead + (rest[: len(rest) // 2] if spec.mode == "midclose" else rest))
                     await writer.drain()
                     return
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
