@@ -7,7 +7,7 @@ The plan (a fresh in-process testbed per crawl, same seed, so every stack meets 
 faults and full rate buckets): ``--hosts`` hosts (default 5) of ``--pages`` detail pages
 each, every one allowing ``--rate`` requests/s per client address (so per egress); 5%
 random 503s on every page; host 3 answers everything ``--slow`` s late; host 4 answers
-503 to everything during the ``--burst`` seconds after the crawl's first request (its
+503 to everything for ``--burst`` seconds from its first request (robots.txt aside: its
 entry page fails, then recovers); host 5 announces ``Crawl-delay`` (``--crawl-delay``)
 in robots.txt. Eight proxies: three healthy, one banned (403) by host 2, one dead
 (refused), one blackhole (accepts, never answers), one garbage (non-HTTP bytes), one
@@ -194,15 +194,7 @@ def crawl(name: str, plan: Plan, a: argparse.Namespace, work: Path) -> dict[str,
             CLOSESPIDER_TIMEOUT=a.max_seconds,
             LOG_LEVEL="INFO",
         )
-        tb.restart_clock(time.time() + 86400)  # host 4's burst holds until the crawl's first request
-        proc = start_crawl(tb, settings, work)
-        started = False
-        while proc.poll() is None:
-            if not started and tb.log:
-                tb.restart_clock(tb.log[0].time)
-                started = True
-            time.sleep(0.05)
-        res = proc.finish(60)
+        res = start_crawl(tb, settings, work).finish(a.max_seconds + 120)
         log = tb.log
         port = {pid: f"127.0.0.1:{p}" for pid, p in tb.proxy_ports.items()}
         details = tb.detail_urls()
@@ -303,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pages", type=int, default=120, help="detail pages per host")
     ap.add_argument("--rate", type=float, default=4.0, help="requests/s each host allows per client address")
     ap.add_argument("--slow", type=float, default=0.3, help="host 3's latency, seconds")
-    ap.add_argument("--burst", type=float, default=6.0, help="seconds host 4 fails from the crawl's first request")
+    ap.add_argument("--burst", type=float, default=6.0, help="seconds host 4 fails from its first request")
     ap.add_argument("--crawl-delay", type=float, default=0.1, help="host 5's robots.txt Crawl-delay")
     ap.add_argument("--noise", type=float, default=0.05, help="share of random 503s")
     ap.add_argument("--timeout", type=float, default=10.0, help="DOWNLOAD_TIMEOUT of every stack")

@@ -279,9 +279,24 @@ def test_fault_spec_parsing_and_errors() -> None:
     f = parse_faults("503@1+shop2.example.test:/list/*,first=2,retry_after=date:5 ; 403,egresses=p1+direct")
     assert f[0] == Fault("503", path="/list/*", hosts=(1, "shop2.example.test"), first=2, retry_after="date:5")
     assert f[1] == Fault("403", egresses=("p1", "direct"))
-    for bad in ["teapot", "429,p=2", "429,bogus=1", "layout,variant=weird", "429,retry_after=soon"]:
+    assert parse_faults("503@1:/,until=5") == [Fault("503", path="/", hosts=(1,), until=5.0)]
+    for bad in ["teapot", "429,p=2", "429,bogus=1", "layout,variant=weird", "429,retry_after=soon", "503,until=-1"]:
         with pytest.raises(ValueError):
             parse_faults(bad)
+
+
+@pytest.mark.crawl
+def test_a_fault_with_until_fires_for_that_long_after_its_first_request() -> None:
+    """A burst: 503 for ``until`` seconds from the first request the rule selected."""
+    with Testbed(hosts=1, pages=10, faults="503:/item/1,until=0.2;503:/item/2,until=600") as tb:
+        assert get(tb, 1, "/item/1")[0] == 503
+        assert get(tb, 1, "/item/2")[0] == 503
+        time.sleep(0.3)  # past the first window; the second lasts 10 minutes
+        assert get(tb, 1, "/item/1")[0] == 200
+        assert get(tb, 1, "/item/2")[0] == 503
+        assert get(tb, 1, "/item/3")[0] == 200  # not selected: no window starts
+        tb.set_faults("503:/item/1,until=600")  # new rules: new windows
+        assert get(tb, 1, "/item/1")[0] == 503
 
 
 @pytest.mark.serial

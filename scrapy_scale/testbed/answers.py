@@ -46,8 +46,7 @@ class Answering:
     rate_limit: float | Mapping[str | int, float] | None
     robots: bytes
     keep_log: bool
-    #: epoch seconds the time windows of faults (``until``) count from
-    clock_start: float
+    _fault_since: dict[int, float]  # rule index -> its first selected request (until=)
     _disallow: list[str]
     _crawl_delay: float | Mapping[str | int, float] | None
     host_numbers: dict[str, int]
@@ -120,9 +119,11 @@ class Answering:
         for idx, f in enumerate(self.faults):
             if f.kind == "layout" and self.catalog.item_id(path) is None:
                 continue
-            if f.until is not None and now - self.clock_start > f.until:
+            if not f.selects(host, host_no, path, egress):
                 continue
-            if f.selects(host, host_no, path, egress) and f.fires(self.seed, idx, host, path, ordinal):
+            if f.until is not None and not f.active(self._fault_since.setdefault(idx, now), now):
+                continue
+            if f.fires(self.seed, idx, host, path, ordinal):
                 return self._fault_answer(f, host_no, path, now)
         return self._normal(host_no, path)
 

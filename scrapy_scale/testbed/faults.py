@@ -11,7 +11,7 @@ Text form (CLI ``--faults``, :func:`parse_faults`): faults separated by ``;``, e
 
     429:/item/*,p=0.1,retry_after=2 ; reset,p=0.02 ; 503@1+2:/list/*,first=1
     layout:/item/*,after=50,variant=missing ; 403,egresses=p2 ; hang:/item/7,nth=1
-    503@4,until=5                 (every request to host 4 in the testbed's first 5 seconds)
+    503@1:/,until=5
 
 HOSTS and tuple values are joined with ``+``; hosts are names or numbers (1-based).
 """
@@ -19,7 +19,6 @@ HOSTS and tuple values are joined with ``+``; hosts are names or numbers (1-base
 from __future__ import annotations
 
 import fnmatch
-import math
 import re
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -61,7 +60,7 @@ class Fault:
     retry_after: int | str | None = None
     delay: float = 2.0
     variant: str = "renamed"
-    #: only during the first ``until`` seconds after the testbed started (or ``restart_clock()``)
+    #: fire only within this many seconds after the first request the rule selected
     until: float | None = None
 
     def __post_init__(self) -> None:
@@ -69,10 +68,10 @@ class Fault:
             raise ValueError(f"unknown fault kind {self.kind!r}; known: {', '.join(KINDS)}")
         if self.p is not None and not 0 <= self.p <= 1:
             raise ValueError(f"fault {self.kind}: p must be in [0, 1]")
+        if self.until is not None and not self.until >= 0:
+            raise ValueError(f"fault {self.kind}: until must be a number of seconds >= 0")
         if self.variant not in ("renamed", "missing"):
             raise ValueError(f"fault {self.kind}: variant must be renamed or missing")
-        if self.until is not None and not (math.isfinite(self.until) and self.until >= 0):
-            raise ValueError(f"fault {self.kind}: until must be a finite number of seconds >= 0")
         ra = self.retry_after
         if isinstance(ra, str) and not re.fullmatch(r"date:\d+", ra):
             raise ValueError(f"fault {self.kind}: retry_after is seconds or 'date:SECONDS'")
@@ -103,6 +102,10 @@ class Fault:
             if not m or int(m.group(1)) <= self.after:
                 return False
         return True
+
+    def active(self, since: float, now: float) -> bool:
+        """Within the rule's time window (``until``), ``since`` its first selected request."""
+        return self.until is None or now - since < self.until
 
     def fires(self, seed: int, index: int, host: str, path: str, ordinal: int) -> bool:
         """Whether the rule fires for the ``ordinal``-th request (1-based) to host+path."""

@@ -15,7 +15,6 @@ import json
 import os
 import socket
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -76,6 +75,7 @@ class Testbed(Answering):
         self.pages = pages
         self.catalog = Catalog(seed, pages, per_page)
         self.faults: list[Fault] = parse_faults(faults) if isinstance(faults, str) else list(faults)
+        self._fault_since: dict[int, float] = {}  # rule index -> its first selected request (until=)
         self.proxy_specs: list[ProxySpec] = list(proxies)
         if len({p.id for p in self.proxy_specs}) != len(self.proxy_specs):
             raise ValueError("proxy ids must be unique")
@@ -113,8 +113,6 @@ class Testbed(Answering):
         self._transports: set[asyncio.BaseTransport] = set()
         self._dead_sockets: list[socket.socket] = []
         self._proxy_writers: set[asyncio.StreamWriter] = set()
-        self.clock_start = time.time()
-        self._clock_set = False
 
     @classmethod
     def view(cls, state: dict[str, Any] | str | os.PathLike[str]) -> Testbed:
@@ -151,15 +149,7 @@ class Testbed(Answering):
         if self._error is not None:
             raise RuntimeError(f"testbed failed to start: {self._error!r}") from self._error
         resolver.register(self.addresses)
-        if not self._clock_set:  # the first start; a restart after stop() keeps the clock
-            self.restart_clock()
         return self
-
-    def restart_clock(self, at: float | None = None) -> None:
-        """Let the time windows of faults (``Fault(until=SECONDS)``) count from ``at`` (epoch
-        seconds; default now) instead of from the testbed's first start."""
-        self.clock_start = time.time() if at is None else at
-        self._clock_set = True
 
     def stop(self) -> None:
         loop, thread = self._loop, self._thread
@@ -265,6 +255,7 @@ class Testbed(Answering):
         Plans keep counting from the requests already served."""
         new = parse_faults(faults) if isinstance(faults, str) else list(faults)
         self._track_ordinals = True
+        self._fault_since = {}
         self.faults = new
 
     # ---- public view --------------------------------------------------------------
