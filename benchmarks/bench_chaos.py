@@ -56,7 +56,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from scrapy_scale.testbed import ProxySpec, Testbed  # noqa: E402
-from tests.crawling import start_crawl  # noqa: E402
+from tests.support.crawling import start_crawl  # noqa: E402
 
 PROXIES = [
     ProxySpec("ok1"),

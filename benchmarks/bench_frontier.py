@@ -332,7 +332,7 @@ def fill(url: str, job: str, tb: TestbedProcess, pending: int, log: Callable[[st
 
 
 def measure(tb: TestbedProcess, settings: dict[str, Any], workdir: Path, timeout: float = 900) -> dict[str, Any]:
-    from tests.crawling import start_crawl
+    from tests.support.crawling import start_crawl
 
     proc = start_crawl(tb, {**BASE_SETTINGS, **settings}, workdir)
     t = time.monotonic()
@@ -412,7 +412,7 @@ def _in_process_testbed(hosts: int, pages: int) -> Iterator[Any]:
 
 
 def kill9_once(tb: Any, settings: dict[str, Any], workdir: Path, kill_at: int) -> dict[str, Any]:
-    from tests.crawling import start_crawl
+    from tests.support.crawling import start_crawl
 
     tb.clear_log()
     first = start_crawl(tb, {**BASE_SETTINGS, **settings}, workdir)

@@ -88,7 +88,7 @@ def attribution(path: str) -> tuple[float, float]:
 
 def crawl(args: Any, tmp: Path, settings: dict[str, Any]) -> dict[str, float]:
     from scrapy_scale.testbed import Testbed
-    from tests.crawling import run_crawl
+    from tests.support.crawling import run_crawl
 
     # a fresh testbed per crawl: fault plans count requests per path, so every variant
     # meets exactly the same faults
@@ -114,7 +114,7 @@ def crawl_pair(args: Any, tmp: Path, first: dict[str, Any], second: dict[str, An
     import os
 
     from scrapy_scale.testbed import Testbed
-    from tests.crawling import start_crawl
+    from tests.support.crawling import start_crawl
 
     kw = {"hosts": args.hosts, "pages": args.pages, "seed": 11, "faults": FAULTS, "keep_log": False}
     with Testbed(**kw) as tb1, Testbed(**kw) as tb2:

@@ -70,7 +70,7 @@ def store_rate(url: str, n: int, batch_size: int, max_latency: float) -> float:
 
 
 def crawl(tb: Any, tmp: Path, settings: dict[str, Any]) -> dict[str, float]:
-    from tests.crawling import run_crawl
+    from tests.support.crawling import run_crawl
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     res = run_crawl(tb, settings, tmp, timeout=600)
@@ -103,7 +103,7 @@ def main() -> None:
     mongo = None
     uri = os.environ.get("MONGO_URI")
     if not uri:
-        from tests import services
+        from tests.support import services
 
         mongo = services.private_mongo(tmp / "mongo")
         uri = f"mongodb://127.0.0.1:{mongo.port}/"

@@ -196,7 +196,7 @@ def mongo_server() -> Iterator[str]:
     if env:
         yield env
         return
-    from tests import services
+    from tests.support import services
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-mongo-"))
     p = services.private_mongo(workdir)
@@ -317,7 +317,7 @@ def profile(name: str, settings: Any, tb: TestbedProcess, out: Path) -> None:
     if spy is None:
         raise SystemExit("--profile needs py-spy (pip install py-spy)")
     run_id = f"profile-{uuid.uuid4().hex[:8]}"
-    from tests.crawling import start_crawl
+    from tests.support.crawling import start_crawl
 
     proc = start_crawl(
         tb, {**(settings(run_id) if callable(settings) else settings)}, Path(tempfile.mkdtemp(prefix="bench-profile-"))

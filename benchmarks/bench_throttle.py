@@ -45,7 +45,7 @@ def steady_from(log: list[Any], share: float = 0.02) -> float | None:
 
 def measure(name: str, settings: dict[str, Any], rate: float, pages: int, workdir: Path) -> dict[str, Any]:
     from scrapy_scale.testbed import Testbed
-    from tests.crawling import run_crawl
+    from tests.support.crawling import run_crawl
 
     with Testbed(hosts=1, pages=pages, per_page=20, rate_limit=rate, seed=11) as tb:
         res = run_crawl(tb, {**settings, "LOG_LEVEL": "INFO"}, workdir / name.replace(" ", "_"), timeout=3600)

@@ -11,7 +11,7 @@
     print(table(results))                                    # medians and ratios to the first variant
 
 Every crawl is ``python -m scrapy crawl catalog`` in a subprocess (cwd = repo root, the
-example project's settings, then ``settings``), run through ``tests.crawling.start_crawl``
+example project's settings, then ``settings``), run through ``tests.support.crawling.start_crawl``
 (a generated settings module, so values keep their Python types; a value of None removes
 a setting) in a fresh folder, so no two crawls share a frontier or an item store. The
 harness waits for it with ``os.wait4``, which gives the child's own resource usage:
@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python benchmarks/x.py` as well as `python -m benchmarks.x`
     sys.path.insert(0, str(ROOT))
 
-from tests.crawling import start_crawl  # noqa: E402 - needs the repo root on sys.path
+from tests.support.crawling import start_crawl  # noqa: E402 - needs the repo root on sys.path
 
 PYTHON = sys.executable
 
@@ -104,7 +104,7 @@ class TestbedProcess:
     """``python -m scrapy_scale.testbed`` as its own process; a context manager.
 
     ``pages`` is the TOTAL number of detail pages, spread evenly over ``hosts``.
-    Has what ``tests.crawling.start_crawl`` needs of a testbed: ``start_urls`` and
+    Has what ``tests.support.crawling.start_crawl`` needs of a testbed: ``start_urls`` and
     ``scrapy_settings()``.
     """
 

@@ -33,7 +33,7 @@ FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?):(?P<line>\d+)\)$")
 
 #: inclusive entry points: (label, regex on "func (file")
 INCLUSIVE = [
-    ("outcome spider middleware (all it wraps)", r"^OutcomeSpiderMiddleware\.|outcomes/parsing\.py"),
+    ("outcome spider middleware (all it wraps)", r"^OutcomeSpiderMiddleware\.|outcomes/parse_tracker\.py"),
     ("store spider middleware (all it wraps)", r"^StoreSpiderMiddleware\."),
     ("store pipeline process_item", r"^StorePipeline\.process_item"),
     ("frontier enqueue_request", r"^Scheduler\.enqueue_request \(scrapy_scale"),

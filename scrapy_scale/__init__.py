@@ -4,4 +4,4 @@ from scrapy_scale.addon import Addon
 from scrapy_scale.config import ScaleSettingError
 
 __all__ = ["Addon", "ScaleSettingError"]
-__version__ = "0.1.0"
+__version__ = "0.4.0"

@@ -12,19 +12,20 @@ from typing import Any
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
-from scrapy_scale import config, settings_core, startup
+from scrapy_scale import config, startup
+from scrapy_scale.config import core_settings
 
 #: (component priority dict, component path, order): enabled by the add-on unless
 #: the project already lists the component (a project disables one with None).
 COMPONENTS: list[tuple[str, str, int]] = [
-    ("EXTENSIONS", "scrapy_scale.config_check.SettingsCheck", 0),
+    ("EXTENSIONS", "scrapy_scale.config.check.SettingsCheck", 0),
     # NotConfigured when SCALE_GC_FREEZE is off and SCALE_GC_THRESHOLD is 0
     ("EXTENSIONS", "scrapy_scale.gc_tuning.GCTuning", 0),
     ("EXTENSIONS", "scrapy_scale.monitor.summary.RunSummary", 0),
     # NotConfigured unless an export mode is set (SCALE_METRICS_PORT / _PUSHGATEWAY / _TEXTFILE)
     ("EXTENSIONS", "scrapy_scale.monitor.extension.MetricsExtension", 0),
     ("EXTENSIONS", "scrapy_scale.monitor.progress.ProgressLog", 0),
-    ("EXTENSIONS", "scrapy_scale.monitor.snapshots.SnapshotPublisher", 0),
+    ("EXTENSIONS", "scrapy_scale.monitor.worker_status.SnapshotPublisher", 0),
     ("DOWNLOADER_MIDDLEWARES", "scrapy_scale.outcomes.OutcomeDownloaderMiddleware", 550),
     ("SPIDER_MIDDLEWARES", "scrapy_scale.outcomes.OutcomeSpiderMiddleware", 45),
     ("EXTENSIONS", "scrapy_scale.outcomes.record.OutcomeLog", 0),
@@ -64,7 +65,7 @@ class Addon:
     def update_settings(self, settings: BaseSettings) -> None:
         with startup.reporting(settings):
             config._load_declarations()  # SCALE_ENABLED lives in a declaring module
-            if not settings_core.ENABLED.get(settings):
+            if not core_settings.ENABLED.get(settings):
                 return
             config.validate_all(settings)
         for name, value in SINGLE.items():

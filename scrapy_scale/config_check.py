@@ -1,21 +1,7 @@
-"""An extension that validates every SCALE_* setting when the crawler starts.
+"""The settings check's former path, kept so that ``EXTENSIONS`` naming
+``scrapy_scale.config_check.SettingsCheck`` keeps working; it lives in
+:mod:`scrapy_scale.config.check`."""
 
-The add-on enables it; a project that picks single components can add it to
-EXTENSIONS to get the same startup check.
-"""
+from scrapy_scale.config.check import SettingsCheck
 
-from __future__ import annotations
-
-from scrapy.crawler import Crawler
-
-from scrapy_scale import config, startup
-
-
-class SettingsCheck:
-    def __init__(self, values: dict[str, object]):
-        self.values = values
-
-    @classmethod
-    @startup.reports_setting_errors
-    def from_crawler(cls, crawler: Crawler) -> SettingsCheck:
-        return cls(config.validate_all(crawler.settings))
+__all__ = ["SettingsCheck"]

@@ -11,13 +11,96 @@ middlewares before the scheduler)::
         ...
 
 The fields are the whole contract; docs/architecture.md lists who writes and who reads each.
+What one component offers another is a typed field whose type is a Protocol below (what
+the readers may use, no more); an object one package shares among its own components
+is reached by its class through :meth:`ScaleContext.shared`. Nothing is found by a
+string key.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from scrapy import Request
+
+T = TypeVar("T")
+
+
+class Pacer(Protocol):
+    """Per-site pacing (the throttle), asked by the frontier scheduler before it hands out
+    a request; the progress line reads :meth:`paused`."""
+
+    def hold_until(self, domain: str) -> float:
+        """0.0: a request to ``domain`` may be handed out now; else the epoch time it
+        may (``math.inf``: unknown yet; the pacer wakes the engine when it may)."""
+
+    def spacing(self, domain: str) -> float:
+        """Seconds between two requests to ``domain`` as paced now."""
+
+    def handed_out(self, request: Request, domain: str, fingerprint: str | None) -> None:
+        """``request`` to ``domain`` is being handed to the engine."""
+
+    def paused(self) -> list[tuple[str, float]]:
+        """The sites paused now and until when (epoch seconds)."""
+
+
+class EgressPoolView(Protocol):
+    """The egress pool, as the metrics and the run summary see it."""
+
+    def pool_sizes(self) -> dict[str, int]:
+        """Egresses by state (``healthy``, ``quarantined``, ``probing``)."""
+
+    def snapshot(self, top: int = 10) -> list[dict[str, Any]]:
+        """The status rows of the ``top`` busiest egresses (docs/egress.md)."""
+
+
+class BrowserView(Protocol):
+    """A browser integration's live counts, read by the metrics: ints, or zero-argument
+    callables returning one. It may also offer ``settled()``, a Deferred fired once its
+    contexts are closed at spider close (the metrics await it before their final read)."""
+
+    @property
+    def contexts(self) -> int | Callable[[], int]: ...
+
+    @property
+    def processes(self) -> int | Callable[[], int]: ...
+
+
+class StoreView(Protocol):
+    """The store pipeline, as the quality report sees it."""
+
+    @property
+    def duplicates_in_run(self) -> int:
+        """Items whose key was already written in this run."""
+
+
+class SnapshotIndex(Protocol):
+    """The raw snapshots kept this run, as the quality report sees them."""
+
+    def index(self) -> dict[str, str]:
+        """URL -> snapshot path."""
+
+
+class QualityFigures(Protocol):
+    """The run's validation figures, as the metrics see them."""
+
+    @property
+    def validated(self) -> int: ...
+
+    @property
+    def quarantined(self) -> int: ...
+
+
+class QualityReportView(Protocol):
+    """The quality report extension, as the metrics see it."""
+
+    @property
+    def failing(self) -> list[str] | None:
+        """The checks failing at the last periodic run (None before the first)."""
 
 
 @dataclass
@@ -42,8 +125,23 @@ class ScaleContext:
     store_url: str | None = None
     #: per-callback item sources the store spider middleware records for the pipeline
     item_sources: Any = None
-    #: anything else a component wants to publish, by a documented name
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: per-site pacing (the throttle), when on
+    pacer: Pacer | None = None
+    #: the egress pool (the egress middleware), when on
+    egress_pool: EgressPoolView | None = None
+    #: a browser integration's live contexts and processes (the egress middleware, or the
+    #: project's own integration)
+    browser: BrowserView | None = None
+    #: the store pipeline, when on
+    store: StoreView | None = None
+    #: the raw snapshots of this run (the quality snapshot keeper), when on
+    snapshot_index: SnapshotIndex | None = None
+    #: the run's validation figures (the quality layer), once counted
+    quality_figures: QualityFigures | None = None
+    #: the quality report extension, when on
+    quality_report: QualityReportView | None = None
+    #: objects a package shares among its own components, one per class (:meth:`shared`)
+    _shared: dict[type, Any] = field(default_factory=dict, repr=False)
 
     _contexts: ClassVar[weakref.WeakKeyDictionary[Any, ScaleContext]] = weakref.WeakKeyDictionary()
 
@@ -54,3 +152,11 @@ class ScaleContext:
         if ctx is None:
             ctx = cls._contexts[crawler] = cls()
         return ctx
+
+    def shared(self, kind: type[T], make: Callable[[], T]) -> T:
+        """The crawler's one ``kind`` (made by ``make`` on first use): for an object a
+        package shares among its own components (the monitor's ``CrawlMetrics``, ...)."""
+        inst = self._shared.get(kind)
+        if inst is None:
+            inst = self._shared[kind] = make()
+        return inst  # type: ignore[no-any-return]

@@ -2,7 +2,7 @@
 
 Every background thread of the project (frontier store, throttle, metrics reads) uses
 it: a second Ctrl-C stops the reactor without closing the spider, and a non-daemon
-thread then blocks the interpreter's exit forever (tests/test_frontier_contracts.py,
+thread then blocks the interpreter's exit forever (tests/crawl/test_frontier_contracts.py,
 ``test_a_second_ctrl_c_exits...``). What must be written before exit is written by the
 components' own shutdown hooks, not by waiting for these threads.
 """

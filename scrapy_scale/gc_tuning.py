@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from scrapy_scale import settings_core, startup
+from scrapy_scale import startup
+from scrapy_scale.config import core_settings
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -98,7 +99,7 @@ class GCTuning:
     @startup.reports_setting_errors
     def from_crawler(cls, crawler: Crawler) -> GCTuning:
         s = crawler.settings
-        freeze, threshold = settings_core.GC_FREEZE.get(s), settings_core.GC_THRESHOLD.get(s)
+        freeze, threshold = core_settings.GC_FREEZE.get(s), core_settings.GC_THRESHOLD.get(s)
         if not freeze and not threshold:
             raise NotConfigured("SCALE_GC_FREEZE is off and SCALE_GC_THRESHOLD is 0")
         ext = cls(freeze, threshold)

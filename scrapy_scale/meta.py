@@ -15,6 +15,11 @@ EXPECT_ITEMS = "scale_expect_items"
 #: class and reason of the previous attempt's failure, for the next attempt's outcome
 LAST_FAILURE = "scale_last_failure"
 
+#: late retries (SCALE_RETRY_LATE) made so far in this request's chain
+LATE = "scale_late"
+#: epoch seconds of the chain's first failure (the late retries' deadline counts from it)
+FIRST_FAILED = "scale_first_failed"
+
 #: the keys that make a request the next attempt of its chain; a request that copied
 #: them from another (``meta=dict(response.meta)``) starts a chain of its own without them
-CHAIN_KEYS = (ATTEMPT, NOT_BEFORE, LAST_FAILURE, AVOID_EGRESS, "retry_times")
+CHAIN_KEYS = (ATTEMPT, NOT_BEFORE, LAST_FAILURE, AVOID_EGRESS, LATE, FIRST_FAILED, "retry_times")

@@ -19,14 +19,32 @@ ERROR_GROUP = "scale/error_group/"  # + class/reason: the largest groups, at clo
 RETRY_HELD = "scale/retry/held"
 RETRY_ABANDONED = "scale/retry/abandoned"
 RETRY_NOT_BEFORE_GUARD = "scale/retry/not_before_guard"
+WARNED = "scale/"  # + the kind of a counted warning: retry_after_negative, retry_after_huge
+RETRY_LATE = "scale/retry/late"  # late retries scheduled (SCALE_RETRY_LATE: after the quick budget)
+RETRY_LATE_BAD_META = "scale/retry/late_bad_meta"  # a stored request's late-retry meta that was not valid
 
 # Scrapy's own RetryMiddleware keys, written too (existing dashboards and monitors read them)
 SCRAPY_RETRY_COUNT = "retry/count"
 SCRAPY_RETRY_MAX_REACHED = "retry/max_reached"
 SCRAPY_RETRY_REASON = "retry/reason_count/"  # + reason, as Scrapy names it
 
+# Scrapy's own scheduler keys, written by the frontier scheduler as Scrapy's scheduler does
+SCRAPY_SCHEDULER_ENQUEUED = "scheduler/enqueued"
+SCRAPY_SCHEDULER_ENQUEUED_IN = "scheduler/enqueued/"  # + memory, disk
+SCRAPY_SCHEDULER_DEQUEUED = "scheduler/dequeued"
+SCRAPY_SCHEDULER_DEQUEUED_FROM = "scheduler/dequeued/"  # + memory, disk
+SCRAPY_SCHEDULER_UNSERIALIZABLE = "scheduler/unserializable"
+
+# Scrapy's own keys that the run summary and the quality report read (or write)
+SCRAPY_FINISH_REASON = "finish_reason"
+SCRAPY_ELAPSED = "elapsed_time_seconds"
+SCRAPY_RESPONSES = "downloader/response_count"
+SCRAPY_RESPONSES_RECEIVED = "response_received_count"
+SCRAPY_DOWNLOAD_EXCEPTIONS = "downloader/exception_count"
+SCRAPY_ITEMS_SCRAPED = "item_scraped_count"
+SCRAPY_ERRORS_LOGGED = "log_count/ERROR"
+
 # ---- frontier ----
-FRONTIER = "scale/frontier/"  # + enqueued, deduplicated, leased, acked, ...
 FRONTIER_STATE = "scale/frontier/state/"  # + pending, delayed, leased, done, failed
 FRONTIER_RUN = "scale/frontier/run"
 FRONTIER_WORKER = "scale/frontier/worker"
@@ -43,7 +61,8 @@ FRONTIER_RECLAIMED = "scale/frontier/reclaimed"
 FRONTIER_RELEASED = "scale/frontier/released"
 FRONTIER_DEAD_LETTERED = "scale/frontier/dead_lettered"  # records this worker could not read
 FRONTIER_DEAD_LETTERS = "scale/frontier/dead_letters"  # the run's dead letters, job-wide (at close)
-FRONTIER_UNSERIALIZABLE = "scale/frontier/unserializable"  # (+ /type) requests kept in memory only
+FRONTIER_UNSERIALIZABLE = "scale/frontier/unserializable"  # requests kept in memory only
+FRONTIER_UNSERIALIZABLE_TYPE = "scale/frontier/unserializable/"  # + the type that could not be stored
 FRONTIER_FEED_REFUSED = "scale/frontier/feed_refused"
 FRONTIER_OUTBOX_FLUSHES = "scale/frontier/outbox_flushes"
 FRONTIER_SYNCS = "scale/frontier/syncs"
@@ -54,7 +73,6 @@ FRONTIER_WAIT_AVG = "scale/frontier/wait_seconds_avg"  # eligible -> leased, on 
 FRONTIER_QUEUE_LENGTH = "scale/frontier/queue_length"  # pending + delayed, job-wide
 
 # ---- throttle (scrapy_scale.throttle.Throttle) ----
-THROTTLE = "scale/throttle/"
 THROTTLE_SITE = "scale/throttle/site/"  # + site/field: the top sites (SCALE_THROTTLE_STATS_TOP) and "other"
 THROTTLE_OTHER = "other"  # the site name under which the sites past the top are summed
 THROTTLE_SITES = "scale/throttle/sites"  # sites paced
@@ -66,7 +84,23 @@ THROTTLE_LEARNED_REJECTED = "scale/throttle/learned_rejected"  # learned state r
 FRONTIER_DEFERRED = "scale/frontier/deferred"  # held requests given back to the store until their turn
 
 # ---- store ----
-STORE = "scale/store/"  # + written, inserted, updated, duplicates_in_run, ...
+STORE_BATCHES = "scale/store/batches"  # batches written
+STORE_WRITTEN = "scale/store/written"  # items written (inserted + updated)
+STORE_INSERTED = "scale/store/inserted"  # items whose key was new
+STORE_UPDATED = "scale/store/updated"  # items whose key already existed (earlier run, retry, duplicate)
+STORE_DEAD_LETTERED = "scale/store/dead_lettered"  # items sent to the dead letter
+STORE_DEAD_LETTER_REASON = "scale/store/dead_letter_reason/"  # + reason kind
+STORE_RETRIES = "scale/store/retries"  # attempts that failed because the store was unavailable
+STORE_WRITE_SECONDS = "scale/store/write_seconds"  # time spent writing, all batches
+STORE_WRITE_LATENCY_MAX = "scale/store/write_latency_max"  # the slowest batch write (s)
+STORE_ITEM_LATENCY_MAX = "scale/store/item_latency_max"  # longest wait, pipeline to committed (s)
+STORE_ITEM_LATENCY_AVG = "scale/store/item_latency_avg"  # average of that wait (per batch)
+STORE_KEYS_IN_RUN = "scale/store/keys_in_run"  # distinct item keys written this run
+STORE_DUPLICATES_IN_RUN = "scale/store/duplicates_in_run"  # items whose key this run already wrote
+STORE_PAUSES = "scale/store/pauses"  # times the crawl was paused because the store fell behind
+STORE_FAILED = "scale/store/failed"  # why the store (or the feed journal) could not be written
+STORE_ABANDONED = "scale/store/abandoned"  # items not stored: shut down during an outage
+STORE_FEED_RESENT = "scale/store/feed_resent"  # items of a crashed run re-sent to this run's feeds
 
 # ---- egress pool (scrapy_scale.egress) ----
 EGRESS_REQUESTS = "scale/egress/requests"  # requests given an egress
@@ -84,6 +118,9 @@ EGRESS_BROWSER_CONTEXTS_MAX = "scale/egress/browser/contexts_max"  # most live a
 EGRESS_BROWSER_PROCESSES = "scale/egress/browser/processes"  # connected browser processes (gauge)
 EGRESS_BROWSER_FAILED_STARTS = "scale/egress/browser/failed_starts"  # contexts that could not start
 EGRESS_STATE_SKIPPED = "scale/egress/state_skipped/"  # + bad_record, clamped, live: bad shared state read (times)
+EGRESS_SUSPECT = "scale/egress/suspect_failures"  # attempts through an egress that failed after the connection
+EGRESS_SUSPECT_BLAMED = "scale/egress/suspect_blamed"  # such failures counted against the egress (evidence)
+EGRESS_FIRST_BYTE_TIMEOUTS = "scale/egress/first_byte_timeouts"  # attempts cancelled: no headers in time
 EGRESS_ROUTE_CAPPED = "scale/egress/route_capped/"  # + id/domain: times a route was at its cap (top N)
 
 # ---- quality (scrapy_scale.quality: the validation pipeline and the report extension) ----
@@ -100,6 +137,7 @@ QUALITY_BATCH_CHECKS = "scale/quality/batch/runs"  # periodic checks run during 
 QUALITY_BATCH_FAILED = "scale/quality/batch/failed"  # checks failing at the last periodic run
 QUALITY_SNAPSHOTS = "scale/quality/snapshots"  # raw snapshots written
 QUALITY_SNAPSHOTS_DROPPED = "scale/quality/snapshots_dropped"  # oldest dropped to stay within bounds
+QUALITY_REPLAY_IGNORED = "scale/quality/replay/ignored_requests"  # requests a replayed callback made
 
 
 def outcome(cls: str) -> str:
@@ -116,6 +154,10 @@ def gave_up(cls: str) -> str:
 
 def retry_depth(n: int) -> str:
     return f"{RETRY_DEPTH}{n}"
+
+
+def error_group(cls: str, reason: str | None) -> str:
+    return f"{ERROR_GROUP}{cls}/{reason or '-'}"
 
 
 def egress_pool(state: str) -> str:

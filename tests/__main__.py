@@ -1,8 +1,9 @@
 """``python -m tests [PYTEST ARGS]``: the whole suite as CI runs it, in two parts.
 
 1. every test not marked ``serial``, spread over pytest-xdist workers (``-n``, default 4;
-   ``SCALE_TEST_WORKERS`` sets it, ``0`` runs this part in one process too);
-2. the ``serial`` tests (kills, several workers, timing bounds), one at a time, with
+   ``SCALE_TEST_WORKERS`` sets it, ``0`` runs this part in one process too), handed out
+   two at a time, the longest first (tests/conftest.py, LONGEST_FIRST);
+2. the ``serial`` tests (timing bounds, several workers, servers restarted), one at a time, with
    nothing else running beside them.
 
 PYTEST ARGS go to both parts (paths, ``-x``, ``-k``, ``--durations=N``...; not ``-m``,
@@ -27,7 +28,7 @@ def main(args: list[str]) -> int:
         return 4
     workers = os.environ.get("SCALE_TEST_WORKERS", "4")
     parts = [
-        ["-m", "not serial", *(["-n", workers] if workers != "0" else []), *args],
+        ["-m", "not serial", *(["-n", workers, "--maxschedchunk", "1"] if workers != "0" else []), *args],
         ["-m", "serial", "-p", "no:xdist", *args],
     ]
     status = 0

@@ -1,4 +1,4 @@
-"""Fixtures that start real services on loopback (see tests/services.py)."""
+"""Fixtures that start real services on loopback (see tests/support/services.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests import services
+from tests.support import services
 
 SHARED_REDIS = os.environ.get("SCALE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -73,14 +73,38 @@ def mongo_server(tmp_path: Path) -> Iterator[services.Process]:
 #
 # Each test module declares its tier: ``pytestmark = pytest.mark.crawl`` (it runs real
 # processes or servers: crawls, the testbed, Redis, MongoDB, Prometheus, Chromium...) or
-# ``pytest.mark.pure`` (plain Python in this process). A module with both kinds marks
-# each test function instead. Collection fails for a test with neither or both, so a new
-# module cannot land in the wrong tier by accident; and a pure test may not ask for a
-# service fixture nor start a process or open a network socket (checked while it runs).
-# ``serial`` (with ``crawl``): the test must not share the machine (kills, several workers,
-# timing bounds); tests/run.py runs those after the parallel part, one at a time.
+# ``pytest.mark.pure`` (plain Python in this process), and sits in its tier's folder:
+# tests/unit/ (pure) or tests/crawl/ (crawl, serial or not); helpers that hold no tests
+# live in tests/support/. Collection fails for a test with neither mark or both, or in the
+# wrong folder, so a new module cannot land in the wrong tier by accident; and a pure test
+# may not ask for a service fixture nor start a process or open a network socket (checked
+# while it runs). ``serial`` (with ``crawl``): a loaded machine could break the test (an
+# upper time bound, a measured rate, a lease of a few seconds, several workers, a server
+# restarted on its port, which a parallel test may take meanwhile); a kill -9 at a moment
+# chosen from progress is no reason. `python -m tests` (tests/__main__.py) runs those
+# after the parallel part, one at a time.
 
 TIERS = ("crawl", "pure")
+TESTS = Path(__file__).resolve().parent
+#: the folder under tests/ that holds each tier's modules; tests/support/ holds no tests
+FOLDERS = {"pure": "unit", "crawl": "crawl"}
+
+
+def folder_problem(nodeid: str, tier: str, path: Path, tests: Path = TESTS) -> str | None:
+    """Why a test of ``tier`` at ``path`` sits in the wrong folder of ``tests``, or None.
+
+    Paths outside ``tests`` (pytester's throwaway modules) are not checked."""
+    try:
+        parts = path.resolve().relative_to(tests).parts
+    except ValueError:
+        return None
+    want = FOLDERS[tier]
+    if len(parts) > 1 and parts[0] == want:
+        return None
+    where = f"tests/{parts[0]}/" if len(parts) > 1 else "tests/"
+    return f"{nodeid}: marked {tier} but in {where}: move the module to tests/{want}/"
+
+
 SERVICE_FIXTURES = frozenset({"redis_url", "redis_prefix", "redis_server", "mongo_uri", "mongo_server"})
 
 
@@ -99,13 +123,41 @@ def tier_problem(item: pytest.Item) -> str | None:
         return f"{item.nodeid}: marked pure but uses {', '.join(sorted(used))}: mark it crawl"
     if item.get_closest_marker("serial") and tiers != {"crawl"}:
         return f"{item.nodeid}: marked serial but not crawl"
-    return None
+    return folder_problem(item.nodeid, next(iter(tiers)), Path(item.path))
+
+
+#: modules whose tests take minutes. They start first, one per xdist worker (python -m tests
+#: hands tests out two at a time, in this order: see long_tests_first), so that the parallel
+#: part does not end with one worker busy on a long test alone
+LONGEST_FIRST = (
+    "tests/crawl/test_frontier_crash.py",  # 2 x 11 kill -9 and restarts: ~2 min each
+    "tests/crawl/test_egress_browser.py",  # Chromium, a context per page: up to ~1.5 min
+    "tests/crawl/test_quality_report.py",  # several crawls and a headless screenshot
+    "tests/crawl/test_feed_resume.py",  # kill -9 and resume, three ways
+)
+
+
+def long_tests_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` with those of LONGEST_FIRST first, each followed by one other test: with
+    ``--maxschedchunk 1`` every worker starts with two tests, so each gets one long test."""
+    long = sorted(
+        (i for i in items if i.nodeid.split("::")[0] in LONGEST_FIRST),
+        key=lambda i: LONGEST_FIRST.index(i.nodeid.split("::")[0]),
+    )
+    rest = [i for i in items if i.nodeid.split("::")[0] not in LONGEST_FIRST]
+    out: list[pytest.Item] = []
+    for n, item in enumerate(long):
+        out.append(item)
+        if n < len(rest):
+            out.append(rest[n])
+    return out + rest[len(long) :]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     problems = [p for p in map(tier_problem, items) if p]
     if problems:
         raise pytest.UsageError("test tiers:\n  " + "\n  ".join(problems))
+    items[:] = long_tests_first(items)
 
 
 @pytest.fixture(autouse=True)
@@ -113,6 +165,7 @@ def _pure_stays_in_process(request: pytest.FixtureRequest, monkeypatch: pytest.M
     """A test marked pure that starts a process or opens a network socket fails, naming it."""
     if request.node.get_closest_marker("pure") is None:
         return
+    import multiprocessing.process
     import socket
     import subprocess
 
@@ -123,6 +176,7 @@ def _pure_stays_in_process(request: pytest.FixtureRequest, monkeypatch: pytest.M
         return refused
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse("starts a process"))
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse("starts a process"))
     for name in ("connect", "connect_ex", "bind"):
         real = getattr(socket.socket, name)
 

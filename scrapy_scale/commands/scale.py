@@ -12,6 +12,7 @@ Thin glue: argument parsing and printing. The operations live in
     scrapy scale report JOB [--run RUN]            (scrapy_scale.quality.cli)
     scrapy scale replay JOB [--class CLASS] [--spider NAME]
     scrapy scale review JOB [--run RUN] [--verdicts FILE]
+    scrapy scale probe URL [URL ...] [--cap N] [--save FILE]  (scrapy_scale.probe.cli)
 
 The frontier is the one named by ``SCALE_FRONTIER_URL`` in the project's
 settings (or ``-s SCALE_FRONTIER_URL=...``), so ``status`` works from any
@@ -41,6 +42,8 @@ STATUS_EGRESSES = 10
 SUBCOMMANDS = ("status", "seed", "reset", "requeue", "egress", "watch")
 #: the data-quality subcommands (scrapy_scale.quality.cli)
 QUALITY_SUBCOMMANDS = ("report", "replay", "review")
+#: find the concurrency a site takes (scrapy_scale.probe.cli)
+PROBE = "probe"
 
 
 class Command(ScrapyCommand):
@@ -49,7 +52,7 @@ class Command(ScrapyCommand):
     default_settings = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "{status,seed,reset,requeue,egress,watch,report,replay,review} JOB [URL ...] [options]"
+        return "{status,seed,reset,requeue,egress,watch,report,replay,review} JOB [URL ...] [options] | probe URL [URL ...]"
 
     def short_desc(self) -> str:
         return (
@@ -69,7 +72,9 @@ class Command(ScrapyCommand):
             "report JOB [--run RUN]: the consistency report of a finished run. replay JOB "
             "[--class parse_failed] [--spider NAME]: parse the raw snapshots again, without the "
             "network, and store the items. review JOB [--verdicts FILE]: the sample for a person "
-            "to review as CSV/HTML, or read their verdicts back."
+            "to review as CSV/HTML, or read their verdicts back. probe URL [URL ...]: find the concurrency "
+            "a site takes (a staircase of load, then a bisection), print a table and a recommended "
+            "SCALE_DOMAIN_PROFILES entry, write probe-HOST.json/.png (--out DIR), --save FILE for pacing."
         )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
@@ -114,6 +119,9 @@ class Command(ScrapyCommand):
         parser.add_argument(
             "--count", type=int, default=None, help="watch: stop after N refreshes (default: until Ctrl-C)"
         )
+        from scrapy_scale.probe import cli as probe_cli
+
+        probe_cli.add_options(parser)
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         try:
@@ -133,8 +141,13 @@ class Command(ScrapyCommand):
         if args and args[0] in QUALITY_SUBCOMMANDS:
             self._quality(args, opts)
             return
+        if args and args[0] == PROBE:
+            self._probe(args[1:], opts)
+            return
         if not args or args[0] not in SUBCOMMANDS:
-            raise UsageError(f"expected one of {', '.join(SUBCOMMANDS + QUALITY_SUBCOMMANDS)}", print_help=False)
+            raise UsageError(
+                f"expected one of {', '.join(SUBCOMMANDS + QUALITY_SUBCOMMANDS + (PROBE,))}", print_help=False
+            )
         sub, rest = args[0], args[1:]
         if not rest:
             raise UsageError(f"{sub}: missing JOB", print_help=False)
@@ -250,6 +263,14 @@ class Command(ScrapyCommand):
             return
         print(json.dumps(rows, indent=2, sort_keys=True) if opts.as_json else format_rows(rows))
 
+    def _probe(self, urls: list[str], opts: argparse.Namespace) -> None:
+        from scrapy_scale.probe import cli as probe_cli
+
+        try:
+            self.exitcode = probe_cli.main(self.settings, urls, opts)
+        except probe_cli.ProbeUsage as e:
+            raise UsageError(str(e), print_help=False) from None
+
     def _quality(self, args: list[str], opts: argparse.Namespace) -> None:
         from scrapy_scale.quality import cli
 
@@ -299,9 +320,9 @@ def _paused(settings: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _progress(settings: object, job: str, st: dict[str, object]) -> dict[str, object] | None:
     """The workers' published numbers (scrapy_scale.monitor.watch), or None if unreadable."""
     try:
-        from scrapy_scale.monitor import snapshots, watch
+        from scrapy_scale.monitor import watch, worker_status
 
-        sink = snapshots.sink_for(settings, job)
+        sink = worker_status.sink_for(settings, job)
         try:
             v = watch.view(st, sink.read())
         finally:
@@ -332,13 +353,13 @@ def _watch(settings: Any, job: str, ops: object, interval: float, count: int | N
         raise UsageError(
             "watch needs rich: pip install 'scrapy-scale[all]' (or pip install rich)", print_help=False
         ) from None
-    from scrapy_scale.monitor import snapshots, watch
+    from scrapy_scale.monitor import watch, worker_status
     from scrapy_scale.throttle import status as pacing_status
 
     def paused() -> list[dict[str, Any]]:
         return _paused(settings, pacing_status.read(settings, job))
 
-    sink = snapshots.sink_for(settings, job)
+    sink = worker_status.sink_for(settings, job)
     try:
         watch.run(ops, sink, interval=interval, count=count, paused=paused)
     except KeyboardInterrupt:

@@ -12,7 +12,7 @@ request gets a new generation) and closed once its last page is done; the contex
 an evicted egress are closed too, and every egress context at spider close.
 Pages a callback kept (``playwright_include_page``) are closed at the request's final
 outcome, even when the callback raised. Live contexts and browser processes are gauges
-(``ScaleContext.extra["browser"]``, stats ``scale/egress/browser/...``), read from the
+(``ScaleContext.browser``, stats ``scale/egress/browser/...``), read from the
 handlers themselves; ``settled()`` fires once the contexts are closed at spider close.
 Each close at spider close gets ``CLOSE_TIMEOUT`` seconds: a context whose close hangs
 is left to the browser's own shutdown, with one WARNING, so it cannot hang

@@ -32,16 +32,19 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet import task, threads
 
-from scrapy_scale import meta, settings_core
+from scrapy_scale import meta
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
 from scrapy_scale.clock import Randomness
+from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.egress import settings as S
 from scrapy_scale.egress.browser import CONTEXT, BrowserContexts
+from scrapy_scale.egress.events import EventReport
+from scrapy_scale.egress.first_byte import FirstByteTimeout
 from scrapy_scale.egress.health import HealthPolicy
 from scrapy_scale.egress.identity import Egress
-from scrapy_scale.egress.pool import EgressPool, Event, PoolOptions
+from scrapy_scale.egress.pool import EgressPool, PoolOptions
 from scrapy_scale.egress.report import bounded_stats, describe, when
 from scrapy_scale.egress.shared import StateStore, clean_live, live_workers, open_state
 from scrapy_scale.egress.source_glue import SourceGlue
@@ -97,11 +100,12 @@ class EgressMiddleware(SourceGlue):
         self._loops: list[task.LoopingCall] = []
         self._sync_d: Any = None  # the running sync, awaited at close before the last one
         self._syncing = False
-        self._warned: set[str] = set()  # kinds of bad shared state already warned about
+        self.first_byte = FirstByteTimeout(crawler, S.FIRST_BYTE_TIMEOUT.get(st))
         self.browser = BrowserContexts(crawler, S.CONTEXT_PAGES.get(st), S.CONTEXT_AGE.get(st), time.time)
+        self.events = EventReport(self.stats, self.browser, lambda: self.store.where if self.store else None)
         self.ctx = ScaleContext.of(crawler)
-        self.ctx.extra["egress_pool"] = self
-        self.ctx.extra["browser"] = self.browser  # live contexts and browser processes, for the metrics
+        self.ctx.egress_pool = self
+        self.ctx.browser = self.browser  # live contexts and browser processes, for the metrics
         crawler.signals.connect(self.on_outcome, signal=scale_signals.outcome)
         crawler.signals.connect(self.on_scheduled, signal=signals.request_scheduled)
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
@@ -222,62 +226,7 @@ class EgressMiddleware(SourceGlue):
             outcome.egress, outcome.domain, outcome.cls.value, outcome.blame.value, outcome.status is not None
         )
         for ev in events:
-            self._report(ev)
-
-    def _report(self, ev: Event) -> None:
-        until = when(ev.until) if ev.until else ""
-        where = f" for {ev.domain}" if ev.domain else ""
-        if ev.kind in ("quarantined", "requarantined"):
-            again = " again (its re-probe failed)" if ev.kind == "requarantined" else ""
-            logger.info("egress %s quarantined%s%s until %s", ev.egress, where, again, until)
-            if not ev.domain:
-                self.browser.evicted(ev.egress)
-            self.stats.inc_value(K.EGRESS_EVICTIONS_DOMAIN if ev.domain else K.EGRESS_EVICTIONS)
-        elif ev.kind == "restored":
-            logger.info("egress %s restored%s (its re-probe succeeded)", ev.egress, where)
-            self.stats.inc_value(K.EGRESS_RESTORED)
-        elif ev.kind == "group_retired":
-            logger.warning(
-                "egress group %s retired: %s together; all its members are quarantined (each "
-                "re-probed on its own) until %s at most",
-                ev.egress,
-                ev.detail,
-                until,
-            )
-            self.stats.inc_value(K.EGRESS_GROUPS_RETIRED)
-        elif ev.kind == "bad_record":
-            self._warn_once(
-                "bad_record",
-                "egress: skipping health record %r of the shared state (%s): it does not decode: %s",
-                ev.egress,
-                self.store and self.store.where,
-                ev.detail,
-            )
-        elif ev.kind == "clamped":
-            self._warn_once(
-                "clamped",
-                "egress: the shared state's record of %s%s: %s; it ends at %s instead",
-                ev.egress,
-                where,
-                ev.detail,
-                until,
-            )
-        elif ev.kind == "adopted":
-            logger.info(
-                "egress %s %s%s by another worker (shared state)%s",
-                ev.egress,
-                ev.detail,
-                where,
-                f" until {until}" if ev.detail == "quarantined" else "",
-            )
-
-    def _warn_once(self, kind: str, msg: str, *args: Any) -> None:
-        """One WARNING per kind of bad shared state per crawl (the rest at DEBUG): the same
-        bad value is read again at every sync."""
-        self.stats.inc_value(K.egress_state_skipped(kind))
-        level = logging.DEBUG if kind in self._warned else logging.WARNING
-        self._warned.add(kind)
-        logger.log(level, msg, *args)
+            self.events.report(ev)
 
     # ---- lifecycle, shared state, sources ----------------------------------------
 
@@ -288,7 +237,8 @@ class EgressMiddleware(SourceGlue):
                 "and cannot hold requests of a domain without egress (enable "
                 "scrapy_scale.outcomes.OutcomeDownloaderMiddleware, or use the add-on)"
             )
-        job = self.ctx.job or settings_core.JOB.get(self.crawler.settings) or spider.name
+        self.first_byte.install()
+        job = self.ctx.job or core_settings.JOB.get(self.crawler.settings) or spider.name
         self.store = open_state(self.crawler.settings, job)
         self._opened(await maybe_deferred_to_future(threads.deferToThread(self._open_state)))
         if self.refresher.source.kind == "provider":  # the first fetch, before any request
@@ -304,7 +254,7 @@ class EgressMiddleware(SourceGlue):
 
     def _opened(self, records: dict[str, Any]) -> None:
         for ev in self.pool.merge(records):
-            self._report(ev)
+            self.events.report(ev)
         for fn, every in ((self._sync, self.sync_every), (self._refresh, min(1.0, self.refresher.period))):
             loop = task.LoopingCall(fn)
             loop.start(every, now=False).addErrback(lambda f: logger.error("egress: %s", f.getErrorMessage()))
@@ -320,10 +270,10 @@ class EgressMiddleware(SourceGlue):
         def done(result: Any) -> None:
             records, live = result
             for ev in self.pool.merge(records):
-                self._report(ev)
+                self.events.report(ev)
             live, bad = clean_live(live, now)
             if bad:
-                self._warn_once(
+                self.events.warn_once(
                     "live",
                     "egress: ignoring the last sync of worker(s) %s in the shared state (%s): not a time "
                     "(a finite number of epoch seconds, not far ahead)",
@@ -361,6 +311,13 @@ class EgressMiddleware(SourceGlue):
         self._stop_fetch_pool()
         await self.browser.close_all()  # (fires its settled(), which the metrics wait for)
         self._browser_gauges()
+        for key, n in (
+            (K.EGRESS_FIRST_BYTE_TIMEOUTS, self.first_byte.expired),
+            (K.EGRESS_SUSPECT, self.pool.counts["suspect_failures"]),
+            (K.EGRESS_SUSPECT_BLAMED, self.pool.counts["suspect_blamed"]),
+        ):
+            if n:
+                self.stats.set_value(key, n)
         for key, value in bounded_stats(self.pool, self.top).items():
             self.stats.set_value(key, value)
         # the pool by state, as each sync writes it: a crawl shorter than one sync had none

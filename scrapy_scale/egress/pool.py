@@ -8,7 +8,9 @@ Plain Python with an injectable clock and randomness (no reactor): the Scrapy gl
 - :meth:`EgressPool.observe` turns an outcome's blame into evidence: ``egress`` hurts
   the egress everywhere, ``egress_domain`` (a block) hurts it for that domain only; a
   response that blames nobody or the domain (``rate_limited``: the site wants us slower,
-  not another IP) is good for the egress; everything else is no evidence at all.
+  not another IP) is good for the egress; a failure after the connection (a ``transient``
+  outcome without a response) counts against the egress when the same site answers
+  through another egress (:mod:`~.suspects`); everything else is no evidence at all.
 - :meth:`EgressPool.choose` picks among the egresses available for a domain, weighted by
   score and spread by load, with optional stickiness and route caps; a retry's egresses
   to avoid are avoided while another one is available. When none is, the answer says
@@ -27,6 +29,7 @@ from scrapy_scale.clock import Clock, Randomness
 from scrapy_scale.egress.health import HEALTHY, PROBING, Health, HealthPolicy, clamp_note
 from scrapy_scale.egress.identity import Egress
 from scrapy_scale.egress.routes import RouteLimiter
+from scrapy_scale.egress.suspects import Blame, Suspects
 
 #: how long a domain waits when its only available egresses are probing with no free slot
 PROBE_WAIT = 1.0
@@ -108,6 +111,7 @@ class EgressPool:
         self.retired: dict[str, float] = {}  # group -> when
         self.counts: Counter[str] = Counter()  # evictions, reprobes, restored, ...
         self._sticky: dict[str, Sticky] = {}
+        self.suspects = Suspects(self.policy.half_life)
         self.set_egresses(egresses)
 
     # ---- the set of egresses ---------------------------------------------------
@@ -253,6 +257,24 @@ class EgressPool:
             events += self._record(egress, domain, False, now)
         elif responded and blame == "none":
             events += self._record(egress, domain, True, now)
+        if responded and blame in ("none", "domain"):
+            events += self._blame(self.suspects.answered(egress, domain, now), now)
+        elif cls == "transient" and not responded:
+            # a timeout, an answer that is not HTTP, a connection closed mid-answer: the
+            # egress's fault only when the same site answers through another egress
+            self.counts["suspect_failures"] += 1
+            events += self._blame(self.suspects.failed(egress, domain, now), now)
+        return events
+
+    def _blame(self, blames: list[Blame], now: float) -> list[Event]:
+        events: list[Event] = []
+        for b in blames:
+            if b.egress not in self.egresses:
+                continue
+            self.counts["suspect_blamed"] += 1
+            events += self._record(b.egress, b.domain, False, now)
+            for _ in range(b.n_global):
+                events += self._record(b.egress, "", False, now)
         return events
 
     def _record(self, egress: str, domain: str, good: bool, now: float) -> list[Event]:

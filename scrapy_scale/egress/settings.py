@@ -138,6 +138,15 @@ PROBES = declare(
     "Requests in flight at a time through an egress whose quarantine ended (the half-open probe).",
     COMPONENT,
 )
+FIRST_BYTE_TIMEOUT = declare(
+    "SCALE_EGRESS_FIRST_BYTE_TIMEOUT",
+    30.0,
+    as_float(0.0),
+    "Seconds an attempt through an egress may wait for the response headers before it is cancelled "
+    "(a timeout that counts against the egress when the site answers through another one); "
+    "DOWNLOAD_TIMEOUT stays the bound of the whole answer. 0 = off. Browser requests keep the browser's timeout.",
+    COMPONENT,
+)
 STICKY_USES = declare(
     "SCALE_EGRESS_STICKY_USES",
     0,

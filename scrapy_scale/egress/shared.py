@@ -278,7 +278,7 @@ def state_path(settings: Any) -> str:
             path = path[1:]
         if path not in ("", "/"):
             return os.path.join(os.path.dirname(path) or ".", "egress.db")
-    from scrapy_scale.settings_core import state_file_url
+    from scrapy_scale.config.core_settings import state_file_url
 
     return state_file_url(settings, "egress.db")[len("sqlite:///") :]
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from scrapy_scale.frontier import scrapy_settings as scrapy_settings_check
+from scrapy_scale.frontier import scrapy_scheduler_settings
 from scrapy_scale.frontier.store import FrontierStore
 
 logger = logging.getLogger(__name__)
@@ -23,7 +23,7 @@ def pick_worker(store: FrontierStore, worker: str, claim: Callable[[], str] | No
     if claim is not None:
         worker = claim()
     if start_over:
-        worker = scrapy_settings_check.start_over(store, start_over, worker, claim)
+        worker = scrapy_scheduler_settings.start_over(store, start_over, worker, claim)
     return worker
 
 

@@ -145,7 +145,7 @@ class LeaseBuffer:
         in flight here."""
         kind = error.type_name if isinstance(error, codec.NotStorable) else "refused"
         self.stats.inc(keys.FRONTIER_UNSERIALIZABLE)
-        self.stats.inc(f"{keys.FRONTIER_UNSERIALIZABLE}/{kind}")
+        self.stats.inc(keys.FRONTIER_UNSERIALIZABLE_TYPE + kind)
         self.scrapy_stats.unserializable()
         if isinstance(error, codec.SchemeRefused):
             if not self._warned_scheme:

@@ -144,7 +144,7 @@ class InFlightLedger:
     # into a queue and enqueues the requests in it afterwards, so the final outcome (sent
     # when the output iterator ends) can come BEFORE the children reach enqueue_request.
     # Acking then put the parent's ack ahead of its children in the outbox, and a kill -9
-    # between two syncs lost the children for good (seen in tests/test_frontier_crash.py).
+    # between two syncs lost the children for good (seen in tests/crawl/test_frontier_crash.py).
     # The engine holds the request in its in-progress set until the scraper has processed
     # all of that output, so the ack/fail waits for that.
     def settle(self, fp: str, entry: InFlight, op: tuple[str, Any]) -> None:

@@ -1,6 +1,7 @@
 """The scheduler's side of per-site pacing: which buffered request may be handed out now.
 
-A *pacer* (the throttle, ``ScaleContext.of(crawler).extra["pacer"]``) answers, per
+A *pacer* (the throttle, ``ScaleContext.of(crawler).pacer``, typed by
+:class:`scrapy_scale.context.Pacer`) answers, per
 domain, whether a request to it may go now and, if not, when. The scheduler hands out
 the first buffered request (in priority order) whose domain is due and leaves the others
 in the buffer; requests of a held domain that would only be due more than
@@ -21,10 +22,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 
+from scrapy_scale.context import Pacer
 from scrapy_scale.frontier.store import Leased, domain_of
 
 if TYPE_CHECKING:
@@ -32,18 +34,6 @@ if TYPE_CHECKING:
 
 #: a held request whose turn is further than this (seconds) goes back to the store, delayed
 DEFER_AFTER = 1.0
-
-
-class Pacer(Protocol):
-    def hold_until(self, domain: str) -> float:
-        """0.0: a request to ``domain`` may be handed out now; else the epoch time it
-        may (``math.inf``: unknown yet; the pacer wakes the engine when it may)."""
-
-    def spacing(self, domain: str) -> float:
-        """Seconds between two requests to ``domain`` as paced now."""
-
-    def handed_out(self, request: Request, domain: str, fingerprint: str | None) -> None:
-        """``request`` to ``domain`` is being handed to the engine."""
 
 
 @dataclass

@@ -37,12 +37,12 @@ from scrapy.core.scheduler import BaseScheduler
 from scrapy.exceptions import DontCloseSpider
 from twisted.internet import defer, task
 
-from scrapy_scale import compat, exitcode, settings_core, startup
+from scrapy_scale import compat, exitcode, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as keys
+from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
-from scrapy_scale.frontier import codec
-from scrapy_scale.frontier import scrapy_settings as scrapy_settings_check
+from scrapy_scale.frontier import codec, scrapy_scheduler_settings
 from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.frontier.backends import open_store
 from scrapy_scale.frontier.engine_glue import install_backout, install_empty_gate
@@ -102,8 +102,8 @@ class Scheduler(BaseScheduler):
         self.spider: Spider | None = None
         #: what a record may name (classes, schemes); set from the settings at attach
         self.rules = codec.RecordRules()
-        #: Scrapy/scrapy-redis scheduler settings the project set (frontier/scrapy_settings.py)
-        self.scrapy_settings = scrapy_settings_check.DEFAULT
+        #: Scrapy/scrapy-redis scheduler settings the project set (frontier/scrapy_scheduler_settings.py)
+        self.scheduler_settings = scrapy_scheduler_settings.DEFAULT
         self.stats = crawler.stats
         #: the scale/frontier/* stats (frontier/stats.py)
         self.frontier_stats = FrontierStats(crawler.stats)
@@ -141,12 +141,12 @@ class Scheduler(BaseScheduler):
     @startup.reports_setting_errors
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
         s = crawler.settings
-        job = settings_core.JOB.get(s) or getattr(crawler.spidercls, "name", None)
+        job = core_settings.JOB.get(s) or getattr(crawler.spidercls, "name", None)
         if not job:
             raise FrontierError("no job name: set SCALE_JOB or give the spider a name")
         # every setting is read (and so checked) before the store is opened: a bad value
         # must not leave a new file or an open connection behind
-        url, state_dir = frontier_settings.frontier_url(s), settings_core.STATE_DIR.get(s)
+        url, state_dir = frontier_settings.frontier_url(s), core_settings.STATE_DIR.get(s)
         options = {
             "batch": frontier_settings.BATCH.get(s),
             "lease_seconds": frontier_settings.LEASE.get(s),
@@ -163,8 +163,8 @@ class Scheduler(BaseScheduler):
         ctx.scheduler_holds_retries = True  # and keys requests by their real fingerprint
         ctx.frontier_on = True
         sched = cls(crawler, store, signal_mode=None, **options)
-        sched.scrapy_settings = scrapy_settings_check.read(s)
-        for line in sched.scrapy_settings.warnings:
+        sched.scheduler_settings = scrapy_scheduler_settings.read(s)
+        for line in sched.scheduler_settings.warnings:
             logger.warning(line)
         return sched
 
@@ -218,10 +218,10 @@ class Scheduler(BaseScheduler):
         if self.signal_mode is None:
             self.signal_mode = ctx.outcomes_on
         self.inflight.signal_mode = bool(self.signal_mode)
-        self.buffer.pacer = ctx.extra.get("pacer")
+        self.buffer.pacer = ctx.pacer
         self.buffer.slot_full = compat.slot_full_check(self.crawler)
         claim = None if self._explicit_worker else self._claim_worker
-        self.worker = pick_worker(self.store, self.worker, claim, self.scrapy_settings.start_over)
+        self.worker = pick_worker(self.store, self.worker, claim, self.scheduler_settings.start_over)
         self.sync.worker = ctx.worker = self.worker
         self.sync.feed = FeedReader(self.crawler, spider, self.rules) if self.store.feed_key else None
         joined = join_run(self.store, self.worker, self.sync.beat)
@@ -324,7 +324,7 @@ class Scheduler(BaseScheduler):
                 prior_token=prior.token if prior is not None else None,
             )
             return True
-        nr = new_record(request, fp, update, data, dedup=self.scrapy_settings.dedup)
+        nr = new_record(request, fp, update, data, dedup=self.scheduler_settings.dedup)
         if update:
             self.inflight.pop(fp)  # its lease is void; the record will be leased anew
         eligible = nr.not_before <= time.time()

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from scrapy_scale import stats_keys as K
 from scrapy_scale.frontier.store import EnqueueResult
 
 #: store answers that mean the request was accepted (Scrapy: not dropped as a duplicate)
@@ -37,15 +38,15 @@ class ScrapyStats:
 
     def enqueued(self, where: str, n: int = 1) -> None:
         if n:
-            self.stats.inc_value("scheduler/enqueued", n)
-            self.stats.inc_value(f"scheduler/enqueued/{where}", n)
+            self.stats.inc_value(K.SCRAPY_SCHEDULER_ENQUEUED, n)
+            self.stats.inc_value(K.SCRAPY_SCHEDULER_ENQUEUED_IN + where, n)
 
     def dequeued(self, where: str) -> None:
-        self.stats.inc_value("scheduler/dequeued")
-        self.stats.inc_value(f"scheduler/dequeued/{where}")
+        self.stats.inc_value(K.SCRAPY_SCHEDULER_DEQUEUED)
+        self.stats.inc_value(K.SCRAPY_SCHEDULER_DEQUEUED_FROM + where)
 
     def unserializable(self) -> None:
-        self.stats.inc_value("scheduler/unserializable")
+        self.stats.inc_value(K.SCRAPY_SCHEDULER_UNSERIALIZABLE)
 
     def written(self, ops: Sequence[tuple[str, Any]], results: Sequence[EnqueueResult], feed_added: int = 0) -> None:
         """The store answered a sync's (or a flush's) enqueues, in op order, then the

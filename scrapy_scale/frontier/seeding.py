@@ -15,7 +15,7 @@ by the URL, so :class:`UrlSeeds` does per URL only what depends on it:
 
 A URL the shortcut cannot vouch for (not printable ASCII up to its host, brackets in the
 host, a scheme the rules refuse...) goes through :func:`codec.new_request` itself, so it
-is stored, or refused with the same error, as before. tests/test_frontier_seeding.py
+is stored, or refused with the same error, as before. tests/crawl/test_frontier_seeding.py
 compares both on tricky URLs.
 """
 

@@ -5,10 +5,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from scrapy_scale import (
-    settings_core,  # noqa: F401 - declares SCALE_JOB / SCALE_STATE_DIR (used alone, without the add-on)
+from scrapy_scale.config import (
+    as_bool,
+    as_float,
+    as_int,
+    as_list,
+    as_str,
+    as_url,
+    core_settings,  # noqa: F401 - declares SCALE_JOB / SCALE_STATE_DIR (used alone, without the add-on)
+    declare,
 )
-from scrapy_scale.config import as_bool, as_float, as_int, as_list, as_str, as_url, declare
 
 COMPONENT = "frontier"
 
@@ -106,4 +112,4 @@ def frontier_url(settings: Any) -> str:
     url = URL.get(settings)
     if url:
         return str(url)
-    return settings_core.state_file_url(settings, "frontier.db")
+    return core_settings.state_file_url(settings, "frontier.db")

@@ -18,7 +18,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from scrapy_scale import config, settings_core
+from scrapy_scale import config
+from scrapy_scale.config import core_settings
 from scrapy_scale.errors import ScaleError
 from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.frontier.backends import open_store, sqlite_path
@@ -35,7 +36,7 @@ class StatusError(ScaleError, RuntimeError):
 
 def state_path(settings: Any) -> str | None:
     """The SQLite file of the frontier a crawl with ``settings`` uses (None: not SQLite)."""
-    return sqlite_path(frontier_settings.frontier_url(settings), settings_core.STATE_DIR.get(settings))
+    return sqlite_path(frontier_settings.frontier_url(settings), core_settings.STATE_DIR.get(settings))
 
 
 def where(settings: Any) -> str:
@@ -70,7 +71,7 @@ def open_frontier(settings: Any, job: str, must_exist: bool = True) -> Iterator[
             "crawl runs, or give -s SCALE_FRONTIER_URL=... / -s SCALE_STATE_DIR=..."
         )
     try:
-        store = open_store(url, job, state_dir=settings_core.STATE_DIR.get(settings), connect=False)
+        store = open_store(url, job, state_dir=core_settings.STATE_DIR.get(settings), connect=False)
         store.give_up_after(REDIS_GIVE_UP)  # a reader must not wait forever for Redis
         store.open()
     except FrontierError as e:

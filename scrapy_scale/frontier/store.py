@@ -2,7 +2,7 @@
 
 One interface, two backends (``sqlite:///path`` and ``redis://host:port/db``),
 chosen by URL with :func:`scrapy_scale.frontier.backends.open_store`. The same conformance suite
-(tests/test_frontier_store.py) runs against both.
+(tests/crawl/test_frontier_store.py) runs against both.
 
 Record lifecycle (one record per fingerprint per job)::
 
@@ -38,6 +38,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 from scrapy_scale import clock as clock_mod
+from scrapy_scale.config.core_settings import job_name_problem
 from scrapy_scale.frontier.records import (
     AGAIN_SEP,
     COUNT_KEYS,
@@ -55,7 +56,6 @@ from scrapy_scale.frontier.records import (
     domain_of,
     key_base,
 )
-from scrapy_scale.settings_core import job_name_problem
 
 if TYPE_CHECKING:
     from scrapy import Request

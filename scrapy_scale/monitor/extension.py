@@ -9,10 +9,10 @@ a default crawl is unchanged. Alone: ``EXTENSIONS = {"scrapy_scale.monitor.Metri
   (stored) and ``item_dropped``/``item_error`` carrying ``ItemDeadLettered`` (dead letters).
 - Every ``SCALE_METRICS_INTERVAL``: the busiest domains get their series, and the gauges
   are read from what the other components offer: the frontier's status (job-wide, through
-  :class:`~.frontier_read.FrontierPoller`), the downloader's open slots and their delays,
-  ``ScaleContext.extra["egress_pool"]`` (``pool_sizes()``: egresses by state) and
-  ``ScaleContext.extra["browser"]`` (``contexts``, ``processes``), ``extra["quality"]``
-  (items validated / quarantined) and ``extra["quality_report"]`` (``failing``: the checks
+  :class:`~.frontier_poller.FrontierPoller`), the downloader's open slots and their delays,
+  ``ScaleContext.egress_pool`` (``pool_sizes()``: egresses by state) and
+  ``ScaleContext.browser`` (``contexts``, ``processes``), ``quality_figures``
+  (items validated / quarantined) and ``quality_report`` (``failing``: the checks
   failing at the last periodic run) when they are there;
   then the push and the textfile are written (in a thread: the reactor never waits).
 - At close: a last read, the final push (then the group is deleted when
@@ -30,10 +30,10 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet import defer, task, threads
 
-from scrapy_scale import settings_core, startup
-from scrapy_scale.config import ScaleSettingError
+from scrapy_scale import startup
+from scrapy_scale.config import ScaleSettingError, core_settings
 from scrapy_scale.context import ScaleContext
-from scrapy_scale.monitor import reading
+from scrapy_scale.monitor import live_metrics
 from scrapy_scale.monitor import settings as S
 from scrapy_scale.redact import redact_url
 
@@ -51,8 +51,8 @@ class MetricsExtension:
         self.gateway = S.PUSHGATEWAY.get(s)
         self.push_delete = S.PUSH_DELETE.get(s)
         self.textfile = S.TEXTFILE.get(s)
-        job = settings_core.JOB.get(s) or getattr(crawler.spidercls, "name", None) or "-"
-        self.metrics = reading.crawl_metrics(crawler)
+        job = core_settings.JOB.get(s) or getattr(crawler.spidercls, "name", None) or "-"
+        self.metrics = live_metrics.crawl_metrics(crawler)
         self.registry = self.metrics.registry()
         self.server: MetricsServer | None = None
         self.file_sd: FileSD | None = None
@@ -68,7 +68,7 @@ class MetricsExtension:
                 self.server.start()
             except MetricsPortError as e:
                 raise ScaleSettingError("SCALE_METRICS_PORT", str(e).split(": ", 1)[-1]) from None
-            folder = S.FILE_SD.get(s) or os.path.join(settings_core.STATE_DIR.get(s), "prometheus")
+            folder = S.FILE_SD.get(s) or os.path.join(core_settings.STATE_DIR.get(s), "prometheus")
             self.file_sd = FileSD(folder, job)
 
     @classmethod
@@ -98,10 +98,10 @@ class MetricsExtension:
     # ---- lifecycle ----------------------------------------------------------------------
 
     def spider_opened(self, spider: Any) -> None:
-        from scrapy_scale.monitor.frontier_read import FrontierPoller
+        from scrapy_scale.monitor.frontier_poller import FrontierPoller
 
         m = self.metrics
-        reading.set_labels(self.crawler, m, spider)
+        live_metrics.set_labels(self.crawler, m, spider)
         job, worker = m.base["job"], m.base["worker"]
         self._poller = FrontierPoller.install(self.crawler, job)
         if self.server is not None and self.file_sd is not None:
@@ -122,7 +122,7 @@ class MetricsExtension:
     def tick(self) -> None:
         """Every interval, on the reactor: nothing here waits (the frontier read and the
         exports run in threads and land when they are done)."""
-        reading.refresh(self.crawler, self.metrics)
+        live_metrics.refresh(self.crawler, self.metrics)
         if self._poller is not None:
             self._poller.refresh().addCallback(self.metrics.set_frontier)
         if self._exporting is None and (self.pusher is not None or self.textfile):
@@ -133,7 +133,7 @@ class MetricsExtension:
         """At close: a last read of everything, then the final exports. A browser
         integration closes its contexts at spider close too: its ``settled()`` is awaited
         first (30 s at most) so the last gauge says what stayed open, not what was."""
-        settled = getattr(ScaleContext.of(self.crawler).extra.get("browser"), "settled", None)
+        settled = getattr(ScaleContext.of(self.crawler).browser, "settled", None)
         if callable(settled):
             from twisted.internet import reactor
 
@@ -141,7 +141,7 @@ class MetricsExtension:
                 await maybe_deferred_to_future(settled().addTimeout(30, reactor))
             except Exception:  # noqa: BLE001 - the export goes on with what is open now
                 logger.debug("metrics: browser contexts not settled at close", exc_info=True)
-        reading.refresh(self.crawler, self.metrics)
+        live_metrics.refresh(self.crawler, self.metrics)
         if self._poller is not None:
             self.metrics.set_frontier(await maybe_deferred_to_future(self._poller.refresh(fresh=True)))
         while self._exporting is not None:

@@ -31,7 +31,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet import defer, task
 
-from scrapy_scale import settings_core
+from scrapy_scale.config import core_settings
 from scrapy_scale.monitor import settings as S
 from scrapy_scale.outcomes.model import DONE_CLASSES
 
@@ -172,12 +172,12 @@ class ProgressLog:
     """Extension: the progress line every ``SCALE_PROGRESS_INTERVAL`` seconds."""
 
     def __init__(self, crawler: Any, interval: float):
-        from scrapy_scale.monitor import reading
+        from scrapy_scale.monitor import live_metrics
 
         self.crawler = crawler
         self.interval = interval
         #: the counts the metrics and ``scrapy scale watch`` show too (one subscriber)
-        self.metrics = reading.crawl_metrics(crawler)
+        self.metrics = live_metrics.crawl_metrics(crawler)
         self.pages = RateWindow(max(WINDOW, 5 * interval))
         self.item_rate = RateWindow(max(WINDOW, 5 * interval))
         self.finished = RateWindow(max(WINDOW, 5 * interval))  # the job's done + failed
@@ -201,9 +201,9 @@ class ProgressLog:
         return done, sum(s["requests"].values()) - done, int(s["items_stored"])
 
     def spider_opened(self, spider: Any) -> None:
-        from scrapy_scale.monitor.frontier_read import FrontierPoller
+        from scrapy_scale.monitor.frontier_poller import FrontierPoller
 
-        job = settings_core.JOB.get(self.crawler.settings) or spider.name
+        job = core_settings.JOB.get(self.crawler.settings) or spider.name
         self._poller = FrontierPoller.install(self.crawler, job)
         self.sample(time.monotonic(), None)
         self._loop = task.LoopingCall(self.tick)
@@ -247,6 +247,5 @@ class ProgressLog:
         """The sites this process's throttle has paused now, and until when."""
         from scrapy_scale.context import ScaleContext
 
-        pacer = ScaleContext.of(self.crawler).extra.get("pacer")
-        paused = getattr(pacer, "paused", None)
-        return list(paused()) if callable(paused) else []
+        pacer = ScaleContext.of(self.crawler).pacer
+        return list(pacer.paused()) if pacer is not None else []

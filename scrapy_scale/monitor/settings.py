@@ -10,8 +10,14 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from scrapy_scale import settings_core  # noqa: F401 - declares SCALE_STATE_DIR, read for the file_sd default
-from scrapy_scale.config import as_bool, as_float, as_int, as_str, declare
+from scrapy_scale.config import (
+    as_bool,
+    as_float,
+    as_int,
+    as_str,
+    core_settings,  # noqa: F401 - declares SCALE_STATE_DIR, read for the file_sd default
+    declare,
+)
 
 COMPONENT = "monitor"
 

@@ -3,7 +3,7 @@ frontier; ``scrapy scale status JOB`` prints the same numbers once.
 
 What it reads: the frontier's ``status()`` (job-wide counts, oldest pending age, average
 wait, workers), and the snapshots the workers publish next to it
-(:mod:`scrapy_scale.monitor.snapshots`: their requests by class, rates, the named domains'
+(:mod:`scrapy_scale.monitor.worker_status`: their requests by class, rates, the named domains'
 attempts, blocks and rate limits, the egress pool, live browser contexts). The job's rate
 of finished requests comes from the frontier's done + failed counts between refreshes
 (:class:`~scrapy_scale.monitor.progress.RateWindow`), and before the second refresh from
@@ -30,7 +30,7 @@ from scrapy_scale.monitor.progress import (
     remaining,
     waiting,
 )
-from scrapy_scale.monitor.snapshots import Sink, merge, valid
+from scrapy_scale.monitor.worker_status import Sink, merge, valid
 from scrapy_scale.throttle.status import format_paused
 
 #: domains shown in each "top" table

@@ -31,7 +31,7 @@ from scrapy_scale.outcomes.model import (
     FailureClass,
     Outcome,
 )
-from scrapy_scale.outcomes.parsecheck import expects_items
+from scrapy_scale.outcomes.parse_checks import expects_items
 from scrapy_scale.outcomes.policy import ClassPolicy, RetryPolicy
 from scrapy_scale.outcomes.retry import retry_request
 

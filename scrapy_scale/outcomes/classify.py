@@ -33,6 +33,7 @@ from twisted.internet import error as txerr
 from twisted.web.client import ResponseFailed
 
 from scrapy_scale.clock import Clock, wall
+from scrapy_scale.outcomes.browser_errors import browser_verdict
 from scrapy_scale.outcomes.model import FailureClass
 from scrapy_scale.outcomes.retry_after import largest_retry_after
 from scrapy_scale.outcomes.rules import (  # noqa: F401 - re-exported (the public rule API)
@@ -267,6 +268,8 @@ class Classifier:
     def classify_exception(self, exc: BaseException, request: Request | None) -> Verdict:
         host, via_proxy = _host_and_proxy(request, None)
         for i, rule in enumerate(self.exception_rules):
+            if i == self._first_default and (browser := browser_verdict(exc)) is not None:
+                return Verdict(*browser)  # after the user's rules, before the defaults
             if rule.matches_exception(exc, host, via_proxy):
                 if rule.cls is C.FATAL and i >= self._first_default and self._listed(exc):
                     break

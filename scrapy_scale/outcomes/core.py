@@ -17,6 +17,7 @@ from scrapy.settings import BaseSettings
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_scale import config
+from scrapy_scale import stats_keys as K
 from scrapy_scale.clock import Clock, Randomness, wall
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.outcomes import settings as oset
@@ -24,7 +25,8 @@ from scrapy_scale.outcomes._log import FirstFew
 from scrapy_scale.outcomes.classify import BlockPageDetector, Classifier
 from scrapy_scale.outcomes.emit import OutcomeEmitter
 from scrapy_scale.outcomes.holding import DelayedRetries
-from scrapy_scale.outcomes.parsing import ParseTracker
+from scrapy_scale.outcomes.late import NO_LATE, LatePolicy
+from scrapy_scale.outcomes.parse_tracker import ParseTracker
 from scrapy_scale.outcomes.policy import RetryPolicy, build_policies
 from scrapy_scale.outcomes.retry import RetryDecider
 from scrapy_scale.outcomes.stats import OutcomeStats
@@ -66,6 +68,15 @@ def _detectors(crawler: Crawler) -> list[BlockPageDetector]:
             raise config.ScaleSettingError(oset.BLOCK_DETECTORS.name, f"{path} has no detect(response, request) method")
         out.append(build_from_crawler(dcls, crawler) if hasattr(dcls, "from_crawler") else dcls())
     return out
+
+
+def _late_policy(s: Any, retry_times: int | None) -> LatePolicy:
+    """SCALE_RETRY_LATE; a RETRY_TIMES set by the project is the whole budget, as in
+    Scrapy (no late retries), unless the project sets SCALE_RETRY_LATE too."""
+    if retry_times is not None and s.get(oset.RETRY_LATE.name) is None:
+        return NO_LATE
+    policy: LatePolicy = oset.RETRY_LATE.get(s)
+    return policy
 
 
 def _exception_classes(values: list[Any]) -> list[type[BaseException]]:
@@ -124,6 +135,7 @@ class OutcomeCore:
             clock=clock,
             rng=rng or Randomness(),
             warn=self._warn_counted,
+            late=_late_policy(s, retry_times),
         )
         self.decider = RetryDecider(self.policy, enabled=s.getbool("RETRY_ENABLED"))
         self.priority_adjust = s.getint("RETRY_PRIORITY_ADJUST")
@@ -140,5 +152,5 @@ class OutcomeCore:
             )
 
     def _warn_counted(self, kind: str, msg: str, *args: Any) -> None:
-        self.stats.inc_value(f"scale/{kind}")
+        self.stats.inc_value(K.WARNED + kind)
         self.warn_first(kind, msg, *args)

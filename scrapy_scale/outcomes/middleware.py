@@ -32,7 +32,7 @@ from scrapy_scale.outcomes.classify import Verdict
 from scrapy_scale.outcomes.core import OutcomeCore
 from scrapy_scale.outcomes.holding import NOT_BEFORE_TOLERANCE
 from scrapy_scale.outcomes.model import FailureClass, Outcome
-from scrapy_scale.outcomes.parsing import Pending
+from scrapy_scale.outcomes.parse_tracker import Pending
 from scrapy_scale.outcomes.policy import Decision
 from scrapy_scale.outcomes.retry import retry_request, scrapy_retry_logger
 from scrapy_scale.outcomes.stats import scrapy_reason
@@ -118,9 +118,17 @@ class OutcomeDownloaderMiddleware:
         o = core.emitter.build(request, verdict, final=False, retry_at=decision.not_before, **fields)
         avoid = core.decider.avoid_egresses(request, o)
         new = retry_request(
-            request, o, not_before=decision.not_before, avoid=avoid, priority_adjust=core.priority_adjust
+            request,
+            o,
+            not_before=decision.not_before,
+            avoid=avoid,
+            priority_adjust=core.priority_adjust,
+            late=decision.late,
+            failed_at=self.clock(),
         )
         core.delayed.retry_made()
+        if decision.late:
+            core.stats.inc_value(K.RETRY_LATE)
         scrapy_retry_logger.debug(
             "Retrying %(request)s (failed %(retry_times)d times): %(reason)s",
             {"request": request, "retry_times": o.attempt, "reason": scrapy_reason(o)},
@@ -138,7 +146,7 @@ class OutcomeDownloaderMiddleware:
             o = core.emitter.build(request, verdict, internal=True, **fields)
             core.emitter.send(o, request)
             return None
-        decision = core.decider.decide(request, verdict)
+        decision = core.decider.decide(request, verdict, late_ok=False)
         if not decision.retry:
             gave_up = decision.why if decision.gave_up else None
             core.emitter.send(core.emitter.build(request, verdict, internal=True, gave_up=gave_up, **fields), request)

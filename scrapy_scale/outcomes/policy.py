@@ -20,6 +20,7 @@ from typing import Any
 
 from scrapy_scale.clock import Clock, Randomness, wall
 from scrapy_scale.outcomes._log import FirstFew
+from scrapy_scale.outcomes.late import NO_LATE, LatePolicy
 from scrapy_scale.outcomes.model import FailureClass
 
 logger = logging.getLogger(__name__)
@@ -137,9 +138,12 @@ class Decision:
     not_before: float | None = None
     #: the class is retryable but its budget is spent (or retries were switched off)
     gave_up: bool = False
-    #: why it was not retried: "budget", "dont_retry", "disabled", "not listed" (the
-    #: project's RETRY_HTTP_CODES / RETRY_EXCEPTIONS), "" (a class that is never retried)
+    #: why it was not retried: "budget", "deadline" (``SCALE_RETRY_LATE``), "dont_retry",
+    #: "disabled", "not listed" (the project's RETRY_HTTP_CODES / RETRY_EXCEPTIONS), ""
+    #: (a class that is never retried)
     why: str = ""
+    #: a late retry (``SCALE_RETRY_LATE``): the quick budget was spent
+    late: bool = False
 
 
 NO_RETRY = Decision(False)
@@ -154,8 +158,10 @@ class RetryPolicy:
         clock: Clock = wall,
         rng: Randomness | None = None,
         warn: Callable[..., None] | None = None,
+        late: LatePolicy = NO_LATE,
     ):
         self.policies = dict(policies or DEFAULT_POLICIES)
+        self.late = late
         self.retry_after_max = retry_after_max
         self.clock = clock
         self.rng = rng or Randomness()
@@ -206,11 +212,17 @@ class RetryPolicy:
         dont_retry: bool = False,
         enabled: bool = True,
         where: str = "",
+        late_done: int = 0,
+        first_failed: float | None = None,
+        late_ok: bool = True,
     ) -> Decision:
         """Retry the attempt number ``attempt`` (1-based) that failed with ``cls``?
 
         ``max_retries`` (the ``max_retry_times`` meta key) replaces the class's budget;
-        ``retry_after`` is the server's raw Retry-After in seconds (clamped here).
+        ``retry_after`` is the server's raw Retry-After in seconds (clamped here). Once the
+        budget is spent, a late retry (:attr:`late`) when ``late_ok``, fewer than its
+        ``retries`` were made (``late_done``) and its deadline after ``first_failed`` (the
+        chain's first failure; None: this one) is not past.
         """
         p = self.policies[cls]
         if cls in NEVER_RETRIED or (cls is C.FATAL and p.retries <= 0):
@@ -222,10 +234,26 @@ class RetryPolicy:
         budget = p.retries if max_retries is None else max_retries
         if attempt > budget:
             # a budget of 0 (RETRY_TIMES = 0, or retries 0 for the class) gives up too, as
-            # Scrapy's get_retry_request does: logged at the give-up level and counted
+            # Scrapy's get_retry_request does: logged at the give-up level and counted;
+            # a request that sets its own budget (max_retry_times) gets no late retries
+            if late_ok and max_retries is None and self.late.applies(cls, late_done):
+                return self._late(cls, late_done, retry_after, first_failed, where)
             return Decision(False, gave_up=True, why="budget")
         delay = self.backoff(cls, attempt)
         ra = self.clamp_retry_after(retry_after, where)
         if ra is not None:
             delay += ra
         return Decision(True, delay=delay, not_before=self.clock() + delay)
+
+    def _late(
+        self, cls: FailureClass, done: int, retry_after: float | None, first_failed: float | None, where: str
+    ) -> Decision:
+        now = self.clock()
+        delay = self.late.delay(done + 1, self.rng.uniform(0.0, 1.0))
+        ra = self.clamp_retry_after(retry_after, where)
+        if ra is not None:
+            delay = max(delay, ra)
+        start = now if first_failed is None else first_failed
+        if self.late.deadline and now + delay > start + self.late.deadline:
+            return Decision(False, gave_up=True, why="deadline")
+        return Decision(True, delay=delay, not_before=now + delay, late=True)

@@ -12,17 +12,23 @@ attempt of a request's chain, carrying the chain's meta keys.
 from __future__ import annotations
 
 import logging
+import math
+import time
 from typing import TYPE_CHECKING
 
 from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_scale import meta
+from scrapy_scale import stats_keys as K
 from scrapy_scale.outcomes.classify import Verdict
-from scrapy_scale.outcomes.model import Outcome
+from scrapy_scale.outcomes.model import FailureClass, Outcome
 from scrapy_scale.outcomes.policy import NO_RETRY, Decision, RetryPolicy
 
 if TYPE_CHECKING:
     from scrapy import Request
+
+#: a chain's first failure stored this far ahead of now is taken as a bad value (seconds)
+FUTURE_SLACK = 300.0
 
 #: Scrapy's own retry logger, so users' log filters and greps keep working
 scrapy_retry_logger = logging.getLogger("scrapy.downloadermiddlewares.retry")
@@ -33,8 +39,11 @@ class RetryDecider:
         self.policy = policy
         self.enabled = enabled
 
-    def decide(self, request: Request, verdict: Verdict) -> Decision:
+    def decide(self, request: Request, verdict: Verdict, late_ok: bool = True) -> Decision:
+        """``late_ok``: False for Scrapy's own downloads (robots.txt), retried at once."""
         m = request.meta
+        where = urlparse_cached(request).hostname or ""
+        late_done, first_failed = self.late_state(m, where) if late_ok else (0, None)
         d = self.policy.decide(
             verdict.cls,
             int(m.get(meta.ATTEMPT, 1)),
@@ -42,17 +51,45 @@ class RetryDecider:
             max_retries=m.get("max_retry_times"),
             dont_retry=bool(m.get("dont_retry", False)),
             enabled=self.enabled,
-            where=urlparse_cached(request).hostname or "",
+            where=where,
+            late_done=late_done,
+            first_failed=first_failed,
+            late_ok=late_ok,
         )
         if d.retry and not verdict.retryable:
             return Decision(False, gave_up=True, why="not listed")
         return d
 
+    def late_state(self, m: dict[str, object], where: str) -> tuple[int, float | None]:
+        """The chain's late retries so far and its first failure's time, from the request's
+        meta: stored with the request (the frontier), so untrusted. A count that is not an
+        integer >= 0 is taken as 0; a time that is not finite or is in the future as none
+        (this failure starts the deadline), each with a warning."""
+        done, first = m.get(meta.LATE, 0), m.get(meta.FIRST_FAILED)
+        if isinstance(done, bool) or not isinstance(done, int) or done < 0:
+            self._bad_meta(meta.LATE, done, where)
+            done = 0
+        if first is not None:
+            if not _a_time(first) or first > self.policy.clock() + FUTURE_SLACK:  # type: ignore[operator]
+                self._bad_meta(meta.FIRST_FAILED, first, where)
+                first = None
+        return done, first  # type: ignore[return-value]
+
+    def _bad_meta(self, key: str, value: object, where: str) -> None:
+        self.policy.warn(
+            K.RETRY_LATE_BAD_META.removeprefix("scale/"),
+            "ignoring meta[%r] = %.60r of a request to %s: not a valid value (a stored request edited "
+            "or written by another version?)",
+            key,
+            value,
+            where or "?",
+        )
+
     def give_up_level(self, outcome: Outcome, decision: Decision, request: Request) -> int:
         """The level of the give-up line: the request's ``give_up_log_level`` meta key (as
         Scrapy's RetryMiddleware reads it), else the class policy's; DEBUG when the project
         asked for no retry (``dont_retry``, RETRY_ENABLED = False, not listed)."""
-        if decision.why != "budget":
+        if decision.why not in ("budget", "deadline"):
             return logging.DEBUG
         lv = request.meta.get("give_up_log_level")
         if lv is not None:
@@ -62,10 +99,14 @@ class RetryDecider:
         return self.policy.policies[outcome.cls].give_up_level
 
     def avoid_egresses(self, request: Request, outcome: Outcome) -> tuple[str, ...]:
-        """The egresses the next attempt must avoid (the failed one added when the class
-        asks for a new egress)."""
+        """The egresses the next attempt must avoid: the failed one is added when the class
+        asks for a new egress, and after a failure past the connection (a ``transient``
+        outcome without a response: a timeout, an answer that is not HTTP, a connection
+        closed mid-answer), which may be the egress's fault."""
         avoid = tuple(request.meta.get(meta.AVOID_EGRESS) or ())
-        if self.policy.policies[outcome.cls].new_egress and outcome.egress and outcome.egress not in avoid:
+        after_connect = outcome.cls is FailureClass.TRANSIENT and outcome.status is None
+        new_egress = self.policy.policies[outcome.cls].new_egress or after_connect
+        if new_egress and outcome.egress and outcome.egress not in avoid:
             avoid = (*avoid, outcome.egress)
         return avoid
 
@@ -77,14 +118,20 @@ def retry_request(
     not_before: float | None,
     avoid: tuple[str, ...] = (),
     priority_adjust: int = -1,
+    late: bool = False,
+    failed_at: float | None = None,
 ) -> Request:
     """The next attempt of ``request``'s chain after the failed attempt ``outcome``.
 
     A copy with ``dont_filter=True``, ``priority += meta["priority_adjust"]`` (else
     ``priority_adjust``, Scrapy's RETRY_PRIORITY_ADJUST) and the chain's meta keys:
     ``scale_attempt``, ``scale_not_before``, ``scale_avoid_egress``,
-    ``scale_last_failure``, ``scale_fingerprint`` and Scrapy's ``retry_times``.
+    ``scale_last_failure``, ``scale_fingerprint``, ``scale_late`` (late retries made,
+    one more when ``late``), ``scale_first_failed`` (kept, else ``failed_at``, else now) and
+    Scrapy's ``retry_times``.
     """
+    if failed_at is None:
+        failed_at = time.time()
     new = request.copy()
     m = new.meta
     m[meta.ATTEMPT] = outcome.attempt + 1
@@ -92,10 +139,19 @@ def retry_request(
     m[meta.AVOID_EGRESS] = list(avoid)
     m[meta.LAST_FAILURE] = [outcome.cls.value, outcome.reason]
     m[meta.FINGERPRINT] = outcome.fingerprint
+    done, first = m.get(meta.LATE), m.get(meta.FIRST_FAILED)
+    done = done if isinstance(done, int) and not isinstance(done, bool) and done >= 0 else 0
+    m[meta.LATE] = done + 1 if late else done
+    if not _a_time(first) or first > failed_at + FUTURE_SLACK:  # type: ignore[operator]
+        m[meta.FIRST_FAILED] = failed_at
     m["retry_times"] = outcome.attempt  # what Scrapy's own retry code would show
     new.dont_filter = True
     new.priority = request.priority + int(request.meta.get("priority_adjust", priority_adjust))
     return new
+
+
+def _a_time(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 __all__ = ["NO_RETRY", "Decision", "RetryDecider", "retry_request", "scrapy_retry_logger"]

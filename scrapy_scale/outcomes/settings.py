@@ -22,7 +22,7 @@ def _parse_policy(value: Any) -> dict[Any, Any]:
 
 
 def _parse_critical(value: Any) -> dict[str, tuple[str, ...]]:
-    from scrapy_scale.outcomes.parsecheck import parse_critical_fields
+    from scrapy_scale.outcomes.parse_checks import parse_critical_fields
 
     return parse_critical_fields(value)
 
@@ -42,6 +42,25 @@ RETRY_POLICY = declare(
     _parse_policy,
     'Per-class retry policy overrides, e.g. `{"transient": {"retries": 3, "base": 1, "cap": 30}}` '
     "(retries after the first attempt; full-jitter backoff window base*2^(n-1) capped at cap, seconds).",
+    COMPONENT,
+)
+
+
+def _parse_late(value: Any) -> Any:
+    from scrapy_scale.outcomes.late import parse_late
+
+    return parse_late(value)
+
+
+RETRY_LATE = declare(
+    "SCALE_RETRY_LATE",
+    {},
+    _parse_late,
+    "Late retries, after a class's quick retries are spent: "
+    '`{"retries": 3, "base": 60, "cap": 600, "deadline": 3600, "classes": ["transient", "egress_failed"]}` '
+    "(the defaults): the k-th waits base*2^(k-1) capped at cap, jittered between half and all of it, none past "
+    "deadline seconds after the first failure (0 = none). `0` or `retries: 0`: no late retries. The crawl stays "
+    "open while one is due.",
     COMPONENT,
 )
 RETRY_AFTER_MAX = declare(

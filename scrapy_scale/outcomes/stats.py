@@ -53,11 +53,7 @@ class OutcomeStats:
 
     @classmethod
     def install(cls, crawler: Crawler) -> OutcomeStats:
-        ctx = ScaleContext.of(crawler)
-        inst = ctx.extra.get("outcome_stats")
-        if inst is None:
-            inst = ctx.extra["outcome_stats"] = cls(crawler)
-        return inst  # type: ignore[no-any-return]
+        return ScaleContext.of(crawler).shared(OutcomeStats, lambda: cls(crawler))
 
     def on_outcome(self, outcome: Outcome, **kwargs: Any) -> None:
         inc = self._inc
@@ -69,10 +65,10 @@ class OutcomeStats:
             return
         if outcome.final:
             inc(K.OUTCOME + cls)
-            inc(f"{K.RETRY_DEPTH}{outcome.attempt}")
+            inc(K.retry_depth(outcome.attempt))
             if outcome.gave_up:
                 inc(K.GAVE_UP + cls)
-                if outcome.gave_up_why == "budget":  # as Scrapy: retries spent, not refused
+                if outcome.gave_up_why in ("budget", "deadline"):  # as Scrapy: retries spent, not refused
                     inc(K.SCRAPY_RETRY_MAX_REACHED)
             if outcome.fallback:
                 inc(K.FALLBACK)
@@ -97,6 +93,6 @@ class OutcomeStats:
             return
         lines = []
         for (cls, why), n in top:
-            self.crawler.stats.set_value(f"{K.ERROR_GROUP}{cls}/{why or '-'}", n)
+            self.crawler.stats.set_value(K.error_group(cls, why), n)
             lines.append(f"  {n:>8}  {cls:<14} {why or '-'}")
         logger.info("Top error groups (class, reason) of %d:\n%s", len(self.errors), "\n".join(lines))

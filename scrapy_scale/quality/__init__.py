@@ -2,7 +2,7 @@
 against earlier runs, raw snapshots of failed parses and their replay (docs/quality.md)."""
 
 from scrapy_scale.quality.pipeline import QuarantinedDrop, ValidationPipeline
-from scrapy_scale.quality.report import QualityReport
-from scrapy_scale.quality.snapshots import Snapshots
+from scrapy_scale.quality.raw_pages import Snapshots
+from scrapy_scale.quality.report_extension import QualityReport
 
 __all__ = ["QualityReport", "QuarantinedDrop", "Snapshots", "ValidationPipeline"]

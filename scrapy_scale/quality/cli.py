@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from scrapy_scale import config, settings_core
+from scrapy_scale import config
+from scrapy_scale import stats_keys as K
+from scrapy_scale.config import core_settings
 from scrapy_scale.errors import ScaleError
-from scrapy_scale.quality import reporting
+from scrapy_scale.quality import report_build
 from scrapy_scale.quality import settings as quality_settings
 from scrapy_scale.quality.history import RunRecord
 from scrapy_scale.redact import redact_url
@@ -34,20 +36,20 @@ def report(settings: Any, job: str, run: str | None = None) -> dict[str, Any]:
     """Rebuild the report of ``run`` (default: the job's last run) from the history and the
     store, write it beside the job's data (as the end of a crawl does) and return it."""
     from scrapy_scale.quality.pipeline import store_url
-    from scrapy_scale.quality.snapshots import SnapshotDir
+    from scrapy_scale.quality.raw_pages import SnapshotDir
 
     config.validate_all(settings, read_sources=False)  # the egress source is not opened
-    h = reporting.open_history(settings)
+    h = report_build.open_history(settings)
     try:
         runs = h.runs(job)
         rec = _run(runs, job, run, redact_url(store_url(settings)))
-        scan = reporting.scan_store(settings, job, rec.run_id)
+        scan = report_build.scan_store(settings, job, rec.run_id)
         index = SnapshotDir.for_job(settings, job).index()
-        rep = reporting.build(
+        rep = report_build.build(
             job,
             rec.run_id,
             runs,
-            reporting.thresholds(settings),
+            report_build.thresholds(settings),
             scan,
             quality_settings.SAMPLE_SIZE.get(settings),
             storage_settings.FIELDS.get(settings),
@@ -57,7 +59,7 @@ def report(settings: Any, job: str, run: str | None = None) -> dict[str, Any]:
         h.put_report(job, rec.run_id, rep["ok"], rep["failed"])
     finally:
         h.close()
-    rep["paths"] = reporting.write(rep, reporting.quality_dir(settings, job))
+    rep["paths"] = report_build.write(rep, report_build.quality_dir(settings, job))
     return rep
 
 
@@ -87,7 +89,7 @@ def replay(
     from scrapy_scale.frontier import settings as frontier_settings
     from scrapy_scale.frontier.backends import open_store
     from scrapy_scale.quality import replay as R
-    from scrapy_scale.quality.snapshots import SnapshotDir
+    from scrapy_scale.quality.raw_pages import SnapshotDir
 
     config.validate_all(settings, read_sources=False)  # the egress source is not opened
     snaps = SnapshotDir.for_job(settings, job)
@@ -109,7 +111,7 @@ def replay(
         ("DOWNLOADER_MIDDLEWARES", "scrapy_scale.quality.replay.ReplayDownloaderMiddleware", 1),
         ("EXTENSIONS", "scrapy_scale.quality.replay.ReplayTracker", 0),
         ("EXTENSIONS", "scrapy_scale.quality.QualityReport", None),
-        ("EXTENSIONS", "scrapy_scale.quality.snapshots.Snapshots", None),
+        ("EXTENSIONS", "scrapy_scale.quality.raw_pages.Snapshots", None),
     ):
         s.set_in_component_priority_dict(dict_name, load_object(path), order)
     process = CrawlerProcess(s)
@@ -117,14 +119,14 @@ def replay(
     process.crawl(crawler, **(spider_args or {}))
     process.start()
     state = R.state_of(crawler)
-    if crawler.stats is None or crawler.stats.get_value("finish_reason") is None:
+    if crawler.stats is None or crawler.stats.get_value(K.SCRAPY_FINISH_REASON) is None:
         raise QualityError("the replay crawl did not run (see the log above)")
     done = state.done()
     fps = [loaded[n]["fingerprint"] for n in done]
     marked = 0
     if fps:
         store = open_store(
-            frontier_settings.frontier_url(settings), job, state_dir=settings_core.STATE_DIR.get(settings)
+            frontier_settings.frontier_url(settings), job, state_dir=core_settings.STATE_DIR.get(settings)
         )
         try:
             marked = store.resolve(fps)
@@ -188,24 +190,24 @@ def review(settings: Any, job: str, run: str | None = None, verdicts: str | None
 
     from scrapy_scale.quality.html import review_page
     from scrapy_scale.quality.pipeline import store_url
-    from scrapy_scale.quality.snapshots import SnapshotDir
+    from scrapy_scale.quality.raw_pages import SnapshotDir
 
     config.validate_all(settings, read_sources=False)  # the egress source is not opened
-    h = reporting.open_history(settings)
+    h = report_build.open_history(settings)
     try:
         rec = _run(h.runs(job), job, run, redact_url(store_url(settings)))
     finally:
         h.close()
-    scan = reporting.scan_store(settings, job, rec.run_id)
+    scan = report_build.scan_store(settings, job, rec.run_id)
     fields = storage_settings.FIELDS.get(settings)
-    rows = reporting.sample(
+    rows = report_build.sample(
         scan.run_rows,
         quality_settings.SAMPLE_SIZE.get(settings),
         f"{job}:{rec.run_id}",
         fields,
         SnapshotDir.for_job(settings, job).index(),
     )
-    folder = reporting.quality_dir(settings, job)
+    folder = report_build.quality_dir(settings, job)
     os.makedirs(folder, exist_ok=True)
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in rec.run_id)
     csv_path = os.path.join(folder, f"review-{safe}.csv")
@@ -275,7 +277,7 @@ def read_verdicts(settings: Any, job: str, path: str) -> str:
             run, verdicts = parse_verdicts(f)
     except OSError as e:
         raise QualityError(f"cannot read {path}: {e}") from None
-    h = reporting.open_history(settings)
+    h = report_build.open_history(settings)
     try:
         if not any(r.run_id == run for r in h.runs(job)):
             raise QualityError(f"job {job!r} has no run {run!r} in the history")

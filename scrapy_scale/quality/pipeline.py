@@ -24,8 +24,9 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
-from scrapy_scale import config, settings_core, startup
+from scrapy_scale import config, startup
 from scrapy_scale import stats_keys as K
+from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemQuarantined
 from scrapy_scale.outcomes import settings as outcomes_settings
@@ -36,12 +37,8 @@ from scrapy_scale.quality.validate import Validator, content_hash, reason_kind
 from scrapy_scale.redact import redact_url
 from scrapy_scale.storage import settings as storage_settings
 from scrapy_scale.storage.backends import DeadRow, StoreBroken, StoreUnavailable, open_store
-from scrapy_scale.storage.pipeline import (
-    clean_text,
-    default_store_url,
-    item_text,
-    resolve_run_id,
-)
+from scrapy_scale.storage.dead_letters import clean_text, item_text
+from scrapy_scale.storage.pipeline import default_store_url, resolve_run_id
 from scrapy_scale.storage.writer import BatchWriter, DeadLettered, Submission
 
 logger = logging.getLogger(__name__)
@@ -60,10 +57,9 @@ def store_url(settings: Any) -> str:
 
 def figures_of(crawler: Crawler) -> RunFigures:
     """The run's figures this process counts (shared by the pipeline and the report)."""
-    extra = ScaleContext.of(crawler).extra
-    if "quality" not in extra:
-        extra["quality"] = RunFigures()
-    return extra["quality"]  # type: ignore[no-any-return]
+    ctx = ScaleContext.of(crawler)
+    figures = ctx.quality_figures = ctx.shared(RunFigures, RunFigures)  # the metrics read them too
+    return figures
 
 
 class QuarantinedDrop(DropItem, ItemQuarantined):
@@ -113,7 +109,7 @@ class ValidationPipeline:
         from twisted.internet import reactor
 
         spider = spider or self.crawler.spider
-        self.job = settings_core.JOB.get(self.crawler.settings) or (spider.name if spider else "job")
+        self.job = core_settings.JOB.get(self.crawler.settings) or (spider.name if spider else "job")
         self.run_id = resolve_run_id(self.crawler)
         store = open_store(self.url, self.collection, self.quarantine)
         self.writer = BatchWriter(

@@ -30,6 +30,7 @@ from scrapy.utils.request import request_from_dict
 
 from scrapy_scale import meta
 from scrapy_scale import signals as scale_signals
+from scrapy_scale import stats_keys as K
 from scrapy_scale.context import ScaleContext
 
 logger = logging.getLogger(__name__)
@@ -59,10 +60,7 @@ class ReplayState:
 
 
 def state_of(crawler: Crawler) -> ReplayState:
-    extra = ScaleContext.of(crawler).extra
-    if "replay" not in extra:
-        extra["replay"] = ReplayState(dict(crawler.settings.get(SETTING) or {}))
-    return extra["replay"]  # type: ignore[no-any-return]
+    return ScaleContext.of(crawler).shared(ReplayState, lambda: ReplayState(dict(crawler.settings.get(SETTING) or {})))
 
 
 class ReplaySpiderMiddleware:
@@ -111,7 +109,7 @@ class ReplayDownloaderMiddleware:
         snap = self.state.snapshots.get(name) if name else None
         if snap is None or request.meta.get("_replayed"):
             self.state.ignored_requests += 1
-            self.stats.inc_value("scale/quality/replay/ignored_requests")
+            self.stats.inc_value(K.QUALITY_REPLAY_IGNORED)
             raise IgnoreRequest("replay: no network request (a link the replayed callback followed)")
         request.meta["_replayed"] = True
         headers = Headers({k: v for k, v in snap["headers"].items()})

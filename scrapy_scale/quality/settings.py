@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import scrapy_scale.settings_core  # noqa: F401 - SCALE_STATE_DIR and SCALE_JOB, read here too
+import scrapy_scale.config.core_settings  # noqa: F401 - SCALE_STATE_DIR and SCALE_JOB, read here too
 from scrapy_scale.config import as_bool, as_dict, as_float, as_int, as_list, as_str, declare
 
 COMPONENT = "quality"

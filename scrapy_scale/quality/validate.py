@@ -17,7 +17,7 @@ from typing import Any
 
 from itemadapter import ItemAdapter
 
-from scrapy_scale.outcomes.parsecheck import ANY_ITEM, ItemCheck, is_empty
+from scrapy_scale.outcomes.parse_checks import ANY_ITEM, ItemCheck, is_empty
 
 #: at most this many schema errors are kept per item (a broken page can fail every property)
 MAX_SCHEMA_ERRORS = 5

@@ -8,6 +8,7 @@ Enable with the add-on, or alone::
 See docs/storage.md.
 """
 
-from scrapy_scale.storage.pipeline import StorePipeline, StoreSpiderMiddleware
+from scrapy_scale.storage.pipeline import StorePipeline
+from scrapy_scale.storage.sources import StoreSpiderMiddleware
 
 __all__ = ["StorePipeline", "StoreSpiderMiddleware"]

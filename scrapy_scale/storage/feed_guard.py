@@ -18,7 +18,9 @@ from scrapy.utils.misc import load_object
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
-from scrapy_scale import compat, settings_core
+from scrapy_scale import compat
+from scrapy_scale import stats_keys as K
+from scrapy_scale.config import core_settings
 from scrapy_scale.storage.backends import SQLiteStore, Store, open_store
 from scrapy_scale.storage.feeds import Entry, FeedJournal, journal_folder
 
@@ -26,7 +28,6 @@ logger = logging.getLogger(__name__)
 
 #: keys read back from the store per thread round trip while re-sending
 CHUNK = 500
-STATS = "scale/store/"
 
 
 class FeedGuard:
@@ -54,7 +55,7 @@ class FeedGuard:
         if exporter is None:
             return None
         s = crawler.settings
-        journal = FeedJournal(journal_folder(s.get("JOBDIR") or settings_core.STATE_DIR.get(s), job))
+        journal = FeedJournal(journal_folder(s.get("JOBDIR") or core_settings.STATE_DIR.get(s), job))
         journal.open()
         return cls(crawler, exporter, journal, (url, collection, dead, fields), job)
 
@@ -111,7 +112,7 @@ class FeedGuard:
         finally:
             if store is not None:
                 await maybe_deferred_to_future(threads.deferToThread(store.close))
-        self.crawler.stats.inc_value(STATS + "feed_resent", sent)
+        self.crawler.stats.inc_value(K.STORE_FEED_RESENT, sent)
         logger.info(
             "feeds: re-sent %d item(s) stored by a crashed run of this job (%d journal(s)) to this run's feeds"
             " (%d filtered out by every feed)",

@@ -1,38 +1,33 @@
-"""Scrapy glue: the item pipeline and the spider middleware that tells it where items came from.
+"""Scrapy glue: the item pipeline.
 
-``StoreSpiderMiddleware`` notes, for every item a callback yields, the response URL,
-the item's position among that response's items and the callback's name.
-``StorePipeline`` turns each item into a keyed document, hands it to the batch
+``StorePipeline`` turns each item into a keyed document (its source noted by
+:class:`~scrapy_scale.storage.sources.StoreSpiderMiddleware`), hands it to the batch
 writer thread, and returns from ``process_item`` only once the item is committed
-(or dead-lettered, then ``DropItem``): Scrapy's ``item_scraped`` means "stored".
+(or dead-lettered, then ``DropItem``, see :mod:`~scrapy_scale.storage.dead_letters`):
+Scrapy's ``item_scraped`` means "stored".
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
-import reprlib
 import time
 import uuid
-from collections import deque
-from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from itemadapter import ItemAdapter
-from scrapy import Request, Spider, signals
+from scrapy import Spider, signals
 from scrapy.crawler import Crawler
 from scrapy.exceptions import DropItem
-from scrapy.http import Response
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from scrapy.utils.python import global_object_name
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
-from scrapy_scale import compat, config, exitcode, settings_core, startup
+from scrapy_scale import compat, config, exitcode, startup
+from scrapy_scale import stats_keys as K
+from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
-from scrapy_scale.errors import ItemDeadLettered
 from scrapy_scale.redact import redact_url
 from scrapy_scale.storage import settings as S
 from scrapy_scale.storage.backends import (
@@ -45,115 +40,26 @@ from scrapy_scale.storage.backends import (
     StoreUnavailable,
     open_store,
 )
-from scrapy_scale.storage.encode import Unencodable, encode_item, encode_value, to_json
+from scrapy_scale.storage.dead_letters import (
+    SHORT_REPR,
+    DeadLetteredDrop,
+    ItemSource,
+    NotAnItem,
+    dead_row,
+    reason_kind,
+)
+from scrapy_scale.storage.encode import Unencodable, encode_item, to_json
 from scrapy_scale.storage.feed_guard import FeedGuard
 from scrapy_scale.storage.feeds import JournalWriteError
 from scrapy_scale.storage.keys import InvalidKey, KeyRules
+from scrapy_scale.storage.sources import Source, sources_of
 from scrapy_scale.storage.writer import BatchReport, BatchWriter, DeadLettered, Result, Stored, Submission
 
 logger = logging.getLogger(__name__)
 
-STATS = "scale/store/"
-
-
-class Source:
-    """Where an item came from."""
-
-    __slots__ = ("item", "url", "index", "callback")
-
-    def __init__(self, item: Any, url: str | None, index: int, callback: str):
-        self.item, self.url, self.index, self.callback = item, url, index, callback
-
-
-class SourceTable:
-    """item object -> its sources, FIFO (the same object may be yielded twice)."""
-
-    def __init__(self) -> None:
-        self._by_id: dict[int, deque[Source]] = {}
-        #: set by StorePipeline; without it nobody would pop, so nothing is recorded
-        self.consumed = False
-
-    def add(self, src: Source) -> None:
-        self._by_id.setdefault(id(src.item), deque()).append(src)
-
-    def pop(self, item: Any) -> Source | None:
-        q = self._by_id.get(id(item))
-        if not q:
-            return None
-        src = q.popleft()
-        if not q:
-            del self._by_id[id(item)]
-        return src if src.item is item else None
-
-    def peek(self, item: Any) -> Source | None:
-        """The source ``pop`` would return, left in place (a pipeline before the store's)."""
-        q = self._by_id.get(id(item))
-        return q[0] if q and q[0].item is item else None
-
-    def __len__(self) -> int:
-        return len(self._by_id)
-
-
-def callback_name(spider: Spider | None, response: Response | None) -> str:
-    spider_name = type(spider).__name__ if spider is not None else "Spider"
-    if response is None:
-        return f"{spider_name}.start"
-    req = getattr(response, "request", None)
-    cb = getattr(req, "callback", None) if req is not None else None
-    name = getattr(cb, "__name__", None) or "parse"
-    return f"{spider_name}.{name}"
-
-
-def _sources_of(crawler: Crawler) -> SourceTable:
-    ctx = ScaleContext.of(crawler)
-    if ctx.item_sources is None:
-        ctx.item_sources = SourceTable()
-    return ctx.item_sources  # type: ignore[no-any-return]
-
-
-class StoreSpiderMiddleware:
-    """Records each yielded item's response, index and callback for StorePipeline."""
-
-    def __init__(self, crawler: Crawler):
-        self.crawler = crawler
-        self.sources = _sources_of(crawler)
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> StoreSpiderMiddleware:
-        return cls(crawler)
-
-    def _note(self, out: Any, response: Response | None, state: list[int], cb: str) -> None:
-        if out is None or isinstance(out, Request) or not self.sources.consumed:
-            return
-        self.sources.add(Source(out, response.url if response is not None else None, state[0], cb))
-        state[0] += 1
-
-    def process_spider_output(self, response: Response, result: Iterable[Any], spider: Spider | None = None):
-        state = [0]
-        cb = callback_name(self.crawler.spider, response)
-        for out in result:
-            self._note(out, response, state, cb)
-            yield out
-
-    async def process_spider_output_async(
-        self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None
-    ) -> AsyncIterator[Any]:
-        state = [0]
-        cb = callback_name(self.crawler.spider, response)
-        async for out in result:
-            self._note(out, response, state, cb)
-            yield out
-
-    async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        state = [0]
-        cb = callback_name(self.crawler.spider, None)
-        async for out in start:
-            self._note(out, None, state, cb)
-            yield out
-
 
 def default_store_url(settings: Any) -> str:
-    folder = settings.get("JOBDIR") or settings_core.STATE_DIR.get(settings)
+    folder = settings.get("JOBDIR") or core_settings.STATE_DIR.get(settings)
     return "sqlite:///" + os.path.abspath(os.path.join(folder, "items.sqlite"))
 
 
@@ -177,7 +83,7 @@ class StorePipeline:
         self.url: str = S.URL.get(s) or default_store_url(s)
         ctx = ScaleContext.of(crawler)
         ctx.store_url = redact_url(self.url)
-        ctx.extra["store"] = self  # documented offer: duplicates_in_run, keys_in_run (docs/architecture.md)
+        ctx.store = self  # offers duplicates_in_run (context.StoreView)
         self.collection: str = S.COLLECTION.get(s)
         self.dead_collection: str = S.DEAD_LETTER.get(s) or f"{self.collection}_dead_letter"
         self.keys = KeyRules(S.ITEM_KEY.get(s))
@@ -190,7 +96,7 @@ class StorePipeline:
         self.fields: dict[str, str] = S.FIELDS.get(s)
         self.reserved = set(self.fields.values())
         self.stats = crawler.stats
-        self.sources = _sources_of(crawler)
+        self.sources = sources_of(crawler)
         self.sources.consumed = True
         self.store: Store | None = None
         self.writer: BatchWriter | None = None
@@ -255,7 +161,7 @@ class StorePipeline:
     @startup.reports_setting_errors
     def open_spider(self, spider: Spider | None = None) -> None:
         spider = spider or self.crawler.spider
-        self.job = settings_core.JOB.get(self.crawler.settings) or (spider.name if spider else "job")
+        self.job = core_settings.JOB.get(self.crawler.settings) or (spider.name if spider else "job")
         self.run_id = resolve_run_id(self.crawler)
         from twisted.internet import reactor
 
@@ -290,10 +196,10 @@ class StorePipeline:
 
         await maybe_deferred_to_future(threads.deferToThread(finish))
         if self._seen:
-            self.stats.set_value(STATS + "keys_in_run", len(self._seen))
-        written = self.stats.get_value(STATS + "written", 0)
+            self.stats.set_value(K.STORE_KEYS_IN_RUN, len(self._seen))
+        written = self.stats.get_value(K.STORE_WRITTEN, 0)
         if written:
-            self.stats.set_value(STATS + "item_latency_avg", round(self._latency_sum / written, 4))
+            self.stats.set_value(K.STORE_ITEM_LATENCY_AVG, round(self._latency_sum / written, 4))
         if writer.error is not None:
             logger.error("the store writer failed: %r", writer.error)
 
@@ -316,7 +222,7 @@ class StorePipeline:
         if self._pending >= self.max_pending and not self._paused and self.crawler.engine:
             self._paused = True
             self.crawler.engine.pause()
-            self.stats.inc_value(STATS + "pauses")
+            self.stats.inc_value(K.STORE_PAUSES)
             logger.warning("store is behind (%d items waiting): crawl paused", self._pending)
         result = await maybe_deferred_to_future(d)
         if isinstance(result, DeadLettered):
@@ -326,7 +232,7 @@ class StorePipeline:
                 repr(item)
                 level = None
             except RecursionError:  # Scrapy's "Dropped: ..." line would fail to format the item
-                logger.warning("Dropped: dead-lettered: %s\n%s", result.reason, _SHORT_REPR.repr(item))
+                logger.warning("Dropped: dead-lettered: %s\n%s", result.reason, SHORT_REPR.repr(item))
                 level = "DEBUG"
             raise DeadLetteredDrop(f"dead-lettered: {result.reason}", result.reason, level)
         return item
@@ -343,20 +249,8 @@ class StorePipeline:
         }
 
         def dead(reason: str, key: str | None = None, doc: Any = None) -> DeadRow:
-            body = {
-                "key": key,
-                "reason": clean_text(reason),
-                "callback": clean_text(cb),
-                "source_url": clean_text(url),
-                "item_type": clean_text(type_name),
-                "run_id": self.run_id,
-                "job": self.job,
-                "item": item_text(item if doc is None else doc),
-            }
-            ident = hashlib.sha1(
-                json.dumps([key, url, src.index if src else None, type_name, reason]).encode()
-            ).hexdigest()
-            return DeadRow(ident, body)
+            where = ItemSource(cb, url, src.index if src else None, type_name)
+            return dead_row(item if doc is None else doc, reason, key, where, self.run_id, self.job)
 
         def dead_sub(reason: str, key: str | None = None, doc: Any = None) -> Submission:
             return Submission(dead=dead(reason, key, doc), reason=reason)
@@ -383,7 +277,7 @@ class StorePipeline:
         if size > self.max_item_bytes:
             return dead_sub(f"too large: {size} bytes > SCALE_STORE_MAX_ITEM_BYTES={self.max_item_bytes}", key)
         if key in self._seen:
-            self.stats.inc_value(STATS + "duplicates_in_run")
+            self.stats.inc_value(K.STORE_DUPLICATES_IN_RUN)
             self.duplicates_in_run += 1
             if self.drop_duplicates:
                 return None
@@ -422,7 +316,7 @@ class StorePipeline:
                 return
         for sub, result in results:
             if isinstance(result, DeadLettered):
-                self.stats.inc_value(STATS + "dead_letter_reason/" + reason_kind(result.reason))
+                self.stats.inc_value(K.STORE_DEAD_LETTER_REASON + reason_kind(result.reason))
             d = self._waiting.pop(id(sub), None)
             if d is not None:
                 d.callback(result)
@@ -430,18 +324,18 @@ class StorePipeline:
     # ---- stats -----------------------------------------------------------------
 
     def _count_batch(self, r: BatchReport) -> None:
-        st, p = self.stats, STATS
-        st.inc_value(p + "batches")
-        st.inc_value(p + "written", r.inserted + r.updated)
-        st.inc_value(p + "inserted", r.inserted)
-        st.inc_value(p + "updated", r.updated)
+        st = self.stats
+        st.inc_value(K.STORE_BATCHES)
+        st.inc_value(K.STORE_WRITTEN, r.inserted + r.updated)
+        st.inc_value(K.STORE_INSERTED, r.inserted)
+        st.inc_value(K.STORE_UPDATED, r.updated)
         if r.dead:
-            st.inc_value(p + "dead_lettered", r.dead)
+            st.inc_value(K.STORE_DEAD_LETTERED, r.dead)
         if r.retries:
-            st.inc_value(p + "retries", r.retries)
-        st.inc_value(p + "write_seconds", round(r.write_seconds, 6))  # type: ignore[arg-type]
-        st.max_value(p + "write_latency_max", round(r.write_seconds, 6))
-        st.max_value(p + "item_latency_max", round(r.max_item_latency, 6))
+            st.inc_value(K.STORE_RETRIES, r.retries)
+        st.inc_value(K.STORE_WRITE_SECONDS, round(r.write_seconds, 6))  # type: ignore[arg-type]
+        st.max_value(K.STORE_WRITE_LATENCY_MAX, round(r.write_seconds, 6))
+        st.max_value(K.STORE_ITEM_LATENCY_MAX, round(r.max_item_latency, 6))
         self._latency_sum += r.max_item_latency * (r.inserted + r.updated)
         if self._outage_logged:
             logger.warning("store is available again after %.1fs", time.monotonic() - self._outage_logged)
@@ -464,10 +358,10 @@ class StorePipeline:
         """Fail the waiting items of ``subs`` (nothing acked), close the spider with
         ``reason``, exit status 1 (logged once). ``counted``: ``subs`` were already taken
         off ``_pending``."""
-        if self.stats.get_value(STATS + "failed") is None:
+        if self.stats.get_value(K.STORE_FAILED) is None:
             logger.error("%s", text)
             exitcode.request(1, why, self.crawler)
-            self.stats.set_value(STATS + "failed", (stat or text)[:500])
+            self.stats.set_value(K.STORE_FAILED, (stat or text)[:500])
         if not counted:
             self._pending -= len(subs)
         for sub in subs:
@@ -489,7 +383,7 @@ class StorePipeline:
         text = f"shutdown while the store {redact_url(self.url)} is unavailable: item not stored"
         if subs:
             logger.error("%d items not stored: %s", len(subs), text)
-        self.stats.inc_value(STATS + "abandoned", len(subs))
+        self.stats.inc_value(K.STORE_ABANDONED, len(subs))
         self._pending -= len(subs)
         for sub in subs:
             d = self._waiting.pop(id(sub), None)
@@ -515,59 +409,3 @@ class StorePipeline:
                 self._pending,
                 error,
             )
-
-
-class DeadLetteredDrop(DropItem, ItemDeadLettered):
-    """``DropItem`` for an item sent to the dead letter: its request counts as failed."""
-
-    def __init__(self, message: str, reason: str, log_level: str | None = None):
-        super().__init__(message, log_level)
-        self.reason = reason
-
-
-class NotAnItem(TypeError, ItemDeadLettered):
-    """A callback yielded something that is not an item (dead-lettered; logged as an error)."""
-
-    def __init__(self, message: str, reason: str):
-        super().__init__(message)
-        self.reason = reason
-
-
-def reason_kind(reason: str) -> str:
-    """The stat suffix of a dead-letter reason: ``invalid key: ...`` -> ``invalid_key``;
-    ``MongoDB refused the write (code 2): ...`` -> ``MongoDB_refused_the_write``."""
-    head = reason.split(":", 1)[0].split("(", 1)[0].strip()
-    return head.replace(" ", "_")[:40] or "other"
-
-
-def clean_text(s: str | None) -> str | None:
-    """A string any store accepts (lone surrogates escaped)."""
-    if s is None:
-        return None
-    return s.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-#: bounded repr (depth, lengths) for dead letters: safe on cycles and deep nesting
-_SHORT_REPR = reprlib.Repr()
-_SHORT_REPR.maxlevel, _SHORT_REPR.maxstring, _SHORT_REPR.maxother = 8, 500, 500
-_SHORT_REPR.maxdict = _SHORT_REPR.maxlist = 50
-
-
-def item_text(item: Any, limit: int = 10_000) -> str:
-    """The item for the dead letter, as text any store accepts: JSON of its fields
-    (each encoded by the rules, else its repr), or the item's repr; at most ``limit`` chars."""
-    try:
-        if isinstance(item, dict) or ItemAdapter.is_item(item):
-            out: dict[str, Any] = {}
-            for k, v in ItemAdapter(item).items():
-                try:
-                    out[str(k)] = encode_value(v, str(k))
-                except Exception:  # noqa: BLE001
-                    out[str(k)] = _SHORT_REPR.repr(v)
-            text = json.dumps(out, ensure_ascii=True, default=repr)
-        else:
-            text = _SHORT_REPR.repr(item)
-    except Exception:  # noqa: BLE001
-        text = f"<unrepresentable {type(item).__name__}>"
-    text = text if len(text) <= limit else text[:limit] + "...(truncated)"
-    return clean_text(text) or ""

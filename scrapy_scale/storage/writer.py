@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scrapy_scale.clock import Randomness
-from scrapy_scale.storage.backends import (
+from scrapy_scale.storage.backends.base import (
     DeadRow,
     Row,
     Store,

@@ -27,6 +27,7 @@ on loopback address ``127.0.0.{n+1}``; every host listens on the same port
 ``127.254.0.{i+1}``, which is how a target knows the egress. See docs/testbed.md.
 """
 
+from scrapy_scale.testbed.capacity import Capacity
 from scrapy_scale.testbed.faults import (
     KINDS,
     PROXY_MODES,
@@ -41,6 +42,7 @@ from scrapy_scale.testbed.server import Testbed
 
 __all__ = [
     "KINDS",
+    "Capacity",
     "PROXY_MODES",
     "Fault",
     "ProxyEvent",

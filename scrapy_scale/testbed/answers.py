@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from scrapy_scale.testbed.capacity import CapacityPlan
 from scrapy_scale.testbed.catalog import BLOCK_PAGE, Catalog, robots_txt
 from scrapy_scale.testbed.faults import Fault
 from scrapy_scale.testbed.log import Served
@@ -52,6 +53,7 @@ class Answering:
     host_numbers: dict[str, int]
     _banned: set[tuple[int, str]]
     _buckets: dict[tuple[int, str], tuple[float, float]]
+    _capacity: CapacityPlan | None
     _track_ordinals: bool
     _ordinals: Counter[tuple[int, str]]
     _lock: threading.Lock
@@ -100,6 +102,8 @@ class Answering:
                 self._ordinals[(host_no, target)] += 1
                 ordinal = self._ordinals[(host_no, target)]
         ans = self._decide(host_no, host, path, egress, client, ordinal, now)
+        if self._capacity is not None:
+            ans = self._capacity.shape(ans, host_no, path, now)
         rec = Served(now, host, target, method, egress, client, conn, ans.status, ans.kind, ordinal)
         with self._lock:
             if self.keep_log:

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from scrapy_scale.testbed import resolver
 from scrapy_scale.testbed.answers import Answering
+from scrapy_scale.testbed.capacity import Capacity, CapacityPlan
 from scrapy_scale.testbed.catalog import Catalog, robots_txt
 from scrapy_scale.testbed.faults import Fault, ProxySpec, parse_faults
 from scrapy_scale.testbed.log import ProxyEvent, Served
@@ -68,6 +69,7 @@ class Testbed(Answering):
         robots_crawl_delay: float | Mapping[str | int, float] | None = None,
         keep_log: bool = True,
         tls: bool = False,
+        capacity: Mapping[str | int, Capacity] | None = None,
     ):
         if hosts < 1:
             raise ValueError("hosts must be >= 1")
@@ -103,6 +105,7 @@ class Testbed(Answering):
         # per-path ordinals cost memory per distinct URL: kept only when the log or a fault needs them
         self._track_ordinals = keep_log or bool(self.faults)
         self._buckets: dict[tuple[int, str], tuple[float, float]] = {}
+        self._capacity = CapacityPlan(capacity, self._host_no) if capacity else None  # testbed/capacity.py
         self._lock = threading.Lock()
         self._conn_ids = 0
         self._loop: asyncio.AbstractEventLoop | None = None

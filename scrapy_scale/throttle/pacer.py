@@ -3,8 +3,8 @@
 An extension and a subscriber of :data:`scrapy_scale.signals.outcome`: latency and
 success feed each site's adaptive delay, ``rate_limited`` outcomes slow the site down
 and their ``Retry-After`` pauses it. It registers itself as the *pacer*
-(``ScaleContext.of(crawler).extra["pacer"]``) that the frontier scheduler asks, for each
-buffered request, whether its site is due (:class:`scrapy_scale.frontier.pacing.Pacer`).
+(``ScaleContext.of(crawler).pacer``) that the frontier scheduler asks, for each
+buffered request, whether its site is due (:class:`scrapy_scale.context.Pacer`).
 Nothing waits in a download slot: a request whose site is not due stays in the
 scheduler, other sites' requests go on, and the engine is woken the moment a held site
 becomes due.
@@ -30,9 +30,10 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task, threads
 from twisted.python.threadpool import ThreadPool
 
-from scrapy_scale import compat, settings_core, startup
+from scrapy_scale import compat, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as keys
+from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.daemon_pool import DaemonThreadPool
 from scrapy_scale.outcomes import settings as outcomes_settings
@@ -102,7 +103,7 @@ class Throttle:
         s = crawler.settings
         if not throttle_settings.ENABLED.get(s):
             raise NotConfigured("SCALE_THROTTLE_ENABLED is off")
-        profiles: Profiles = throttle_settings.PROFILES.get(s)
+        profiles: Profiles = throttle_settings.profiles(s)  # with SCALE_PROBE_PROFILES
         dd = s.getfloat("DOWNLOAD_DELAY")
         if dd > 0 and "min_delay" not in profiles.default_explicit:
             # DOWNLOAD_DELAY is the floor of every site no profile gives a min_delay
@@ -116,7 +117,7 @@ class Throttle:
             )
         cap = float(outcomes_settings.RETRY_AFTER_MAX.get(s))
         pacing = Pacing(profiles, time.time, retry_after_cap=cap, slot_delays=throttle_settings.slot_delays(s))
-        job = settings_core.JOB.get(s) or getattr(crawler.spidercls, "name", None) or "default"
+        job = core_settings.JOB.get(s) or getattr(crawler.spidercls, "name", None) or "default"
         url = throttle_settings.throttle_url(s)
         try:
             shared = open_shared(url, job)
@@ -134,7 +135,7 @@ class Throttle:
                 "replaces it (set AUTOTHROTTLE_ENABLED = False, or SCALE_THROTTLE_ENABLED = False "
                 "to keep AutoThrottle alone)"
             )
-        ScaleContext.of(crawler).extra["pacer"] = ext
+        ScaleContext.of(crawler).pacer = ext
         sig = crawler.signals
         sig.connect(ext._on_outcome, signal=scale_signals.outcome)
         sig.connect(ext._on_robots, signal=signals.robots_parsed)
@@ -148,7 +149,7 @@ class Throttle:
 
     def paused(self) -> list[tuple[str, float]]:
         """The sites paused now (by ``Retry-After``) and until when (epoch s): the progress
-        line reads them (``ScaleContext.extra["pacer"]``)."""
+        line reads them (``ScaleContext.pacer``)."""
         now = time.time()
         return sorted((s.key, s.paused_until) for s in self.pacing.sites.values() if s.paused_until > now)
 

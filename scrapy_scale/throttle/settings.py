@@ -5,12 +5,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from scrapy_scale import (
-    config,
-    settings_core,  # noqa: F401 - declares SCALE_STATE_DIR (used alone, without the add-on)
+from scrapy_scale import config
+from scrapy_scale.config import (
+    as_bool,
+    as_dict,
+    as_int,
+    as_str,
+    as_url,
+    core_settings,  # noqa: F401 - declares SCALE_STATE_DIR (used alone, without the add-on)
+    declare,
 )
-from scrapy_scale.config import as_bool, as_dict, as_int, as_url, declare
 from scrapy_scale.frontier import settings as frontier_settings
+from scrapy_scale.throttle import probed
 from scrapy_scale.throttle.profiles import Profiles
 
 COMPONENT = "throttle"
@@ -37,6 +43,15 @@ PROFILES = declare(
     "slowdown, recovery. See docs/throttle.md.",
     COMPONENT,
 )
+PROBE_PROFILES = declare(
+    "SCALE_PROBE_PROFILES",
+    None,
+    as_str,
+    "A profile file written by `scrapy scale probe --save FILE`: its hosts' `concurrency` and `max_rate` "
+    "are used as exact-host profiles under `SCALE_DOMAIN_PROFILES` (whose own fields win). Default: none. "
+    "See docs/throttle.md.",
+    COMPONENT,
+)
 URL = declare(
     "SCALE_THROTTLE_URL",
     None,
@@ -54,6 +69,15 @@ STATS_TOP = declare(
 )
 
 
+def profiles(settings: Any) -> Profiles:
+    """``SCALE_DOMAIN_PROFILES`` with the probed hosts of ``SCALE_PROBE_PROFILES`` under it."""
+    user: Profiles = PROFILES.get(settings)
+    path = PROBE_PROFILES.get(settings)
+    if not path:
+        return user
+    return Profiles.parse(probed.merged(user.raw, path))
+
+
 def throttle_url(settings: Any) -> str:
     """SCALE_THROTTLE_URL, else the frontier's Redis, else a SQLite file in the state folder."""
     url = URL.get(settings)
@@ -62,7 +86,7 @@ def throttle_url(settings: Any) -> str:
     front = frontier_settings.URL.get(settings) if "SCALE_FRONTIER_URL" in config.REGISTRY else None
     if isinstance(front, str) and front.split("://", 1)[0] in ("redis", "rediss"):
         return front
-    return settings_core.state_file_url(settings, "throttle.db")
+    return core_settings.state_file_url(settings, "throttle.db")
 
 
 def slot_delays(settings: Any) -> dict[str, float]:

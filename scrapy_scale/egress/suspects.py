@@ -1,0 +1,143 @@
+"""Blame for failures after the connection: a timeout, an answer that is not HTTP, a
+connection closed mid-answer through an egress.
+
+Such a failure (a ``transient`` outcome without a response) may be the egress's fault
+(a proxy that accepts and never answers) or the site's (a site that hangs or resets).
+It counts against the egress only with evidence: the same site answered through
+another egress within ``window`` seconds (before or after the failure), and that egress
+answers the site more often than it fails on it (decayed counts, half-life ``window``):
+pages that hang on every egress blame none. Then it counts
+against (egress, site), and against the egress everywhere once it has been blamed so
+on ``sites`` different sites within the window (the earlier blamed failures then count
+globally too). A site that fails on every egress blames none of them.
+
+Plain Python, the time is passed in: :class:`~scrapy_scale.egress.pool.EgressPool`
+feeds it and turns its answers into health evidence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+#: distinct sites an egress must have been blamed on before its failures count globally
+GLOBAL_SITES = 2
+#: sites remembered (least recently seen dropped first), failures without evidence kept per site
+MAX_SITES = 20_000
+MAX_PENDING = 64
+#: blamed failures remembered per egress (the newest)
+MAX_BLAMED = 256
+
+
+@dataclass(frozen=True)
+class Blame:
+    """Count ``n_global`` failures against ``egress`` everywhere and, when ``domain`` is
+    set, one against (``egress``, ``domain``)."""
+
+    egress: str
+    domain: str
+    n_global: int = 0
+
+
+@dataclass
+class _Ev:
+    at: float
+    domain: str
+    counted: bool = False
+
+
+@dataclass
+class _Route:
+    """One egress's recent record on one site: decayed answers and failures after the
+    connection (half-life: the window), and the last answer's time."""
+
+    good: float = 0.0
+    bad: float = 0.0
+    at: float = 0.0
+    last_good: float = -math.inf
+
+    def decay(self, now: float, window: float) -> None:
+        if self.at and now > self.at:
+            f = 0.5 ** ((now - self.at) / window)
+            self.good *= f
+            self.bad *= f
+        self.at = now
+
+    def works(self, now: float, window: float) -> bool:
+        """It answered within the window, and more often than it failed."""
+        self.decay(now, window)
+        return now - self.last_good <= window and self.good > self.bad
+
+
+class Suspects:
+    def __init__(self, window: float = 60.0, sites: int = GLOBAL_SITES):
+        self.window = window
+        self.sites = sites
+        self.routes: OrderedDict[str, dict[str, _Route]] = OrderedDict()  # domain -> egress -> its record
+        self.pending: dict[str, list[tuple[str, float]]] = {}  # domain -> failures not blamed yet
+        self.blamed: dict[str, list[_Ev]] = {}  # egress -> its blamed failures in the window
+
+    def _route(self, egress: str, domain: str, now: float) -> _Route:
+        seen = self.routes.get(domain)
+        if seen is None:
+            seen = self.routes[domain] = {}
+            if len(self.routes) > MAX_SITES:
+                gone, _ = self.routes.popitem(last=False)
+                self.pending.pop(gone, None)
+        else:
+            self.routes.move_to_end(domain)
+        r = seen.get(egress)
+        if r is None:
+            r = seen[egress] = _Route(at=now)
+        r.decay(now, self.window)
+        return r
+
+    def answered(self, egress: str, domain: str, now: float) -> list[Blame]:
+        """``domain`` answered through ``egress``: evidence against the other egresses that
+        failed on it recently, when this route works (it answers more than it fails: a
+        site whose pages hang on every egress is no evidence against any of them)."""
+        r = self._route(egress, domain, now)
+        r.good += 1.0
+        r.last_good = now
+        waiting = self.pending.get(domain)
+        if not waiting or not r.works(now, self.window):
+            return []
+        out, keep = [], []
+        for e, t in waiting:
+            if now - t > self.window:
+                continue
+            if e == egress:
+                keep.append((e, t))
+            else:
+                out.append(self._blame(e, domain, now))
+        if keep:
+            self.pending[domain] = keep
+        else:
+            del self.pending[domain]
+        return out
+
+    def failed(self, egress: str, domain: str, now: float) -> list[Blame]:
+        """An attempt to ``domain`` through ``egress`` failed after the connection."""
+        self._route(egress, domain, now).bad += 1.0
+        seen = self.routes.get(domain, {})
+        if any(e != egress and r.works(now, self.window) for e, r in seen.items()):
+            return [self._blame(egress, domain, now)]
+        waiting = self.pending.setdefault(domain, [])
+        waiting.append((egress, now))
+        del waiting[:-MAX_PENDING]
+        return []
+
+    def _blame(self, egress: str, domain: str, now: float) -> Blame:
+        events = [ev for ev in self.blamed.get(egress, ()) if now - ev.at <= self.window]
+        events.append(_Ev(now, domain))
+        del events[:-MAX_BLAMED]
+        self.blamed[egress] = events
+        if len({ev.domain for ev in events}) < self.sites:
+            return Blame(egress, domain)
+        n = 0
+        for ev in events:
+            if not ev.counted:
+                ev.counted = True
+                n += 1
+        return Blame(egress, domain, n)

@@ -1,0 +1,274 @@
+"""What each worker publishes for ``scrapy scale watch`` / ``status``, next to its frontier.
+
+Every ``SCALE_WATCH_INTERVAL`` seconds (default 5; 0 = off) :class:`SnapshotPublisher`
+(enabled by the add-on) writes this worker's numbers -- requests, retries and items by
+class, its recent rates, the named domains' attempts / blocks / rate limits, the egress
+pool by state, live browser contexts and download slots -- as one small JSON document,
+valid for three intervals, to the backend of the job's frontier:
+
+- Redis frontier: the hash ``scale:{JOB}:monitor``, one field per worker (the job's
+  hash tag, so Redis Cluster keeps it with the job);
+- SQLite frontier: ``monitor/<JOB>/<worker>.json`` next to the ``frontier.db`` file.
+
+So the command reads them from any machine that reaches the frontier. The writes run in
+a thread; a failure is logged once and never stops the crawl. At close the worker
+removes its document. :func:`merge` sums the documents of the workers still valid.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import socket
+import time
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet import task, threads
+
+from scrapy_scale.monitor import live_metrics
+from scrapy_scale.monitor import settings as S
+from scrapy_scale.monitor.progress import DONE_VALUES, WINDOW, RateWindow
+
+logger = logging.getLogger(__name__)
+
+
+class Sink:
+    """Where one job's snapshots live (a Redis hash, or a folder of JSON files)."""
+
+    def write(self, worker: str, doc: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def remove(self, worker: str) -> None:
+        raise NotImplementedError
+
+    def read(self) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class RedisSink(Sink):
+    def __init__(self, url: str, job: str):
+        import redis
+
+        self.r = redis.Redis.from_url(url, socket_timeout=5)
+        self.key = f"scale:{{{job}}}:monitor"
+
+    def write(self, worker: str, doc: dict[str, Any]) -> None:
+        self.r.hset(self.key, worker, json.dumps(doc))
+
+    def remove(self, worker: str) -> None:
+        self.r.hdel(self.key, worker)
+
+    def read(self) -> list[dict[str, Any]]:
+        return [json.loads(v) for v in self.r.hgetall(self.key).values()]
+
+    def close(self) -> None:
+        self.r.close()
+
+
+class FileSink(Sink):
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+
+    def _path(self, worker: str) -> Path:
+        return self.folder / (re.sub(r"[^A-Za-z0-9._-]+", "_", worker) + ".json")
+
+    def write(self, worker: str, doc: dict[str, Any]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self._path(worker)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, path)
+
+    def remove(self, worker: str) -> None:
+        try:
+            self._path(worker).unlink()
+        except FileNotFoundError:
+            pass
+
+    def read(self) -> list[dict[str, Any]]:
+        docs = []
+        for p in sorted(self.folder.glob("*.json")):
+            try:
+                docs.append(json.loads(p.read_text()))
+            except (OSError, ValueError):
+                continue  # removed or being replaced
+        return docs
+
+
+def sink_for(settings: Any, job: str) -> Sink:
+    """The sink next to the job's frontier (as a crawl with ``settings`` would use it)."""
+    from scrapy_scale.frontier import settings as frontier_settings
+    from scrapy_scale.frontier import status as frontier_status
+
+    url = frontier_settings.frontier_url(settings)
+    scheme = urlsplit(url).scheme
+    if scheme in ("redis", "rediss"):
+        return RedisSink(url, job)
+    path = frontier_status.state_path(settings)
+    assert path is not None  # a frontier URL is sqlite:// or redis:// (checked with the settings)
+    return FileSink(Path(path).parent / "monitor" / job)
+
+
+def valid(docs: Iterable[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+    return [d for d in docs if float(d.get("until", 0)) >= now]
+
+
+def merge(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The sum of the workers' documents: counts, rates, domains, pools."""
+    out: dict[str, Any] = {
+        "workers": [],
+        "requests": Counter(),
+        "retries": Counter(),
+        "items_stored": 0,
+        "items_dead_lettered": 0,
+        "pages_per_min": 0.0,
+        "items_per_min": 0.0,
+        "finished_per_min": 0.0,
+        "domains": {},
+        "egress_pool": Counter(),
+        "browser_contexts": 0,
+        "download_slots": 0,
+    }
+    rates_known = False
+    for d in docs:
+        out["workers"].append(d.get("worker", "?"))
+        out["requests"].update(d.get("requests", {}))
+        out["retries"].update(d.get("retries", {}))
+        out["items_stored"] += int(d.get("items_stored", 0))
+        out["items_dead_lettered"] += int(d.get("items_dead_lettered", 0))
+        for k in ("pages_per_min", "items_per_min", "finished_per_min"):
+            if d.get(k) is not None:
+                out[k] += float(d[k])
+                rates_known = True
+        for name, v in (d.get("domains") or {}).items():
+            dom = out["domains"].setdefault(name, Counter())
+            dom.update(v)
+        out["egress_pool"].update(d.get("egress_pool") or {})
+        out["browser_contexts"] += int(d.get("browser_contexts") or 0)
+        out["download_slots"] += int(d.get("download_slots") or 0)
+    if not rates_known:
+        out["pages_per_min"] = out["items_per_min"] = out["finished_per_min"] = None
+    return out
+
+
+class SnapshotPublisher:
+    """Extension: this worker's snapshot to the frontier's backend every ``SCALE_WATCH_INTERVAL``."""
+
+    def __init__(self, crawler: Any, interval: float):
+        self.crawler = crawler
+        self.interval = interval
+        self.metrics = live_metrics.crawl_metrics(crawler)
+        self.pages = RateWindow(max(WINDOW / 5, 5 * interval))  # recent: about a minute
+        self.items = RateWindow(max(WINDOW / 5, 5 * interval))
+        self.sink: Sink | None = None
+        self._loop: task.LoopingCall | None = None
+        self._writing: Any = None
+        self._warned = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> SnapshotPublisher:
+        interval = S.WATCH_INTERVAL.get(crawler.settings)
+        if not interval:
+            raise NotConfigured("SCALE_WATCH_INTERVAL = 0")
+        ext = cls(crawler, interval)
+        crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
+        return ext
+
+    def spider_opened(self, spider: Any) -> None:
+        live_metrics.set_labels(self.crawler, self.metrics, spider)
+        try:
+            self.sink = sink_for(self.crawler.settings, self.metrics.base["job"])
+        except Exception as e:  # noqa: BLE001 - watch is a convenience; the crawl goes on
+            logger.warning("scrapy scale watch: cannot publish this worker's numbers: %s", e)
+            return
+        self._loop = task.LoopingCall(self.tick)
+        self._loop.start(self.interval, now=True).addErrback(
+            lambda f: logger.error("watch snapshot failed: %s", f.getErrorMessage())
+        )
+
+    def document(self, now: float) -> dict[str, Any]:
+        live_metrics.refresh(self.crawler, self.metrics)
+        s = self.metrics.snapshot()
+        finals = sum(s["requests"].values())
+        self.pages.add(now, finals)
+        self.items.add(now, s["items_stored"])
+        done = sum(v for k, v in s["requests"].items() if k in DONE_VALUES)
+        pages, items = self.pages.rate(), self.items.rate()
+        domains = {
+            d: {
+                "attempts": n,
+                "blocked": s["domain_blocked"].get(d, 0),
+                "rate_limited": s["domain_rate_limited"].get(d, 0),
+            }
+            for d, n in s["domain_attempts"].items()
+        }
+        return {
+            "worker": self.metrics.base["worker"],
+            "job": self.metrics.base["job"],
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "at": time.time(),
+            "until": time.time() + 3 * self.interval,
+            "started": s["started"],
+            "requests": s["requests"],
+            "retries": s["retries"],
+            "done": done,
+            "items_stored": s["items_stored"],
+            "items_dead_lettered": s["items_dead_lettered"],
+            "pages_per_min": None if pages is None else pages * 60,
+            "items_per_min": None if items is None else items * 60,
+            "finished_per_min": None if pages is None else pages * 60,
+            "domains": domains,
+            "egress_pool": s["egress_pool"],
+            "browser_contexts": s["browser_contexts"],
+            "download_slots": s["download_slots"],
+        }
+
+    def tick(self) -> None:
+        if self.sink is None or self._writing is not None:
+            return
+        doc = self.document(time.monotonic())
+        doc_worker, sink = doc["worker"], self.sink
+        d = threads.deferToThread(sink.write, doc_worker, doc)
+        self._writing = d
+        d.addErrback(self._failed)
+        d.addBoth(lambda _: setattr(self, "_writing", None))
+
+    def _failed(self, failure: Any) -> None:
+        if not self._warned:
+            self._warned = True
+            logger.warning("scrapy scale watch: publishing failed (will keep trying): %s", failure.getErrorMessage())
+
+    async def spider_closed(self, spider: Any, reason: str) -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        if self.sink is None:
+            return
+        if self._writing is not None:
+            await maybe_deferred_to_future(self._writing)
+        sink = self.sink
+        worker = self.metrics.base["worker"]
+
+        def goodbye() -> None:
+            try:
+                sink.remove(worker)
+            finally:
+                sink.close()
+
+        try:
+            await maybe_deferred_to_future(threads.deferToThread(goodbye))
+        except Exception as e:  # noqa: BLE001
+            logger.debug("watch snapshot removal failed: %s", e)

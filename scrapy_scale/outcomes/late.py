@@ -1,0 +1,102 @@
+"""Late retries (``SCALE_RETRY_LATE``): after the quick retries of a passing failure are
+spent, the request comes back minutes later, a few times, before it is given up.
+
+Quick retries (the class's budget, seconds apart) are right for a reset; a site whose
+entry page fails for a few seconds or minutes (a deploy, a burst of overload) needs a
+later try, or the whole site behind that page is lost. The k-th late retry (k from 1)
+waits ``window * (1/2 + uniform(0, 1/2))`` with ``window = min(cap, base * 2**(k-1))``:
+minutes, doubling, jittered so that pages that failed together do not come back
+together. None is scheduled past ``deadline`` seconds after the chain's first failure.
+``not_found``, ``parse_failed`` and ``fatal`` are never retried, late or not.
+
+Plain Python: the time and the randomness are given by the caller
+(:class:`~scrapy_scale.outcomes.policy.RetryPolicy`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+from scrapy_scale.outcomes.model import FailureClass
+
+C = FailureClass
+
+#: classes that may get late retries (the others are done, or cannot be fixed by waiting)
+LATE_CLASSES = frozenset({C.TRANSIENT, C.RATE_LIMITED, C.EGRESS_FAILED, C.BLOCKED})
+
+
+@dataclass(frozen=True, slots=True)
+class LatePolicy:
+    """``retries`` late retries (0 = none), ``base``/``cap`` seconds of the doubling
+    window, ``deadline`` seconds after the chain's first failure (0 = none), for the
+    failure ``classes``."""
+
+    retries: int = 3
+    base: float = 60.0
+    cap: float = 600.0
+    deadline: float = 3600.0
+    classes: frozenset[FailureClass] = frozenset({C.TRANSIENT, C.EGRESS_FAILED})
+
+    def window(self, k: int) -> float:
+        """Upper bound of the wait before late retry number ``k`` (1-based)."""
+        return min(self.cap, self.base * 2.0 ** min(max(k, 1) - 1, 60))
+
+    def delay(self, k: int, u: float) -> float:
+        """The wait before late retry ``k``, ``u`` uniform in [0, 1)."""
+        w = self.window(k)
+        return w / 2 + w / 2 * u
+
+    def applies(self, cls: FailureClass, done: int) -> bool:
+        return cls in self.classes and done < self.retries
+
+
+NO_LATE = LatePolicy(retries=0)
+
+_KEYS = {f.name for f in fields(LatePolicy)}
+
+
+def _seconds(key: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+        raise ValueError(f"{key}: expected a number of seconds >= 0, got {v!r}")
+    return float(v)
+
+
+def parse_late(value: Any) -> LatePolicy:
+    """Validate ``SCALE_RETRY_LATE``: a dict of ``retries``, ``base``, ``cap``, ``deadline``,
+    ``classes``; missing keys keep their defaults; ``0``/``False``/``None`` = no late retries."""
+    from scrapy_scale.config import as_dict
+
+    if value is None or value is False or value == 0:
+        return NO_LATE
+    raw = as_dict(value)
+    unknown = set(raw) - _KEYS
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(sorted(map(str, unknown)))}; known: {', '.join(sorted(_KEYS))}")
+    out: dict[str, Any] = {}
+    for key, v in raw.items():
+        if key == "retries":
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"retries: expected an integer >= 0, got {v!r}")
+            out[key] = v
+        elif key == "classes":
+            items = [v] if isinstance(v, str) else v
+            if not isinstance(items, list | tuple | set | frozenset):
+                raise ValueError(f"classes: expected a list of failure classes, got {v!r}")
+            classes = frozenset(FailureClass.parse(str(x)) for x in items)
+            bad = classes - LATE_CLASSES
+            if bad:
+                raise ValueError(
+                    f"classes: {', '.join(sorted(c.value for c in bad))} cannot be retried late; "
+                    f"allowed: {', '.join(sorted(c.value for c in LATE_CLASSES))}"
+                )
+            out[key] = classes
+        else:
+            out[key] = _seconds(key, v)
+    policy = LatePolicy(**out)
+    if policy.retries and policy.base <= 0:
+        raise ValueError("base: late retries need a wait > 0 (or retries 0 for none)")
+    if policy.cap < policy.base:
+        raise ValueError(f"cap ({policy.cap:g}) is below base ({policy.base:g})")
+    return policy

@@ -1,0 +1,1 @@
+"""Crawl tests: real processes and servers (`pytest.mark.crawl`, some also `serial`)."""

@@ -1,0 +1,1 @@
+"""Helpers for the tests (no tests here): crawl runners, services, spider modules."""

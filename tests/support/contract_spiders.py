@@ -1,0 +1,214 @@
+"""Spiders for tests/crawl/test_frontier_contracts.py (SPIDER_MODULES = ["tests.support.contract_spiders"]):
+the scheduler contracts Scrapy's own tests check, run against the testbed.
+
+Each takes ``-a start_urls=BASE`` (the testbed's first host) and writes what it saw to
+``-a report=PATH`` (JSON lines) when that matters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import decimal
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import scrapy
+from scrapy import signals
+
+
+class _Base(scrapy.Spider):
+    custom_settings = {"ROBOTSTXT_OBEY": False}
+
+    def __init__(self, start_urls: str = "", report: str = "", **kw: Any):
+        super().__init__(**kw)
+        self.base = start_urls.split(",")[0].rstrip("/")
+        self.report_path = report
+
+    def report(self, **row: Any) -> None:
+        if self.report_path:
+            with open(self.report_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+
+#: start priorities with ties, in the order start() yields them
+PRIORITIES = [0, 1, 2, 1, 0, 2, 2, 0, 1, 0, 2, 1]
+
+
+class PrioritiesSpider(_Base):
+    """Start requests of priorities 0/1/2 (ties included); run with CONCURRENT_REQUESTS=1,
+    the order the pages are served in is the order the scheduler hands them out."""
+
+    name = "priorities"
+
+    async def start(self) -> Any:
+        for i, p in enumerate(PRIORITIES):
+            yield scrapy.Request(f"{self.base}/item/{i + 1}", priority=p, cb_kwargs={"p": p})
+
+    def parse(self, response: Any, p: int) -> Iterator[dict[str, Any]]:
+        yield {"url": response.url, "priority": p}
+
+
+class LazySpider(_Base):
+    """Scrapy's lazy-scheduling pattern: one start request, then one more request each
+    time the scheduler reports itself empty. Reports, at each such signal, len(scheduler)
+    and the requests added but not yet taken by the engine: "empty" must mean none."""
+
+    name = "lazy"
+    pages = 6
+
+    @classmethod
+    def from_crawler(cls, crawler: Any, *args: Any, **kw: Any) -> LazySpider:
+        spider = super().from_crawler(crawler, *args, **kw)
+        crawler.signals.connect(spider.on_empty, signal=signals.scheduler_empty)
+        spider.sent = 1
+        spider.parsed: set[str] = set()
+        return spider
+
+    async def start(self) -> Any:
+        yield scrapy.Request(f"{self.base}/item/1")
+
+    def on_empty(self) -> None:
+        slot = self.crawler.engine._slot
+        taken = {r.url for r in slot.inprogress} | self.parsed
+        waiting = [n for n in range(1, self.sent + 1) if f"{self.base}/item/{n}" not in taken]
+        self.report(event="empty", len=len(slot.scheduler), sent=self.sent, waiting=waiting)
+        if self.sent < self.pages:
+            self.sent += 1
+            self.crawler.engine.crawl(scrapy.Request(f"{self.base}/item/{self.sent}"))
+
+    def parse(self, response: Any) -> Iterator[dict[str, Any]]:
+        self.parsed.add(response.url)
+        yield {"url": response.url}
+
+
+class LazyStartSpider(_Base):
+    """Scrapy's documented lazy start (its engine test ``test_lazy``): ``start()`` yields
+    pages 1, 2, 4, and before each it waits for ``scheduler_empty`` while
+    ``engine.needs_backout()``; page 1's callback yields page 3. With
+    CONCURRENT_REQUESTS=1 the pages are fetched 1, 2, 3, 4."""
+
+    name = "lazy_start"
+
+    async def start(self) -> Any:
+        engine = self.crawler.engine
+        for n in (1, 2, 4):
+            if engine.needs_backout():
+                await self.crawler.signals.wait_for(signals.scheduler_empty)
+            yield scrapy.Request(f"{self.base}/item/{n}")
+
+    def parse(self, response: Any) -> Iterator[Any]:
+        yield {"url": response.url}
+        if response.url.endswith("/item/1"):
+            yield scrapy.Request(f"{self.base}/item/3")
+
+
+class LazyDupesSpider(_Base):
+    """Scrapy's lazy start whose later start requests are duplicates while a slow page is
+    in flight: ``start()`` yields the slow page 1 and page 2, waits for page 2's answer,
+    then page 2 twice more (duplicates) and page 3, each after ``scheduler_empty`` while
+    ``engine.needs_backout()``. The scheduler answers each duplicate at once, so page 3
+    goes out long before page 1's answer."""
+
+    name = "lazy_dupes"
+
+    async def start(self) -> Any:
+        from scrapy.utils.defer import deferred_to_future
+        from twisted.internet import defer
+
+        self.second = defer.Deferred()
+        engine = self.crawler.engine
+        for n in (1, 2, 0, 2, 2, 3):
+            if n == 0:
+                await deferred_to_future(self.second)
+                continue
+            if engine.needs_backout():
+                await self.crawler.signals.wait_for(signals.scheduler_empty)
+            yield scrapy.Request(f"{self.base}/item/{n}")
+
+    def parse(self, response: Any) -> Iterator[Any]:
+        yield {"url": response.url}
+        if response.url.endswith("/item/2") and not self.second.called:
+            self.second.callback(None)
+
+
+class RefetchSpider(_Base):
+    """A -> B -> A -> B -> A, every hop ``dont_filter=True``: Scrapy fetches all five,
+    whatever the state of the page's record when it is asked for again."""
+
+    name = "refetch"
+    hops = 5
+
+    async def start(self) -> Any:
+        yield scrapy.Request(f"{self.base}/item/1", cb_kwargs={"hop": 1})
+
+    def parse(self, response: Any, hop: int) -> Iterator[Any]:
+        yield {"url": response.url, "hop": hop}
+        if hop < self.hops:
+            page = 2 if hop % 2 else 1
+            yield scrapy.Request(f"{self.base}/item/{page}", dont_filter=True, cb_kwargs={"hop": hop + 1})
+
+
+class ProductItem(scrapy.Item):
+    name = scrapy.Field()
+    price = scrapy.Field()
+    seen = scrapy.Field()
+
+
+@dataclasses.dataclass
+class Listing:
+    url: str
+    page: int
+
+
+class ItemInKwargsSpider(_Base):
+    """The listing/detail idiom with objects in cb_kwargs and meta: a listing passes a
+    scrapy.Item and a dataclass to each detail page, which links back to its listing
+    with the dataclass (a loop only dedup ends). ``-a opaque=1`` adds a value no record
+    can hold, so every request is kept in memory only."""
+
+    name = "item_kwargs"
+
+    def __init__(self, opaque: str = "", **kw: Any):
+        super().__init__(**kw)
+        self.opaque = bool(opaque)
+
+    async def start(self) -> Any:
+        yield scrapy.Request(f"{self.base}/", callback=self.parse_listing)
+
+    def parse_listing(self, response: Any, listing: Listing | None = None) -> Iterator[Any]:
+        here = Listing(response.url, 1)
+        for href in response.css("a::attr(href)").getall():
+            if "/item/" in href:
+                item = ProductItem(
+                    name=href,
+                    price=decimal.Decimal("1.10"),
+                    seen=datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC),
+                )
+                meta = {"tags": {"a", "b"}, "pair": (1, 2), "raw": b"\x00"}
+                if self.opaque:
+                    meta["opaque"] = Opaque()
+                yield response.follow(
+                    href, callback=self.parse_detail, cb_kwargs={"item": item, "listing": here}, meta=meta
+                )
+
+    def parse_detail(self, response: Any, item: ProductItem, listing: Listing) -> Iterator[Any]:
+        ok = (
+            isinstance(item, ProductItem)
+            and isinstance(listing, Listing)
+            and isinstance(item["price"], decimal.Decimal)
+            and isinstance(item["seen"], datetime.datetime)
+            and response.meta["tags"] == {"a", "b"}
+            and response.meta["pair"] == (1, 2)
+            and response.meta["raw"] == b"\x00"
+        )
+        yield {"url": response.url, "types_ok": ok}
+        meta = {"opaque": Opaque()} if self.opaque else {}
+        yield response.follow(
+            listing.url, callback=self.parse_listing, cb_kwargs={"listing": listing}, meta=meta
+        )  # back to the listing
+
+
+class Opaque:
+    """A value the frontier cannot store."""

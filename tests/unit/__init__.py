@@ -1,0 +1,1 @@
+"""Pure tests: plain Python in this process (`pytest.mark.pure`)."""

@@ -1,0 +1,174 @@
+"""Late retries (SCALE_RETRY_LATE): after the quick retries, the request comes back minutes
+later, a few times, before it is given up. Plain Python: fake clock, seeded randomness."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scrapy import Request
+from scrapy.settings import Settings
+
+from scrapy_scale import config, meta
+from scrapy_scale.clock import FakeClock, Randomness
+from scrapy_scale.outcomes.classify import Verdict
+from scrapy_scale.outcomes.late import NO_LATE, LatePolicy, parse_late
+from scrapy_scale.outcomes.model import FailureClass as C
+from scrapy_scale.outcomes.model import Outcome
+from scrapy_scale.outcomes.policy import RetryPolicy
+from scrapy_scale.outcomes.retry import RetryDecider, retry_request
+from scrapy_scale.outcomes.settings import RETRY_LATE
+
+pytestmark = pytest.mark.pure
+
+NOW = 1_700_000_000.0
+LATE = LatePolicy(retries=3, base=60, cap=600, deadline=3600)
+
+
+def policy(late: LatePolicy = LATE, seed: int = 1) -> tuple[RetryPolicy, FakeClock, list]:
+    clock = FakeClock(NOW)
+    warned: list = []
+    p = RetryPolicy(
+        clock=clock, rng=Randomness(seed), warn=lambda kind, msg, *a: warned.append((kind, msg % a)), late=late
+    )
+    return p, clock, warned
+
+
+def test_after_the_quick_budget_the_retries_come_back_minutes_later_doubling_with_jitter():
+    p, _clock, _ = policy()
+    quick = p.decide(C.TRANSIENT, 1)
+    assert quick.retry and not quick.late and quick.delay <= 1.0
+    assert p.decide(C.TRANSIENT, 2).retry  # transient: 2 quick retries
+    delays = []
+    for k in range(3):
+        d = p.decide(C.TRANSIENT, 3 + k, late_done=k, first_failed=NOW)
+        assert d.retry and d.late
+        window = min(600, 60 * 2**k)
+        assert window / 2 <= d.delay <= window  # never sooner than half the window: minutes
+        assert d.not_before == NOW + d.delay
+        delays.append(d.delay)
+    assert delays[0] < delays[2]
+    done = p.decide(C.TRANSIENT, 6, late_done=3, first_failed=NOW)
+    assert not done.retry and done.gave_up and done.why == "budget"
+
+
+def test_jitter_spreads_pages_that_failed_together():
+    spread = set()
+    for seed in range(50):
+        p, _, _ = policy(seed=seed)
+        spread.add(round(p.decide(C.TRANSIENT, 3, first_failed=NOW).delay))
+    assert len(spread) > 15 and min(spread) >= 30 and max(spread) <= 60
+
+
+def test_the_deadline_counts_from_the_chains_first_failure():
+    p, clock, _ = policy(LatePolicy(retries=10, base=60, cap=600, deadline=900))
+    clock.advance(800)
+    d = p.decide(C.TRANSIENT, 3, late_done=2, first_failed=NOW)  # window 240 s: 800 + >=120 > 900
+    assert not d.retry and d.gave_up and d.why == "deadline"
+    assert p.decide(C.TRANSIENT, 3, late_done=0, first_failed=NOW + 700).retry  # its own deadline is later
+    no_deadline, clock2, _ = policy(LatePolicy(retries=10, base=60, cap=600, deadline=0))
+    clock2.advance(1e6)
+    assert no_deadline.decide(C.TRANSIENT, 3, late_done=5, first_failed=NOW).retry
+
+
+def test_retry_after_is_a_floor_of_a_late_retry():
+    p, _, _ = policy()
+    d = p.decide(C.RATE_LIMITED, 6, retry_after=500, first_failed=NOW)  # rate_limited is not late by default
+    assert not d.retry and d.why == "budget"
+    p2, _, _ = policy(LatePolicy(classes=frozenset({C.RATE_LIMITED})))
+    d = p2.decide(C.RATE_LIMITED, 6, retry_after=500, first_failed=NOW)
+    assert d.retry and d.late and d.delay == 500
+
+
+@pytest.mark.parametrize("cls", [C.NOT_FOUND, C.PARSE_FAILED, C.FATAL, C.OK])
+def test_classes_that_are_never_retried_stay_never_retried(cls):
+    p, _, _ = policy(LatePolicy(classes=frozenset({C.TRANSIENT, C.EGRESS_FAILED, C.BLOCKED, C.RATE_LIMITED})))
+    for attempt in (1, 5, 50):
+        assert not p.decide(cls, attempt).retry
+
+
+def test_what_the_user_said_stops_late_retries():
+    p, _, _ = policy()
+    assert not p.decide(C.TRANSIENT, 3, dont_retry=True).retry
+    assert not p.decide(C.TRANSIENT, 3, enabled=False).retry
+    assert not p.decide(C.TRANSIENT, 3, max_retries=2).retry  # the request's own budget
+    assert not p.decide(C.TRANSIENT, 3, late_ok=False).retry  # Scrapy's own downloads
+    off, _, _ = policy(NO_LATE)
+    assert not off.decide(C.TRANSIENT, 3).retry
+    assert off.decide(C.TRANSIENT, 3).why == "budget"
+
+
+def test_the_setting_and_its_errors():
+    assert parse_late({}) == LatePolicy()
+    assert parse_late(0) == NO_LATE and parse_late(False) == NO_LATE
+    assert parse_late({"retries": 5, "classes": ["transient"]}) == LatePolicy(
+        retries=5, classes=frozenset({C.TRANSIENT})
+    )
+    assert parse_late('{"base": 30, "cap": 60}') == LatePolicy(base=30.0, cap=60.0)
+    assert config.get(Settings({}), "SCALE_RETRY_LATE") == LatePolicy()
+    assert RETRY_LATE.get(Settings({"SCALE_RETRY_LATE": {"deadline": 0}})).deadline == 0
+    for bad, msg in [
+        ({"retries": -1}, "retries"),
+        ({"retries": 1.5}, "retries"),
+        ({"base": "soon"}, "base"),
+        ({"cap": math.inf}, "cap"),
+        ({"deadline": -5}, "deadline"),
+        ({"classes": ["not_found"]}, "cannot be retried late"),
+        ({"classes": ["fatal"]}, "cannot be retried late"),
+        ({"classes": ["transiant"]}, "unknown failure class"),
+        ({"retry": 3}, "unknown key"),
+        ({"base": 0}, "need a wait"),
+        ({"base": 100, "cap": 10}, "below base"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            parse_late(bad)
+    with pytest.raises(ValueError, match="SCALE_RETRY_LATE"):
+        RETRY_LATE.get(Settings({"SCALE_RETRY_LATE": {"retries": -1}}))
+
+
+# ---- the chain's meta: written by retry_request, read back (untrusted) by the decider ----
+
+
+def _outcome(attempt: int) -> Outcome:
+    return Outcome("fp", "http://a.test/", "a.test", C.TRANSIENT, attempt=attempt)
+
+
+def test_the_chain_carries_its_late_count_and_first_failure():
+    r = Request("http://a.test/")
+    r1 = retry_request(r, _outcome(1), not_before=NOW, failed_at=NOW)
+    assert r1.meta[meta.LATE] == 0 and r1.meta[meta.FIRST_FAILED] == NOW
+    r2 = retry_request(r1, _outcome(2), not_before=NOW + 99, late=True, failed_at=NOW + 50)
+    assert r2.meta[meta.LATE] == 1 and r2.meta[meta.FIRST_FAILED] == NOW  # the first failure is kept
+    assert meta.LATE in meta.CHAIN_KEYS and meta.FIRST_FAILED in meta.CHAIN_KEYS
+
+
+@pytest.mark.parametrize(
+    ("late", "first"),
+    [("x", NOW), (-3, NOW), (True, NOW), (1.5, NOW), (0, math.nan), (0, math.inf), (0, NOW + 1e9), (0, "yesterday")],
+)
+def test_hostile_stored_chain_values_are_ignored_with_one_warning(late, first):
+    """The meta comes back from the frontier's store: a bad count or time neither crashes
+    nor stalls; the count is taken as 0, the time as this failure's."""
+    p, clock, warned = policy()
+    decider = RetryDecider(p)
+    r = Request("http://a.test/", meta={meta.ATTEMPT: 3, meta.LATE: late, meta.FIRST_FAILED: first})
+    d = decider.decide(r, Verdict(C.TRANSIENT, "HTTP 503"))
+    assert d.retry and d.late  # a late retry, its deadline from now
+    assert len(warned) == 1 and warned[0][0] == "retry/late_bad_meta", warned
+    new = retry_request(r, _outcome(3), not_before=d.not_before, late=True, failed_at=clock())
+    assert new.meta[meta.LATE] == 1  # a bad count was taken as 0
+    assert isinstance(new.meta[meta.FIRST_FAILED], float) and new.meta[meta.FIRST_FAILED] <= clock() + 300
+
+
+def test_retry_times_set_by_the_project_is_the_whole_budget_unless_late_retries_are_set_too():
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_scale.outcomes.core import OutcomeCore
+
+    def late_of(settings):
+        return OutcomeCore(get_crawler(settings_dict=settings)).policy.late
+
+    assert late_of({}) == LatePolicy()
+    assert late_of({"RETRY_TIMES": 4}) == NO_LATE
+    assert late_of({"RETRY_TIMES": 4, "SCALE_RETRY_LATE": {"retries": 1}}).retries == 1
+    assert late_of({"SCALE_RETRY_LATE": 0}) == NO_LATE

@@ -1,0 +1,55 @@
+"""The shared limiter (GCRA in Lua on the Redis clock) and the learned-delay stores, against
+the real Redis and a real SQLite file."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from scrapy_scale.throttle.shared import SqliteShared
+
+pytestmark = pytest.mark.pure
+
+
+def test_status_names_the_paused_sites_and_until_when(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A site paused by Retry-After was invisible in `scrapy scale status`: the learned state
+    the workers save now carries the pause; status reads it back as untrusted input (a time
+    that is not a number is skipped, one beyond SCALE_RETRY_AFTER_MAX is clamped, one warning)."""
+    import logging
+
+    from scrapy.settings import Settings
+
+    from scrapy_scale.clock import FakeClock
+    from scrapy_scale.throttle import status
+    from scrapy_scale.throttle.policy import Pacing
+    from scrapy_scale.throttle.profiles import Profiles
+
+    clk = FakeClock(time.time())
+    pacing = Pacing(Profiles.parse(None), clk)
+    pacing.on_rate_limited("shop1.test", 0.1, 30.0)  # Retry-After: 30
+    pacing.on_success("shop2.test", 0.1)
+    exported = pacing.export()
+    assert exported["shop1.test"]["paused_until"] == clk.now + 30
+    db = tmp_path / "throttle.db"
+    shared = SqliteShared(str(db), "job")
+    shared.save(exported)
+    # garbage another process (or a bad disk) left behind
+    shared.save({"nan.test": {"delay": 1.0, "at": 1.0, "paused_until": float("nan")}})
+    shared.save({"far.test": {"delay": 1.0, "at": 1.0, "paused_until": clk.now + 1e9}})
+    shared.save({"huge.test": {"delay": 1.0, "at": 1.0, "paused_until": 10**400}})  # float() overflows
+    shared.close()
+    rows = status.read(Settings({"SCALE_THROTTLE_URL": f"sqlite:///{db}"}), "job")
+    with caplog.at_level(logging.WARNING, logger="scrapy_scale.throttle.status"):
+        paused = status.paused(rows, clk.now, 3600.0)
+        status.paused(rows, clk.now, 3600.0)  # read again (watch): no second warning
+    assert [(p["site"], p["until"], p["clamped"]) for p in paused] == [
+        ("shop1.test", clk.now + 30, False),
+        ("far.test", clk.now + 3600, True),
+    ]
+    assert len(caplog.records) == 3, caplog.text  # one per bad site, once
+    assert "huge.test has an unreadable pause time" in caplog.text
+    text = status.format_paused(paused, clk.now)
+    assert text.startswith("paused sites (Retry-After): shop1.test until ") and "(in 30 s)" in text, text
+    assert status.paused(rows, clk.now + 31, 3600.0)[0]["site"] == "far.test"
