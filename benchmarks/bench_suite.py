@@ -23,6 +23,9 @@ Every variant crawls the same testbed process (its CPU is not counted), with
 - ``addon``: the add-on on its embedded defaults (SQLite frontier + SQLite store, throttle on);
 - ``addon-unpaced``: ``addon`` with ``SCALE_THROTTLE_ENABLED = False``,
   to tell the per-site pacing's cost in pages/s from the CPU the components cost;
+- ``frontier-fifo``, ``addon-fifo`` (not in the default list): ``frontier`` and ``addon`` with
+  Scrapy's FIFO queue setting, so each site's requests go in arrival order (the frontier's
+  order before it followed Scrapy's LIFO default): what the order is worth, in one run;
 - ``addon-redis``: the add-on with the Redis frontier and the MongoDB store;
 - ``scrapy-redis``: scrapy-redis's scheduler + the tutorial MongoDB pipeline (``insert_one``
   per item), the distributed baseline ``addon-redis`` is compared with.
@@ -143,6 +146,19 @@ def addon_unpaced(run_id: str) -> dict[str, Any]:
     return {**addon(run_id), "SCALE_THROTTLE_ENABLED": False}
 
 
+#: Scrapy's FIFO queues: the frontier then keeps each site's requests in arrival order (its
+#: order before it followed Scrapy's default LIFO), to show what the order is worth
+FIFO = {"SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue"}
+
+
+def frontier_fifo(run_id: str) -> dict[str, Any]:
+    return {**frontier(run_id), **FIFO}
+
+
+def addon_fifo(run_id: str) -> dict[str, Any]:
+    return {**addon(run_id), **FIFO}
+
+
 def db(run_id: str) -> str:
     return "bench_" + re.sub(r"[^A-Za-z0-9_]", "_", run_id)[-40:]
 
@@ -218,6 +234,8 @@ def variants(names: list[str], dist: Distributed | None) -> list[Variant]:
         "store-gc": lambda: Variant("SQLite store + GC tuning", store_gc),
         "addon": lambda: Variant("add-on, SQLite", addon),
         "addon-unpaced": lambda: Variant("add-on, SQLite, throttle off", addon_unpaced),
+        "frontier-fifo": lambda: Variant("SQLite frontier, FIFO per site", frontier_fifo),
+        "addon-fifo": lambda: Variant("add-on, SQLite, FIFO per site", addon_fifo),
     }
     if dist is not None:
         known["addon-redis"] = lambda: Variant("add-on, Redis + MongoDB", dist.addon, dist.cleanup)

@@ -4,6 +4,8 @@
     scrapy crawl catalog -a hosts=5 -a pages=200 -a faults="429:/item/*,p=0.1,retry_after=1"
     scrapy crawl catalog -a start_urls=http://shop1.example.test:8080/,http://...   # a running testbed
                                                           # (plus its settings, see docs/testbed.md)
+    scrapy crawl catalog -a seeded=1 -s SCALE_FRONTIER_WAIT_FOR_SEEDS=True   # a worker: the job's seeds
+                                                          # come from `scrapy scale seed` or a feeder
 
 Targets come from ``-a start_urls=URL,URL`` or the ``CATALOG_START_URLS`` setting;
 without either, the spider starts a :class:`~scrapy_scale.testbed.Testbed` in this
@@ -62,6 +64,7 @@ class CatalogSpider(scrapy.Spider):
         pages: str | int = 60,
         seed: str | int = 1,
         faults: str = DEFAULT_FAULTS,
+        seeded: str | bool = False,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -70,13 +73,15 @@ class CatalogSpider(scrapy.Spider):
         self.start_urls = list(start_urls or [])
         self.testbed_options = {"hosts": int(hosts), "pages": int(pages), "seed": int(seed), "faults": faults}
         self.testbed: Testbed | None = None
+        #: no start requests of its own: the job is seeded from outside (docs/distributed.md)
+        self.seeded = str(seeded).lower() in ("1", "true", "yes")
 
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> CatalogSpider:
         spider = super().from_crawler(crawler, *args, **kwargs)
         if not spider.start_urls:
             spider.start_urls = crawler.settings.getlist("CATALOG_START_URLS")
-        if not spider.start_urls:
+        if not spider.start_urls and not spider.seeded:
             _key_items_by_sku(crawler.settings)
         # the demo testbed starts with the crawl (in start()), not here: Scrapy builds the
         # spider before the add-on checks the settings, and a bad setting must stop the
@@ -85,6 +90,8 @@ class CatalogSpider(scrapy.Spider):
         return spider
 
     async def start(self) -> AsyncIterator[Any]:
+        if self.seeded:
+            return
         if not self.start_urls:
             self.testbed = _start_demo_testbed(self.testbed_options)
             self.start_urls = self.testbed.start_urls

@@ -356,12 +356,18 @@ def _watch(settings: Any, job: str, ops: object, interval: float, count: int | N
     from scrapy_scale.monitor import watch, worker_status
     from scrapy_scale.throttle import status as pacing_status
 
+    rows: list[dict[str, Any]] = []
+
     def paused() -> list[dict[str, Any]]:
-        return _paused(settings, pacing_status.read(settings, job))
+        rows[:] = pacing_status.read(settings, job)
+        return _paused(settings, rows)
+
+    def routes() -> str:  # read by paused() just before, in the same frame
+        return pacing_status.format_routes(rows)
 
     sink = worker_status.sink_for(settings, job)
     try:
-        watch.run(ops, sink, interval=interval, count=count, paused=paused)
+        watch.run(ops, sink, interval=interval, count=count, paused=paused, routes=routes)
     except KeyboardInterrupt:
         pass
     finally:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 
 from scrapy_scale.config import as_bool, as_int, as_str, declare
 
@@ -37,7 +39,8 @@ STATE_DIR = declare(
     "SCALE_STATE_DIR",
     ".scale",
     as_str,
-    "Folder for the embedded SQLite files when no URL names one (`JOBDIR` wins when set).",
+    "Folder for the embedded SQLite files when no URL names one (`JOBDIR` wins when set; under scrapyd's "
+    "`jobs_dir`, the spider's folder above the per-job `JOBDIR`).",
     "core",
 )
 ENABLED = declare(
@@ -72,10 +75,32 @@ EXIT_CODE_DEAD_LETTERS = declare(
 )
 
 
-def state_file_url(settings: object, filename: str) -> str:
-    """``sqlite:///`` URL of ``filename`` in ``JOBDIR``, else in ``SCALE_STATE_DIR``."""
-    import os
+def scrapyd_job_folder(jobdir: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The spider's folder when ``jobdir`` is scrapyd's per-job ``JOBDIR``, else None.
 
+    scrapyd (with ``jobs_dir`` set) passes ``JOBDIR = jobs_dir/PROJECT/SPIDER/JOBID`` and
+    ``SCRAPY_PROJECT = PROJECT`` in the environment: a new folder for every scrapyd job.
+    The state of a scrapy-scale job must outlive a scrapyd job (the next job of the
+    spider resumes it), so it lives one level up, in ``jobs_dir/PROJECT/SPIDER``.
+    """
+    env = os.environ if environ is None else environ
+    project = env.get("SCRAPY_PROJECT")
+    parts = os.path.normpath(os.path.abspath(jobdir)).split(os.sep)
+    if project and len(parts) >= 4 and parts[-3] == project:
+        return os.sep.join(parts[:-1])
+    return None
+
+
+def state_folder(settings: object) -> str:
+    """Folder of the embedded state: ``JOBDIR`` (scrapyd's per-job ``JOBDIR`` minus its
+    job id, see :func:`scrapyd_job_folder`), else ``SCALE_STATE_DIR``."""
     get = getattr(settings, "get", None)
-    folder = (get("JOBDIR") if get else None) or STATE_DIR.get(settings)  # type: ignore[arg-type]
-    return "sqlite:///" + os.path.abspath(os.path.join(folder, filename))
+    jobdir = get("JOBDIR") if get else None
+    if jobdir:
+        return scrapyd_job_folder(str(jobdir)) or str(jobdir)
+    return STATE_DIR.get(settings)  # type: ignore[arg-type]
+
+
+def state_file_url(settings: object, filename: str) -> str:
+    """``sqlite:///`` URL of ``filename`` in :func:`state_folder`."""
+    return "sqlite:///" + os.path.abspath(os.path.join(state_folder(settings), filename))

@@ -105,6 +105,9 @@ class EgressMiddleware(SourceGlue):
         self.events = EventReport(self.stats, self.browser, lambda: self.store.where if self.store else None)
         self.ctx = ScaleContext.of(crawler)
         self.ctx.egress_pool = self
+        pacer = self.ctx.pacer
+        if pacer is not None and hasattr(pacer, "use_routes"):  # the throttle learns each route's capacity
+            self.pool.routes.attach(pacer.use_routes(self.pool.usable))
         self.ctx.browser = self.browser  # live contexts and browser processes, for the metrics
         crawler.signals.connect(self.on_outcome, signal=scale_signals.outcome)
         crawler.signals.connect(self.on_scheduled, signal=signals.request_scheduled)
@@ -174,7 +177,7 @@ class EgressMiddleware(SourceGlue):
         if domain not in self._waiting:
             what = {
                 "quarantined": "every egress is quarantined for it",
-                "route_cap": "every route to it is at its rate cap (SCALE_EGRESS_ROUTE_RATE)",
+                "route_cap": "every route to it is at its capacity (learned, or SCALE_EGRESS_ROUTE_RATE)",
                 "probing": "its only egresses are being re-probed",
                 "empty": "the egress pool is empty",
             }.get(reason, reason)
@@ -223,7 +226,7 @@ class EgressMiddleware(SourceGlue):
         if outcome.fallback or outcome.egress is None:
             return
         events = self.pool.observe(
-            outcome.egress, outcome.domain, outcome.cls.value, outcome.blame.value, outcome.status is not None
+            outcome.egress, outcome.domain, outcome.cls.value, outcome.blame.value, outcome.responded
         )
         for ev in events:
             self.events.report(ev)

@@ -21,7 +21,7 @@ Plain Python with an injectable clock and randomness (no reactor): the Scrapy gl
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,15 +155,27 @@ class EgressPool:
 
     # ---- selection -------------------------------------------------------------
 
-    def _blocked_until(self, e: str, domain: str, now: float) -> float:
-        """0 when ``e`` can carry a request to ``domain`` now, else when it may next."""
+    def _health_wait(self, e: str, domain: str, now: float) -> float:
+        """0 when the health of ``e`` (and of ``e`` for ``domain``) lets it carry a request now."""
         waits = []
         for h in (self._peek(e), self._peek(e, domain)):
             if h is not None and not h.probe_allowed(now, self.policy):
                 waits.append(h.until if now < h.until else now + PROBE_WAIT)
-        if not waits and self.routes.full(e, domain, now):
-            waits.append(self.routes.free_at(e, domain))
         return max(waits) if waits else 0.0
+
+    def _blocked_until(self, e: str, domain: str, now: float) -> float:
+        """0 when ``e`` can carry a request to ``domain`` now, else when it may next."""
+        wait = self._health_wait(e, domain, now)
+        if not wait and self.routes.full(e, domain, now):
+            return self.routes.free_at(e, domain)
+        return wait
+
+    def usable(self, domain: str) -> Iterator[str]:
+        """The egresses whose health lets them carry a request to ``domain`` now, their
+        route capacity aside (the throttle asks which routes to wait for, and stops at the
+        first that is due: lazily, a pool may be large)."""
+        now = self.clock()
+        return (e for e in list(self.egresses) if not self._health_wait(e, domain, now))
 
     def choose(self, domain: str, avoid: Iterable[str] = ()) -> Choice:
         now = self.clock()

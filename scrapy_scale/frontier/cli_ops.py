@@ -199,7 +199,7 @@ def format_status(st: dict[str, Any], now: float | None = None) -> str:
         lines.append("failed by class: " + ", ".join(f"{k} {v}" for k, v in st["failed_by_class"].items()))
     oldest = _age(st["oldest_pending_age"])
     if st["oldest_pending_age"] is not None and not st.get("oldest_pending_exact", True):
-        oldest = f">= {oldest}"  # many domains: the first ones in service order were looked at
+        oldest = f">= {oldest}"  # not every pending record was looked at (many domains, long queues)
     lines.append(f"oldest pending: {oldest}   average wait: {_age(st['average_wait'])}")
     last = st.get("last_eligible_at")
     if c["delayed"] and isinstance(last, int | float) and math.isfinite(last):

@@ -1,7 +1,9 @@
 """Requests as data: versioned JSON from ``Request.to_dict``; never pickle.
 
 A shared store must not become a code-execution channel, so a stored request is
-plain JSON: ``{"v": 2, "r": <Request.to_dict(spider=...)>}`` with the values JSON
+plain JSON: ``{"v": 2, "r": <Request.to_dict(spider=...)>}`` without the fields left at
+``Request``'s defaults, or only the URL as a JSON string (``"https://..."``) when that is
+all that differs (older records hold every field; both read back), with the values JSON
 has no type for tagged (:mod:`scrapy_scale.frontier.values`: bytes, dicts with
 non-string keys, tuples, sets, dates and times, decimals, items). Format 1 records
 (``{"v": 1, ...}``: only the bytes and dict tags) read back as they always did.
@@ -140,10 +142,39 @@ def encode(request: Request, spider: Spider | None = None, rules: RecordRules | 
         raise CodecError(str(e)) from None
     rules = rules or RecordRules.for_crawl(spider)
     _check_names(d, spider, rules)
+    d = compact(d)
+    if len(d) == 1:  # differs from Scrapy's defaults only in its URL: the URL alone
+        return _dumps(d["url"])
     try:
         return _dumps({"v": VERSION, "r": _encoder(rules)(d)})
     except values.Unstorable as e:
         raise NotStorable(e.type_name, str(e)) from None
+
+
+#: what ``Request.to_dict`` gives for a field left at ``Request``'s default: such a field is
+#: not stored (the request rebuilt without it is the same), so a record holds what differs
+_DEFAULTS: dict[str, Any] = {
+    "callback": None,
+    "errback": None,
+    "headers": {},
+    "method": "GET",
+    "body": b"",
+    "cookies": {},
+    "meta": {},
+    "encoding": "utf-8",
+    "priority": 0,
+    "dont_filter": False,
+    "flags": [],
+    "cb_kwargs": {},
+}
+
+
+def compact(d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` (a plain ``Request``'s dict) without the fields at their default; a subclass's
+    dict is kept whole (its constructor may give a missing field another default)."""
+    if "_class" in d:
+        return d
+    return {k: v for k, v in d.items() if k not in _DEFAULTS or type(v) is not type(_DEFAULTS[k]) or v != _DEFAULTS[k]}
 
 
 def request_dict(request: Request, spider: Spider | None) -> dict[str, Any]:
@@ -223,6 +254,8 @@ def decode(data: str, spider: Spider | None = None, rules: RecordRules | None = 
             f"a request kept in memory only (it held a {doc['m']}, which cannot be stored), "
             "lost when its worker stopped before finishing it"
         )
+    if isinstance(doc, str):  # a request that differs from the defaults only in its URL
+        doc = {"v": VERSION, "r": {"url": doc}}
     if not isinstance(doc, dict) or "r" not in doc:
         raise CodecError("not a stored request (no 'r' field)")
     if doc.get("v") not in READS:
@@ -269,6 +302,7 @@ def new_request(
         data=encode(request, spider, rules),
         domain=domain_of(request.url),
         priority=request.priority if priority is None else priority,
+        tail=True,
     )
 
 

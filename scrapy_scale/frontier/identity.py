@@ -39,10 +39,15 @@ def retry_fields(request: Request) -> RetryFields:
     )
 
 
-def new_record(request: Request, fp: str, update: bool, data: str, *, dedup: bool) -> NewRequest:
+def new_record(
+    request: Request, fp: str, update: bool, data: str, *, dedup: bool, fifo: bool = False, start_fifo: bool = True
+) -> NewRequest:
     """The record of ``request`` (key ``fp``, encoded as ``data``) to enqueue; ``update``:
     it continues the record (a retry, a redirect); ``dedup``: False when the project
-    turned deduplication off (then it reopens its record, as ``dont_filter``)."""
+    turned deduplication off (then it reopens its record, as ``dont_filter``). ``fifo``:
+    every request waits behind (the project chose FIFO queues); ``start_fifo``: start
+    requests wait behind the crawl's own requests, in the order they came (Scrapy's
+    start queues)."""
     chain = retry_fields(request)
     is_start = bool(request.meta.get("is_start_request"))
     reopen = (request.dont_filter or not dedup) and not is_start and not update
@@ -58,6 +63,7 @@ def new_record(request: Request, fp: str, update: bool, data: str, *, dedup: boo
         reopen=reopen,
         # fetched again even while the record is pending or leased: then under a key of its own
         again=again_key(fp) if reopen else "",
+        tail=fifo or (is_start and start_fifo),
     )
 
 

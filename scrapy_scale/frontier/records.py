@@ -101,6 +101,11 @@ class NewRequest:
     #: (no request in it) is dead-lettered by whoever leases it.
     held_by: str = ""
     held_seconds: float = 0.0
+    #: where it waits in its (priority, domain) queue: False (a request the crawl found)
+    #: goes ahead of everything waiting there, newest first (LIFO, as Scrapy's default
+    #: queues); True (a start request, a seed, or every request when the project asks for
+    #: FIFO) goes behind, in arrival order. See docs/frontier.md, "Order".
+    tail: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -324,7 +324,7 @@ class Scheduler(BaseScheduler):
                 prior_token=prior.token if prior is not None else None,
             )
             return True
-        nr = new_record(request, fp, update, data, dedup=self.scheduler_settings.dedup)
+        nr = new_record(request, fp, update, data, **self.scheduler_settings.record_options())
         if update:
             self.inflight.pop(fp)  # its lease is void; the record will be leased anew
         eligible = nr.not_before <= time.time()

@@ -9,9 +9,14 @@ naming the setting and what to use instead, so that none is silently ignored:
   resumed; the records stay until the next crawl starts, for ``scrapy scale status``);
 - ``DUPEFILTER_CLASS = "scrapy.dupefilters.BaseDupeFilter"``: no deduplication: a
   request for a URL already done or failed is fetched again (as ``dont_filter=True``);
-- ``DUPEFILTER_CLASS`` naming another filter, ``SCHEDULER_PRIORITY_QUEUE``,
-  ``SCHEDULER_DISK_QUEUE``, ``SCHEDULER_MEMORY_QUEUE``, ``SCHEDULER_START_DISK_QUEUE``,
-  ``SCHEDULER_START_MEMORY_QUEUE`` (Scrapy 2.13+): a warning.
+- ``SCHEDULER_MEMORY_QUEUE`` / ``SCHEDULER_DISK_QUEUE`` naming one of Scrapy's FIFO queues
+  (``FifoMemoryQueue``, ``PickleFifoDiskQueue``, ``MarshalFifoDiskQueue``; Scrapy's recipe
+  for breadth-first order): requests wait in arrival order within a site instead of newest
+  first (Scrapy's default LIFO queues, what the frontier does otherwise);
+- ``SCHEDULER_START_MEMORY_QUEUE`` / ``SCHEDULER_START_DISK_QUEUE`` set to ``None``: start
+  requests are ordered like the others instead of waiting behind them in their order;
+- ``DUPEFILTER_CLASS`` naming another filter, ``SCHEDULER_PRIORITY_QUEUE``, any other
+  value of the queue settings above: a warning.
 
 Only settings the project set count (a priority above Scrapy's defaults): the defaults
 mean nothing here. Plain Python over a settings object; no reactor.
@@ -38,14 +43,24 @@ RFP_DUPEFILTER = "scrapy.dupefilters.RFPDupeFilter"
 NOT_USED = {
     "SCHEDULER_PRIORITY_QUEUE": "the frontier orders requests itself: highest Request.priority first, "
     "round-robin across domains with eligible work (what DownloaderAwarePriorityQueue is set for)",
-    "SCHEDULER_DISK_QUEUE": "requests are persisted in the frontier store (SCALE_FRONTIER_URL), as JSON, never pickle",
-    "SCHEDULER_MEMORY_QUEUE": "the frontier holds at most SCALE_FRONTIER_BATCH leased requests in memory; "
-    "set SCALE_FRONTIER_BATCH",
-    "SCHEDULER_START_DISK_QUEUE": "start requests are persisted in the frontier store (SCALE_FRONTIER_URL) "
-    "like every request, as JSON, never pickle",
-    "SCHEDULER_START_MEMORY_QUEUE": "start requests are served like the others: highest Request.priority "
-    "first, FIFO within a domain and round-robin across domains (no separate start queue)",
 }
+
+#: the queue settings whose FIFO or LIFO choice the frontier follows (requests: within a
+#: site, newest first unless FIFO), and what any other value means here
+ORDER_SETTINGS = {
+    "SCHEDULER_DISK_QUEUE": "requests are persisted in the frontier store (SCALE_FRONTIER_URL), as JSON, "
+    "never pickle; only the choice of FIFO or LIFO is followed",
+    "SCHEDULER_MEMORY_QUEUE": "the frontier holds at most SCALE_FRONTIER_BATCH leased requests in memory "
+    "(set SCALE_FRONTIER_BATCH); only the choice of FIFO or LIFO is followed",
+}
+START_SETTINGS = {
+    "SCHEDULER_START_DISK_QUEUE": "start requests are persisted in the frontier store (SCALE_FRONTIER_URL) like every request; "
+    "they wait behind the crawl's own requests in their order, or set it to None to order them like the others",
+    "SCHEDULER_START_MEMORY_QUEUE": "start requests wait behind the crawl's own requests in their order "
+    "(as with Scrapy's default), or set it to None to order them like the others",
+}
+FIFO_QUEUES = {"FifoMemoryQueue", "PickleFifoDiskQueue", "MarshalFifoDiskQueue", "FifoDiskQueue"}
+LIFO_QUEUES = {"LifoMemoryQueue", "PickleLifoDiskQueue", "MarshalLifoDiskQueue", "LifoDiskQueue"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +71,14 @@ class SchedulerSettings:
     dedup: bool = True
     #: one line per setting set but not used here
     warnings: tuple[str, ...] = ()
+    #: requests wait in arrival order within a site (the project chose FIFO queues)
+    fifo: bool = False
+    #: start requests wait behind the crawl's own requests, in their order
+    start_fifo: bool = True
+
+    def record_options(self) -> dict[str, bool]:
+        """What :func:`scrapy_scale.frontier.identity.new_record` needs of these settings."""
+        return {"dedup": self.dedup, "fifo": self.fifo, "start_fifo": self.start_fifo}
 
 
 DEFAULT = SchedulerSettings()
@@ -88,7 +111,32 @@ def read(settings: Any) -> SchedulerSettings:
     for name, instead in NOT_USED.items():
         if project_set(settings, name):
             warnings.append(f"{name} = {_name(settings.get(name))!r} is not used: {instead}")
-    return SchedulerSettings(start_over, dedup, tuple(warnings))
+    fifo = False
+    for name, instead in ORDER_SETTINGS.items():
+        if project_set(settings, name):
+            kind = queue_kind(settings.get(name))
+            fifo = fifo or kind == "fifo"
+            if kind == "other":
+                warnings.append(f"{name} = {_name(settings.get(name))!r} is not used: {instead}")
+    start_fifo = True
+    for name, instead in START_SETTINGS.items():
+        if project_set(settings, name):
+            if settings.get(name) is None:
+                start_fifo = False
+            elif queue_kind(settings.get(name)) != "fifo":
+                warnings.append(f"{name} = {_name(settings.get(name))!r} is not used: {instead}")
+    return SchedulerSettings(start_over, dedup, tuple(warnings), fifo, start_fifo)
+
+
+def queue_kind(value: Any) -> str:
+    """``"fifo"`` or ``"lifo"`` for one of Scrapy's queue classes (by its name or the class),
+    ``"other"`` for anything else."""
+    name = _name(value).rsplit(".", 1)[-1]
+    if name in FIFO_QUEUES:
+        return "fifo"
+    if name in LIFO_QUEUES:
+        return "lifo"
+    return "other"
 
 
 def dupefilter_kind(value: Any) -> str:

@@ -108,7 +108,7 @@ class UrlSeeds:
             prio = 0 if self.priority is None else self.priority
             data = self._head + encode_basestring_ascii(url) + self._tail
             fp = hashlib.sha1((_FP_HEAD + encode_basestring_ascii(url) + "}").encode()).hexdigest()  # noqa: S324
-            return NewRequest(fp, data, m.group(1), prio)
+            return NewRequest(fp, data, m.group(1), prio, tail=True)
         safe = safe_url_string(url, "utf-8")
         host = self._host(safe)
         if host is None:
@@ -118,6 +118,7 @@ class UrlSeeds:
             self._head + encode_basestring_ascii(safe) + self._tail,
             host,
             0 if self.priority is None else self.priority,
+            tail=True,
         )
 
     def from_feed(self, message: str | bytes) -> NewRequest | None:

@@ -164,7 +164,8 @@ class FrontierStore(abc.ABC):
 
     def enqueue_new(self, requests: Sequence[NewRequest]) -> int:
         """:meth:`enqueue` for plain new requests (seeds: ``update``, ``reopen``,
-        ``held_by``, ``not_before``, ``attempts`` and ``last_failure`` unset): a record is
+        ``held_by``, ``not_before``, ``attempts`` and ``last_failure`` unset; they wait at the
+        tail of their domain's queue whatever their ``tail``): a record is
         created for each unknown fingerprint, a known one is left alone. The records are
         those :meth:`enqueue` writes; only the count of added ones comes back."""
         return sum(1 for r in self.enqueue(requests) if r is EnqueueResult.ADDED)
@@ -175,7 +176,9 @@ class FrontierStore(abc.ABC):
 
         First moves due delayed records to pending. Order: highest priority first;
         within one priority, round-robin across domains (each domain with eligible
-        work gets its turn, the least recently served first), FIFO inside a domain.
+        work gets its turn, the least recently served first); inside a domain, the
+        requests enqueued with ``tail=False`` newest first, then those with ``tail=True`` in
+        arrival order (:attr:`NewRequest.tail`), a delayed record whose time came first of all.
         A lease gives the record a new token (it does not change ``attempts``:
         attempts are set by retries, ``NewRequest.attempts``). Returns [] when
         nothing is eligible.

@@ -83,6 +83,9 @@ def status_command(crawler: Crawler, job: str) -> str:
         declared = config.REGISTRY.get(name)
         if value and (declared is None or value != declared.default):
             cmd += f" -s {name}={redact_url(str(value)) if '://' in str(value) else value}"
+    if not crawler.settings.get("SCALE_FRONTIER_URL") and crawler.settings.get("JOBDIR"):
+        # under scrapyd (jobs_dir) or with -s JOBDIR: the state is not where a later command looks
+        cmd += f" -s SCALE_FRONTIER_URL={core_settings.state_file_url(crawler.settings, 'frontier.db')}"
     return cmd
 
 

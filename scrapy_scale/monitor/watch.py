@@ -62,6 +62,8 @@ def view(
         if counts
         else None,
         "paused": paused,
+        #: the routes at their learned capacity (scrapy_scale.throttle.status.format_routes)
+        "routes": status.get("routes") or "",
     }
 
 
@@ -137,6 +139,8 @@ def renderable(v: Mapping[str, Any]) -> Any:
     paused = format_paused(v.get("paused") or [], time.time())
     if paused:
         parts.append(Text(paused))
+    if v.get("routes"):
+        parts.append(Text(v["routes"].strip()))
     if st.get("failed_by_class"):
         parts.append(Text("failed by class: " + ", ".join(f"{k} {n:,}" for k, n in st["failed_by_class"].items())))
     req = Table(title=f"requests by class ({len(m['workers'])} workers publishing)", show_edge=False)
@@ -177,9 +181,11 @@ def run(
     count: int | None = None,
     out: Any = None,
     paused: Callable[[], list[dict[str, Any]]] | None = None,
+    routes: Callable[[], str] | None = None,
 ) -> None:
     """Refresh every ``interval`` seconds (``count`` times; forever when None) until Ctrl-C.
-    ``paused``: reads the job's paused sites (``scrapy_scale.throttle.status.paused``)."""
+    ``paused``: reads the job's paused sites (``scrapy_scale.throttle.status.paused``);
+    ``routes``: the lines about routes at their learned capacity (``format_routes``)."""
     from rich.console import Console
     from rich.live import Live
 
@@ -191,6 +197,8 @@ def run(
         st = ops.status()
         if paused is not None:
             st["paused"] = paused()
+        if routes is not None:
+            st["routes"] = routes()
         return renderable(view(st, sink.read(), rate))
 
     if console.is_terminal:

@@ -69,6 +69,8 @@ class Verdict:
     retry_after: float | None = None
     #: the Retry-After header as sent
     retry_after_raw: str | None = None
+    #: the site says it is overloaded without a Retry-After (a 503 without one)
+    slow_down: bool = False
 
 
 # ---- block-page detectors -------------------------------------------------------
@@ -196,6 +198,8 @@ def default_status_verdict(status: int) -> Verdict:
 
 _STATUS_TABLE = {s: default_status_verdict(s) for s in range(100, 600)}
 _503_RETRY_AFTER = Verdict(C.RATE_LIMITED, "HTTP 503 Retry-After")
+#: overloaded, for how long unsaid: retried soon as any 5xx, and a pacing signal (Outcome.slow_down)
+_503_OVERLOADED = Verdict(C.TRANSIENT, "HTTP 503", slow_down=True)
 
 
 class Classifier:
@@ -261,8 +265,8 @@ class Classifier:
                     if reason:
                         return Verdict(C.BLOCKED, f"block page: {reason}")
             return v
-        if status == 503 and b"Retry-After" in response.headers and v.cls is C.TRANSIENT:
-            return _503_RETRY_AFTER
+        if status == 503 and v.cls is C.TRANSIENT:
+            return _503_RETRY_AFTER if b"Retry-After" in response.headers else _503_OVERLOADED
         return v
 
     def classify_exception(self, exc: BaseException, request: Request | None) -> Verdict:

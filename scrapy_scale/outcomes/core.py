@@ -139,7 +139,7 @@ class OutcomeCore:
         )
         self.decider = RetryDecider(self.policy, enabled=s.getbool("RETRY_ENABLED"))
         self.priority_adjust = s.getint("RETRY_PRIORITY_ADJUST")
-        self.emitter = OutcomeEmitter(crawler)
+        self.emitter = OutcomeEmitter(crawler, retry_after_max=self.policy.retry_after_max)
         # DelayedRetries before the stats: at close, abandoned retries are counted before the report
         self.delayed = DelayedRetries(crawler, self.emitter, clock)
         self.parsing = ParseTracker(crawler, self.classifier, self.emitter, oset.CRITICAL_FIELDS.get(s), clock)

@@ -9,6 +9,7 @@ summary, outcome log, ...) is a receiver of that signal; none is called from her
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -21,6 +22,7 @@ from scrapy_scale import signals as scale_signals
 from scrapy_scale.outcomes.bus import OutcomeBus
 from scrapy_scale.outcomes.classify import Verdict
 from scrapy_scale.outcomes.model import FailureClass, Outcome
+from scrapy_scale.outcomes.retry_after import clamp_retry_after
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -53,9 +55,11 @@ def exception_name(exc: BaseException | None) -> str | None:
 class OutcomeEmitter:
     """Makes and sends outcomes for one crawler."""
 
-    def __init__(self, crawler: Crawler):
+    def __init__(self, crawler: Crawler, retry_after_max: float = math.inf):
         self.crawler = crawler
         self.bus = OutcomeBus(scale_signals.outcome, crawler.signals.sender)
+        #: SCALE_RETRY_AFTER_MAX: the outcome's ``retry_after`` never exceeds it
+        self.retry_after_max = retry_after_max
 
     def fingerprint(self, request: Request) -> str:
         fp = request.meta.get(meta.FINGERPRINT)
@@ -101,6 +105,8 @@ class OutcomeEmitter:
             requests=requests,
             slot=str(slot) if slot is not None else None,
             retry_after_raw=verdict.retry_after_raw,
+            retry_after=clamp_retry_after(verdict.retry_after, self.retry_after_max),
+            slow_down=verdict.slow_down,
             gave_up=gave_up is not None,
             gave_up_why=gave_up or "",
             internal=internal,

@@ -164,8 +164,16 @@ class Outcome:
     avoid_egress: tuple[str, ...] = field(default=())
     #: the downloader slot key the request used (the meta key Scrapy's downloader sets)
     slot: str | None = None
-    #: the server's Retry-After header as sent (None when absent)
+    #: the server's Retry-After header as sent (None when absent); for logs and humans only:
+    #: subscribers act on :attr:`retry_after`
     retry_after_raw: str | None = None
+    #: seconds the server asked to wait (``Retry-After``), parsed and clamped where the
+    #: outcome is made: never negative, never above ``SCALE_RETRY_AFTER_MAX``, None when
+    #: absent or unusable (not a number, not finite)
+    retry_after: float | None = None
+    #: the answer says the site is overloaded without saying for how long (a 503 without
+    #: ``Retry-After``, classed ``transient``): pacing counts it as possible pressure
+    slow_down: bool = False
     #: the class's blame (:data:`CLASSES`), filled in by :meth:`__post_init__`
     blame: Blame = Blame.NONE
     #: a final outcome of a retryable class whose retries were spent or refused
@@ -190,6 +198,11 @@ class Outcome:
     @property
     def done(self) -> bool:
         return self.cls in DONE_CLASSES
+
+    @property
+    def responded(self) -> bool:
+        """A response came back (any status), as opposed to a download exception."""
+        return self.status is not None
 
     def but(self, **changes: object) -> Outcome:
         if "cls" in changes and "blame" not in changes:

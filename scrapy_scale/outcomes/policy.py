@@ -180,8 +180,17 @@ class RetryPolicy:
         return self.rng.uniform(0.0, w) if w > 0 else 0.0
 
     def clamp_retry_after(self, seconds: float | None, where: str = "") -> float | None:
-        """Negative -> 0 and past ``retry_after_max`` -> the max, each with a warning."""
+        """Negative -> 0, past ``retry_after_max`` -> the max, not finite -> ignored (None),
+        each with a warning."""
         if seconds is None:
+            return None
+        if not math.isfinite(seconds):
+            self.warn(
+                "retry_after_bad",
+                "Retry-After %s from %s is not a finite number of seconds; ignored",
+                seconds,
+                where or "?",
+            )
             return None
         if seconds < 0:
             self.warn(

@@ -8,6 +8,7 @@ negative or huge delays is the retry policy's job (it knows the cap).
 from __future__ import annotations
 
 import logging
+import math
 import re
 from datetime import UTC
 from email.utils import parsedate_to_datetime
@@ -66,3 +67,12 @@ def largest_retry_after(values: list[bytes] | list[str], now: float) -> tuple[fl
         if v is not None and (best[0] is None or v > best[0]):
             best = (v, text)
     return best if best[0] is not None else (None, last_text)
+
+
+def clamp_retry_after(seconds: float | None, cap: float) -> float | None:
+    """A parsed Retry-After made safe to act on: None when absent or not a finite number,
+    0 for a time in the past, at most ``cap`` (``SCALE_RETRY_AFTER_MAX``). Silent: the
+    retry policy warns about the values it clamps (:meth:`RetryPolicy.clamp_retry_after`)."""
+    if seconds is None or not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), cap)

@@ -127,12 +127,15 @@ async def run_step(
     request_budget: int,
     stagger: float = 0.0,
     now: Callable[[], float] = time.monotonic,
+    deadline: float | None = None,
 ) -> StepFigures:
     """Run one step: ``concurrency`` requests in flight (at most ``max_rate``/s), held as
     the policy says, stopped at once on a 429 or Retry-After; its figures. The workers'
     first requests are spread over ``stagger`` seconds (a latency of the site), as they
     are in a steady state, instead of all at once: a burst of N at the step's start would
-    meet a site's burst limit, which a crawl at that concurrency never does."""
+    meet a site's burst limit, which a crawl at that concurrency never does. At
+    ``deadline`` (on the ``now`` clock: the probe's max time) the step ends, its requests
+    in flight cancelled."""
     t0 = now()
     st = _Step(last=t0)
     spacing = 1.0 / max_rate if max_rate else 0.0
@@ -195,6 +198,8 @@ async def run_step(
             except TimeoutError:
                 pass
             t = now()
+            if deadline is not None and t >= deadline:
+                break
             if cut is None and t >= t0 + lim.warmup:
                 st.change(t, 0)
                 cut, area_at_cut, busy_at_cut = t, st.area, _run_time()

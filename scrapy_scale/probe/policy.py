@@ -7,7 +7,7 @@ only runs the steps this decides and hands back their answers.
   ``min_answers`` answers after its warm-up, lasted ``min_seconds`` and is steady (as
   many answers in the second half as in the first, within ``steady``), or ``max_seconds``
   passed; it stops at once on a 429 or ``Retry-After``;
-- **judge** (:func:`judge`): a step is *bad* on a 429 or ``Retry-After``, blocks above 1%,
+- **judge** (:func:`judge`): a step is *bad* with no answer at all, on a 429 or ``Retry-After``, blocks above 1%,
   success below 98%, p95 latency above twice step 1's, or goodput lower than the last
   good step's; it is *client-bound* when the probe, not the site, was the limit (requests
   in flight well below the step's concurrency, the probe's process saturated, or its event
@@ -37,6 +37,8 @@ from scrapy_scale.clock import Clock, wall
 from scrapy_scale.probe.figures import RATE_LIMITED, StepFigures
 
 GOOD, BAD, CLIENT_BOUND = "good", "bad", "client_bound"
+#: the longest Retry-After the probe waits out before going on; a longer one ends it
+MAX_WAIT = 60.0
 #: the phases of a step
 RAMP, BISECT, RATE = "ramp", "bisect", "rate"
 
@@ -91,6 +93,8 @@ class Limits:
 def judge(fig: StepFigures, baseline_p95: float | None, last_good: StepFigures | None, lim: Limits) -> StepFigures:
     """Set ``fig.verdict`` and ``fig.reasons`` (and return it)."""
     site: list[str] = []
+    if fig.answers == 0:  # every request still in flight: a site that hangs is no knee to climb on
+        site.append(f"no answer in {fig.seconds:.1f} s")
     if fig.rate_limited:
         site.append("429 / Retry-After")
     if fig.block_share > lim.max_block_share:
@@ -199,6 +203,10 @@ class Plan:
     def budget_left(self) -> bool:
         return self.requests < self.lim.max_requests and self.clock() - self.started < self.lim.max_time
 
+    def time_left(self) -> float:
+        """Seconds of ``max_time`` left (a step is cut there, a rest is no longer)."""
+        return max(0.0, self.lim.max_time - (self.clock() - self.started))
+
     def max_rate(self) -> float | None:
         """Never more than twice the load of the last good step (None before one)."""
         return 2 * self._good.goodput if self._good is not None and self._good.goodput > 0 else None
@@ -213,6 +221,12 @@ class Plan:
         return c, phase, self._rate if phase == RATE else self.max_rate()
 
     def record(self, fig: StepFigures) -> StepFigures:
+        self._record(fig)
+        if not fig.retry_after <= MAX_WAIT:  # also NaN: a longer pause than a probe waits out
+            self.end(f"the site asked to wait {fig.retry_after:g} s (Retry-After): probe ended, not resumed")
+        return fig
+
+    def _record(self, fig: StepFigures) -> StepFigures:
         self.requests += fig.requests
         judge(fig, self._baseline, self._good, self.lim)
         self.result.steps.append(fig)
@@ -299,7 +313,7 @@ class Plan:
             self.result.ended = why
 
 
-def wait_after(fig: StepFigures, cap: float = 60.0) -> float:
+def wait_after(fig: StepFigures, cap: float = MAX_WAIT) -> float:
     """Seconds to let the site rest after a step: its Retry-After (capped), else 1 s after a
     bad step (queues drain), else none."""
     if fig.retry_after > 0 or not math.isfinite(fig.retry_after):  # the site's word: capped

@@ -186,7 +186,7 @@ def saved_profiles(path: str) -> dict[str, Any]:
             old = json.load(f)
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: nested too deep
         raise ValueError(f"cannot be read as a probe profile file ({e}); give another file") from None
     raw = old.get("profiles") if isinstance(old, Mapping) else None
     if not isinstance(raw, Mapping):

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from protego import Protego
 
@@ -22,6 +23,9 @@ from scrapy_scale.probe import load
 from scrapy_scale.probe.policy import Limits, Plan, Result, wait_after
 
 logger = logging.getLogger(__name__)
+
+#: redirects of robots.txt followed (RFC 9309: at least five), on the same host only
+ROBOTS_REDIRECTS = 5
 
 
 class ProbeError(ScaleError):
@@ -46,7 +50,11 @@ def group_by_host(urls: Sequence[str]) -> dict[str, list[str]]:
     """The URLs by host name (a URL that is not http(s) with a host is an error)."""
     out: dict[str, list[str]] = {}
     for u in urls:
-        parts = urlsplit(u)
+        try:
+            parts = urlsplit(u)
+            parts.port  # noqa: B018 - raises ValueError on a port that is not 0-65535
+        except ValueError as e:
+            raise ProbeError(f"not a URL: {u!r} ({e})") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ProbeError(f"not an http(s) URL with a host: {u!r}")
         out.setdefault(parts.hostname, []).append(u)
@@ -55,16 +63,28 @@ def group_by_host(urls: Sequence[str]) -> dict[str, list[str]]:
 
 async def _robots(sess: Any, url: str, user_agent: str) -> tuple[Protego | None, str]:
     """(parser, "") or (None, why not allowed). A missing robots.txt (4xx) allows all; one
-    that cannot be read (5xx, no answer) disallows all, as RFC 9309 says."""
+    that cannot be read (5xx, no answer) disallows all, as RFC 9309 says. Its redirects
+    are followed (up to five) only on the same host: the probe requests no other host."""
     parts = urlsplit(url)
     robots_url = f"{parts.scheme}://{parts.netloc}/robots.txt"
     try:
-        async with sess.get(robots_url, allow_redirects=True) as r:
-            if 400 <= r.status < 500:
-                return Protego.parse(""), ""
-            if r.status >= 500:
-                return None, f"robots.txt answered {r.status}: not probed"
-            text = (await r.read()).decode("utf-8", "replace")
+        for _ in range(1 + ROBOTS_REDIRECTS):
+            async with sess.get(robots_url, allow_redirects=False) as r:
+                if r.status in (301, 302, 303, 307, 308):
+                    target = urlsplit(urljoin(robots_url, r.headers.get("Location", "")))
+                    if target.scheme not in ("http", "https") or target.hostname != parts.hostname:
+                        where = target.hostname or target.geturl() or "nowhere"
+                        return None, f"robots.txt redirects to another host ({where}): not probed"
+                    robots_url = target.geturl()
+                    continue
+                if 400 <= r.status < 500:
+                    return Protego.parse(""), ""
+                if r.status >= 300:
+                    return None, f"robots.txt answered {r.status}: not probed"
+                text = (await r.read()).decode("utf-8", "replace")
+                break
+        else:
+            return None, f"robots.txt redirects more than {ROBOTS_REDIRECTS} times: not probed"
     except Exception as e:  # noqa: BLE001 - said in the report
         return None, f"robots.txt unreachable ({type(e).__name__}: {e}): not probed"
     return Protego.parse(text), ""
@@ -92,7 +112,10 @@ async def probe_site(
             site.skipped = "robots.txt disallows every URL given: not probed"
             return site
         if delay:
-            site.skipped = f"robots.txt asks for Crawl-delay {delay} s: not probed (pace it at that)"
+            site.skipped = (
+                f"robots.txt asks for Crawl-delay {delay:g} s between requests: not probed, since a probe "
+                "cannot keep it (a crawl with the throttle paces this site at that delay)"
+            )
             return site
         plan = Plan(lim)
         while (step := plan.next_step()) is not None:
@@ -104,10 +127,13 @@ async def probe_site(
                 break
             good = plan.last_good
             stagger = min(good.p50, lim.warmup) if good is not None else 0.0
-            fig = await load.run_step(sess, allowed, c, phase, max_rate, lim, classifier, budget, stagger)
+            deadline = time.monotonic() + plan.time_left()  # max time bounds the step too
+            fig = await load.run_step(
+                sess, allowed, c, phase, max_rate, lim, classifier, budget, stagger, deadline=deadline
+            )
             plan.record(fig)
             say(step_line(site.host, fig))
-            rest = wait_after(fig)
+            rest = min(wait_after(fig), plan.time_left())
             if rest > 0 and plan.next_step() is not None:
                 await asyncio.sleep(rest)
         site.result = plan.result

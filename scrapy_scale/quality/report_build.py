@@ -30,7 +30,7 @@ def quality_dir(settings: Any, job: str) -> str:
     d = quality_settings.DIR.get(settings)
     if d:
         return os.path.abspath(d)
-    folder = settings.get("JOBDIR") or core_settings.STATE_DIR.get(settings)
+    folder = core_settings.state_folder(settings)
     return os.path.abspath(os.path.join(folder, "quality", job))
 
 

@@ -55,7 +55,7 @@ class FeedGuard:
         if exporter is None:
             return None
         s = crawler.settings
-        journal = FeedJournal(journal_folder(s.get("JOBDIR") or core_settings.STATE_DIR.get(s), job))
+        journal = FeedJournal(journal_folder(core_settings.state_folder(s), job))
         journal.open()
         return cls(crawler, exporter, journal, (url, collection, dead, fields), job)
 

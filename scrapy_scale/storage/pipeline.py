@@ -59,7 +59,7 @@ logger = logging.getLogger(__name__)
 
 
 def default_store_url(settings: Any) -> str:
-    folder = settings.get("JOBDIR") or core_settings.STATE_DIR.get(settings)
+    folder = core_settings.state_folder(settings)
     return "sqlite:///" + os.path.abspath(os.path.join(folder, "items.sqlite"))
 
 

@@ -55,5 +55,68 @@ def check_learned(raw: Any, now: float, max_spacing: float = math.inf) -> tuple[
     settled = _finite(raw.get("settled", tf))  # older records: all of it confirmed
     if settled is None or settled < 0:
         why, settled = why or f"confirmed spacing {raw.get('settled')!r} is unusable; all confirmed", tf
-    state = {"delay": delay, "at": at, "too_fast": tf, "too_fast_at": tf_at, "proven": proven, "settled": settled}
+    fastest = _finite(raw.get("fastest_ok", 0.0))
+    if fastest is None or fastest < 0 or fastest > max_spacing:
+        why, fastest = why or f"fastest good spacing {raw.get('fastest_ok')!r} is unusable; dropped", 0.0
+    state = {
+        "delay": delay,
+        "at": at,
+        "too_fast": tf,
+        "too_fast_at": tf_at,
+        "proven": proven,
+        "settled": settled,
+        "fastest_ok": fastest,
+    }
     return state, why
+
+
+def export_state(pacing: Any, since: float = 0.0) -> dict[str, dict[str, float]]:
+    """The learned state of sites changed after ``since``, as plain data."""
+    return {
+        k: {
+            "delay": s.delay,
+            "too_fast": s.too_fast,
+            "too_fast_at": s.too_fast_at,
+            "proven": s.proven,
+            "settled": s.settled,
+            "fastest_ok": s.fastest_ok,
+            "at": s.changed_at,
+            # for `scrapy scale status` / `watch` (which sites are paused, until when);
+            # restore() does not adopt it: a pause is shared by the limiter, if at all
+            "paused_until": s.paused_until,
+        }
+        for k, s in pacing.sites.items()
+        if (s.learned and s.changed_at > since) or s.paused_at > since
+    }
+
+
+def restore_state(pacing: Any, learned: dict[str, dict[str, float]]) -> int:
+    """Adopt learned state that is newer than ours (a restart, another worker). Returns how many.
+
+    What is read back is checked first (:func:`check_learned`); a site whose state is
+    unusable keeps its profile's pacing and is marked changed, so that the next save
+    writes sane state over the bad one. Each problem is added to :attr:`rejected`."""
+    n = 0
+    now = pacing.clock()
+    for key, raw in learned.items():
+        s = pacing.site(key)
+        v, why = check_learned(raw, now, s.profile.max_delay)
+        if why is not None:
+            pacing.rejected.append((key, why))
+        if s.key != key:
+            continue
+        if v is None:
+            s.learned, s.changed_at = True, max(s.changed_at, now)
+            continue
+        if v["at"] <= s.changed_at:
+            continue
+        s.delay = pacing._bound(s, v["delay"])
+        s.too_fast, s.too_fast_at, s.proven = v["too_fast"], v["too_fast_at"], v["proven"]
+        # what was stepped up to in an earlier run is no pace of this one: only the confirmed
+        # part can be confirmed again (a stray 429 of the next run must not confirm it all)
+        s.settled = min(v["settled"], s.too_fast)
+        s.peak = s.settled
+        s.fastest_ok = v["fastest_ok"]
+        s.learned, s.changed_at = True, v["at"]
+        n += 1
+    return n

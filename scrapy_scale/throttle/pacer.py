@@ -20,13 +20,13 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
-from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task, threads
 from twisted.python.threadpool import ThreadPool
 
@@ -35,15 +35,15 @@ from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as keys
 from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
-from scrapy_scale.daemon_pool import DaemonThreadPool
 from scrapy_scale.outcomes import settings as outcomes_settings
-from scrapy_scale.outcomes.retry_after import parse_retry_after
 from scrapy_scale.redact import redact_url
 from scrapy_scale.throttle import settings as throttle_settings
 from scrapy_scale.throttle.notes import PauseNotes
 from scrapy_scale.throttle.policy import Pacing, SiteState
 from scrapy_scale.throttle.profiles import BUILTIN, Profiles
+from scrapy_scale.throttle.routing import RouteLearner, RoutePacing
 from scrapy_scale.throttle.shared import open_shared
+from scrapy_scale.throttle.upkeep import PacerUpkeep
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -53,8 +53,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: seconds between stats updates and learned-state saves (and, with Redis, reads)
-TICK = 5.0
 #: a grant of the shared limiter unused for this long is dropped (it would be sent late)
 PERMIT_TTL = 0.03
 #: max_rate is enforced this much below the rate, so send jitter never pushes a window over it
@@ -66,13 +64,16 @@ TOLERANCE = 0.03
 SHARED_BACKOFF = 5.0
 
 
-class Throttle:
+class Throttle(PacerUpkeep):
     """Per-site pacing; see docs/throttle.md."""
 
     def __init__(self, crawler: Crawler, pacing: Pacing, shared: Any, *, top: int):
         self.crawler = crawler
         self.stats = crawler.stats
         self.pacing = pacing
+        #: each route's own capacity (site via egress); used once the egress pool asks for it
+        self.route_pacing = RoutePacing(pacing.profiles, pacing.clock, retry_after_cap=pacing.retry_after_cap)
+        self.learner: RouteLearner | None = None
         self.pause_notes = PauseNotes()  # INFO lines about Retry-After pauses: one per site per minute
         self.shared = shared
         self.top = top
@@ -91,7 +92,6 @@ class Throttle:
         self._pool: ThreadPool | None = None
         self._loop: task.LoopingCall | None = None
         self._saved_at = 0.0
-        self._warned_cap = False
         #: sites already warned about (bad learned state read back; a shared wait capped)
         self._warned_bad: set[str] = set()
         self._warned_far: set[str] = set()
@@ -158,6 +158,8 @@ class Throttle:
         again (``math.inf``: this pacer wakes the engine when it may)."""
         self.consulted = True
         t = self.pacing.hold_until(domain)
+        if not t and self.learner is not None:
+            t = self.learner.hold_until(domain)  # the site is due: is one of its routes?
         if t:
             self._wake_at(t)
             return t
@@ -183,6 +185,15 @@ class Throttle:
             d = self._in_thread(self._acquire, s.key, interval, self.pacing.wait_cap(s))
             d.addCallbacks(self._acquired, self._shared_failed, callbackArgs=(s.key,), errbackArgs=(s.key,))
         return math.inf
+
+    def use_routes(self, usable: Callable[[str], Iterable[str]]) -> RouteLearner:
+        """Called by the egress pool: pace each route (site via egress) on its own learned
+        capacity from now on, and hold a site while none of its ``usable(host)`` egresses'
+        routes is ready. Returns the gate the pool asks before it picks a route."""
+        if self.learner is None:
+            self.learner = RouteLearner(self.pacing, self.route_pacing)
+        self.learner.candidates = usable
+        return self.learner
 
     def spacing(self, domain: str) -> float:
         """Seconds between two requests to ``domain`` as paced now."""
@@ -263,47 +274,68 @@ class Throttle:
             self.pacing.ended(key)
             if self.pacing.site(key).profile.concurrency is not None:
                 compat.wake_engine(self.crawler)
-        if outcome.cls == "rate_limited":
+        if self.learner is not None and outcome.egress is not None:
+            self._route_outcome(self.learner, outcome)
+        elif outcome.cls == "rate_limited":
             self._rate_limited(outcome)
-        elif outcome.status == 503:
-            # overloaded, without a Retry-After (so classed transient): slow down all the
-            # same, however fast the answer came (AutoThrottle only lets a non-200 raise the
-            # delay to its latency); no pause, nothing asked for
-            self.pacing.on_rate_limited(outcome.domain, outcome.latency, None)
-        elif outcome.status is not None and outcome.done:
+        elif outcome.slow_down:
+            # overloaded, without a Retry-After (so classed transient): pressure when such
+            # answers are frequent and rise with the rate, noise when isolated
+            self.pacing.on_overloaded(outcome.domain, outcome.latency)
+        elif outcome.responded and outcome.done:
             self.pacing.on_success(outcome.domain, outcome.latency)
         elif outcome.latency:
             self.pacing.on_error(outcome.domain, outcome.latency)
 
+    def _route_outcome(self, learner: RouteLearner, outcome: Outcome) -> None:
+        """Through an egress: the route learns from it; the site from site-wide evidence only."""
+        host, egress, latency = outcome.domain, str(outcome.egress), outcome.latency
+        if outcome.cls == "rate_limited":
+            self.stats.inc_value(keys.THROTTLE_RATE_LIMITED)
+            pause = learner.on_rate_limited(host, egress, latency, outcome.retry_after)
+            self.route_pacing.capped.clear()
+            if pause > 0:
+                self._paused(outcome.domain, pause, "Retry-After on most of its routes")
+            else:
+                self._wake_at(learner.route(host, egress).paused_until)
+        elif outcome.slow_down:
+            learner.on_overloaded(host, egress, latency)
+        elif outcome.cls == "blocked":
+            wait = learner.on_blocked(host, egress)
+            if wait > 0:
+                self.stats.inc_value(keys.THROTTLE_BLOCKED_WAITS)
+                self._paused(outcome.domain, wait, "blocked on every route it was tried through")
+        elif outcome.responded and outcome.done:
+            learner.on_success(host, egress, latency)
+        elif latency:
+            learner.on_error(host, egress, latency)
+
     def _rate_limited(self, outcome: Outcome) -> None:
-        ra = parse_retry_after(outcome.retry_after_raw, time.time())
         self.stats.inc_value(keys.THROTTLE_RATE_LIMITED)
-        pause = self.pacing.on_rate_limited(outcome.domain, outcome.latency, ra)
-        if self.pacing.capped and not self._warned_cap:
-            site, asked = self.pacing.capped[0]
-            logger.warning(
-                "throttle: %s asked for Retry-After %.0f s; pausing it %.0f s (SCALE_RETRY_AFTER_MAX)",
-                site,
-                asked,
-                self.pacing.retry_after_cap,
-            )
-            self._warned_cap = True
-        if pause <= 0:
-            return
-        s = self.pacing.site(outcome.domain)
+        pause = self.pacing.on_rate_limited(outcome.domain, outcome.latency, outcome.retry_after)
+        # outcome.retry_after is clamped to SCALE_RETRY_AFTER_MAX where it was made (warned there)
+        self.pacing.capped.clear()
+        if pause > 0:
+            self._paused(outcome.domain, pause, "Retry-After")
+
+    def _paused(self, domain: str, pause: float, why: str) -> None:
+        """The site was paused: say so (once a minute per site at INFO), wake the engine when
+        it ends, and share the pause with the other workers."""
+        s = self.pacing.site(domain)
         self._permits.pop(s.key, None)
         quiet = self.pause_notes.note(s.key)
         if quiet is None:
-            logger.debug("throttle: %s paused %.1f s (Retry-After)", s.key, pause)
+            logger.debug("throttle: %s paused %.1f s (%s)", s.key, pause, why)
         elif quiet:
             logger.info(
-                "throttle: %s paused %.1f s (Retry-After); %d more pauses since its last line (at DEBUG)",
+                "throttle: %s paused %.1f s (%s); %d more pauses since its last line (at DEBUG)",
                 s.key,
                 pause,
+                why,
                 quiet,
             )
         else:
-            logger.info("throttle: %s paused %.1f s (Retry-After)", s.key, pause)
+            logger.info("throttle: %s paused %.1f s (%s)", s.key, pause, why)
         self._wake_at(s.paused_until)
         if self.shared is not None and self.shared.shared_limiter:
             self._in_thread(self.shared.pause, s.key, pause).addErrback(self._shared_failed, s.key)
@@ -350,86 +382,6 @@ class Throttle:
     def _fire(self) -> None:
         self._timer, self._timer_at = None, math.inf
         compat.wake_engine(self.crawler)
-
-    # ---- lifecycle, stats, persistence ------------------------------------------------------
-
-    def _open(self, spider: Any = None) -> None:
-        if self.restored:
-            logger.info("throttle: started from %d learned site delay(s)", self.restored)
-        self._pool = DaemonThreadPool(1, 1, name="scale-throttle")
-        self._pool.start()
-        self._loop = task.LoopingCall(self._tick)
-        self._loop.start(TICK, now=False)
-
-    async def _close(self, spider: Any = None, reason: str = "") -> None:
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        self._write_stats()
-        shared, learned = self.shared, self.pacing.export()
-
-        def final() -> None:
-            if shared is None:
-                return
-            try:
-                shared.save(learned)
-            except Exception as e:  # noqa: BLE001 - closing must not raise
-                logger.warning("throttle: learned delays not saved: %s", e)
-            shared.close()
-
-        # in the throttle's thread, after whatever it runs now (one connection, one thread)
-        try:
-            await maybe_deferred_to_future(self._in_thread(final))
-        finally:
-            if self._pool is not None:
-                self._pool.stop()
-
-    def _tick(self) -> None:
-        self._write_stats()
-        if self.shared is None:
-            return
-        since, self._saved_at = self._saved_at, time.time()
-        changed = self.pacing.export(since)
-        shared = self.shared
-
-        def sync() -> dict[str, dict[str, float]]:
-            shared.save(changed)
-            return shared.load() if shared.shared_limiter else {}
-
-        self._in_thread(sync).addCallbacks(self._restore, lambda f: None)
-
-    def _restore(self, learned: dict[str, dict[str, float]]) -> int:
-        """Adopt learned state read back; warn once per site about state that was unusable."""
-        n = self.pacing.restore(learned)
-        for site, why in self.pacing.rejected:
-            if site not in self._warned_bad:
-                self._warned_bad.add(site)
-                logger.warning("throttle: learned pacing of %s read back: %s", site, why)
-            self.stats.inc_value(keys.THROTTLE_LEARNED_REJECTED)
-        self.pacing.rejected.clear()
-        return n
-
-    def _write_stats(self) -> None:
-        sites = sorted(self.pacing.sites.values(), key=lambda s: -s.sent)
-        shown, rest = sites[: self.top], sites[self.top :]
-        set_value = self.stats.set_value
-        for s in shown:
-            set_value(keys.throttle_site(s.key, "delay"), round(self.pacing.interval(s), 3))
-            set_value(keys.throttle_site(s.key, "requests"), s.sent)
-            set_value(keys.throttle_site(s.key, "rate"), round(1.0 / s.gap, 3) if s.gap else 0.0)
-            if s.rate_limited:
-                set_value(keys.throttle_site(s.key, "rate_limited"), s.rate_limited)
-            if s.paused_seconds:
-                set_value(keys.throttle_site(s.key, "paused_seconds"), round(s.paused_seconds, 1))
-        if rest:
-            set_value(keys.throttle_site(keys.THROTTLE_OTHER, "requests"), sum(s.sent for s in rest))
-            set_value(keys.throttle_site(keys.THROTTLE_OTHER, "rate_limited"), sum(s.rate_limited for s in rest))
-            set_value(
-                keys.throttle_site(keys.THROTTLE_OTHER, "paused_seconds"), round(sum(s.paused_seconds for s in rest), 1)
-            )
-        set_value(keys.THROTTLE_SITES, len(sites))
-        set_value(keys.THROTTLE_PAUSED_SECONDS, round(sum(s.paused_seconds for s in sites), 1))
 
     def _in_thread(self, fn: Any, *args: Any) -> Any:
         from twisted.internet import reactor

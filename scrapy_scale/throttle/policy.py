@@ -43,12 +43,11 @@ capped by ``SCALE_RETRY_AFTER_MAX``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
 
 from scrapy_scale import clock as clock_mod
-from scrapy_scale.throttle.learned import check_learned
-from scrapy_scale.throttle.profiles import Match, Profiles
+from scrapy_scale.throttle.learned import export_state, restore_state
+from scrapy_scale.throttle.profiles import Profiles
+from scrapy_scale.throttle.state import FORGIVE_EVERY, SiteState
 
 #: the delay settles this fraction above the spacing a site said was too fast
 MARGIN = 0.1
@@ -58,8 +57,6 @@ MEMORY_HALF_LIFE = 300.0
 PROVEN_AFTER_GOOD = 5
 #: good answers at the safe pace before a rate-limited answer there raises the delay again
 STEP_AFTER_GOOD = 20
-#: good answers between two forgiven refusals, at least (more often is a rate, not strays)
-FORGIVE_EVERY = 100
 #: the share of recent answers that were refused above which no refusal is forgiven
 SMALL_SHARE = 0.1
 #: weight of the newest answer in the moving share of refusals (about the last 20 answers)
@@ -76,60 +73,13 @@ SUCCESS_FADE = 0.5 ** (1 / SUCCESS_HALF_LIFE)
 STEPS_FADE = 0.5 ** (1 / STEPS_HALF_LIFE)
 #: weight of the newest gap in the moving average of the spacing actually sent
 GAP_WEIGHT = 0.2
-
-
-@dataclass
-class SiteState:
-    """What is known about one site (one pacing key)."""
-
-    key: str
-    match: Match
-    delay: float
-    #: the largest spacing the site said was too fast (0: none), as of ``too_fast_at``
-    too_fast: float = 0.0
-    too_fast_at: float = 0.0
-    #: the part of ``too_fast`` that is confirmed (the rest: small steps not confirmed yet),
-    #: and the highest it was stepped to since; both as of ``too_fast_at``
-    settled: float = 0.0
-    peak: float = 0.0
-    #: the last slow-down (answers to requests sent before it do not slow down again)
-    slowed_at: float = -math.inf
-    #: good answers since the last slow-down, and since the last pause began
-    good_since_slowed: int = 0
-    good_since_pause: int = 0
-    #: the spacing of the last run of PROVEN_AFTER_GOOD good answers since a slow-down (0: none)
-    proven: float = 0.0
-    #: good answers since the last rate-limited answer (forgiven or not), seen by this process
-    good_since_refused: int = 0
-    #: good answers since the last refusal that was forgiven (none yet: as many as needed)
-    good_since_forgiven: int = FORGIVE_EVERY
-    #: moving share of recent answers that were rate limited (0..1)
-    refused_share: float = 0.0
-    #: the current pause already excused the refusal of its first request
-    pause_excused: bool = False
-    paused_until: float = 0.0
-    #: when ``paused_until`` last moved (exported for `scrapy scale status`)
-    paused_at: float = 0.0
-    last_sent: float = -math.inf
-    #: moving average of the spacing between requests handed out
-    gap: float | None = None
-    inflight: int = 0
-    #: robots.txt Crawl-delay (seconds), when known
-    crawl_delay: float | None = None
-    #: the largest ``DOWNLOAD_SLOTS`` delay of the site's hosts seen (0: none): a floor
-    slot_delay: float = 0.0
-    #: the delay was learned (changed by an answer, or restored), not the start delay
-    learned: bool = False
-    #: last time the learned state changed (for sharing: newest wins)
-    changed_at: float = 0.0
-    # counters (stats)
-    sent: int = 0
-    rate_limited: int = 0
-    paused_seconds: float = 0.0
-
-    @property
-    def profile(self) -> Any:
-        return self.match.profile
+#: a refusal at a spacing this many times the fastest pace proven is no sign of the rate...
+NOT_THE_RATE = 2.0
+#: ...unless refusals are this share of the recent answers (then the limit dropped)
+STALE_SHARE = 0.3
+#: share of the recent answers (about the last 20) that said "overloaded" (a 503 without
+#: Retry-After) from which they are taken as pressure, not noise
+OVERLOAD_SHARE = 0.15
 
 
 class Pacing:
@@ -265,6 +215,7 @@ class Pacing:
         s.good_since_refused += 1
         s.good_since_forgiven += 1
         s.refused_share *= 1 - SHARE_WEIGHT
+        s.overload_share *= 1 - SHARE_WEIGHT
         if goal >= s.delay:
             s.delay = goal
         elif s.refused_share <= 0.5:
@@ -273,6 +224,8 @@ class Pacing:
             s.delay -= (s.delay - goal) * p.recovery
         if s.good_since_slowed % PROVEN_AFTER_GOOD == 0:
             s.proven = self.interval(s)  # a run of good answers at (about) this pace
+        if s.good_since_slowed % STEP_AFTER_GOOD == 0:  # a long run (no burst a bucket let by)
+            s.fastest_ok = min(s.fastest_ok or math.inf, max(self.interval(s), s.gap or 0.0))
         self._changed(s, old, now)
         return s
 
@@ -286,6 +239,20 @@ class Pacing:
             self._changed(s, old, self.clock())
         return s
 
+    def on_overloaded(self, host: str, latency: float | None) -> bool:
+        """The site answered "overloaded" without saying for how long (a 503 without
+        Retry-After). Noise is not pressure: one is an error (its latency may raise the
+        delay, as any 5xx). Only when they are :data:`OVERLOAD_SHARE` of the recent answers
+        (they rise with the rate sent) is it a rate-limited answer (:meth:`on_rate_limited`),
+        then again each time as many more come. Returns whether it slowed down."""
+        s = self.on_error(host, latency)
+        s.overload_share = SHARE_WEIGHT + (1 - SHARE_WEIGHT) * s.overload_share
+        if s.overload_share < OVERLOAD_SHARE:
+            return False
+        s.overload_share = 0.0  # new evidence is needed for the next step
+        self.on_rate_limited(host, latency, None)
+        return True
+
     def on_rate_limited(self, host: str, latency: float | None, retry_after: float | None) -> float:
         """The site said slow down. Returns the pause it asked for (seconds, 0: none)."""
         s = self.site(host)
@@ -298,6 +265,14 @@ class Pacing:
         isolated = (long_run or first) and s.good_since_forgiven >= FORGIVE_EVERY
         not_cluster = s.good_since_refused >= PROVEN_AFTER_GOOD
         s.refused_share = SHARE_WEIGHT + (1 - SHARE_WEIGHT) * share
+        spacing_now = max(s.delay, s.gap or 0.0, self.interval(s))
+        slower = bool(s.fastest_ok) and spacing_now >= NOT_THE_RATE * s.fastest_ok
+        if slower and s.refused_share >= STALE_SHARE:
+            s.fastest_ok = 0.0  # refused often, far slower than it once took: the limit dropped
+        # refused far slower than a pace the site took well, and not often: not the rate's
+        # doing (planned faults, a stray 429). It slows down all the same (the site said so),
+        # but confirms no limit: the steps fade once good answers come in a row again
+        noise = slower and bool(s.fastest_ok)
         s.good_since_refused = 0
         sent_at = now - (latency or 0.0)
         if sent_at >= s.slowed_at:
@@ -309,7 +284,7 @@ class Pacing:
             if tf and spacing >= tf * (1 + MARGIN) * 0.99:
                 # refused at the pace learned to be safe: the limit tightened a little, or a
                 # stray 429 (a fault, not the rate)
-                if settled < peak * 0.99 and spacing < peak * (1 + MARGIN) and not_cluster:
+                if settled < peak * 0.99 and spacing < peak * (1 + MARGIN) and not_cluster and not noise:
                     # refused again, after good answers, below the pace it was stepped up to:
                     # the steps were right (the limit did drop). Back to that pace, confirmed
                     tf = settled = peak = max(peak, spacing)
@@ -327,7 +302,7 @@ class Pacing:
                     # had faded below the limit); in a cluster not until refused again below
                     # it: good answers in a row undo it fast
                     s.delay = self._bound(s, max(s.delay, spacing * (1 + MARGIN)))
-                    confirmed = spacing if long_run else settled
+                    confirmed = spacing if long_run and not noise else settled
                     self._remember(s, now, spacing, confirmed, peak)
             else:
                 tf = max(tf, spacing)
@@ -386,48 +361,9 @@ class Pacing:
 
     def export(self, since: float = 0.0) -> dict[str, dict[str, float]]:
         """The learned state of sites changed after ``since``, as plain data."""
-        return {
-            k: {
-                "delay": s.delay,
-                "too_fast": s.too_fast,
-                "too_fast_at": s.too_fast_at,
-                "proven": s.proven,
-                "settled": s.settled,
-                "at": s.changed_at,
-                # for `scrapy scale status` / `watch` (which sites are paused, until when);
-                # restore() does not adopt it: a pause is shared by the limiter, if at all
-                "paused_until": s.paused_until,
-            }
-            for k, s in self.sites.items()
-            if (s.learned and s.changed_at > since) or s.paused_at > since
-        }
+        return export_state(self, since)
 
     def restore(self, learned: dict[str, dict[str, float]]) -> int:
-        """Adopt learned state that is newer than ours (a restart, another worker). Returns how many.
-
-        What is read back is checked first (:func:`check_learned`); a site whose state is
-        unusable keeps its profile's pacing and is marked changed, so that the next save
-        writes sane state over the bad one. Each problem is added to :attr:`rejected`."""
-        n = 0
-        now = self.clock()
-        for key, raw in learned.items():
-            s = self.site(key)
-            v, why = check_learned(raw, now, s.profile.max_delay)
-            if why is not None:
-                self.rejected.append((key, why))
-            if s.key != key:
-                continue
-            if v is None:
-                s.learned, s.changed_at = True, max(s.changed_at, now)
-                continue
-            if v["at"] <= s.changed_at:
-                continue
-            s.delay = self._bound(s, v["delay"])
-            s.too_fast, s.too_fast_at, s.proven = v["too_fast"], v["too_fast_at"], v["proven"]
-            # what was stepped up to in an earlier run is no pace of this one: only the confirmed
-            # part can be confirmed again (a stray 429 of the next run must not confirm it all)
-            s.settled = min(v["settled"], s.too_fast)
-            s.peak = s.settled
-            s.learned, s.changed_at = True, v["at"]
-            n += 1
-        return n
+        """Adopt learned state that is newer than ours (a restart, another worker); checked
+        first (:func:`~scrapy_scale.throttle.learned.restore_state`). Returns how many."""
+        return restore_state(self, learned)

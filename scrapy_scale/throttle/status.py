@@ -11,6 +11,7 @@ from typing import Any
 
 from scrapy_scale.outcomes import settings as outcomes_settings
 from scrapy_scale.throttle.learned import check_learned
+from scrapy_scale.throttle.routing import split_route
 from scrapy_scale.throttle.settings import throttle_url
 from scrapy_scale.throttle.shared import open_shared, sqlite_path
 
@@ -18,6 +19,9 @@ logger = logging.getLogger(__name__)
 
 #: sites listed in the text (the slowest first); --json lists every one
 SHOWN = 20
+#: sites whose routes are listed in the text (the most routes first), and routes named per site
+ROUTE_SITES = 5
+ROUTES_NAMED = 4
 #: the longest pause shown when the settings do not say (SCALE_RETRY_AFTER_MAX's default)
 PAUSE_MAX = float(outcomes_settings.RETRY_AFTER_MAX.default)
 _warned: set[str] = set()
@@ -44,7 +48,10 @@ def read(settings: Any, job: str) -> list[dict[str, Any]]:
         v, _ = check_learned(raw, now)  # what a worker would not use is not shown
         if v is None:
             continue
-        row = {"site": site, "delay": v["delay"], "learned_at": v["at"]}
+        row: dict[str, Any] = {"site": site, "delay": v["delay"], "learned_at": v["at"]}
+        route = split_route(site)
+        if route is not None:  # a route's own capacity (site via egress)
+            row["route"] = {"site": route[0], "egress": route[1]}
         try:
             row["paused_until"] = float(raw.get("paused_until", 0.0))
         except (TypeError, ValueError, OverflowError):  # an int of 400 digits: OverflowError
@@ -54,8 +61,10 @@ def read(settings: Any, job: str) -> list[dict[str, Any]]:
 
 
 def format_text(rows: list[dict[str, Any]], now: float | None = None) -> str:
+    routes = format_routes(rows)
+    rows = [r for r in rows if "route" not in r]
     if not rows:
-        return ""
+        return routes
     now = time.time() if now is None else now
     lines = [f"pacing (learned, {len(rows)} site(s), slowest first):"]
     for r in rows[:SHOWN]:
@@ -63,6 +72,30 @@ def format_text(rows: list[dict[str, Any]], now: float | None = None) -> str:
         lines.append(f"  {r['site']}: {r['delay']:.3f} s between requests ({ago:.0f} s ago)")
     if len(rows) > SHOWN:
         lines.append(f"  ... and {len(rows) - SHOWN} more (--json lists all)")
+    return "\n" + "\n".join(lines) + routes
+
+
+def format_routes(rows: list[dict[str, Any]]) -> str:
+    """The routes at their learned capacity, one line per site (those with the most routes
+    first): ``shop1.example.test: 4 routes, 19.2 requests/s together (e1:8080 5.1, ...)``;
+    "" when no route was learned (no egresses)."""
+    by_site: dict[str, list[tuple[str, float]]] = {}
+    for r in rows:
+        if "route" in r:
+            rate = 1.0 / r["delay"] if r["delay"] > 0 else math.inf
+            by_site.setdefault(r["route"]["site"], []).append((r["route"]["egress"], rate))
+    if not by_site:
+        return ""
+    n = sum(len(v) for v in by_site.values())
+    lines = [f"routes (learned capacity per egress, {n} route(s)):"]
+    for site, routes in sorted(by_site.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:ROUTE_SITES]:
+        routes.sort(key=lambda er: er[1])
+        total = sum(rate for _, rate in routes)
+        named = ", ".join(f"{e} {rate:.1f}" for e, rate in routes[:ROUTES_NAMED])
+        more = ", ..." if len(routes) > ROUTES_NAMED else ""
+        lines.append(f"  {site}: {len(routes)} route(s), {total:.1f} requests/s together ({named}{more})")
+    if len(by_site) > ROUTE_SITES:
+        lines.append(f"  ... and {len(by_site) - ROUTE_SITES} more site(s) (--json lists all)")
     return "\n" + "\n".join(lines)
 
 
@@ -73,6 +106,8 @@ def paused(rows: list[dict[str, Any]], now: float, longest: float = PAUSE_MAX) -
     either is warned about once per site."""
     out = []
     for r in rows:
+        if "route" in r:
+            continue  # a route's Retry-After pauses that route only; the site goes on
         until = r.get("paused_until", 0.0)
         if not isinstance(until, int | float) or not math.isfinite(until):
             _warn_once(

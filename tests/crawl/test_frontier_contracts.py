@@ -105,8 +105,17 @@ def test_scheduler_empty_is_sent_only_when_nothing_waits(tmp_path: Path, plain: 
 def test_scrapys_lazy_start_fetches_in_order_on_every_backend(tmp_path: Path, frontier_url: str, job: str) -> None:
     """Scrapy's lazy start (start() waits for scheduler_empty while engine.needs_backout())
     with 0.2 s pages: 1, 2, 3, 4 as with Scrapy's scheduler. needs_backout() stayed False
-    while page 1 sat in the outbox, so start() ran ahead: 1, 2, 4, 3 in 10 runs of 12."""
-    settings = {**SPIDERS, "CONCURRENT_REQUESTS": 1, "SCALE_JOB": job, "SCALE_FRONTIER_URL": frontier_url}
+    while page 1 sat in the outbox, so start() ran ahead: 1, 2, 4, 3 in 10 runs of 12.
+    FIFO queues: page 3 (found by page 1) would otherwise go ahead of start request 2
+    whenever both wait in the store at once, as it would in Scrapy's scheduler; the order
+    of start() against needs_backout() is what this test is about."""
+    settings = {
+        **SPIDERS,
+        "CONCURRENT_REQUESTS": 1,
+        "SCALE_JOB": job,
+        "SCALE_FRONTIER_URL": frontier_url,
+        "SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue",
+    }
     with Testbed(hosts=1, pages=6, seed=2, faults="slow:/item/*,delay=0.2") as tb:
         res = run_crawl(tb, settings, tmp_path, spider="lazy_start", timeout=90)
         assert res.returncode == 0, res.tail()

@@ -129,14 +129,15 @@ def test_settings_without_a_meaning_here_get_one_warning_each(tmp_path: Path, ca
     for name, instead in [
         ("DUPEFILTER_CLASS", "BaseDupeFilter"),
         ("SCHEDULER_PRIORITY_QUEUE", "round-robin"),
-        ("SCHEDULER_DISK_QUEUE", "SCALE_FRONTIER_URL"),
-        ("SCHEDULER_MEMORY_QUEUE", "SCALE_FRONTIER_BATCH"),
         ("SCHEDULER_START_DISK_QUEUE", "SCALE_FRONTIER_URL"),
-        ("SCHEDULER_START_MEMORY_QUEUE", "no separate start queue"),
+        ("SCHEDULER_START_MEMORY_QUEUE", "set it to None"),
     ]:
         mine = [ln for ln in lines if ln.startswith(name + " = ")]
         assert len(mine) == 1 and "is not used" in mine[0] and instead in mine[0], (name, lines)
     assert s.scheduler_settings.dedup  # a dupefilter the frontier cannot use: deduplication stays on
+    # Scrapy's FIFO queues (its breadth-first recipe) are followed: no warning, FIFO order
+    assert not [ln for ln in lines if ln.startswith(("SCHEDULER_DISK_QUEUE", "SCHEDULER_MEMORY_QUEUE"))]
+    assert s.scheduler_settings.fifo
 
 
 def test_scrapys_defaults_and_its_own_dupefilter_say_nothing(tmp_path: Path, caplog) -> None:

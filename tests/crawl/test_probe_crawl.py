@@ -59,6 +59,16 @@ def has_color(png: Path, hex_color: str, min_pixels: int = 20) -> bool:
     return int((np.abs(img - want).max(axis=2) < 0.03).sum()) >= min_pixels
 
 
+def has_vertical_line(png: Path, hex_color: str, min_len: int = 150) -> bool:
+    """Does the decoded PNG hold a column of at least ``min_len`` pixels of this colour (a
+    marker across the plot, not only its legend's short horizontal handle)?"""
+    import matplotlib.image as mpimg
+
+    img = mpimg.imread(str(png))[:, :, :3]
+    want = np.array([int(hex_color[i : i + 2], 16) / 255 for i in (1, 3, 5)])
+    return int((np.abs(img - want).max(axis=2) < 0.03).sum(axis=0).max()) >= min_len
+
+
 def png_size(png: Path) -> tuple[int, int]:
     import matplotlib.image as mpimg
 
@@ -98,8 +108,9 @@ def test_finds_the_knee_of_a_host_whose_latency_degrades_and_saves_it(tmp_path: 
         assert probed.read(str(saved)) == {tb.hosts[0]: rec}
         png = tmp_path / f"probe-{tb.hosts[0]}.png"
         assert png_size(png) == (800, 700)
-        for color in (report.GOODPUT_COLOR, report.LATENCY_COLOR, report.KNEE_COLOR):
+        for color in (report.GOODPUT_COLOR, report.LATENCY_COLOR):
             assert has_color(png, color), color
+        assert has_vertical_line(png, report.KNEE_COLOR)
         assert not has_color(png, report.CLIENT_BOUND_COLOR)
 
 
@@ -130,7 +141,7 @@ def test_finds_the_rate_of_a_token_bucket_stopping_at_the_first_429(tmp_path: Pa
             if s["verdict"] == "good":
                 good = max(good, s["concurrency"])
         png = tmp_path / f"probe-{tb.hosts[0]}.png"
-        assert has_color(png, report.KNEE_COLOR) and has_color(png, report.CLASS_COLORS["rate_limited"], 5)
+        assert has_vertical_line(png, report.KNEE_COLOR) and has_color(png, report.CLASS_COLORS["rate_limited"], 5)
 
 
 def test_a_host_limited_below_one_request_at_a_time_gets_a_rate(tmp_path: Path) -> None:
@@ -146,7 +157,7 @@ def test_a_host_limited_below_one_request_at_a_time_gets_a_rate(tmp_path: Path) 
         bad_steps = sum(1 for s in res["steps"] if s["verdict"] == "bad")
         assert tb.count(kind="rate_limited") <= 2 * bad_steps, text
         png = tmp_path / f"probe-{tb.hosts[0]}.png"
-        assert has_color(png, report.KNEE_COLOR) and has_color(png, report.GOODPUT_COLOR)
+        assert has_vertical_line(png, report.KNEE_COLOR) and has_color(png, report.GOODPUT_COLOR)
 
 
 def test_a_host_that_is_never_the_limit_is_flagged_client_bound(tmp_path: Path) -> None:
@@ -165,12 +176,22 @@ def test_a_host_that_is_never_the_limit_is_flagged_client_bound(tmp_path: Path) 
         assert not has_color(png, report.KNEE_COLOR)
 
 
+def test_max_time_cuts_the_step_running_when_it_is_up(tmp_path: Path) -> None:
+    # steps of at least 4 s against a budget of 1.5 s: the step running is cut at 1.5 s
+    with Testbed(hosts=1, pages=100, capacity={1: Capacity("unlimited", latency=0.05)}) as tb:
+        code, text, fig = probe(tb, 1, tmp_path, "--no-plot", "--step-seconds", "4", "--max-time", "1.5")
+        res = fig["result"]
+        assert "max time" in res["ended"], text
+        judged = sum(s["seconds"] for s in res["steps"])  # each step's window after its 0.5 s warm-up
+        assert 0 < judged < 2.5, text  # uncut, the first step alone holds 4 s of it
+
+
 def test_robots_txt_is_obeyed(tmp_path: Path) -> None:
     with Testbed(hosts=2, pages=10, robots_disallow=["/item/"], robots_crawl_delay={2: 2}) as tb:
         code, text, fig = probe(tb, 1, tmp_path, "--no-plot", paths=3)
         assert code == 1 and "robots.txt disallows every URL given" in text, text
         code, text, fig = probe(tb, 2, tmp_path, "--no-plot", paths=3, under="/list/")
-        assert code == 1 and "Crawl-delay 2" in text, text
+        assert code == 1 and "Crawl-delay 2 s between requests: not probed, since a probe cannot keep it" in text, text
         assert {r.kind for r in tb.log} == {"robots"} and len(tb.log) == 2
 
 

@@ -358,13 +358,14 @@ def test_a_late_higher_priority_request_is_served_before_the_buffered_ones(sched
     sched.sync_blocking()  # writes it and leases it although the buffer is more than half full
     served = _drain(sched)
     assert served == [5] + [0] * 7
-    # ties do not wait: FIFO within a priority
+    # ties do not wait: the buffered one goes although a newer one of its priority is on its
+    # way (within a site the store leases the newest first, as Scrapy's LIFO queue)
     sched.enqueue_request(Request("http://a.test/tie0"))
     sched.enqueue_request(Request("http://a.test/tie1"))
     sched.sync_blocking()
-    assert sched.next_request().url == "http://a.test/tie0"
-    sched.enqueue_request(Request("http://a.test/tie2"))
     assert sched.next_request().url == "http://a.test/tie1"
+    sched.enqueue_request(Request("http://a.test/tie2"))
+    assert sched.next_request().url == "http://a.test/tie0"
 
 
 def test_a_higher_priority_written_by_a_sync_that_did_not_lease_is_leased_next(sched: Scheduler) -> None:

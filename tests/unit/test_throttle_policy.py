@@ -316,6 +316,7 @@ def test_learned_state_that_is_not_finite_is_not_restored_and_is_written_over(ba
         "too_fast_at": 0.0,
         "proven": 0.0,
         "settled": 0.0,
+        "fastest_ok": 0.0,
         "at": 1000.0,
         "paused_until": 0.0,
     }

@@ -56,6 +56,8 @@ class RedisBase(FrontierStore):
         #: has seen in it: a Redis that lost the job's state is caught by counts()
         self._run_id: str | None = None
         self._high = 0
+        #: the one warning about done-set keys of another type was given
+        self._warned_bad_done = False
 
     # ---- connection ------------------------------------------------------------------
 

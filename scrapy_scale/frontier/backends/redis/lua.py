@@ -17,31 +17,24 @@ def source(name: str) -> str:
     return files("scrapy_scale.frontier.backends.redis").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
 
 
-#: the scripts the store registers: name -> (prelude file or None, script file)
-SCRIPTS: dict[str, tuple[str | None, str]] = {
-    "enqueue": ("prelude", "enqueue"),
-    "seed": ("prelude", "seed"),
-    "lease": ("prelude", "lease"),
-    "renew": ("prelude", "renew"),
-    "finish": ("prelude", "finish"),
-    "release": ("prelude", "release"),
-    "dead": ("prelude", "dead"),
-    "requeue": ("prelude", "requeue"),
-    "resolve": ("prelude", "resolve"),
+#: the shared functions of the scripts that change records, and of the status reads
+WRITE = ("queue_entry", "prelude")
+READ = ("queue_entry", "status_prelude")
+#: the scripts the store registers: name -> the files it is made of, in order (the shared
+#: functions first)
+SCRIPTS: dict[str, tuple[str, ...]] = {
+    **{name: (*WRITE, name) for name in ("enqueue", "seed", "lease", "renew", "finish", "release")},
+    **{name: (*WRITE, name) for name in ("dead", "requeue", "resolve", "isdone")},
     # status reads (status.py): counters, dead letters, unexpired leases per worker and the
-    # domains per priority; the oldest eligible time among the ready heads of a chunk of domains
-    "status": ("status_prelude", "status_summary"),
-    "heads": ("status_prelude", "status_heads"),
-    "run": (None, "run"),
-    "claim": (None, "claim"),
-    "counts": (None, "counts"),
-    "feed": (None, "feed"),
+    # domains per priority; the oldest eligible time among the ready records of a chunk of domains
+    "status": (*READ, "status_summary"),
+    "heads": (*READ, "status_heads"),
+    **{name: (name,) for name in ("run", "claim", "counts", "feed")},
 }
 
 
 def _text(name: str) -> str:
-    pre, body = SCRIPTS[name]
-    return (source(pre) if pre else "") + source(body)
+    return "".join(source(part) for part in SCRIPTS[name])
 
 
 #: the text of each script, read at import

@@ -8,11 +8,12 @@ waited 1.8 s). Now:
 - counts, failure classes, waits and dead letters are counters the scripts keep
   (``HGETALL`` of one small hash, ``HLEN``);
 - leases per worker walk only the leased records (bounded by the workers' batches);
-- the oldest pending request is looked for in the heads of the domain queues, in
+- the oldest pending request is looked for in the domain queues (a short queue read whole,
+  a long one at both ends: its newest requests are at the head, seeds at the tail), in
   chunks of :data:`CHUNK` domains per script call (each call is short; other clients
   are served between them), and over at most :data:`STATUS_DOMAINS` domains in all,
-  the least recently served first. Beyond that, the age reported is a lower bound
-  (``Status.oldest_pending_exact`` is False).
+  the least recently served first. Beyond that, or with a long queue, the age reported
+  is a lower bound (``Status.oldest_pending_exact`` is False).
 
 Worker heartbeats live in ``scale:{JOB}:alive`` (worker -> "last_beat until").
 """
@@ -108,9 +109,11 @@ def _delayed(store: RedisStore) -> dict[str, Any]:
 
 
 def _oldest_pending(store: RedisStore, prios: list[list[object]]) -> tuple[float | None, bool]:
-    """The oldest eligible time among the ready queue heads, looking at no more than
-    STATUS_DOMAINS domains, CHUNK per script call; and whether every domain was seen."""
+    """The oldest eligible time among the ready records, looking at no more than
+    STATUS_DOMAINS domains, CHUNK per script call (a domain's queue read whole when short,
+    at both ends when long); and whether that is exact (every domain, every record seen)."""
     oldest: float | None = None
+    exact = True
     budget = STATUS_DOMAINS
     for p, ndom in prios:
         start = 0
@@ -121,11 +124,12 @@ def _oldest_pending(store: RedisStore, prios: list[list[object]]) -> tuple[float
             got = json.loads(store.call_script("heads", str(p), start, n))
             if got["oldest"] is not False and (oldest is None or float(got["oldest"]) < oldest):
                 oldest = float(got["oldest"])
+            exact = exact and got.get("exact") is not False
             if not got["n"]:
                 break
             start += int(got["n"])
             budget -= int(got["n"])
-    return oldest, True
+    return oldest, exact
 
 
 def read_beats(store: RedisStore) -> dict[str, tuple[float, float]]:

@@ -12,10 +12,17 @@ switch; the old run's keys are unlinked afterwards.
     scale:{J}:seeds          LIST  JSON seeds pushed by feeders (RPUSH; see docs/frontier.md)
     scale:{J}:seeds:taken:W  LIST  seeds worker W took from the feed and has not written yet
     scale:{J}:seeds:takers   SET   workers with a taken list (back to the feed once not alive)
-    scale:{J}:R:r:FP         HASH  one record: st d dom p a el enq fc fr o le t
+    scale:{J}:R:r:FP         HASH  one record not done: st d dom p a el enq fc fr o le t (el only
+                                   when it differs from enq; d: the request, codec.encode)
+    scale:{J}:R:d:PREFIX     HASH  done fingerprints: member = the fingerprint after PREFIX (its
+                                   first 3 to 7 characters, more as the run grows), hex packed
+                                   to bytes; small enough to stay listpacks (lua/prelude.lua)
     scale:{J}:R:prios        ZSET  priorities with ready work
     scale:{J}:R:dq:P         ZSET  domains with ready work at priority P, by last service
-    scale:{J}:R:q:P:DOMAIN   LIST  ready fingerprints, FIFO (stale entries skipped at lease)
+    scale:{J}:R:q:P:DOMAIN   LIST  ready fingerprints, popped from the head: a crawl's request is
+                                   pushed at the head (LIFO), a seed, start request or FIFO one at
+                                   the tail, a due retry or released lease at the head (stale
+                                   entries skipped at lease)
     scale:{J}:R:delayed      ZSET  delayed fingerprints by eligible time
     scale:{J}:R:leases       ZSET  leased fingerprints by lease expiry
     scale:{J}:R:wl:WORKER    SET   fingerprints leased by a worker
@@ -82,6 +89,7 @@ class RedisStore(RedisBase):
                     r.held_by,
                     float(r.held_seconds),
                     r.again if r.reopen else "",
+                    "1" if r.tail else "",
                 ]
             out += [EnqueueResult(x) for x in self.call_script("enqueue", *args)]
         return out
@@ -203,11 +211,27 @@ class RedisStore(RedisBase):
 
     def counts(self) -> dict[str, int]:
         run, *vals = self.call_script("counts")  # [''] when the job has no run at all
-        vals = vals or ["0"] * (len(COUNT_KEYS) + 1)
+        vals = vals or ["0"] * (len(COUNT_KEYS) + 2)
         counts = {k: int(v) for k, v in zip(COUNT_KEYS, vals, strict=False)}
         if self._run_id is not None:
-            self._check_intact(run, sum(counts.values()) + int(vals[-1]))
+            self._check_intact(run, sum(counts.values()) + int(vals[len(COUNT_KEYS)]))
+        self._warn_bad_done(vals[len(COUNT_KEYS) + 1 :])
         return counts
+
+    def _warn_bad_done(self, got: list[str]) -> None:
+        """One warning when the done set had a key of another type (written by someone else)."""
+        try:
+            bad = int(got[0]) if got else 0
+        except ValueError:
+            bad = 1
+        if bad and not self._warned_bad_done:
+            self._warned_bad_done = True
+            logger.warning(
+                "frontier: %d key(s) of job %r's done set held something else (written by another program?) "
+                "and were replaced; the URLs they held may be fetched again",
+                bad,
+                self.job,
+            )
 
     def _check_intact(self, run: str, total: int) -> None:
         """Within a run, records are only added (a dead letter moves one): a run marker that
@@ -268,7 +292,23 @@ class RedisStore(RedisBase):
         p = self.run_prefix()
         h = self.retrying(lambda: self.r.hgetall(f"{p}:r:{fingerprint}"))
         if not h:
-            return None
+            if not int(self.call_script("isdone", fingerprint)):
+                return None
+            # done: only its fingerprint is kept (in the done set)
+            return {
+                "fingerprint": fingerprint,
+                "state": State.DONE,
+                "data": "",
+                "domain": "",
+                "priority": 0,
+                "attempts": 0,
+                "eligible_at": 0.0,
+                "enqueued_at": 0.0,
+                "last_failure": None,
+                "owner": None,
+                "lease_expires": None,
+                "token": 0,
+            }
         st = int(h["st"])
         return {
             "fingerprint": fingerprint,
@@ -277,7 +317,7 @@ class RedisStore(RedisBase):
             "domain": h["dom"],
             "priority": int(h["p"]),
             "attempts": int(h["a"]),
-            "eligible_at": float(h["el"]),
+            "eligible_at": float(h.get("el", h["enq"])),
             "enqueued_at": float(h["enq"]),
             "last_failure": (h["fc"], h.get("fr", "")) if h.get("fc") else None,
             "owner": h.get("o"),

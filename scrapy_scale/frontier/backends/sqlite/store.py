@@ -49,7 +49,9 @@ class SqliteStore(SqliteBase):
         with self._tx() as db:
             seq = self._next_seq(db, len(requests))
             for i, r in enumerate(requests):
-                out.append(self._enqueue_one(db, r, now, seq + i))
+                # the ready queue is read newest seq first: a tail request gets a negative seq
+                # (behind every head one, oldest first), a head one a positive seq (newest first)
+                out.append(self._enqueue_one(db, r, now, -(seq + i) if r.tail else seq + i))
         return out
 
     def enqueue_new(self, requests: Sequence[NewRequest]) -> int:
@@ -69,7 +71,10 @@ class SqliteStore(SqliteBase):
             cur = db.executemany(
                 "INSERT INTO requests (job, fp, state, data, domain, priority, attempts, eligible_at, "
                 "enqueued_at, seq) VALUES (?, ?, 0, ?, ?, ?, 0, ?, ?, ?) ON CONFLICT (job, fp) DO NOTHING",
-                [(job, r.fingerprint, r.data, r.domain, r.priority, now, now, seq + i) for i, r in enumerate(requests)],
+                [
+                    (job, r.fingerprint, r.data, r.domain, r.priority, now, now, -(seq + i))
+                    for i, r in enumerate(requests)
+                ],
             )
             return int(cur.rowcount)
 
@@ -123,7 +128,13 @@ class SqliteStore(SqliteBase):
         return EnqueueResult.DUPLICATE
 
     def _promote(self, db: sqlite3.Connection, now: float) -> None:
-        db.execute("UPDATE requests SET state=0 WHERE job=? AND state=1 AND eligible_at<=?", (self.job, now))
+        # a due retry (or a request waiting for its turn) goes first in its queue, as on Redis
+        (seq,) = db.execute("SELECT seq + 1 FROM jobs WHERE job=?", (self.job,)).fetchone()
+        cur = db.execute(
+            "UPDATE requests SET state=0, seq=? WHERE job=? AND state=1 AND eligible_at<=?", (seq, self.job, now)
+        )
+        if cur.rowcount:
+            self._next_seq(db, 1)
 
     def lease(self, worker: str, n: int, seconds: float) -> list[Leased]:
         if n <= 0:
@@ -175,7 +186,7 @@ class SqliteStore(SqliteBase):
     ) -> list[Leased]:
         rows = db.execute(
             "SELECT id, fp, data, attempts, enqueued_at, eligible_at, token, fail_cls, fail_reason "
-            "FROM requests WHERE job=? AND state=0 AND priority=? AND domain=? ORDER BY seq LIMIT ?",
+            "FROM requests WHERE job=? AND state=0 AND priority=? AND domain=? ORDER BY seq DESC LIMIT ?",
             (self.job, prio, domain, k),
         ).fetchall()
         bad = {r[0]: why for r in rows if (why := unreadable(r))}
@@ -218,7 +229,8 @@ class SqliteStore(SqliteBase):
             changed = 0
             for fp, token in done:
                 cur = db.execute(
-                    "UPDATE requests SET state=3, owner=NULL, lease_expires=NULL "
+                    # done: the request itself is no longer needed (dedup and status keep the row)
+                    "UPDATE requests SET state=3, data='', domain='', owner=NULL, lease_expires=NULL "
                     "WHERE job=? AND fp=? AND token=? AND state IN (0, 1, 2)",
                     (self.job, fp, token),
                 )
@@ -378,7 +390,8 @@ class SqliteStore(SqliteBase):
         with self._tx() as db:
             return sum(
                 db.execute(
-                    "UPDATE requests SET state=3, owner=NULL, lease_expires=NULL, fail_cls=NULL, fail_reason=NULL "
+                    "UPDATE requests SET state=3, data='', domain='', owner=NULL, lease_expires=NULL, "
+                    "fail_cls=NULL, fail_reason=NULL "
                     "WHERE job=? AND fp=? AND state=4",
                     (self.job, fp),
                 ).rowcount
@@ -397,7 +410,7 @@ class SqliteStore(SqliteBase):
             n = db.execute(
                 f"UPDATE requests SET state=0, attempts=0, eligible_at=?, seq=?, token=token+1 "  # noqa: S608
                 f"WHERE {where}",
-                (now, seq) + args,
+                (now, -seq) + args,  # behind the queue's other requests, as on Redis
             ).rowcount
         self.reopen_run()
         return n

@@ -1,9 +1,9 @@
 local now = tonumber(ARGV[1])
 local out = {}
-for i = 2, #ARGV, 12 do
+for i = 2, #ARGV, 13 do
   local fp, data, dom, p = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3]
   local nb, att, fc, fr, flag = tonumber(ARGV[i+4]), ARGV[i+5], ARGV[i+6], ARGV[i+7], ARGV[i+8]
-  local held, hsecs, again = ARGV[i+9], tonumber(ARGV[i+10]), ARGV[i+11]
+  local held, hsecs, again, tail = ARGV[i+9], tonumber(ARGV[i+10]), ARGV[i+11], ARGV[i+12] == '1'
   local el = math.max(now, nb)
   local st = 0
   if el > now then st = 1 end
@@ -16,8 +16,22 @@ for i = 2, #ARGV, 12 do
     cur = redis.call('HMGET', key, 'st', 'o', 'fc')
   end
   local res = 'duplicate'
-  if not cur[1] then
-    redis.call('HSET', key, 'd', data, 'dom', dom, 'p', p, 'a', att, 'el', el, 'enq', now, 't', 0)
+  -- a done fingerprint has no record, only its place in the done set
+  local done = (not cur[1]) and done_find(fp)
+  if done and (held ~= '' or (flag ~= 'u' and flag ~= 'r')) then
+    res = 'duplicate'
+  elseif not cur[1] then
+    local tok = 0
+    if done then
+      -- a retry or dont_filter of a done URL: a record again, with a token above any of its
+      -- earlier record's, so a late repeat of an old ack stays stale
+      done_del(fp, done)
+      cnt('done', -1)
+      tok = math.floor(now * 1000)
+      if flag ~= 'u' then att = 0 end
+    end
+    redis.call('HSET', key, 'd', data, 'dom', dom, 'p', p, 'a', att, 'enq', now, 't', tok)
+    if el ~= now then redis.call('HSET', key, 'el', el) end  -- no el: eligible since enq
     if fc ~= '' then redis.call('HSET', key, 'fc', fc, 'fr', fr) end
     if held ~= '' then
       -- kept in its worker's memory only: leased to it from the start (token 0)
@@ -28,7 +42,7 @@ for i = 2, #ARGV, 12 do
       redis.call('SADD', P..':owners', held)
     end
     set_state(fp, nil, st)
-    res = 'added'
+    if not done then res = 'added' elseif flag == 'u' then res = 'updated' else res = 'reopened' end
   elseif held ~= '' then
     res = 'duplicate'
   else
@@ -45,7 +59,7 @@ for i = 2, #ARGV, 12 do
     end
   end
   if res ~= 'duplicate' and st < 2 then
-    if st == 1 then redis.call('ZADD', P..':delayed', el, fp) else push_ready(fp, p, dom, false) end
+    if st == 1 then redis.call('ZADD', P..':delayed', el, fp) else push_ready(fp, p, dom, not tail) end
   end
   out[#out + 1] = res
 end

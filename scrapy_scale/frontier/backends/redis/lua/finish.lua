@@ -6,11 +6,15 @@ for i = 3, #ARGV, 4 do
   local st = tonumber(r[1])
   if st and st <= 2 and r[2] == tok then
     detach(fp, st, r[3], r[4])
-    set_state(fp, st, target)
-    redis.call('HDEL', rk(fp), 'o', 'le')
     if target == 3 then
-      redis.call('HDEL', rk(fp), 'd')
+      -- done: only the fingerprint stays, in the done set
+      cnt(NAMES[st], -1)
+      cnt('done', 1)
+      redis.call('DEL', rk(fp))
+      done_add(fp)
     else
+      set_state(fp, st, target)
+      redis.call('HDEL', rk(fp), 'o', 'le')
       local cls = ARGV[i+2]
       redis.call('HSET', rk(fp), 'fc', cls, 'fr', ARGV[i+3])
       redis.call('SADD', P..':failed:'..cls, fp)

@@ -23,6 +23,7 @@ for _, p in ipairs(prios) do
       while true do
         local fp = redis.call('LPOP', q)
         if not fp then break end
+        fp = qunpack(fp)
         local r = redis.call('HMGET', rk(fp), 'st', 'p', 'dom')
         if r[1] == '0' and r[2] == p and r[3] == dom then
           local why = unreadable(fp)
@@ -42,6 +43,7 @@ for _, p in ipairs(prios) do
         redis.call('SADD', P..':wl:'..worker, got)
         redis.call('SADD', P..':owners', worker)
         local r = redis.call('HMGET', key, 'd', 'a', 'enq', 'el', 'fc', 'fr')
+        if not r[4] then r[4] = r[3] end  -- no el: eligible since it was enqueued
         local el = tonumber(r[4])
         if now > el then wait_sum = wait_sum + (now - el) end
         wait_n = wait_n + 1

@@ -11,9 +11,55 @@ local function set_state(fp, old, new)
 end
 local function push_ready(fp, p, dom, front)
   local q = P..':q:'..p..':'..dom
-  if front then redis.call('LPUSH', q, fp) else redis.call('RPUSH', q, fp) end
+  if front then redis.call('LPUSH', q, qpack(fp)) else redis.call('RPUSH', q, qpack(fp)) end
   if not redis.call('ZSCORE', P..':dq:'..p, dom) then redis.call('ZADD', P..':dq:'..p, 0, dom) end
   redis.call('ZADD', P..':prios', tonumber(p), p)
+end
+-- Done fingerprints (what dedup and status need of a done record) live in small hashes,
+-- not in a record each: bucket P:d:<first L characters>, member = the rest, hex packed to
+-- bytes, value empty. Each bucket stays a listpack (a few dozen members): L grows with
+-- the done count, DONE_FILL members per bucket on average at each level, so a lookup asks
+-- at most one bucket per level. A bucket of another type (written by someone else) is
+-- skipped when read and replaced when written: the URL may be fetched again, never lost.
+local DONE_LEVELS, DONE_FILL = {3, 4, 5, 6, 7}, 64
+local function done_level(n)
+  local cap = 0
+  for _, L in ipairs(DONE_LEVELS) do
+    cap = cap + DONE_FILL * 16 ^ L
+    if n < cap then return L end
+  end
+  return DONE_LEVELS[#DONE_LEVELS]
+end
+local function done_parts(fp, L)
+  local rest = string.sub(fp, L + 1)
+  if string.find(rest, '^%x+$') then
+    rest = string.gsub(rest, '%x%x', function(h) return string.char(tonumber(h, 16)) end)
+  end
+  return P..':d:'..string.sub(fp, 1, L), rest
+end
+local function done_count() return tonumber(redis.call('HGET', P..':cnt', 'dn')) or 0 end
+local function done_find(fp)
+  local top = done_level(done_count())
+  for _, L in ipairs(DONE_LEVELS) do
+    if L > top then break end
+    local k, m = done_parts(fp, L)
+    local ok, got = pcall(redis.call, 'HEXISTS', k, m)
+    if ok and got == 1 then return L end
+  end
+  return nil
+end
+local function done_add(fp)
+  local k, m = done_parts(fp, done_level(done_count()))
+  if not pcall(redis.call, 'HSET', k, m, '') then
+    redis.call('DEL', k)
+    redis.call('HSET', k, m, '')
+    redis.call('HINCRBY', P..':cnt', 'bad_done', 1)
+  end
+  redis.call('HINCRBY', P..':cnt', 'dn', 1)
+end
+local function done_del(fp, L)
+  local k, m = done_parts(fp, L)
+  pcall(redis.call, 'HDEL', k, m)
 end
 local function detach(fp, st, owner, fc)
   if st == 1 then redis.call('ZREM', P..':delayed', fp)
@@ -50,6 +96,7 @@ local function unreadable(fp)
   -- why a ready record cannot be leased and read back (a corrupt hash), or nil
   local r = redis.call('HMGET', rk(fp), 'd', 'a', 'el', 'enq', 't')
   local names = {'d', 'a', 'el', 'enq', 't'}
+  if not r[3] then r[3] = r[4] end  -- no el: eligible since it was enqueued
   for i = 1, 5 do
     local v = r[i]
     if not v then return 'field '..names[i]..' is missing' end
@@ -64,8 +111,10 @@ local function unreadable(fp)
 end
 local function promote(now)
   local due = redis.call('ZRANGEBYSCORE', P..':delayed', '-inf', now, 'LIMIT', 0, 1000)
-  for _, fp in ipairs(due) do
-    if redis.call('HGET', rk(fp), 'st') == '1' then to_ready(fp, false)
+  for i = #due, 1, -1 do  -- each to the head: the earliest due ends first
+    local fp = due[i]
+    -- a due retry (or a request waiting for its turn) goes first in its queue
+    if redis.call('HGET', rk(fp), 'st') == '1' then to_ready(fp, true)
     else redis.call('ZREM', P..':delayed', fp) end
   end
 end

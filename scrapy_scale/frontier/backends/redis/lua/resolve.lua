@@ -4,8 +4,10 @@ for i = 1, #ARGV do
   local r = redis.call('HMGET', rk(fp), 'st', 'fc')
   if r[1] == '4' then
     detach(fp, 4, nil, r[2])
-    set_state(fp, 4, 3)
-    redis.call('HDEL', rk(fp), 'd', 'fc', 'fr')
+    cnt('failed', -1)
+    cnt('done', 1)
+    redis.call('DEL', rk(fp))
+    done_add(fp)
     n = n + 1
   end
 end

@@ -10,9 +10,10 @@ local seen = {}
 for i = 3, #ARGV, 3 do
   local fp, dom = ARGV[i], ARGV[i+2]
   local key = rk(fp)
-  if redis.call('HEXISTS', key, 'st') == 0 then
-    redis.call('HSET', key, 'd', ARGV[i+1], 'dom', dom, 'p', p, 'a', '0', 'el', el, 'enq', now, 't', 0, 'st', 0)
-    redis.call('RPUSH', P..':q:'..p..':'..dom, fp)
+  if redis.call('HEXISTS', key, 'st') == 0 and not done_find(fp) then
+    -- no el: eligible since it was enqueued (enq)
+    redis.call('HSET', key, 'd', ARGV[i+1], 'dom', dom, 'p', p, 'a', '0', 'enq', el, 't', 0, 'st', 0)
+    redis.call('RPUSH', P..':q:'..p..':'..dom, qpack(fp))
     if not seen[dom] then
       seen[dom] = true
       if not redis.call('ZSCORE', P..':dq:'..p, dom) then redis.call('ZADD', P..':dq:'..p, 0, dom) end

@@ -1,0 +1,214 @@
+"""Capacity per route: pacing learned per (site, egress), and what slows the whole site.
+
+Plain Python with an injectable clock, as :mod:`scrapy_scale.throttle.policy`. A site that
+limits each client address allows (egresses x its limit): learning one delay per site
+from every answer, whichever egress carried it, keeps the site at one route's rate. So,
+when requests go through egresses (``SCALE_EGRESSES``):
+
+- each **route** (a site through one egress) has its own adaptive delay
+  (:class:`RoutePacing`, the same decisions as a site's: latency, rate-limited answers,
+  ``Retry-After`` pausing the route, recovery), keyed ``"<site> via <egress>"``;
+- the **site** (:class:`~scrapy_scale.throttle.policy.Pacing`) keeps what bounds all its
+  routes together: ``max_rate``, ``min_delay``, robots.txt ``Crawl-delay``, its
+  concurrency, and learns only from site-wide evidence (:class:`RouteLearner`): refusals
+  (429, ``Retry-After``) from most of the routes used recently, at once, slow the site
+  and a ``Retry-After`` then pauses it; latency that rises on every route slows every
+  route, hence the site; a site that answers ``blocked`` on every route it was tried
+  through waits (:data:`BLOCKED_PAUSE`, doubling) instead of being tried through more.
+
+Without egresses nothing here is used: the site learns from every answer, as before.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from scrapy_scale import clock as clock_mod
+from scrapy_scale.throttle.policy import Pacing, SiteState
+from scrapy_scale.throttle.profiles import Profiles
+
+#: between the site and the egress in a route's key (a site key holds no space)
+SEP = " via "
+#: seconds within which refusals from several routes count as one site-wide event
+WINDOW = 10.0
+#: a route that carried a request within this many seconds is one the site is used through
+ACTIVE = 60.0
+#: the share of the active routes (two at least) that must refuse within WINDOW for the site
+#: to slow down: routes learning their own limits at once refuse close together too
+SITE_SHARE = 0.75
+#: the first wait of a site that answered ``blocked`` on every route it was tried through
+BLOCKED_PAUSE = 30.0
+
+
+def route_key(site: str, egress: str) -> str:
+    return f"{site}{SEP}{egress}"
+
+
+def split_route(key: str) -> tuple[str, str] | None:
+    """(site, egress) of a route key; None for a site key."""
+    site, sep, egress = key.partition(SEP)
+    return (site, egress) if sep and site and egress else None
+
+
+class RoutePacing(Pacing):
+    """The adaptive delay of every route (site via egress). A route's delay is its own
+    capacity only: ``max_rate``, ``min_delay``, Crawl-delay and concurrency bound the site,
+    all its routes together, and are enforced by the site's :class:`Pacing`."""
+
+    def __init__(self, profiles: Profiles, clock: clock_mod.Clock = clock_mod.wall, *, retry_after_cap: float = 3600.0):
+        super().__init__(profiles, clock, retry_after_cap=retry_after_cap)
+
+    def site(self, host: str) -> SiteState:
+        """The state of a route, by its key (``"<site or host> via <egress>"``)."""
+        s = self.sites.get(host)
+        if s is not None:
+            return s
+        parts = split_route(host)
+        name, egress = parts if parts else (host, "")
+        m = self.profiles.match(name)
+        key = route_key(m.key, egress)
+        s = self.sites.get(key)
+        if s is None:
+            p = m.profile
+            s = self.sites[key] = SiteState(key, m, delay=min(p.start_delay, p.max_delay))
+        return s
+
+    def floor(self, s: SiteState) -> float:
+        return 0.0
+
+    def interval(self, s: SiteState) -> float:
+        return s.delay
+
+    def hold_until(self, host: str) -> float:
+        s = self.site(host)
+        t = max(s.paused_until, s.last_sent + s.delay)
+        return t if t > self.clock() else 0.0
+
+    def set_crawl_delay(self, host: str, seconds: float | None) -> None:  # pragma: no cover - the site's
+        raise NotImplementedError("a Crawl-delay bounds the site, not a route")
+
+
+@dataclass
+class _Seen:
+    """Recent evidence about one site's routes (egress -> when)."""
+
+    used: dict[str, float] = field(default_factory=dict)
+    refused: dict[str, float] = field(default_factory=dict)
+    blocked: dict[str, float] = field(default_factory=dict)
+    overloaded: dict[str, float] = field(default_factory=dict)
+    ok_at: float = -math.inf
+    blocked_pauses: int = 0
+
+
+class RouteLearner:
+    """Routes an outcome's evidence to the route and, when it is site-wide, to the site."""
+
+    def __init__(self, site: Pacing, routes: RoutePacing):
+        self.site = site
+        self.routes = routes
+        self.clock = site.clock
+        self._seen: dict[str, _Seen] = {}
+        #: the egresses requests may go through (a route not used yet is ready)
+        self.egresses: tuple[str, ...] = ()
+        #: live workers of the job: each enforces its share of a route's learned spacing
+        self.workers = 1
+        #: the egresses that may carry a request to a host now (the egress pool's health)
+        self.candidates: Callable[[str], Iterable[str]] | None = None
+
+    def _of(self, host: str) -> tuple[SiteState, _Seen]:
+        s = self.site.site(host)
+        return s, self._seen.setdefault(s.key, _Seen())
+
+    def route(self, host: str, egress: str) -> SiteState:
+        return self.routes.site(route_key(self.site.site(host).key, egress))
+
+    # ---- the gate ----------------------------------------------------------------------
+
+    def route_free_at(self, host: str, egress: str) -> float:
+        """0.0 when the route may carry a request now, else when it may (epoch s). Each of
+        the ``workers`` live workers sends at most its share of the route's rate."""
+        r = self.route(host, egress)
+        t = max(r.paused_until, r.last_sent + r.delay * max(1, self.workers))
+        return t if t > self.clock() else 0.0
+
+    def hold_until(self, host: str, egresses: Iterable[str] | None = None) -> float:
+        """0.0 when one of the site's routes is ready, else the earliest time one is."""
+        if egresses is None:
+            egresses = self.candidates(host) if self.candidates is not None else self.egresses
+        best = math.inf
+        for e in egresses:
+            t = self.route_free_at(host, e)
+            if not t:
+                return 0.0
+            best = min(best, t)
+        return 0.0 if best == math.inf else best  # no usable egress: the pool says why
+
+    def taken(self, host: str, egress: str) -> None:
+        """A request to ``host`` goes out through ``egress`` now."""
+        self.routes.handed_out(route_key(self.site.site(host).key, egress))
+        self.routes.ended(route_key(self.site.site(host).key, egress))  # in flight is the site's
+        _, seen = self._of(host)
+        seen.used[egress] = self.clock()
+
+    # ---- evidence ----------------------------------------------------------------------
+
+    def on_success(self, host: str, egress: str, latency: float | None) -> None:
+        self.routes.on_success(self.route(host, egress).key, latency)
+        self.site.on_success(host, None)  # latency is the route's: the site only recovers
+        s, seen = self._of(host)
+        seen.ok_at = self.clock()
+        seen.blocked.clear()
+        seen.blocked_pauses = 0
+
+    def on_error(self, host: str, egress: str, latency: float | None) -> None:
+        self.routes.on_error(self.route(host, egress).key, latency)
+
+    def on_overloaded(self, host: str, egress: str, latency: float | None) -> None:
+        """A 503 without Retry-After through the route: pressure only when such answers
+        rise with the rate (:meth:`Pacing.on_overloaded`); never site-wide by itself."""
+        if not self.routes.on_overloaded(self.route(host, egress).key, latency):
+            return
+        now = self.clock()
+        s, seen = self._of(host)
+        seen.overloaded[egress] = now
+        if self._most(seen.overloaded, seen, now):  # every route overloaded: the site is
+            seen.overloaded.clear()
+            self.site.on_rate_limited(host, latency, None)
+
+    def on_rate_limited(self, host: str, egress: str, latency: float | None, retry_after: float | None) -> float:
+        """The route was refused. Returns the pause of the *site* (seconds, 0: none): only
+        when most of its active routes refused within :data:`WINDOW`."""
+        self.routes.on_rate_limited(self.route(host, egress).key, latency, retry_after)
+        now = self.clock()
+        s, seen = self._of(host)
+        seen.refused[egress] = now
+        if self._most(seen.refused, seen, now):
+            seen.refused.clear()
+            return self.site.on_rate_limited(host, latency, retry_after)
+        return 0.0
+
+    def on_blocked(self, host: str, egress: str) -> float:
+        """The site answered ``blocked`` through ``egress``. When every route it was tried
+        through recently answered so (two at least) and none answered well since, the site
+        waits (:data:`BLOCKED_PAUSE`, doubling each time, at most the Retry-After cap)
+        instead of being tried through more routes. Returns that wait (0: none)."""
+        now = self.clock()
+        s, seen = self._of(host)
+        seen.blocked[egress] = now
+        used = {e for e, t in seen.used.items() if now - t <= ACTIVE} | {egress}
+        recent = {e for e, t in seen.blocked.items() if t > seen.ok_at and now - t <= ACTIVE}
+        if len(recent) < 2 or not used <= recent:
+            return 0.0
+        wait = min(BLOCKED_PAUSE * 2**seen.blocked_pauses, self.site.retry_after_cap)
+        seen.blocked_pauses += 1
+        seen.blocked.clear()
+        seen.used.clear()  # after the wait, the routes it is tried through count anew
+        self.site.pause(s, now + wait)
+        return wait
+
+    def _most(self, hits: dict[str, float], seen: _Seen, now: float) -> bool:
+        active = {e for e, t in seen.used.items() if now - t <= ACTIVE} | set(hits)
+        recent = [e for e, t in hits.items() if now - t <= WINDOW]
+        return len(recent) >= max(2, math.ceil(SITE_SHARE * len(active))) or (len(active) == 1 and bool(recent))

@@ -1,0 +1,135 @@
+"""The throttle's upkeep: open and close, stats, and saving/reading learned pacing.
+
+A mixin of :class:`scrapy_scale.throttle.pacer.Throttle` (which holds the state it uses);
+apart so that the pacer module keeps to the gate and the outcomes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet import task
+
+from scrapy_scale import stats_keys as keys
+from scrapy_scale.daemon_pool import DaemonThreadPool
+from scrapy_scale.throttle.routing import split_route
+
+if TYPE_CHECKING:
+    from scrapy_scale.throttle.policy import Pacing
+    from scrapy_scale.throttle.routing import RouteLearner, RoutePacing
+
+logger = logging.getLogger("scrapy_scale.throttle.pacer")
+
+#: seconds between stats updates and learned-state saves (and, with Redis, reads)
+TICK = 5.0
+
+
+class PacerUpkeep:
+    """Lifecycle, stats and persistence of the throttle."""
+
+    pacing: Pacing
+    route_pacing: RoutePacing
+    learner: RouteLearner | None
+    shared: Any
+    stats: Any
+    top: int
+    restored: int
+    _pool: Any
+    _loop: Any
+    _timer: Any
+    _saved_at: float
+    _warned_bad: set[str]
+
+    def _in_thread(self, fn: Any, *args: Any) -> Any:  # pragma: no cover - the pacer's
+        raise NotImplementedError
+
+    def _open(self, spider: Any = None) -> None:
+        if self.restored:
+            logger.info("throttle: started from %d learned site delay(s)", self.restored)
+        self._pool = DaemonThreadPool(1, 1, name="scale-throttle")
+        self._pool.start()
+        self._loop = task.LoopingCall(self._tick)
+        self._loop.start(TICK, now=False)
+
+    async def _close(self, spider: Any = None, reason: str = "") -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._write_stats()
+        shared, learned = self.shared, self._export()
+
+        def final() -> None:
+            if shared is None:
+                return
+            try:
+                shared.save(learned)
+            except Exception as e:  # noqa: BLE001 - closing must not raise
+                logger.warning("throttle: learned delays not saved: %s", e)
+            shared.close()
+
+        # in the throttle's thread, after whatever it runs now (one connection, one thread)
+        try:
+            await maybe_deferred_to_future(self._in_thread(final))
+        finally:
+            if self._pool is not None:
+                self._pool.stop()
+
+    def _tick(self) -> None:
+        self._write_stats()
+        if self.shared is None:
+            return
+        since, self._saved_at = self._saved_at, time.time()
+        changed = self._export(since)
+        shared = self.shared
+
+        def sync() -> dict[str, dict[str, float]]:
+            shared.save(changed)
+            return shared.load() if shared.shared_limiter else {}
+
+        self._in_thread(sync).addCallbacks(self._restore, lambda f: None)
+
+    def _restore(self, learned: dict[str, dict[str, float]]) -> int:
+        """Adopt learned state read back; warn once per site about state that was unusable."""
+        sites = {k: v for k, v in learned.items() if split_route(k) is None}
+        routes = {k: v for k, v in learned.items() if split_route(k) is not None}
+        n = self.pacing.restore(sites)
+        self.route_pacing.restore(routes)
+        for pacing in (self.pacing, self.route_pacing):
+            for site, why in pacing.rejected:
+                if site not in self._warned_bad:
+                    self._warned_bad.add(site)
+                    logger.warning("throttle: learned pacing of %s read back: %s", site, why)
+                self.stats.inc_value(keys.THROTTLE_LEARNED_REJECTED)
+            pacing.rejected.clear()
+        return n
+
+    def _export(self, since: float = 0.0) -> dict[str, dict[str, float]]:
+        """Learned state to save: the sites', and the routes' (keyed ``"<site> via <egress>"``)."""
+        return {**self.pacing.export(since), **self.route_pacing.export(since)}
+
+    def _write_stats(self) -> None:
+        sites = sorted(self.pacing.sites.values(), key=lambda s: -s.sent)
+        shown, rest = sites[: self.top], sites[self.top :]
+        set_value = self.stats.set_value
+        for s in shown:
+            set_value(keys.throttle_site(s.key, "delay"), round(self.pacing.interval(s), 3))
+            set_value(keys.throttle_site(s.key, "requests"), s.sent)
+            set_value(keys.throttle_site(s.key, "rate"), round(1.0 / s.gap, 3) if s.gap else 0.0)
+            if s.rate_limited:
+                set_value(keys.throttle_site(s.key, "rate_limited"), s.rate_limited)
+            if s.paused_seconds:
+                set_value(keys.throttle_site(s.key, "paused_seconds"), round(s.paused_seconds, 1))
+        if rest:
+            set_value(keys.throttle_site(keys.THROTTLE_OTHER, "requests"), sum(s.sent for s in rest))
+            set_value(keys.throttle_site(keys.THROTTLE_OTHER, "rate_limited"), sum(s.rate_limited for s in rest))
+            set_value(
+                keys.throttle_site(keys.THROTTLE_OTHER, "paused_seconds"), round(sum(s.paused_seconds for s in rest), 1)
+            )
+        set_value(keys.THROTTLE_SITES, len(sites))
+        if self.learner is not None:
+            set_value(keys.THROTTLE_ROUTES, len(self.route_pacing.sites))
+        set_value(keys.THROTTLE_PAUSED_SECONDS, round(sum(s.paused_seconds for s in sites), 1))
