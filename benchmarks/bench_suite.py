@@ -21,7 +21,7 @@ Every variant crawls the same testbed process (its CPU is not counted), with
 - ``store-gc`` (not in the default list): ``store`` with the garbage-collector tuning, as
   README's "components alone" suggests;
 - ``addon``: the add-on on its embedded defaults (SQLite frontier + SQLite store, throttle on);
-- ``addon-unpaced`` (not in the default list): ``addon`` with ``SCALE_THROTTLE_ENABLED = False``,
+- ``addon-unpaced``: ``addon`` with ``SCALE_THROTTLE_ENABLED = False``,
   to tell the per-site pacing's cost in pages/s from the CPU the components cost;
 - ``frontier-fifo``, ``addon-fifo`` (not in the default list): ``frontier`` and ``addon`` with
   Scrapy's FIFO queue setting, so each site's requests go in arrival order (the frontier's
@@ -266,6 +266,23 @@ GOALS = [
         1.15,
         False,
     ),
+    ("add-on vs AutoThrottle pages/s", "add-on, SQLite", "plain Scrapy + AutoThrottle", "pages_per_s", 1.10, True),
+    (
+        "add-on, pacing off vs plain pages/s",
+        "add-on, SQLite, throttle off",
+        "plain Scrapy + JSONL feed",
+        "pages_per_s",
+        1.05,
+        True,
+    ),
+    (
+        "add-on, pacing off vs plain CPU per page",
+        "add-on, SQLite, throttle off",
+        "plain Scrapy + JSONL feed",
+        "cpu_per_1k",
+        0.95,
+        False,
+    ),
     (
         "outcomes vs RetryMiddleware CPU per page",
         "outcomes middlewares",
@@ -365,7 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pages", type=int, default=6000, help="detail pages in all (default 6000)")
     p.add_argument("--hosts", type=int, default=4)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--variants", default="plain,autothrottle,outcomes,frontier,store,addon,addon-redis,scrapy-redis")
+    p.add_argument(
+        "--variants", default="plain,autothrottle,outcomes,frontier,store,addon,addon-unpaced,addon-redis,scrapy-redis"
+    )
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     p.add_argument("--per-page", type=int, default=20)
     p.add_argument("--profile", metavar="VARIANT", help="record one crawl of VARIANT with py-spy instead")

@@ -1,125 +1,56 @@
-"""The testbed: target hosts and proxies on loopback, served by one asyncio loop in a thread."""
+"""The testbed: target hosts and proxies on loopback, served by one asyncio loop in a thread.
+
+The parts: ``wire.py`` (addresses, HTTP answers, resets), ``answers.py`` (what a host
+answers: bans, rate limits, faults, the catalog), ``target.py`` (the hosts' HTTP
+protocol), ``proxy.py`` (the egresses); this module starts and stops them and is the
+public view (``Testbed``).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import errno
 import functools
-import ipaddress
 import json
 import os
 import socket
-import struct
 import threading
-import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from scrapy_scale.testbed import resolver
+from scrapy_scale.testbed.answers import Answering
 from scrapy_scale.testbed.capacity import Capacity, CapacityPlan
-from scrapy_scale.testbed.catalog import BLOCK_PAGE, Catalog, robots_txt
+from scrapy_scale.testbed.catalog import Catalog, robots_txt
 from scrapy_scale.testbed.faults import Fault, ProxySpec, parse_faults
 from scrapy_scale.testbed.log import ProxyEvent, Served
+from scrapy_scale.testbed.target import TargetProtocol
+from scrapy_scale.testbed.wire import (
+    HOST_NAME,
+    RESET_PREFIX,
+    egress_ip,
+    host_ip,
+    http_response,
+    reset_mid_answer,
+    reset_transport,
+)
 
-HOST_NAME = "shop{n}.example.test"
-_FIRST_HOST_IP = int(ipaddress.IPv4Address("127.0.0.2"))
-_FIRST_EGRESS_IP = int(ipaddress.IPv4Address("127.254.0.1"))
-
-REASONS = {
-    200: "OK",
-    403: "Forbidden",
-    404: "Not Found",
-    407: "Proxy Authentication Required",
-    410: "Gone",
-    429: "Too Many Requests",
-    500: "Internal Server Error",
-    502: "Bad Gateway",
-    503: "Service Unavailable",
-}
-
-
-def host_ip(n: int) -> str:
-    """Loopback address of host number n (1-based): 127.0.0.2, 127.0.0.3, ..."""
-    return str(ipaddress.IPv4Address(_FIRST_HOST_IP + n - 1))
-
-
-def egress_ip(i: int) -> str:
-    """Source address proxy number i (0-based) connects to targets from: 127.254.0.1, ..."""
-    return str(ipaddress.IPv4Address(_FIRST_EGRESS_IP + i))
+#: re-exported: proxy.py and older callers import these from here
+__all__ = [
+    "HOST_NAME",
+    "RESET_PREFIX",
+    "Testbed",
+    "egress_ip",
+    "host_ip",
+    "http_response",
+    "reset_mid_answer",
+    "reset_transport",
+]
 
 
-def http_response(
-    status: int,
-    body: bytes,
-    extra: Sequence[tuple[str, str]] = (),
-    close: bool = False,
-    head_only: bool = False,
-    content_type: str = "text/html; charset=utf-8",
-) -> bytes:
-    lines = [
-        f"HTTP/1.1 {status} {REASONS.get(status, 'Status')}",
-        f"Content-Type: {content_type}",
-        f"Content-Length: {len(body)}",
-    ]
-    lines += [f"{k}: {v}" for k, v in extra]
-    if close:
-        lines.append("Connection: close")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    return head if head_only else head + body
-
-
-#: what a ``reset`` fault sends before the RST: the start of an answer, cut mid-headers
-RESET_PREFIX = b"HTTP/1.1 200 OK\r\nContent-Type: text/ht"
-
-
-def reset_transport(transport: asyncio.BaseTransport) -> None:
-    """Close with TCP RST (SO_LINGER 0) instead of FIN."""
-    sock = transport.get_extra_info("socket")
-    if sock is not None:
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        except OSError:
-            pass
-    transport.abort()  # type: ignore[attr-defined]
-
-
-def reset_mid_answer(transport: asyncio.BaseTransport) -> None:
-    """The first bytes of an answer (:data:`RESET_PREFIX`), then RST: what a ``reset`` fault
-    (and a flaky proxy) does.
-
-    A reset before any byte is invisible to Scrapy on a reused keep-alive connection:
-    Twisted's connection pool then re-sends an idempotent request once by itself
-    (``ResponseNeverReceived``). Once a byte came, the client fails the request
-    (``ResponseFailed``) and Scrapy sees it. The bytes are in the client's receive queue
-    before the RST (loopback, sent at once), and a reset socket still returns queued data
-    before its error."""
-    assert isinstance(transport, asyncio.WriteTransport)
-    transport.write(RESET_PREFIX)
-    reset_transport(transport)
-
-
-class _Answer:
-    __slots__ = ("status", "body", "headers", "kind", "delay")
-
-    def __init__(
-        self,
-        status: int | None,
-        kind: str,
-        body: bytes = b"",
-        headers: Sequence[tuple[str, str]] = (),
-        delay: float = 0.0,
-    ):
-        self.status = status
-        self.kind = kind
-        self.body = body
-        self.headers = headers
-        self.delay = delay
-
-
-class Testbed:
+class Testbed(Answering):
     """Fault-injecting fake internet on loopback. See the package docstring for the API."""
 
     __test__ = False  # not a pytest test class
@@ -185,25 +116,6 @@ class Testbed:
         self._transports: set[asyncio.BaseTransport] = set()
         self._dead_sockets: list[socket.socket] = []
         self._proxy_writers: set[asyncio.StreamWriter] = set()
-
-    def _per_host(self, value: float | Mapping[str | int, float] | None, host_no: int) -> float | None:
-        """A per-host option: one value for every host, or a dict by host name or number."""
-        if value is None or not isinstance(value, Mapping):
-            return value
-        for h, v in value.items():
-            if self._host_no(h) == host_no:
-                return v
-        return None
-
-    def _host_no(self, h: str | int) -> int:
-        if isinstance(h, int) or (isinstance(h, str) and h.isdigit()):
-            n = int(h)
-            if not 1 <= n <= len(self.hosts):
-                raise ValueError(f"no host number {n}")
-            return n
-        if h not in self.host_numbers:
-            raise ValueError(f"no host {h!r}")
-        return self.host_numbers[h]
 
     @classmethod
     def view(cls, state: dict[str, Any] | str | os.PathLike[str]) -> Testbed:
@@ -306,7 +218,7 @@ class Testbed:
             try:
                 for name, n in self.host_numbers.items():
                     srv = await loop.create_server(
-                        functools.partial(_TargetProtocol, self, n),
+                        functools.partial(TargetProtocol, self, n),
                         host=self.addresses[name],
                         port=port,
                         reuse_address=True,
@@ -428,193 +340,3 @@ class Testbed:
     def _next_conn(self) -> int:
         self._conn_ids += 1
         return self._conn_ids
-
-    def _rate_ok(self, host_no: int, client: str, now: float) -> bool:
-        rate = self._per_host(self.rate_limit, host_no)
-        if not rate:
-            return True
-        key = (host_no, client)
-        tokens, last = self._buckets.get(key, (max(rate, 1.0), now))
-        tokens = min(max(rate, 1.0), tokens + (now - last) * rate)
-        if tokens < 1:
-            self._buckets[key] = (tokens, now)
-            return False
-        self._buckets[key] = (tokens - 1, now)
-        return True
-
-    def _answer(self, host_no: int, target: str, egress: str | None, client: str, conn: int, method: str) -> _Answer:
-        now = time.time()
-        host = self.hosts[host_no - 1]
-        path = target.split("?", 1)[0]
-        ordinal = 0
-        if self._track_ordinals:
-            with self._lock:
-                self._ordinals[(host_no, target)] += 1
-                ordinal = self._ordinals[(host_no, target)]
-        ans = self._decide(host_no, host, path, egress, client, ordinal, now)
-        if self._capacity is not None:
-            ans = self._capacity.shape(ans, host_no, path, now)
-        rec = Served(now, host, target, method, egress, client, conn, ans.status, ans.kind, ordinal)
-        with self._lock:
-            if self.keep_log:
-                self._log.append(rec)
-            self._counters[(host, ans.kind)] += 1
-            if ans.status is not None:
-                self._counters[(host, ans.status)] += 1
-        return ans
-
-    def _decide(
-        self, host_no: int, host: str, path: str, egress: str | None, client: str, ordinal: int, now: float
-    ) -> _Answer:
-        if egress is not None and (host_no, egress) in self._banned:
-            return _Answer(403, "banned", b"<html><body>Access denied</body></html>")
-        if not self._rate_ok(host_no, egress or client, now):
-            return _Answer(429, "rate_limited", b"<html><body>Slow down</body></html>", [("Retry-After", "1")])
-        for idx, f in enumerate(self.faults):
-            if f.kind == "layout" and self.catalog.item_id(path) is None:
-                continue
-            if not f.selects(host, host_no, path, egress):
-                continue
-            if f.until is not None and not f.active(self._fault_since.setdefault(idx, now), now):
-                continue
-            if f.fires(self.seed, idx, host, path, ordinal):
-                return self._fault_answer(f, host_no, path, now)
-        return self._normal(host_no, path)
-
-    def _normal(self, host_no: int, path: str, kind: str = "ok", delay: float = 0.0) -> _Answer:
-        if path == "/robots.txt":
-            body = self.robots
-            crawl_delay = self._per_host(self._crawl_delay, host_no)
-            if crawl_delay is not None:
-                body = robots_txt(self._disallow, crawl_delay)
-            return _Answer(200, "robots" if kind == "ok" else kind, body, delay=delay)
-        item_id = self.catalog.item_id(path)
-        if item_id is not None:
-            return _Answer(200, kind, self.catalog.item_html(host_no, item_id), delay=delay)
-        k = self.catalog.list_no(path)
-        if k is not None:
-            return _Answer(200, kind, self.catalog.listing_html(host_no, k), delay=delay)
-        return _Answer(404, "not_found", b"<html><body>Not found</body></html>", delay=delay)
-
-    def _fault_answer(self, f: Fault, host_no: int, path: str, now: float) -> _Answer:
-        k = f.kind
-        if k in ("429", "503"):
-            headers: list[tuple[str, str]] = []
-            if isinstance(f.retry_after, str):
-                when = now + int(f.retry_after.split(":", 1)[1])
-                headers.append(("Retry-After", email.utils.formatdate(when, usegmt=True)))
-            elif f.retry_after is not None:
-                headers.append(("Retry-After", str(f.retry_after)))
-            return _Answer(int(k), k, f"<html><body>Error {k}</body></html>".encode(), headers)
-        if k in ("500", "404", "410", "403"):
-            return _Answer(int(k), k, f"<html><body>Error {k}</body></html>".encode())
-        if k in ("reset", "hang"):
-            return _Answer(None, k)
-        if k == "slow":
-            return self._normal(host_no, path, kind="slow", delay=f.delay)
-        if k == "block":
-            return _Answer(200, "block", BLOCK_PAGE)
-        if k == "empty":
-            return _Answer(200, "empty", b"")
-        if k == "layout":
-            item_id = self.catalog.item_id(path)
-            assert item_id is not None
-            return _Answer(200, "layout", self.catalog.item_html(host_no, item_id, f.variant))
-        raise AssertionError(k)
-
-
-class _TargetProtocol(asyncio.Protocol):
-    """HTTP/1.1 with keep-alive, one request at a time per connection (pipelining queues)."""
-
-    def __init__(self, tb: Testbed, host_no: int):
-        self.tb = tb
-        self.host_no = host_no
-        self.buf = b""
-        self.busy = False
-        self.closed = False
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.tb._transports.add(transport)
-        peer = transport.get_extra_info("peername")
-        self.client = peer[0] if peer else "?"
-        self.egress = self.tb.egress_by_ip.get(self.client)
-        self.conn = self.tb._next_conn()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.tb._transports.discard(self.transport)
-
-    def data_received(self, data: bytes) -> None:
-        self.buf += data
-        if len(self.buf) > 1 << 20:
-            reset_transport(self.transport)  # type: ignore[arg-type]
-            return
-        self._process()
-
-    def _process(self) -> None:
-        while not self.busy and not self.closed:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buf[:end].decode("latin-1")
-            lines = head.split("\r\n")
-            try:
-                method, target, version = lines[0].split(" ", 2)
-            except ValueError:
-                self._write(http_response(400, b"bad request", close=True), close=True)
-                return
-            headers = {}
-            for line in lines[1:]:
-                k, _, v = line.partition(":")
-                headers[k.strip().lower()] = v.strip()
-            length = int(headers.get("content-length", "0") or 0)
-            if len(self.buf) < end + 4 + length:
-                return
-            self.buf = self.buf[end + 4 + length :]
-            if target.startswith(("http://", "https://")):
-                u = urlsplit(target)
-                target = (u.path or "/") + (f"?{u.query}" if u.query else "")
-            conn_hdr = headers.get("connection", "").lower()
-            close = conn_hdr == "close" or (version == "HTTP/1.0" and conn_hdr != "keep-alive")
-            ans = self.tb._answer(self.host_no, target, self.egress, self.client, self.conn, method)
-            if ans.kind == "reset":
-                self.closed = True
-                assert self.transport is not None
-                reset_mid_answer(self.transport)
-                return
-            if ans.kind == "hang":
-                self.busy = True
-                return
-            assert ans.status is not None
-            data = http_response(
-                ans.status,
-                ans.body,
-                ans.headers,
-                close,
-                method == "HEAD",
-                "text/plain" if target == "/robots.txt" else "text/html; charset=utf-8",
-            )
-            if ans.delay > 0:
-                self.busy = True
-                loop = asyncio.get_running_loop()
-                loop.call_later(ans.delay, self._send_later, data, close)
-                return
-            self._write(data, close)
-
-    def _send_later(self, data: bytes, close: bool) -> None:
-        self.busy = False
-        if self.closed:
-            return
-        self._write(data, close)
-        self._process()
-
-    def _write(self, data: bytes, close: bool) -> None:
-        assert self.transport is not None
-        self.transport.write(data)
-        if close:
-            self.closed = True
-            self.transport.close()
