@@ -177,6 +177,8 @@ def stacks(tb: Testbed) -> dict[str, dict[str, Any]]:
         STACKS[1]: rotating,
         STACKS[2]: {
             "SCALE_EGRESSES": tb.proxy_urls,
+            # the add-on on its defaults: the test runner's "no late retries" is taken off again
+            "SCALE_RETRY_LATE": None,
             "DOWNLOADER_MIDDLEWARES": {"benchmarks.bench_chaos.CountProxies": 950},
         },
     }
