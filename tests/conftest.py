@@ -131,6 +131,7 @@ def tier_problem(item: pytest.Item) -> str | None:
 #: part does not end with one worker busy on a long test alone
 LONGEST_FIRST = (
     "tests/crawl/test_frontier_crash.py",  # 2 x 11 kill -9 and restarts: ~2 min each
+    "tests/crawl/test_scrapyd.py",  # a real scrapyd, deploys, kills and restarts: ~1-2 min each
     "tests/crawl/test_egress_browser.py",  # Chromium, a context per page: up to ~1.5 min
     "tests/crawl/test_quality_report.py",  # several crawls and a headless screenshot
     "tests/crawl/test_feed_resume.py",  # kill -9 and resume, three ways
