@@ -101,7 +101,9 @@ def restore_state(pacing: Any, learned: dict[str, dict[str, Any]]) -> int:
 
     What is read back is checked first (:func:`check_learned`); a site whose state is
     unusable keeps its profile's pacing and is marked changed, so that the next save
-    writes sane state over the bad one. Each problem is added to :attr:`rejected`."""
+    writes sane state over the bad one. Each problem is added to :attr:`rejected`. A learned
+    spacing the answers by pace do not back (:func:`~scrapy_scale.throttle.paces.rate_tied`,
+    strict) is not carried over: the site starts from its profile."""
     n = 0
     now = pacing.clock()
     for key, raw in learned.items():
