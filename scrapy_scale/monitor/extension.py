@@ -160,9 +160,24 @@ class MetricsExtension:
             if self.pusher is not None:
                 self._guard("push", self.pusher.push)
                 if final and self.push_delete:
-                    self._guard("delete", self.pusher.delete)
+                    self._guard("delete", self._delete_group)
 
         await maybe_deferred_to_future(threads.deferToThreadPool(reactor, reactor.getThreadPool(), work))  # type: ignore[attr-defined]
+
+    def _delete_group(self) -> None:
+        """The final delete, tried three times: a group left behind at close stays on the
+        Pushgateway until someone deletes it (a busy gateway may time out once)."""
+        import time
+
+        assert self.pusher is not None
+        for attempt in range(3):
+            try:
+                self.pusher.delete()
+                return
+            except Exception:
+                if attempt == 2:
+                    raise
+                time.sleep(0.5 * (attempt + 1))
 
     def _write_textfile(self) -> None:
         from scrapy_scale.monitor.export import write_textfile

@@ -124,6 +124,7 @@ def test_fifty_hosts_with_their_own_limits_each_paced_alone(tmp_path: Path) -> N
     assert delay[tb.hosts[0]] > max(d for h, d in delay.items() if h != tb.hosts[0])
 
 
+@pytest.mark.serial  # measures the gaps between requests: a loaded machine shortens some
 def test_a_restarted_worker_starts_at_the_learned_delay(tmp_path: Path) -> None:
     profiles = {"default": {"start_delay": 0.0}}
     with Testbed(hosts=1, pages=120, per_page=20, rate_limit=2.0, seed=6) as tb:
