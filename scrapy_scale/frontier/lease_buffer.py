@@ -222,6 +222,7 @@ class LeaseBuffer:
                 attempts=lz.attempts,
                 last_failure=lz.last_failure,
                 update=True,
+                token=lz.token,  # refused as stale if its lease passed on meanwhile
             )
             self.scrapy_stats.deferral(nr)  # the same request waiting for its turn: not enqueued again
             self.outbox.append(("enq", nr))

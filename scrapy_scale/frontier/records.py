@@ -44,6 +44,9 @@ class EnqueueResult(StrEnum):
     REOPENED = "reopened"
     #: the fingerprint is known; nothing changed
     DUPLICATE = "duplicate"
+    #: an update whose lease token had passed on (the record was leased again, finished
+    #: or failed since): refused like a late ack; nothing changed
+    STALE = "stale"
 
 
 #: between a fingerprint and the suffix of a record of its own (``NewRequest.again``);
@@ -85,6 +88,11 @@ class NewRequest:
     #: make it pending with ``not_before``, set attempts and last failure, clear
     #: its lease (and invalidate the old lease token). Inserts when unknown.
     update: bool = False
+    #: with ``update``: the lease token of the request it continues, when its worker holds
+    #: one. The update is then refused (``STALE``) unless the record still has that token
+    #: and is not finished, so a worker whose lease passed on (frozen, cut off) cannot
+    #: reopen a record another worker finished, nor take back a lease another worker holds.
+    token: int | None = None
     #: True for ``dont_filter`` requests: a done or failed record with this
     #: fingerprint becomes pending again (attempts reset). A pending or leased
     #: record is left alone (DUPLICATE), unless ``again`` is set.

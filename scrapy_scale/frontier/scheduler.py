@@ -25,6 +25,7 @@ never loses them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -326,7 +327,9 @@ class Scheduler(BaseScheduler):
             return True
         nr = new_record(request, fp, update, data, **self.scheduler_settings.record_options())
         if update:
-            self.inflight.pop(fp)  # its lease is void; the record will be leased anew
+            prior = self.inflight.pop(fp)  # its lease is void; the record will be leased anew
+            if prior is not None:  # with its lease token: refused as stale if the lease passed on
+                nr = dataclasses.replace(nr, token=prior.token)
         eligible = nr.not_before <= time.time()
         if not eligible:
             self.frontier_stats.inc(keys.FRONTIER_DELAYED)

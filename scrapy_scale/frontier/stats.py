@@ -73,6 +73,8 @@ class FrontierStats:
                 self.inc(keys.FRONTIER_ENQUEUED)
             elif r is EnqueueResult.UPDATED:
                 self.inc(keys.FRONTIER_UPDATED)
+            elif r is EnqueueResult.STALE:  # a retry/deferral whose lease had passed on
+                self.inc(keys.FRONTIER_STALE_ACKS)
             else:
                 self.inc(keys.FRONTIER_DEDUPLICATED)
 

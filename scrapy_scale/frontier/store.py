@@ -12,6 +12,10 @@ Record lifecycle (one record per fingerprint per job)::
        +---reclaim/release+
     failed --requeue--> pending
 
+Lease tokens: an ack, a fail, or an update that names one (``NewRequest.token``) is
+refused once the record moved on from that lease (leased again, finished, failed), so a
+worker frozen past its lease cannot finish, reopen or take back another worker's record.
+
 "Pending" includes *delayed* records (next eligible time in the future): they are
 pending but cannot be leased yet; :class:`Status` counts them apart.
 

@@ -29,6 +29,7 @@ from scrapy_scale.frontier.store import (
     EnqueueResult,
     FrontierError,
     FrontierStore,
+    Leased,
     NewRequest,
     State,
 )
@@ -285,6 +286,41 @@ def test_retry_updates_the_record_and_waits_until_eligible(store: FrontierStore,
     assert y.last_failure == ("rate_limited", "429")
     assert y.token != x.token
     assert store.ack(W, [(y.fingerprint, y.token)]) == 1
+
+
+def test_a_late_update_from_a_worker_whose_lease_passed_on_is_stale(store: FrontierStore, clock: FakeClock) -> None:
+    """A worker frozen past its lease hands a leased request back when it wakes (a pacer
+    deferral or a retry: an update with its lease token). The lease passed on meanwhile:
+    the update is refused as stale, like a late ack, and neither reopens the record the
+    other worker finished (it was fetched and acked twice) nor takes away its lease."""
+    a, b = req("http://a.test/1"), req("http://a.test/2")
+    store.enqueue([a, b])
+    frozen = {x.fingerprint: x for x in store.lease("frozen/0", 2, LEASE)}
+    clock.advance(LEASE + 1)
+    assert store.reclaim() == 2
+    other = {x.fingerprint: x for x in store.lease("other/0", 2, LEASE)}
+    assert store.ack("other/0", [(a.fingerprint, other[a.fingerprint].token)]) == 1
+
+    def late(x: Leased) -> NewRequest:
+        return NewRequest(x.fingerprint, x.data, x.domain, not_before=clock.now + 5, update=True, token=x.token)
+
+    assert store.enqueue([late(frozen[a.fingerprint]), late(frozen[b.fingerprint])]) == [
+        EnqueueResult.STALE,
+        EnqueueResult.STALE,
+    ]
+    assert store.get(a.fingerprint)["state"] == State.DONE  # type: ignore[index]
+    rec = store.get(b.fingerprint)
+    assert rec["state"] == State.LEASED and rec["owner"] == "other/0"  # type: ignore[index]
+    assert store.counts() == {"pending": 0, "delayed": 0, "leased": 1, "done": 1, "failed": 0}
+    clock.advance(10)
+    assert store.lease("other/0", 10, LEASE) == []
+    assert store.ack("other/0", [(b.fingerprint, other[b.fingerprint].token)]) == 1
+    # the holder's own update (its token is current) still goes through
+    c = req("http://a.test/3")
+    store.enqueue([c])
+    (x,) = store.lease("other/0", 1, LEASE)
+    assert store.enqueue([late(x)]) == [EnqueueResult.UPDATED]
+    assert store.counts()["delayed"] == 1
 
 
 def test_delayed_new_request_is_held(store: FrontierStore, clock: FakeClock) -> None:

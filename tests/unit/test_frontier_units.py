@@ -5,6 +5,7 @@ buffer, what waits, the store sync, record identity."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,35 @@ def test_the_buffer_dead_letters_a_record_it_cannot_read() -> None:
     assert buf.serve(buf.next_entry(), None, codec.RecordRules()) is None  # type: ignore[arg-type]
     assert outbox.ops and outbox.ops[0][0] == "dead"
     assert raw.get_value("scale/frontier/dead_lettered") == 1
+
+
+class FarPacer:
+    """A pacer that holds every site far in the future (every leased request is deferred)."""
+
+    def hold_until(self, domain: str) -> float:
+        return time.time() + 10_000.0
+
+    def spacing(self, domain: str) -> float:
+        return 1.0
+
+    def handed_out(self, request: Any, domain: str, fingerprint: str | None) -> None:  # pragma: no cover
+        raise AssertionError("nothing is due")
+
+
+def test_a_deferral_carries_its_lease_token_and_a_stale_answer_counts_as_a_stale_ack() -> None:
+    """A leased request handed back to the store until its turn names its lease token, so
+    the store refuses it once the lease passed on (a worker frozen past its lease)."""
+    raw, st = stats()
+    outbox = Outbox()
+    buf = LeaseBuffer(outbox, st, ScrapyStats(raw), due=lambda: None, call_later=Timers().call_later)
+    buf.pacer = FarPacer()  # type: ignore[assignment]
+    buf.take_leased([Leased("fa", "{}", "a.test", 0, 0, 0.0, 0.0, 7)])
+    assert buf.next_entry() is None
+    assert raw.get_value("scale/frontier/deferred") == 1  # the deferral path ran
+    ((kind, nr),) = outbox.take().ops
+    assert kind == "enq" and nr.update and nr.token == 7
+    st.enqueued([EnqueueResult.STALE])
+    assert raw.get_value("scale/frontier/stale_acks") == 1
 
 
 # ---- what waits -------------------------------------------------------------------------------

@@ -90,6 +90,7 @@ class RedisStore(RedisBase):
                     float(r.held_seconds),
                     r.again if r.reopen else "",
                     "1" if r.tail else "",
+                    str(r.token) if r.update and r.token is not None else "",
                 ]
             out += [EnqueueResult(x) for x in self.call_script("enqueue", *args)]
         return out

@@ -79,12 +79,14 @@ class SqliteStore(SqliteBase):
             return int(cur.rowcount)
 
     def _enqueue_one(self, db: sqlite3.Connection, r: NewRequest, now: float, seq: int) -> EnqueueResult:
-        row = db.execute("SELECT id, state FROM requests WHERE job=? AND fp=?", (self.job, r.fingerprint)).fetchone()
+        row = db.execute(
+            "SELECT id, state, token FROM requests WHERE job=? AND fp=?", (self.job, r.fingerprint)
+        ).fetchone()
         if row is not None and r.reopen and r.again and row[1] not in (DONE, FAILED):
             # dont_filter while the record is pending or leased: a record of its own
             r = dataclasses.replace(r, fingerprint=r.again, reopen=False, again="")
             row = db.execute(
-                "SELECT id, state FROM requests WHERE job=? AND fp=?", (self.job, r.fingerprint)
+                "SELECT id, state, token FROM requests WHERE job=? AND fp=?", (self.job, r.fingerprint)
             ).fetchone()
         eligible = max(now, r.not_before or 0.0)
         state = DELAYED if eligible > now else READY
@@ -113,9 +115,13 @@ class SqliteStore(SqliteBase):
                 ),
             )
             return EnqueueResult.ADDED
-        rid, old_state = row
+        rid, old_state, token = row
         if r.held_by:
             return EnqueueResult.DUPLICATE
+        if r.update and r.token is not None and (old_state in (DONE, FAILED) or token != r.token):
+            # its lease passed on (leased again, finished or failed since): refused like a
+            # late ack, so it neither reopens a finished record nor takes another's lease
+            return EnqueueResult.STALE
         if r.update or (r.reopen and old_state in (DONE, FAILED)):
             attempts = r.attempts if r.update else 0
             db.execute(

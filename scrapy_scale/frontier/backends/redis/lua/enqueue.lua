@@ -1,9 +1,10 @@
 local now = tonumber(ARGV[1])
 local out = {}
-for i = 2, #ARGV, 13 do
+for i = 2, #ARGV, 14 do
   local fp, data, dom, p = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3]
   local nb, att, fc, fr, flag = tonumber(ARGV[i+4]), ARGV[i+5], ARGV[i+6], ARGV[i+7], ARGV[i+8]
   local held, hsecs, again, tail = ARGV[i+9], tonumber(ARGV[i+10]), ARGV[i+11], ARGV[i+12] == '1'
+  local lease_tok = ARGV[i+13]  -- an update's lease token ('' when its worker holds none)
   local el = math.max(now, nb)
   local st = 0
   if el > now then st = 1 end
@@ -18,7 +19,17 @@ for i = 2, #ARGV, 13 do
   local res = 'duplicate'
   -- a done fingerprint has no record, only its place in the done set
   local done = (not cur[1]) and done_find(fp)
-  if done and (held ~= '' or (flag ~= 'u' and flag ~= 'r')) then
+  -- an update with a lease token that passed on (the record was leased again, finished or
+  -- failed since): refused like a late ack, so it neither reopens a record another worker
+  -- finished nor takes away the lease another worker holds
+  local stale = false
+  if flag == 'u' and lease_tok ~= '' then
+    if cur[1] then stale = tonumber(cur[1]) > 2 or redis.call('HGET', key, 't') ~= lease_tok
+    else stale = done and true or false end
+  end
+  if stale then
+    res = 'stale'
+  elseif done and (held ~= '' or (flag ~= 'u' and flag ~= 'r')) then
     res = 'duplicate'
   elseif not cur[1] then
     local tok = 0
@@ -58,7 +69,7 @@ for i = 2, #ARGV, 13 do
       if flag == 'u' then res = 'updated' else res = 'reopened' end
     end
   end
-  if res ~= 'duplicate' and st < 2 then
+  if res ~= 'duplicate' and res ~= 'stale' and st < 2 then
     if st == 1 then redis.call('ZADD', P..':delayed', el, fp) else push_ready(fp, p, dom, not tail) end
   end
   out[#out + 1] = res
