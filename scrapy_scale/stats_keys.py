@@ -80,6 +80,7 @@ THROTTLE_RATE_LIMITED = "scale/throttle/rate_limited"  # rate-limited answers se
 THROTTLE_PAUSED_SECONDS = "scale/throttle/paused_seconds"  # seconds of Retry-After pauses, all sites
 THROTTLE_SHARED_ERRORS = "scale/throttle/shared_errors"  # failed calls to the shared limiter
 THROTTLE_WAIT_CAPPED = "scale/throttle/wait_capped"  # waits from shared state cut to the cap
+THROTTLE_GRANTS_LATE = "scale/throttle/grants_late"  # shared grants used by the pass they woke, past their TTL
 THROTTLE_LEARNED_REJECTED = "scale/throttle/learned_rejected"  # learned state read back unusable or repaired
 THROTTLE_ROUTES = "scale/throttle/routes"  # routes (site via egress) paced on their own learned capacity
 THROTTLE_BLOCKED_WAITS = "scale/throttle/blocked_waits"  # sites made to wait: blocked on every route

@@ -39,6 +39,7 @@ from scrapy_scale.outcomes import settings as outcomes_settings
 from scrapy_scale.redact import redact_url
 from scrapy_scale.throttle import settings as throttle_settings
 from scrapy_scale.throttle.notes import PauseNotes
+from scrapy_scale.throttle.permits import Permits
 from scrapy_scale.throttle.policy import Pacing, SiteState
 from scrapy_scale.throttle.profiles import BUILTIN, Profiles
 from scrapy_scale.throttle.routing import RouteLearner, RoutePacing
@@ -53,8 +54,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: a grant of the shared limiter unused for this long is dropped (it would be sent late)
-PERMIT_TTL = 0.03
 #: max_rate is enforced this much below the rate, so send jitter never pushes a window over it
 RATE_MARGIN = 0.08
 #: how early a grant may come (seconds, at most a quarter of the spacing): a worker late on
@@ -78,7 +77,7 @@ class Throttle(PacerUpkeep):
         self.shared = shared
         self.top = top
         self._flying: dict[str, str] = {}
-        self._permits: dict[str, float] = {}
+        self._permits = Permits()  # grants of the shared limiter not used yet
         self._shared_next: dict[str, float] = {}
         self._acquiring: set[str] = set()
         #: sites whose shared limiter call failed, until when they pace on this worker alone
@@ -171,11 +170,8 @@ class Throttle(PacerUpkeep):
         interval = self.shared_interval(s)
         if interval <= 0:
             return 0.0
-        granted = self._permits.get(s.key)
-        if granted is not None:
-            if time.monotonic() - granted <= min(PERMIT_TTL, interval / 2):
-                return 0.0
-            del self._permits[s.key]  # unused too long: sending it now could crowd the next worker
+        if self._permits.usable(s.key, interval):
+            return 0.0
         nxt = self._shared_next.get(s.key, 0.0)
         if nxt > time.time():
             self._wake_at(nxt)
@@ -201,7 +197,7 @@ class Throttle(PacerUpkeep):
 
     def handed_out(self, request: Request, domain: str, fingerprint: str | None) -> None:
         s = self.pacing.handed_out(domain)
-        self._permits.pop(s.key, None)
+        self._permits.used(s.key)
         if fingerprint:
             old = self._flying.get(fingerprint)
             if old is not None:
@@ -240,7 +236,7 @@ class Throttle(PacerUpkeep):
             self.stats.inc_value(keys.THROTTLE_WAIT_CAPPED)
             wait = cap
         if wait <= 0:
-            self._permits[key] = granted_mono
+            self._permits.granted(key, granted_mono)
             compat.wake_engine(self.crawler)
         else:
             at = granted_wall + wait
@@ -322,7 +318,7 @@ class Throttle(PacerUpkeep):
         """The site was paused: say so (once a minute per site at INFO), wake the engine when
         it ends, and share the pause with the other workers."""
         s = self.pacing.site(domain)
-        self._permits.pop(s.key, None)
+        self._permits.used(s.key)
         quiet = self.pause_notes.note(s.key)
         if quiet is None:
             logger.debug("throttle: %s paused %.1f s (%s)", s.key, pause, why)

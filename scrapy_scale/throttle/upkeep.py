@@ -18,6 +18,7 @@ from scrapy_scale.daemon_pool import DaemonThreadPool
 from scrapy_scale.throttle.routing import split_route
 
 if TYPE_CHECKING:
+    from scrapy_scale.throttle.permits import Permits
     from scrapy_scale.throttle.policy import Pacing
     from scrapy_scale.throttle.routing import RouteLearner, RoutePacing
 
@@ -42,6 +43,7 @@ class PacerUpkeep:
     _timer: Any
     _saved_at: float
     _warned_bad: set[str]
+    _permits: Permits
 
     def _in_thread(self, fn: Any, *args: Any) -> Any:  # pragma: no cover - the pacer's
         raise NotImplementedError
@@ -132,4 +134,6 @@ class PacerUpkeep:
         set_value(keys.THROTTLE_SITES, len(sites))
         if self.learner is not None:
             set_value(keys.THROTTLE_ROUTES, len(self.route_pacing.sites))
+        if self._permits.late_used:
+            set_value(keys.THROTTLE_GRANTS_LATE, self._permits.late_used)
         set_value(keys.THROTTLE_PAUSED_SECONDS, round(sum(s.paused_seconds for s in sites), 1))
