@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from scrapy_scale.throttle.paces import check_paces, export_paces, rate_tied
+
 #: seconds a time read back from shared state may be ahead of ours (clocks of workers differ)
 FUTURE_SLACK = 60.0
 
@@ -21,7 +23,7 @@ def _finite(v: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def check_learned(raw: Any, now: float, max_spacing: float = math.inf) -> tuple[dict[str, float] | None, str | None]:
+def check_learned(raw: Any, now: float, max_spacing: float = math.inf) -> tuple[dict[str, Any] | None, str | None]:
     """A site's learned state as read back from shared state (a file, Redis), checked.
 
     Returns ``(state, None)`` when usable; ``(state, why)`` when something was repaired
@@ -58,7 +60,10 @@ def check_learned(raw: Any, now: float, max_spacing: float = math.inf) -> tuple[
     fastest = _finite(raw.get("fastest_ok", 0.0))
     if fastest is None or fastest < 0 or fastest > max_spacing:
         why, fastest = why or f"fastest good spacing {raw.get('fastest_ok')!r} is unusable; dropped", 0.0
+    by_pace, paces_why = check_paces(raw.get("paces"))
+    why = why or paces_why
     state = {
+        "paces": by_pace,
         "delay": delay,
         "at": at,
         "too_fast": tf,
@@ -70,7 +75,7 @@ def check_learned(raw: Any, now: float, max_spacing: float = math.inf) -> tuple[
     return state, why
 
 
-def export_state(pacing: Any, since: float = 0.0) -> dict[str, dict[str, float]]:
+def export_state(pacing: Any, since: float = 0.0) -> dict[str, dict[str, Any]]:
     """The learned state of sites changed after ``since``, as plain data."""
     return {
         k: {
@@ -80,6 +85,7 @@ def export_state(pacing: Any, since: float = 0.0) -> dict[str, dict[str, float]]
             "proven": s.proven,
             "settled": s.settled,
             "fastest_ok": s.fastest_ok,
+            "paces": export_paces(s.paces),
             "at": s.changed_at,
             # for `scrapy scale status` / `watch` (which sites are paused, until when);
             # restore() does not adopt it: a pause is shared by the limiter, if at all
@@ -90,12 +96,14 @@ def export_state(pacing: Any, since: float = 0.0) -> dict[str, dict[str, float]]
     }
 
 
-def restore_state(pacing: Any, learned: dict[str, dict[str, float]]) -> int:
+def restore_state(pacing: Any, learned: dict[str, dict[str, Any]]) -> int:
     """Adopt learned state that is newer than ours (a restart, another worker). Returns how many.
 
     What is read back is checked first (:func:`check_learned`); a site whose state is
     unusable keeps its profile's pacing and is marked changed, so that the next save
-    writes sane state over the bad one. Each problem is added to :attr:`rejected`."""
+    writes sane state over the bad one. Each problem is added to :attr:`rejected`. A learned
+    spacing the answers by pace do not back (:func:`~scrapy_scale.throttle.paces.rate_tied`,
+    strict) is not carried over: the site starts from its profile."""
     n = 0
     now = pacing.clock()
     for key, raw in learned.items():
@@ -115,6 +123,14 @@ def restore_state(pacing: Any, learned: dict[str, dict[str, float]]) -> int:
         # what was stepped up to in an earlier run is no pace of this one: only the confirmed
         # part can be confirmed again (a stray 429 of the next run must not confirm it all)
         s.settled = min(v["settled"], s.too_fast)
+        s.paces = v["paces"]
+        if s.settled and rate_tied(s.paces, s.settled, at_slower=True, strict=True) is False:
+            # the answers by pace do not back it: the site refused as often at that spacing
+            # and slower as faster (refusals tied to paths, planned faults), so none of it
+            # is confirmed and none of it is carried into this run: the delay starts again
+            # from the profile (a real limit is learned again at the cost of one refusal)
+            s.settled = s.too_fast = 0.0
+            s.delay = pacing._bound(s, s.profile.start_delay)
         s.peak = s.settled
         s.fastest_ok = v["fastest_ok"]
         s.learned, s.changed_at = True, v["at"]

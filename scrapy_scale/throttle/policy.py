@@ -24,9 +24,12 @@ The delay of a site (seconds between two requests to it):
 - **unconfirmed steps**: what steps and slow-downs add to the too-fast memory is
   confirmed when the site refuses again below it after good answers (the limit did
   drop: back to the pace stepped up to), or when the step came after a long run of
-  good answers; until then it fades fast once :data:`STEPS_FADE_AFTER` good answers
-  come in a row. So a cluster of planned or stray 429s does not ratchet the learned
-  delay up run after run, and a site whose limit dropped costs one refusal more;
+  good answers, unless the answers by pace (:mod:`scrapy_scale.throttle.paces`) say
+  slowing down did not lower the refusals; until then it fades fast once
+  :data:`STEPS_FADE_AFTER` good answers come in a row. A site whose limit dropped costs
+  one refusal more; a new run carries the learned pacing only when the answers by pace
+  back it (:func:`~scrapy_scale.throttle.learned.restore_state`), so refusals tied to
+  paths do not ratchet the learned delay up run after run;
 - **recovery**: each success moves the delay ``recovery`` of the way down to its
   goal, which stays :data:`MARGIN` above the remembered too-fast spacing (none while
   recent refusals outnumber good answers). That memory halves every
@@ -43,8 +46,10 @@ capped by ``SCALE_RETRY_AFTER_MAX``.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from scrapy_scale import clock as clock_mod
+from scrapy_scale.throttle import paces
 from scrapy_scale.throttle.learned import export_state, restore_state
 from scrapy_scale.throttle.profiles import Profiles
 from scrapy_scale.throttle.state import FORGIVE_EVERY, SiteState
@@ -188,12 +193,24 @@ class Pacing:
     def _bound(self, s: SiteState, d: float) -> float:
         return min(max(d, self.floor(s)), s.profile.max_delay)
 
+    def _spacing(self, s: SiteState) -> float:
+        """The spacing requests go out at now."""
+        return max(s.delay, s.gap or 0.0, self.interval(s))
+
+    def _sent_at_spacing(self, s: SiteState, latency: float | None, now: float) -> float:
+        """The spacing the request just answered was sent at: an answer to a request sent
+        before the last slow-down counts at the pace of then, not at the slower one."""
+        if now - (latency or 0.0) < s.slowed_at and s.slowed_spacing:
+            return s.slowed_spacing
+        return self._spacing(s)
+
     def on_success(self, host: str, latency: float | None) -> SiteState:
         """A usable answer: follow the latency up at once, recover down gradually."""
         s = self.site(host)
         p = s.profile
         now = self.clock()
         goal = (latency or 0.0) / p.target_concurrency
+        paces.record(s.paces, self._sent_at_spacing(s, latency, now), refused=False)
         tf = self.too_fast(s, now)
         if tf:
             # a good answer is evidence the site takes more than the memory says: the memory
@@ -265,18 +282,22 @@ class Pacing:
         isolated = (long_run or first) and s.good_since_forgiven >= FORGIVE_EVERY
         not_cluster = s.good_since_refused >= PROVEN_AFTER_GOOD
         s.refused_share = SHARE_WEIGHT + (1 - SHARE_WEIGHT) * share
-        spacing_now = max(s.delay, s.gap or 0.0, self.interval(s))
+        spacing_now = self._spacing(s)
+        paces.record(s.paces, self._sent_at_spacing(s, latency, now), refused=True)
         slower = bool(s.fastest_ok) and spacing_now >= NOT_THE_RATE * s.fastest_ok
         if slower and s.refused_share >= STALE_SHARE:
             s.fastest_ok = 0.0  # refused often, far slower than it once took: the limit dropped
         # refused far slower than a pace the site took well, and not often: not the rate's
         # doing (planned faults, a stray 429). It slows down all the same (the site said so),
         # but confirms no limit: the steps fade once good answers come in a row again
-        noise = slower and bool(s.fastest_ok)
+        # and refusals that did not fall when the pace slowed (answers by pace) are not the
+        # rate's either, however often they come: none of their steps is confirmed
+        tied = paces.rate_tied(s.paces, spacing_now)
+        noise = (slower and bool(s.fastest_ok)) or tied is False
         s.good_since_refused = 0
         sent_at = now - (latency or 0.0)
         if sent_at >= s.slowed_at:
-            spacing = max(s.delay, s.gap or 0.0, self.interval(s))
+            spacing = spacing_now
             tf = self.too_fast(s, now)
             f = self._fade(s, now)
             settled, peak = s.settled * f, s.peak * f
@@ -308,7 +329,7 @@ class Pacing:
                 tf = max(tf, spacing)
                 s.delay = self._bound(s, max(spacing, 0.05) * p.slowdown)
                 self._remember(s, now, tf, settled, tf)
-            s.slowed_at = now
+            s.slowed_at, s.slowed_spacing = now, spacing
             s.good_since_slowed = 0
             s.proven = 0.0  # the pace it proved was just refused: prove the new one
             self._changed(s, old, now, force=True)
@@ -359,11 +380,11 @@ class Pacing:
 
     # ---- persistence and sharing ----------------------------------------------------------
 
-    def export(self, since: float = 0.0) -> dict[str, dict[str, float]]:
+    def export(self, since: float = 0.0) -> dict[str, dict[str, Any]]:
         """The learned state of sites changed after ``since``, as plain data."""
         return export_state(self, since)
 
-    def restore(self, learned: dict[str, dict[str, float]]) -> int:
+    def restore(self, learned: dict[str, dict[str, Any]]) -> int:
         """Adopt learned state that is newer than ours (a restart, another worker); checked
         first (:func:`~scrapy_scale.throttle.learned.restore_state`). Returns how many."""
         return restore_state(self, learned)

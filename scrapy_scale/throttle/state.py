@@ -6,7 +6,7 @@ Plain data; the decisions on it are in :mod:`scrapy_scale.throttle.policy`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from scrapy_scale.throttle.profiles import Match
@@ -49,6 +49,11 @@ class SiteState:
     fastest_ok: float = 0.0
     #: moving share of recent answers that said "overloaded" (503 without Retry-After)
     overload_share: float = 0.0
+    #: answers by the pace they were sent at (bucket: [good, refused], decayed; see
+    #: :mod:`scrapy_scale.throttle.paces`), and the spacing of the last slow-down (answers to
+    #: requests sent before it count at that pace)
+    paces: dict[int, list[float]] = field(default_factory=dict)
+    slowed_spacing: float = 0.0
 
     paused_until: float = 0.0
     #: when ``paused_until`` last moved (exported for `scrapy scale status`)

@@ -17,6 +17,7 @@ from scrapy_scale.throttle.policy import (
     Pacing,
 )
 from scrapy_scale.throttle.profiles import ProfileError, Profiles, parse_pattern, registrable_domain
+from tests.support.demo_plan import demo_plan_run
 
 pytestmark = pytest.mark.pure
 
@@ -317,6 +318,7 @@ def test_learned_state_that_is_not_finite_is_not_restored_and_is_written_over(ba
         "proven": 0.0,
         "settled": 0.0,
         "fastest_ok": 0.0,
+        "paces": {},
         "at": 1000.0,
         "paused_until": 0.0,
     }
@@ -402,37 +404,6 @@ def test_pause_notes_one_info_line_per_site_per_minute() -> None:
     assert notes.note("a") == 1
 
 
-def demo_like_run(pc: Pacing, clk: FakeClock, pages: int = 60) -> float:
-    """One run of the demo's plan against one host that has no rate limit: the first attempt
-    of /item/1 and /item/10../item/19 answers 429 + Retry-After: 1 (planned faults), the
-    retries come 1.5 s later. Returns how long the run took (seconds)."""
-    queue = ["/"] + [f"/item/{i}" for i in range(1, pages + 1)]
-    planned = {"/item/1"} | {f"/item/{i}" for i in range(10, 20)}
-    retries: list[tuple[float, str]] = []
-    start = clk.now
-    while queue or retries:
-        retries.sort()
-        due = retries[0] if retries and retries[0][0] <= clk.now else None
-        if pc.hold_until("h") != 0.0 or not (due or queue):
-            clk.advance(0.01)
-            continue
-        if due:
-            retries.remove(due)
-            path = due[1]
-        else:
-            path = queue.pop(0)
-        pc.handed_out("h")
-        clk.advance(0.005)
-        pc.ended("h")
-        if path in planned:
-            planned.discard(path)
-            pc.on_rate_limited("h", 0.005, 1.0)
-            retries.append((clk.now + 1.5, path))
-        else:
-            pc.on_success("h", 0.005)
-    return clk.now - start
-
-
 def test_planned_429s_do_not_ratchet_the_learned_delay_up_run_after_run() -> None:
     """Issue 19 item 17: the demo got slower every run (54 s, 1 min 44 s, 3 min 24 s, ...):
     each run's planned 429s stepped the restored delay up again, and nothing brought it
@@ -443,7 +414,7 @@ def test_planned_429s_do_not_ratchet_the_learned_delay_up_run_after_run() -> Non
     for _ in range(6):
         pc = Pacing(Profiles.parse({"default": {"min_delay": 0.2, "start_delay": 0.25}}), clk)
         pc.restore(learned)
-        took.append(demo_like_run(pc, clk))
+        took.append(demo_plan_run(pc, clk))
         delays.append(pc.site("h").delay)
         learned = pc.export()
         clk.advance(5.0)
