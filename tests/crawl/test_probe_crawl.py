@@ -167,7 +167,10 @@ def test_a_host_that_is_never_the_limit_is_flagged_client_bound(tmp_path: Path) 
         res = fig["result"]
         assert res["client_bound"], text
         assert "CLIENT-BOUND" in text
-        assert not any(s["verdict"] == "bad" for s in res["steps"]), text  # the site was never judged bad
+        # the site was never judged bad: a step bad by goodput alone is run again to confirm
+        # (a loaded machine's noise); the last verdict at each concurrency is what counts
+        last = {(s["phase"], s["concurrency"]): s["verdict"] for s in res["steps"]}
+        assert "bad" not in last.values(), text
         assert probed.read(str(saved)) == {}  # no knee of the site to start pacing from
         answers = sum(n for (host, k), n in tb.counters.items() if isinstance(k, int))
         assert answers > 0 and tb.counters[(tb.hosts[0], 200)] == answers  # no error caused
