@@ -22,6 +22,7 @@ is left to the browser's own shutdown, with one WARNING, so it cannot hang
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections import Counter
 from dataclasses import dataclass
@@ -38,7 +39,11 @@ from scrapy_scale.redact import redact_text
 logger = logging.getLogger(__name__)
 
 PREFIX = "egress:"
-#: meta key: the context name this attempt uses (internal)
+#: meta key: this attempt's assignment to a context (an int token, internal). A token, not the
+#: context's name: a retry is a copy of the failed attempt's request, so its meta carries the
+#: key too, and both the attempt's outcome and the retry's scheduling release it; the token
+#: makes the second release a no-op (counted twice, a context in use looked idle, was closed
+#: under a page being opened in it, and Playwright's new_page never returned: a stalled crawl)
 CONTEXT = "_scale_egress_context"
 #: seconds each egress context gets to close at spider close
 CLOSE_TIMEOUT = 10.0
@@ -73,6 +78,9 @@ class BrowserContexts:
         self.generation: Counter[str] = Counter()  # per egress, over all handlers: names are unique
         self.handlers: dict[int, Any] = {}  # the handlers that served browser requests, by id()
         self.failed_starts = 0
+        #: live assignments: token (meta[CONTEXT]) -> context name; released once
+        self.assigned: dict[int, str] = {}
+        self._tokens = itertools.count(1)
         self._closed: Any = None  # fired once close_all() is done (see settled())
         self.close_timeout = CLOSE_TIMEOUT
 
@@ -128,7 +136,9 @@ class BrowserContexts:
         m["playwright_context_kwargs"] = kwargs
         c.pages += 1
         c.inflight += 1
-        m[CONTEXT] = c.name
+        token = next(self._tokens)
+        self.assigned[token] = c.name
+        m[CONTEXT] = token
         if handler is None or not hasattr(handler, "context_wrappers"):
             return
         try:
@@ -143,8 +153,11 @@ class BrowserContexts:
                 f"{redact_text(type(exc).__name__ + ': ' + str(exc))[:300]}"
             ) from None
 
-    def release(self, name: Any) -> None:
-        c = self.all.get(name) if isinstance(name, str) else None
+    def release(self, token: Any) -> None:
+        """The attempt of assignment ``token`` is over (its outcome, or its request went back
+        to the scheduler); a token already released, or not one, is ignored."""
+        name = self.assigned.pop(token, None) if isinstance(token, int) and not isinstance(token, bool) else None
+        c = self.all.get(name) if name is not None else None
         if c is None:
             return
         c.inflight = max(0, c.inflight - 1)
@@ -175,6 +188,7 @@ class BrowserContexts:
         """At spider close: every egress context of every handler, so none outlives the crawl."""
         self.current.clear()
         self.all.clear()
+        self.assigned.clear()
         try:
             live = [
                 (n, c)
