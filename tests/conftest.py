@@ -81,10 +81,15 @@ def mongo_server(tmp_path: Path) -> Iterator[services.Process]:
 # while it runs). ``serial`` (with ``crawl``): a loaded machine could break the test (an
 # upper time bound, a measured rate, a lease of a few seconds, several workers, a server
 # restarted on its port, which a parallel test may take meanwhile); a kill -9 at a moment
-# chosen from progress is no reason. `python -m tests` (tests/__main__.py) runs those
-# after the parallel part, one at a time.
+# chosen from progress is no reason. ``paced`` (with ``crawl``, instead of ``serial``): a
+# timing bound too, but the test is light on CPU (a few requests per second from one
+# worker, no CPU-bound measure): two of them run at once. `python -m tests`
+# (tests/__main__.py) runs the paced tests after the parallel part, two at a time, then the
+# serial ones, one at a time.
 
 TIERS = ("crawl", "pure")
+#: the crawl tests that do not run in the parallel part: ``paced`` two at a time, ``serial`` alone
+LANES = ("paced", "serial")
 TESTS = Path(__file__).resolve().parent
 #: the folder under tests/ that holds each tier's modules; tests/support/ holds no tests
 FOLDERS = {"pure": "unit", "crawl": "crawl"}
@@ -121,8 +126,11 @@ def tier_problem(item: pytest.Item) -> str | None:
     used = SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
     if tiers == {"pure"} and used:
         return f"{item.nodeid}: marked pure but uses {', '.join(sorted(used))}: mark it crawl"
-    if item.get_closest_marker("serial") and tiers != {"crawl"}:
-        return f"{item.nodeid}: marked serial but not crawl"
+    for lane in LANES:
+        if item.get_closest_marker(lane) and tiers != {"crawl"}:
+            return f"{item.nodeid}: marked {lane} but not crawl"
+    if all(item.get_closest_marker(lane) for lane in LANES):
+        return f"{item.nodeid}: marked both {' and '.join(LANES)}: one lane only"
     return folder_problem(item.nodeid, next(iter(tiers)), Path(item.path))
 
 

@@ -17,7 +17,7 @@ from tests.crawl.test_egress_crawl import EVICTION_BOUND, MIN_FAILURES
 from tests.crawl.test_egress_crawl import settings as egress_settings
 from tests.support.crawling import run_crawl
 
-pytestmark = [pytest.mark.crawl, pytest.mark.serial]
+pytestmark = [pytest.mark.crawl, pytest.mark.paced]
 
 #: 4 retries: a chain that meets the three failing proxies one after the other (each retry
 #: avoids the egresses that failed it) still has a healthy one left

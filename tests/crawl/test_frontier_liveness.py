@@ -19,7 +19,7 @@ from scrapy_scale.testbed import Testbed
 from tests.crawl.test_commands import scale, status_json
 from tests.support.crawling import CrawlProcess, start_crawl
 
-pytestmark = [pytest.mark.crawl, pytest.mark.serial]
+pytestmark = [pytest.mark.crawl, pytest.mark.paced]
 
 
 def _poll(pred: Callable[[], Any], timeout: float, what: str, proc: CrawlProcess | None = None) -> Any:

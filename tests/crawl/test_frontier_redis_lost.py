@@ -15,7 +15,7 @@ from scrapy_scale.testbed import Testbed
 from tests.support import services
 from tests.support.crawling import start_crawl
 
-pytestmark = [pytest.mark.crawl, pytest.mark.serial]
+pytestmark = [pytest.mark.crawl, pytest.mark.paced]
 
 
 @pytest.mark.timeout(300)

@@ -69,7 +69,7 @@ def test_crawl_drains_reconciles_and_a_second_crawl_starts_a_new_run(
             assert store.counts()["done"] == len(pages_served(tb))
 
 
-@pytest.mark.serial  # its resume has an upper time bound
+@pytest.mark.paced  # its resume has an upper time bound
 def test_killed_crawl_resumes_without_refetching_done_pages(tmp_path: Path) -> None:
     # slow detail pages, so the kill lands mid-crawl; one hangs, so the crawl cannot drain first
     with Testbed(
@@ -169,7 +169,7 @@ def test_plain_scrapy_without_the_addon(tmp_path: Path) -> None:
         assert st.counts["done"] == len(pages_served(tb))
 
 
-@pytest.mark.serial  # seeds must come within the worker's CLOSESPIDER_TIMEOUT
+@pytest.mark.paced  # seeds must come within the worker's CLOSESPIDER_TIMEOUT
 def test_wait_for_seeds_keeps_the_worker_open_for_outside_seeds(tmp_path: Path) -> None:
     settings = {"SCALE_FRONTIER_WAIT_FOR_SEEDS": True, "CLOSESPIDER_TIMEOUT": 8}
     with Testbed(hosts=2, pages=10, seed=9) as tb:

@@ -36,14 +36,14 @@ def _crawl_fails_at_once(*args: str, tmp_path: Path) -> str:
     return out
 
 
-@pytest.mark.serial
+@pytest.mark.paced
 def test_an_unknown_scale_name_stops_the_crawl_at_once_naming_it(tmp_path: Path):
     out = _crawl_fails_at_once("-s", "SCALE_FRONTIER_BACH=10", tmp_path=tmp_path)
     assert "bad setting SCALE_FRONTIER_BACH = '10': unknown setting; did you mean SCALE_FRONTIER_BATCH?" in out
     assert not (tmp_path / "state").exists(), "state was written by a crawl that should not have started"
 
 
-@pytest.mark.serial
+@pytest.mark.paced
 @pytest.mark.parametrize(
     "setting,problem",
     [("SCALE_FRONTIER_BATCH=0", "must be >= 1"), ("SCALE_STORE_URL=mysql://db/x", "unknown URL scheme")],

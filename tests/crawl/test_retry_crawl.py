@@ -205,7 +205,7 @@ def test_layout_change_after_page_n_is_parse_failed(tmp_path):
         assert len(lines) == 5 and all("WARNING" in line and "http://" in line for line in lines)
 
 
-@pytest.mark.serial
+@pytest.mark.paced
 def test_a_rate_limited_burst_is_retried_spread_over_the_backoff_window(tmp_path):
     hosts, pages = 4, 50
     with Testbed(hosts=hosts, pages=pages, per_page=pages, seed=4, faults="429:/item/*,first=1") as tb:

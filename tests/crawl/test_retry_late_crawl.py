@@ -17,7 +17,7 @@ import pytest
 from scrapy_scale.testbed import Testbed
 from tests.support.crawling import ROOT, run_crawl, start_crawl
 
-pytestmark = [pytest.mark.crawl, pytest.mark.serial]
+pytestmark = [pytest.mark.crawl, pytest.mark.paced]
 
 QUICK = {"transient": {"retries": 2, "base": 0.1, "cap": 0.3}}
 

@@ -13,7 +13,7 @@ def test_shared_redis_answers(redis_url, redis_prefix):
     assert r.get(f"{redis_prefix}:k") == b"v"
 
 
-@pytest.mark.serial
+@pytest.mark.paced
 def test_private_redis_keeps_acked_writes_across_kill(redis_server):
     url = f"redis://127.0.0.1:{redis_server.port}/0"
     redis.Redis.from_url(url).set("k", "v")

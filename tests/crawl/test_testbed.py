@@ -172,7 +172,7 @@ def test_429_retry_after_seconds_and_date() -> None:
         assert [r.kind for r in tb.log] == ["429", "429", "503", "503"]
 
 
-@pytest.mark.serial
+@pytest.mark.paced
 def test_reset_and_hang() -> None:
     faults = [Fault("reset", path="/item/1", first=1), Fault("hang", path="/item/2", first=1)]
     with Testbed(hosts=1, pages=10, faults=faults) as tb:
@@ -187,7 +187,7 @@ def test_reset_and_hang() -> None:
         assert [(r.kind, r.status) for r in tb.log] == [("reset", None), ("ok", 200), ("hang", None), ("ok", 200)]
 
 
-@pytest.mark.serial
+@pytest.mark.paced
 def test_slow_response() -> None:
     with Testbed(hosts=1, pages=10, faults=[Fault("slow", path="/item/1", delay=0.6)]) as tb:
         t0 = time.monotonic()
@@ -275,7 +275,7 @@ def test_a_fault_with_until_fires_for_that_long_after_its_first_request() -> Non
         assert get(tb, 1, "/item/1")[0] == 503
 
 
-@pytest.mark.serial
+@pytest.mark.paced
 def test_rate_limit_per_client() -> None:
     rate = 4
     with Testbed(hosts=2, pages=100, rate_limit=rate) as tb:

@@ -97,7 +97,7 @@ def test_demo_crawl_starts_its_own_testbed(tmp_path: Path) -> None:
     assert "Testbed served" in res.log
 
 
-@pytest.mark.serial
+@pytest.mark.paced
 def test_cli_prints_urls_and_settings_until_interrupted(tmp_path: Path) -> None:
     state = tmp_path / "state.json"
     proc = subprocess.Popen(

@@ -84,7 +84,7 @@ def test_dead_proxy_refuses(tb: Testbed) -> None:
     assert tb.log == [] and tb.proxy_log == []
 
 
-@pytest.mark.serial
+@pytest.mark.paced
 def test_slow_proxy(tb: Testbed) -> None:
     t0 = time.monotonic()
     assert via(tb, "slow", url(tb, 1, "/item/1"))[0] == 200

@@ -60,7 +60,7 @@ def test_one_worker_learns_a_5_per_second_limit(tmp_path: Path) -> None:
     assert res.stats["scale/throttle/rate_limited"] >= 1
 
 
-@pytest.mark.serial
+@pytest.mark.paced
 def test_retry_after_pauses_one_host_while_the_others_keep_their_pace(tmp_path: Path) -> None:
     log_path = tmp_path / "outcomes.jsonl"
     with Testbed(hosts=3, pages=60, faults="429@1:/item/5,first=1,retry_after=10", seed=4) as tb:
@@ -106,7 +106,7 @@ def test_robots_crawl_delay_is_honoured(tmp_path: Path) -> None:
 def test_fifty_hosts_with_their_own_limits_each_paced_alone(tmp_path: Path) -> None:
     limits = {n: 2.0 + n % 4 for n in range(2, 51)}
     limits[1] = 0.5  # one slow host
-    with Testbed(hosts=50, pages=20, per_page=20, rate_limit=limits, seed=5, keep_log=True) as tb:
+    with Testbed(hosts=50, pages=10, per_page=20, rate_limit=limits, seed=5, keep_log=True) as tb:
         settings = {
             "SCALE_THROTTLE_STATS_TOP": 50,
             "CONCURRENT_REQUESTS": 32,
@@ -116,11 +116,11 @@ def test_fifty_hosts_with_their_own_limits_each_paced_alone(tmp_path: Path) -> N
         assert res.returncode == 0, res.tail()
         last = {h: served(tb, h)[-1].time for h in tb.hosts}
         first = min(r.time for r in tb.log)
-    assert len(res.items) == 50 * 20
+    assert len(res.items) == 50 * 10
     slow_end = last[tb.hosts[0]]
     others = sorted(t for h, t in last.items() if h != tb.hosts[0])
-    # the slow host (0.5 req/s, 21 requests: 40 s at least) did not hold the others back
-    assert slow_end - first >= 40
+    # the slow host (0.5 req/s, 11 requests: 20 s at least) did not hold the others back
+    assert slow_end - first >= 20
     assert others[len(others) // 2] < slow_end - 10, (others[len(others) // 2] - first, slow_end - first)
     # each host learned its own delay: the slowest-limited learned the longest
     delay = {h: res.stats[f"scale/throttle/site/{h}/delay"] for h in tb.hosts}
@@ -372,7 +372,7 @@ def test_a_shared_limiter_key_far_in_the_future_is_capped_and_said(
     assert float(r.get(key) or 0) < 99999999999  # brought back (or expired)
 
 
-@pytest.mark.serial
+@pytest.mark.paced
 def test_a_download_slots_delay_is_a_floor_of_the_pacing_not_an_extra(tmp_path: Path) -> None:
     """Issue 19 item 14: a slot with `delay: 2` measured 5.0 s and 3.0 s between requests:
     the downloader waited its delay on top of the pacing. The delay is the pacing's floor;
