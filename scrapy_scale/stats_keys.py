@@ -57,6 +57,7 @@ FRONTIER_ACKED = "scale/frontier/acked"
 FRONTIER_FAILED = "scale/frontier/failed"
 FRONTIER_STALE_ACKS = "scale/frontier/stale_acks"  # acks/failures/retries refused: the lease had passed on
 FRONTIER_ACKED_WITHOUT_OUTCOME = "scale/frontier/acked_without_outcome"
+FRONTIER_OVERDUE = "scale/frontier/overdue"  # requests in flight longer than DOWNLOAD_TIMEOUT + 60 s
 FRONTIER_RECLAIMED = "scale/frontier/reclaimed"
 FRONTIER_RELEASED = "scale/frontier/released"
 FRONTIER_DEAD_LETTERED = "scale/frontier/dead_lettered"  # records this worker could not read

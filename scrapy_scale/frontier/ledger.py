@@ -14,6 +14,7 @@ callables given at construction; the ledger writes only to the outbox and the st
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,13 +27,19 @@ from scrapy_scale import stats_keys as keys
 from scrapy_scale.errors import ItemDeadLettered, ItemNotStored
 from scrapy_scale.frontier.local import Outbox
 from scrapy_scale.frontier.stats import FrontierStats
+from scrapy_scale.redact import redact_text
 
 if TYPE_CHECKING:
     from scrapy_scale.outcomes.model import Outcome
 
+logger = logging.getLogger(__name__)
+
 #: seconds after the engine finished a request with no final outcome before the
 #: ledger sends the fallback outcome itself (signal mode; a missing one must not hang a job)
 OUTCOME_GRACE = 10.0
+
+#: seconds past DOWNLOAD_TIMEOUT after which a request still in flight is named (warn_overdue)
+OVERDUE_SLACK = 60.0
 
 #: the requests the engine holds now (None: unknown, e.g. no engine)
 InProgress = Callable[[], "set[Any] | None"]
@@ -57,6 +64,10 @@ class InFlight:
     unstored: bool = False
     #: why an item of it went to the dead letter (ItemDeadLettered): failed, not acked
     item_failure: str | None = None
+    #: monotonic time it was handed to the engine (None: not known)
+    handed_at: float | None = None
+    #: already reported as overdue (see InFlightLedger.overdue)
+    overdue: bool = False
 
 
 class InFlightLedger:
@@ -78,6 +89,31 @@ class InFlightLedger:
 
     def pop(self, fp: str) -> InFlight | None:
         return self._entries.pop(fp, None)
+
+    def warn_overdue(self, now: float, download_timeout: float) -> int:
+        """Name (one WARNING each, once) the entries handed to the engine more than
+        ``download_timeout`` + OVERDUE_SLACK seconds before ``now`` (monotonic) and not
+        settled: their leases are renewed while the engine holds them, so a download or a
+        callback that never ends would keep the crawl open with nothing said. Returns how
+        many were named."""
+        after = max(0.0, download_timeout) + OVERDUE_SLACK
+        late = [
+            e
+            for e in self._entries.values()
+            if not e.overdue and e.settled is None and e.handed_at is not None and now - e.handed_at > after
+        ]
+        for e in late:
+            e.overdue = True
+            self.stats.inc(keys.FRONTIER_OVERDUE)
+            logger.warning(
+                "frontier: %s was handed to the engine %.0f s ago and is not finished (longer than "
+                "DOWNLOAD_TIMEOUT + %g s): a download or a callback that never ends holds its lease "
+                "and keeps the crawl open",
+                redact_text(e.url),
+                now - (e.handed_at or now),
+                OVERDUE_SLACK,
+            )
+        return len(late)
 
     def url_of(self, fp: str) -> str | None:
         entry = self._entries.get(fp)

@@ -68,6 +68,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 TICK = 0.25
+#: ticks between two looks for requests in flight too long (InFlightLedger.warn_overdue)
+OVERDUE_EVERY = 20
 #: longest wait for the last writes when the reactor stops before the spider closed
 SHUTDOWN_WRITE_SECONDS = 3.0
 
@@ -134,6 +136,7 @@ class Scheduler(BaseScheduler):
             stop_crawl=self._stop_crawl,
         )
         self._loop: task.LoopingCall | None = None
+        self._ticks = 0
         self._closing = False
         self._remove_gate: Callable[[], None] = lambda: None
         self._shutdown_trigger: Any = None
@@ -353,7 +356,8 @@ class Scheduler(BaseScheduler):
                 continue
             request = served.request
             if served.fingerprint is not None:  # acked as usual
-                self.inflight.add(served.fingerprint, InFlight(served.token, request.url, served.attempts, request))
+                held = InFlight(served.token, request.url, served.attempts, request, handed_at=time.monotonic())
+                self.inflight.add(served.fingerprint, held)
             if isinstance(entry, Request):  # kept in memory only
                 return request
             break
@@ -376,6 +380,9 @@ class Scheduler(BaseScheduler):
     def _tick(self) -> None:
         self.inflight.settle_finished()
         self.rounds.kick()
+        self._ticks += 1
+        if self._ticks % OVERDUE_EVERY == 0:  # a download or a callback that never ends is named
+            self.inflight.warn_overdue(time.monotonic(), self.crawler.settings.getfloat("DOWNLOAD_TIMEOUT", 180.0))
 
     def sync_blocking(self) -> SyncResult:
         """One sync in the calling thread (tests, tools): same as a tick's."""

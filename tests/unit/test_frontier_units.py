@@ -20,7 +20,7 @@ from scrapy_scale.frontier import codec
 from scrapy_scale.frontier.backends import open_store
 from scrapy_scale.frontier.identity import RecordIdentity, new_record
 from scrapy_scale.frontier.lease_buffer import LeaseBuffer
-from scrapy_scale.frontier.ledger import OUTCOME_GRACE, InFlight, InFlightLedger
+from scrapy_scale.frontier.ledger import OUTCOME_GRACE, OVERDUE_SLACK, InFlight, InFlightLedger
 from scrapy_scale.frontier.local import Outbox
 from scrapy_scale.frontier.scrapy_stats import ScrapyStats
 from scrapy_scale.frontier.stats import FrontierStats
@@ -97,6 +97,28 @@ def test_the_ledger_sends_the_fallback_for_a_request_no_outcome_covered() -> Non
     led.settle_finished()
     assert len(engine.fallbacks) == 1  # within OUTCOME_GRACE of the engine letting go: wait
     assert OUTCOME_GRACE > 1
+
+
+def test_a_request_in_flight_past_the_download_timeout_is_named_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A download or a callback that never ends: the engine holds the request, its lease
+    is renewed, the crawl stays open; the ledger names it once, past DOWNLOAD_TIMEOUT + slack."""
+    led, _, engine, raw = ledger()
+    stuck = Request("http://a.test/stuck?token=secret")
+    fine = Request("http://a.test/fine")
+    led.add("f1", InFlight(1, stuck.url, 0, stuck, handed_at=100.0))
+    led.add("f2", InFlight(2, fine.url, 0, fine, handed_at=200.0))
+    led.add("f3", InFlight(3, "http://a.test/unknown", 0, None))  # no hand-out time: never named
+    engine.holds.update({stuck, fine})
+    slack = OVERDUE_SLACK
+    assert led.warn_overdue(100.0 + 30 + slack, download_timeout=30) == 0  # not past it yet
+    with caplog.at_level("WARNING"):
+        assert led.warn_overdue(100.0 + 30 + slack + 1, download_timeout=30) == 1
+        assert led.warn_overdue(100.0 + 30 + slack + 50, download_timeout=30) == 0  # once
+    lines = [r.getMessage() for r in caplog.records if "handed to the engine" in r.getMessage()]
+    assert len(lines) == 1 and "http://a.test/stuck" in lines[0] and "91 s ago" in lines[0]
+    assert raw.get_value("scale/frontier/overdue") == 1
+    assert led.warn_overdue(10_000.0, download_timeout=30) == 1  # the other one, later
+    assert led.warn_overdue(float("inf"), download_timeout=float("nan")) == 0  # nothing left, no crash
 
 
 # ---- the lease buffer -----------------------------------------------------------------------
