@@ -45,6 +45,8 @@ PREFIX = "egress:"
 #: makes the second release a no-op (counted twice, a context in use looked idle, was closed
 #: under a page being opened in it, and Playwright's new_page never returned: a stalled crawl)
 CONTEXT = "_scale_egress_context"
+#: scrapy-playwright's meta key of a page kept for the callback (``playwright_include_page``)
+PAGE = "playwright_page"
 #: seconds each egress context gets to close at spider close
 CLOSE_TIMEOUT = 10.0
 
@@ -223,8 +225,8 @@ class BrowserContexts:
 
     @staticmethod
     def close_page(request: Any) -> None:
-        """Close a page the callback kept, whatever the callback did (at the final outcome)."""
-        page = request.meta.get("playwright_page")
+        """Close a page the callback kept, whatever the callback did (at the attempt's outcome)."""
+        page = request.meta.get(PAGE)
         if page is not None and not page.is_closed():
             asyncio.ensure_future(_quiet_close(page, "page"))
 

@@ -39,7 +39,7 @@ from scrapy_scale.clock import Randomness
 from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.egress import settings as S
-from scrapy_scale.egress.browser import CONTEXT, BrowserContexts
+from scrapy_scale.egress.browser import CONTEXT, PAGE, BrowserContexts
 from scrapy_scale.egress.events import EventReport
 from scrapy_scale.egress.first_byte import FirstByteTimeout
 from scrapy_scale.egress.health import HealthPolicy
@@ -206,7 +206,8 @@ class EgressMiddleware(SourceGlue):
         return response
 
     def on_scheduled(self, request: Request, spider: Any = None) -> None:
-        """A request going (back) to the scheduler carries no credentials to be stored."""
+        """A request going (back) to the scheduler carries no credentials to be stored, nor
+        what belongs to an earlier attempt (its copy of whose meta it is)."""
         if request.meta.get(meta.EGRESS) is not None:
             request.headers.pop(_AUTH, None)
             request.meta.pop("_auth_proxy", None)
@@ -215,14 +216,19 @@ class EgressMiddleware(SourceGlue):
                 request.meta["playwright_context_kwargs"] = {k: v for k, v in kwargs.items() if k != "proxy"}
             self._release(request.meta.pop(_TOKEN, None))
             self.browser.release(request.meta.pop(CONTEXT, None))
+            # the page an earlier attempt kept (playwright_include_page), copied with its meta:
+            # scrapy-playwright would load this request in it, in that attempt's context (the
+            # egress it must avoid, not the one the pool assigns), and the frontier cannot
+            # store it; the page is closed at that attempt's outcome
+            request.meta.pop(PAGE, None)
 
     # ---- outcomes ------------------------------------------------------------------
 
     def on_outcome(self, outcome: Any, request: Request, spider: Any = None) -> None:
         self._release(request.meta.pop(_TOKEN, None))
         self.browser.release(request.meta.pop(CONTEXT, None))
-        if outcome.final:
-            self.browser.close_page(request)
+        # the attempt is over (its callback too): a retry gets a page of its own (on_scheduled)
+        self.browser.close_page(request)
         if outcome.fallback or outcome.egress is None:
             return
         events = self.pool.observe(

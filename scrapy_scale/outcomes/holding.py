@@ -81,16 +81,16 @@ class DelayedRetries:
 
     def request_scheduled(self, request: Request, spider: Any) -> None:
         """Hold a request whose not-before is in the future in a reactor timer (not blocking)."""
+        # the mark goes on every path: an id left behind would mark a later request that gets it
+        forced = id(request) in self.force_hold
+        self.force_hold.discard(id(request))
         nb = request.meta.get(meta.NOT_BEFORE)
         if not nb:
             return
         now = self.clock()
         if nb <= now + NOT_BEFORE_TOLERANCE:
             return
-        forced = id(request) in self.force_hold
-        if forced:
-            self.force_hold.discard(id(request))
-        elif self.scheduler_holds():
+        if not forced and self.scheduler_holds():
             return  # the scheduler holds it until it is eligible
         from twisted.internet import reactor
 

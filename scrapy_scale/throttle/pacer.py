@@ -30,7 +30,7 @@ from scrapy.exceptions import NotConfigured
 from twisted.internet import task, threads
 from twisted.python.threadpool import ThreadPool
 
-from scrapy_scale import compat, startup
+from scrapy_scale import compat, meta, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as keys
 from scrapy_scale.config import core_settings
@@ -137,6 +137,7 @@ class Throttle(PacerUpkeep):
         ScaleContext.of(crawler).pacer = ext
         sig = crawler.signals
         sig.connect(ext._on_outcome, signal=scale_signals.outcome)
+        sig.connect(ext._on_scheduled, signal=signals.request_scheduled)
         sig.connect(ext._on_robots, signal=signals.robots_parsed)
         if pacing.slot_delays:
             sig.connect(ext._reached_downloader, signal=signals.request_reached_downloader)
@@ -282,6 +283,16 @@ class Throttle(PacerUpkeep):
             self.pacing.on_success(outcome.domain, outcome.latency)
         elif outcome.latency:
             self.pacing.on_error(outcome.domain, outcome.latency)
+
+    def _on_scheduled(self, request: Request, **kw: Any) -> None:
+        """A request handed out that goes back to the scheduler without an outcome of its
+        attempt (a redirect, the egress pool's wait, the not-before guard) is not in flight
+        any more: kept counted, a site at its ``concurrency`` was held for good. Popped, so a
+        copy of its meta (a retry, ``meta=response.meta``) ends the attempt once at most."""
+        fp = request.meta.get(meta.FINGERPRINT)
+        key = self._flying.pop(fp, None) if isinstance(fp, str) else None
+        if key is not None:
+            self.pacing.ended(key)
 
     def _route_outcome(self, learner: RouteLearner, outcome: Outcome) -> None:
         """Through an egress: the route learns from it; the site from site-wide evidence only."""

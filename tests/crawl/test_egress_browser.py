@@ -38,8 +38,9 @@ BROWSER = {
 }
 
 
-def _crawl(tb, tmp_path, **args):
+def _crawl(tb, tmp_path, settings=None, **args):
     s = dict(BROWSER, SCALE_EGRESSES=tb.proxy_urls, SCALE_OUTCOME_LOG=str(tmp_path / "outcomes.jsonl"))
+    s.update(settings or {})
     extra = [x for k, v in args.items() for x in ("-a", f"{k}={v}")]
     res = run_crawl(tb, s, tmp_path, spider="browser_catalog", timeout=240, extra_args=extra)
     outs = [json.loads(line) for line in (tmp_path / "outcomes.jsonl").read_text().splitlines()]
@@ -113,6 +114,31 @@ def test_a_dead_and_a_garbage_proxy_lose_no_browser_page_and_count_against_the_p
     if len(by["dead"]) >= 3:  # SCALE_EGRESS_MIN_FAILURES: page loads evict the proxy
         assert f"egress {eid['dead']} quarantined until" in res.log
     assert "scale/outcome/fatal" not in res.stats
+
+
+def test_a_retry_does_not_reuse_the_page_its_failed_attempt_kept(tmp_path):
+    """Every item request keeps its page (``playwright_include_page``), which
+    scrapy-playwright puts in the request's meta before the page loads, and reuses for a
+    request whose meta holds an open page. A retry is a copy of the failed attempt's
+    request: it carried that page (in the failed attempt's context: the egress it had to
+    avoid), which the frontier cannot store, and the crawl stalled with the retries in
+    flight. Each retry gets a page of the context the pool assigns; the failed attempt's
+    page is closed at its outcome."""
+    proxies = [ProxySpec("ok"), ProxySpec("dead", mode="dead")]
+    with Testbed(hosts=3, pages=12, seed=6, proxies=proxies, per_page=6) as tb:
+        # never quarantined: its contexts stay open (an evicted one closes, and its pages)
+        res, outs = _crawl(tb, tmp_path, {"SCALE_EGRESS_MIN_FAILURES": 1000}, keep_pages="1")
+        assert res.returncode == 0, res.tail()
+        eid = {pid: f"127.0.0.1:{port}" for pid, port in tb.proxy_ports.items()}
+    failed_items = [o for o in outs if "/item/" in o["url"] and o["egress"] == eid["dead"]]
+    assert failed_items, "no item page went through the dead proxy: the retry path did not run"
+    for o in outs:  # the ok proxy never fails: a failure through it is a page of the dead one
+        if o["egress"] == eid["ok"]:
+            assert o["cls"] == "ok", o
+    final = [o for o in outs if o["final"]]
+    assert len(final) == 21  # nothing stalled (the avoided egress is a preference: may fail again)
+    ok_items = [o for o in final if "/item/" in o["url"] and o["cls"] == "ok"]
+    assert res.stats["test/kept_pages"] == len(ok_items) and res.stats["test/kept_pages_open"] == 0
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
