@@ -20,14 +20,19 @@ LATE = "scale_late"
 #: epoch seconds of the chain's first failure (the late retries' deadline counts from it)
 FIRST_FAILED = "scale_first_failed"
 
+#: attempts of this request's chain that failed at the egress (``egress_failed``): they never
+#: reached the site, so they count in the egress_failed budget only, not in another class's
+EGRESS_FAILURES = "scale_egress_failures"
+
 #: the keys that make a request the next attempt of its chain; a request that copied
 #: them from another (``meta=dict(response.meta)``) starts a chain of its own without them
-CHAIN_KEYS = (ATTEMPT, NOT_BEFORE, LAST_FAILURE, AVOID_EGRESS, LATE, FIRST_FAILED, "retry_times")
+CHAIN_KEYS = (ATTEMPT, NOT_BEFORE, LAST_FAILURE, AVOID_EGRESS, LATE, FIRST_FAILED, EGRESS_FAILURES, "retry_times")
 
 #: the most attempts a chain can plausibly have; a stored value above it is not trusted
 MAX_ATTEMPT = 10_000
 
 _warned_attempt = False
+_warned_egress_failures = False
 
 
 def attempt_of(m: dict, default: int = 1) -> int:
@@ -51,3 +56,25 @@ def attempt_of(m: dict, default: int = 1) -> int:
                 "request meta %s = %r is not an attempt number; counted as %d (warned once)", ATTEMPT, raw, default
             )
         return default
+
+
+def egress_failures_of(m: dict, attempt: int) -> int:
+    """The chain's attempts that failed at the egress, from ``m`` (untrusted, as
+    :func:`attempt_of`): a whole number from 0 to ``attempt - 1``; anything else counts as
+    0 (every attempt then counts in the class's budget, as before the key existed), with
+    one warning per process."""
+    global _warned_egress_failures
+    raw = m.get(EGRESS_FAILURES, 0)
+    if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= max(0, attempt - 1):
+        return raw
+    if not _warned_egress_failures:
+        _warned_egress_failures = True
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "request meta %s = %r is not a count of this chain's earlier attempts (%d); counted as 0 (warned once)",
+            EGRESS_FAILURES,
+            raw,
+            attempt,
+        )
+    return 0

@@ -34,7 +34,7 @@ from scrapy_scale.outcomes.holding import NOT_BEFORE_TOLERANCE
 from scrapy_scale.outcomes.model import FailureClass, Outcome
 from scrapy_scale.outcomes.parse_tracker import Pending
 from scrapy_scale.outcomes.policy import Decision
-from scrapy_scale.outcomes.retry import retry_request, scrapy_retry_logger
+from scrapy_scale.outcomes.retry import count_attempt, retry_request, scrapy_retry_logger
 from scrapy_scale.outcomes.stats import scrapy_reason
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ class OutcomeDownloaderMiddleware:
             return None
         o = core.emitter.build(request, verdict, internal=True, final=False, retry_at=self.clock(), **fields)
         new = request.copy()
-        new.meta[meta.ATTEMPT] = o.attempt + 1
+        count_attempt(new, request, o)
         new.dont_filter = True
         core.emitter.send(o, request)
         return new

@@ -44,9 +44,15 @@ class RetryDecider:
         m = request.meta
         where = urlparse_cached(request).hostname or ""
         late_done, first_failed = self.late_state(m, where) if late_ok else (0, None)
+        # attempts that failed at the egress never reached the site: they count in the
+        # egress_failed budget only (two dead proxies in a row spent a site's entry page's
+        # transient budget, and the whole site behind it was lost)
+        attempt = meta.attempt_of(m)
+        at_egress = meta.egress_failures_of(m, attempt)
+        n = at_egress + 1 if verdict.cls is FailureClass.EGRESS_FAILED else attempt - at_egress
         d = self.policy.decide(
             verdict.cls,
-            meta.attempt_of(m),
+            n,
             retry_after=verdict.retry_after,
             max_retries=m.get("max_retry_times"),
             dont_retry=bool(m.get("dont_retry", False)),
@@ -127,14 +133,15 @@ def retry_request(
     ``priority_adjust``, Scrapy's RETRY_PRIORITY_ADJUST) and the chain's meta keys:
     ``scale_attempt``, ``scale_not_before``, ``scale_avoid_egress``,
     ``scale_last_failure``, ``scale_fingerprint``, ``scale_late`` (late retries made,
-    one more when ``late``), ``scale_first_failed`` (kept, else ``failed_at``, else now) and
+    one more when ``late``), ``scale_egress_failures`` (one more after an
+    ``egress_failed`` attempt), ``scale_first_failed`` (kept, else ``failed_at``, else now) and
     Scrapy's ``retry_times``.
     """
     if failed_at is None:
         failed_at = time.time()
     new = request.copy()
     m = new.meta
-    m[meta.ATTEMPT] = outcome.attempt + 1
+    count_attempt(new, request, outcome)
     m[meta.NOT_BEFORE] = not_before
     m[meta.AVOID_EGRESS] = list(avoid)
     m[meta.LAST_FAILURE] = [outcome.cls.value, outcome.reason]
@@ -150,8 +157,18 @@ def retry_request(
     return new
 
 
+def count_attempt(new: Request, request: Request, outcome: Outcome) -> None:
+    """The chain's attempt counters on ``new``, the next attempt of ``request`` after its
+    failed attempt ``outcome``: ``scale_attempt``, and ``scale_egress_failures`` one more
+    after an ``egress_failed`` attempt (every retry counts, Scrapy's own downloads' too: an
+    egress failure not counted would be retried for ever)."""
+    new.meta[meta.ATTEMPT] = outcome.attempt + 1
+    if outcome.cls is FailureClass.EGRESS_FAILED:
+        new.meta[meta.EGRESS_FAILURES] = meta.egress_failures_of(request.meta, outcome.attempt) + 1
+
+
 def _a_time(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
-__all__ = ["NO_RETRY", "Decision", "RetryDecider", "retry_request", "scrapy_retry_logger"]
+__all__ = ["NO_RETRY", "Decision", "RetryDecider", "count_attempt", "retry_request", "scrapy_retry_logger"]

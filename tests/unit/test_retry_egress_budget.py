@@ -1,0 +1,106 @@
+"""Attempts that failed at the egress (a dead proxy) never reached the site: they count in
+the egress_failed budget only. Two dead proxies in a row used to spend the transient
+budget of a site's entry page, whose one reset through a third proxy then gave the page
+up, and the whole site behind it was lost (seen in tests/crawl/test_egress_crawl.py)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from scrapy import Request
+
+from scrapy_scale import meta
+from scrapy_scale.clock import FakeClock, Randomness
+from scrapy_scale.outcomes.classify import Verdict
+from scrapy_scale.outcomes.model import FailureClass as C
+from scrapy_scale.outcomes.model import Outcome
+from scrapy_scale.outcomes.policy import RetryPolicy
+from scrapy_scale.outcomes.retry import RetryDecider, retry_request
+
+pytestmark = pytest.mark.pure
+
+NOW = 1_700_000_000.0
+
+
+def decider() -> RetryDecider:
+    return RetryDecider(RetryPolicy(clock=FakeClock(NOW), rng=Randomness(3)))
+
+
+def fail(request: Request, cls: C) -> tuple[Request | None, bool]:
+    """One failed attempt of ``request`` with ``cls``: (the retry or None, given up)."""
+    attempt = meta.attempt_of(request.meta)
+    d = decider().decide(request, Verdict(cls, cls.value))
+    if not d.retry:
+        return None, d.gave_up
+    o = Outcome("fp", request.url, "a.test", cls, attempt=attempt)
+    return retry_request(request, o, not_before=d.not_before), False
+
+
+def test_two_dead_proxies_then_a_reset_leave_the_transient_budget_whole():
+    r: Request | None = Request("http://a.test/")
+    for cls in (C.EGRESS_FAILED, C.EGRESS_FAILED):
+        r, _ = fail(r, cls)
+        assert r is not None
+    assert r.meta[meta.EGRESS_FAILURES] == 2 and meta.attempt_of(r.meta) == 3
+    # the transient class's 2 retries are its own: attempts 3, 4 and 5 may be transient
+    for _ in range(2):
+        r, _ = fail(r, C.TRANSIENT)
+        assert r is not None
+        assert r.meta[meta.EGRESS_FAILURES] == 2  # only egress failures count here
+    gone, gave_up = fail(r, C.TRANSIENT)
+    assert gone is None and gave_up  # the third transient failure spends it
+
+
+def test_the_egress_failed_budget_counts_egress_failures_only():
+    r: Request | None = Request("http://a.test/")
+    r, _ = fail(r, C.TRANSIENT)
+    for _ in range(3):  # egress_failed: 3 retries of its own after a transient failure
+        r, _ = fail(r, C.EGRESS_FAILED)
+        assert r is not None
+    gone, gave_up = fail(r, C.EGRESS_FAILED)
+    assert gone is None and gave_up
+
+
+def test_without_egress_failures_the_budget_is_the_chains_attempts_as_before():
+    r: Request | None = Request("http://a.test/")
+    r, _ = fail(r, C.BLOCKED)
+    r, _ = fail(r, C.TRANSIENT)  # a block counts in the transient budget: it reached the site
+    assert r is not None and meta.EGRESS_FAILURES not in r.meta
+    gone, gave_up = fail(r, C.TRANSIENT)
+    assert gone is None and gave_up
+
+
+@pytest.mark.parametrize("bad", ["2", -1, 5, True, 1.0, None, float("nan")])
+def test_a_stored_count_that_cannot_be_true_counts_as_zero_with_one_warning(bad, caplog, monkeypatch):
+    """The meta comes back from the frontier's store: untrusted. A count that is not a whole
+    number of the chain's earlier attempts counts as none (the old, stricter budget)."""
+    monkeypatch.setattr(meta, "_warned_egress_failures", False)
+    r = Request("http://a.test/", meta={meta.ATTEMPT: 3, meta.EGRESS_FAILURES: bad})
+    with caplog.at_level(logging.WARNING, logger="scrapy_scale.meta"):
+        gone, gave_up = fail(r, C.TRANSIENT)
+        fail(r, C.TRANSIENT)
+    assert gone is None and gave_up  # attempt 3 against a budget of 2: every attempt counted
+    warned = [x for x in caplog.records if meta.EGRESS_FAILURES in x.getMessage()]
+    assert len(warned) == 1  # once per process
+    assert meta.EGRESS_FAILURES in meta.CHAIN_KEYS  # a copied chain starts without it
+
+
+def test_scrapy_own_downloads_count_their_egress_failures_too():
+    """robots.txt through dead proxies: its immediate retries (a plain copy, count_attempt)
+    count egress failures too, or it was retried for ever and a closing spider never closed
+    (tests/crawl/test_egress_crawl.py::test_exhausted_close_... hung on it)."""
+    from scrapy_scale.outcomes.retry import count_attempt
+
+    r = Request("http://a.test/robots.txt")
+    tries = 0
+    while tries < 10:
+        tries += 1
+        attempt = meta.attempt_of(r.meta)
+        d = decider().decide(r, Verdict(C.EGRESS_FAILED, "proxy unreachable"), late_ok=False)
+        if not d.retry:
+            break
+        new = r.copy()
+        count_attempt(new, r, Outcome("fp", r.url, "a.test", C.EGRESS_FAILED, attempt=attempt))
+        r = new
+    assert tries == 4 and d.gave_up  # the first attempt and egress_failed's 3 retries
