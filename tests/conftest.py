@@ -134,10 +134,12 @@ def tier_problem(item: pytest.Item) -> str | None:
     return folder_problem(item.nodeid, next(iter(tiers)), Path(item.path))
 
 
-#: modules whose tests take minutes. They start first, one per xdist worker (python -m tests
+#: modules (or single tests) that take minutes. They start first, one per xdist worker (python -m tests
 #: hands tests out two at a time, in this order: see long_tests_first), so that the parallel
 #: part does not end with one worker busy on a long test alone
 LONGEST_FIRST = (
+    # a 30 s page keeps the crawl open while a dead egress comes back: ~1.5 min
+    "tests/crawl/test_egress_crawl.py::test_a_dead_egress_that_comes_back_is_reprobed_and_returns_to_service",
     "tests/crawl/test_frontier_crash.py",  # 2 x 11 kill -9 and restarts: ~2 min each
     "tests/crawl/test_scrapyd.py",  # a real scrapyd, deploys, kills and restarts: ~1-2 min each
     "tests/crawl/test_egress_browser.py",  # Chromium, a context per page: up to ~1.5 min
@@ -146,14 +148,20 @@ LONGEST_FIRST = (
 )
 
 
+def _long_rank(item: pytest.Item) -> int | None:
+    """The place of ``item`` in LONGEST_FIRST (by its test id, else its module), or None."""
+    for key in (item.nodeid, item.nodeid.split("::")[0]):
+        if key in LONGEST_FIRST:
+            return LONGEST_FIRST.index(key)
+    return None
+
+
 def long_tests_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """``items`` with those of LONGEST_FIRST first, each followed by one other test: with
-    ``--maxschedchunk 1`` every worker starts with two tests, so each gets one long test."""
-    long = sorted(
-        (i for i in items if i.nodeid.split("::")[0] in LONGEST_FIRST),
-        key=lambda i: LONGEST_FIRST.index(i.nodeid.split("::")[0]),
-    )
-    rest = [i for i in items if i.nodeid.split("::")[0] not in LONGEST_FIRST]
+    """``items`` with those of LONGEST_FIRST (modules, or single tests) first, each followed
+    by one other test: with ``--maxschedchunk 1`` every worker starts with two tests, so
+    each gets one long test."""
+    long = sorted((i for i in items if _long_rank(i) is not None), key=lambda i: _long_rank(i) or 0)
+    rest = [i for i in items if _long_rank(i) is None]
     out: list[pytest.Item] = []
     for n, item in enumerate(long):
         out.append(item)

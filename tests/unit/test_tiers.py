@@ -111,13 +111,23 @@ def test_every_collected_module_of_this_suite_sits_in_its_tier_folder(request: p
     assert folder_problem(request.node.nodeid, "crawl", request.path) is not None
 
 
-def test_long_tests_start_first_one_per_worker() -> None:
-    """Handed out two at a time, each worker's first two tests hold one long test."""
+def test_long_tests_start_first_one_per_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Handed out two at a time, each worker's first two tests hold one long test; an entry
+    of LONGEST_FIRST is a module or a single test."""
     from types import SimpleNamespace
 
-    from tests.conftest import LONGEST_FIRST, long_tests_first
+    import tests.conftest as conftest
 
-    a, b = LONGEST_FIRST[:2]
-    items = [SimpleNamespace(nodeid=n) for n in ("x.py::1", f"{b}::t", "x.py::2", f"{a}::t1", f"{a}::t2", "x.py::3")]
-    got = [i.nodeid for i in long_tests_first(items)]  # type: ignore[arg-type]
-    assert got == [f"{a}::t1", "x.py::1", f"{a}::t2", "x.py::2", f"{b}::t", "x.py::3"]
+    monkeypatch.setattr(conftest, "LONGEST_FIRST", ("m.py::slow", "a.py", "b.py"))
+    names = ("x.py::1", "b.py::t", "m.py::quick", "x.py::2", "a.py::t1", "m.py::slow", "a.py::t2", "x.py::3")
+    got = [i.nodeid for i in conftest.long_tests_first([SimpleNamespace(nodeid=n) for n in names])]  # type: ignore[misc]
+    assert got == [
+        "m.py::slow",
+        "x.py::1",
+        "a.py::t1",
+        "m.py::quick",
+        "a.py::t2",
+        "x.py::2",
+        "b.py::t",
+        "x.py::3",
+    ]
