@@ -264,6 +264,8 @@ class Throttle(PacerUpkeep):
     # ---- outcomes ---------------------------------------------------------------------------
 
     def _on_outcome(self, outcome: Outcome, request: Request | None = None, **kw: Any) -> None:
+        if self.learner is not None and outcome.egress is not None:  # robots.txt's too
+            self.learner.settled(str(outcome.egress), outcome.responded)
         if outcome.internal or not outcome.domain:
             return
         key = self._flying.pop(outcome.fingerprint, None)

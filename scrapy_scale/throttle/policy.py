@@ -17,19 +17,19 @@ The delay of a site (seconds between two requests to it):
 - **stray refusals are forgiven, repeated ones are not**: while refusals are under
   :data:`SMALL_SHARE` of the recent answers, an isolated refusal at a pace proven by
   :data:`PROVEN_AFTER_GOOD` good answers in a row (none in the last
-  :data:`STEP_AFTER_GOOD` answers, no other forgiven in the last :data:`FORGIVE_EVERY`)
-  is no step, and neither is the refusal of the first request after a Retry-After
-  pause (once per pause). A forgiven refusal still stops the delay from going lower.
-  Every step or slow-down clears the proven pace;
-- **unconfirmed steps**: what steps and slow-downs add to the too-fast memory is
-  confirmed when the site refuses again below it after good answers (the limit did
-  drop: back to the pace stepped up to), or when the step came after a long run of
-  good answers, unless the answers by pace (:mod:`scrapy_scale.throttle.paces`) say
-  slowing down did not lower the refusals; until then it fades fast once
-  :data:`STEPS_FADE_AFTER` good answers come in a row. A site whose limit dropped costs
-  one refusal more; a new run carries the learned pacing only when the answers by pace
-  back it (:func:`~scrapy_scale.throttle.learned.restore_state`), so refusals tied to
-  paths do not ratchet the learned delay up run after run;
+  :data:`STEP_AFTER_GOOD` answers, no other forgiven in the last :data:`FORGIVE_EVERY`,
+  the answers by pace not tying refusals to the rate) is no step, and neither is the
+  refusal of the first request after a Retry-After pause (once per pause). A forgiven
+  refusal still stops the delay from going lower. Every step clears the proven pace;
+- **after a run of good answers** a refusal steps up from the spacing sent since the
+  previous refusal, pauses included (a bucket that let the run through took that rate),
+  when it is slower than the spacing refused at (at most :data:`CYCLE_CAP` times);
+- **unconfirmed steps** (:mod:`scrapy_scale.throttle.paces` for the answers by pace) are
+  confirmed when the site refuses again below them after good answers, or when the step
+  came after a long run of good answers, unless the answers by pace say slowing down did
+  not lower the refusals; else they fade once :data:`STEPS_FADE_AFTER` good answers come
+  in a row. A new run carries the learned pacing only when the answers by pace back it
+  (:func:`~scrapy_scale.throttle.learned.restore_state`): no ratchet run after run;
 - **recovery**: each success moves the delay ``recovery`` of the way down to its
   goal, which stays :data:`MARGIN` above the remembered too-fast spacing (none while
   recent refusals outnumber good answers). That memory halves every
@@ -82,6 +82,9 @@ GAP_WEIGHT = 0.2
 NOT_THE_RATE = 2.0
 #: ...unless refusals are this share of the recent answers (then the limit dropped)
 STALE_SHARE = 0.3
+#: in the spacing sent since the last refusal, a gap counts as this many intervals at most
+#: (longer, the crawl had nothing to send), and that spacing as this many refused ones
+IDLE_GAP, CYCLE_CAP = 2.0, 1.25
 #: share of the recent answers (about the last 20) that said "overloaded" (a 503 without
 #: Retry-After) from which they are taken as pressure, not noise
 OVERLOAD_SHARE = 0.15
@@ -169,9 +172,13 @@ class Pacing:
         """A request to ``host`` was handed out now."""
         s = self.site(host)
         now = self.clock()
-        if s.last_sent > -math.inf and s.paused_until <= s.last_sent:  # a pause is no spacing
+        if s.last_sent > -math.inf:
             g = now - s.last_sent
-            s.gap = g if s.gap is None else GAP_WEIGHT * g + (1 - GAP_WEIGHT) * s.gap
+            if s.paused_until <= s.last_sent:  # a pause is no spacing
+                s.gap = g if s.gap is None else GAP_WEIGHT * g + (1 - GAP_WEIGHT) * s.gap
+                g = min(g, IDLE_GAP * self.interval(s))  # the site had nothing to send
+            s.cycle_time += g
+            s.cycle_sent += 1
         s.last_sent = now
         s.sent += 1
         s.inflight += 1
@@ -295,6 +302,9 @@ class Pacing:
         tied = paces.rate_tied(s.paces, spacing_now)
         noise = (slower and bool(s.fastest_ok)) or tied is False
         s.good_since_refused = 0
+        by_rate = long_run or (not_cluster and tied is True)
+        cycle = s.cycle_time / s.cycle_sent if by_rate and s.cycle_sent else 0.0
+        s.cycle_time, s.cycle_sent = 0.0, 0
         sent_at = now - (latency or 0.0)
         if sent_at >= s.slowed_at:
             spacing = spacing_now
@@ -302,16 +312,18 @@ class Pacing:
             f = self._fade(s, now)
             settled, peak = s.settled * f, s.peak * f
             old = s.delay
+            # after a run: the spacing sent since the last refusal (what a bucket took)
+            took = max(spacing, min(cycle, spacing * CYCLE_CAP)) if not noise else spacing
             if tf and spacing >= tf * (1 + MARGIN) * 0.99:
                 # refused at the pace learned to be safe: the limit tightened a little, or a
                 # stray 429 (a fault, not the rate)
                 if settled < peak * 0.99 and spacing < peak * (1 + MARGIN) and not_cluster and not noise:
                     # refused again, after good answers, below the pace it was stepped up to:
                     # the steps were right (the limit did drop). Back to that pace, confirmed
-                    tf = settled = peak = max(peak, spacing)
+                    tf = settled = peak = max(peak, took)
                     s.delay = self._bound(s, max(s.delay, tf * (1 + MARGIN)))
                     self._remember(s, now, tf, settled, peak)
-                elif self._stray(s, spacing, isolated, share):
+                elif self._stray(s, spacing, isolated and tied is not True, share):
                     # forgiven: no step, but no faster than this either (the memory holds it)
                     held = max(tf, spacing / (1 + MARGIN))
                     self._remember(s, now, held, settled, peak)
@@ -322,6 +334,7 @@ class Pacing:
                     # After a long run of good answers it is confirmed at once (the memory
                     # had faded below the limit); in a cluster not until refused again below
                     # it: good answers in a row undo it fast
+                    spacing = took
                     s.delay = self._bound(s, max(s.delay, spacing * (1 + MARGIN)))
                     confirmed = spacing if long_run and not noise else settled
                     self._remember(s, now, spacing, confirmed, peak)

@@ -14,7 +14,9 @@ when requests go through egresses (``SCALE_EGRESSES``):
   (429, ``Retry-After``) from most of the routes used recently, at once, slow the site
   and a ``Retry-After`` then pauses it; latency that rises on every route slows every
   route, hence the site; a site that answers ``blocked`` on every route it was tried
-  through waits (:data:`BLOCKED_PAUSE`, doubling) instead of being tried through more.
+  through waits (:data:`BLOCKED_PAUSE`, doubling) instead of being tried through more;
+- an **egress that has not answered yet** carries one request at a time
+  (:data:`PROBE_HOLD`): a blackhole holds one download slot, not one per request.
 
 Without egresses nothing here is used: the site learns from every answer, as before.
 """
@@ -40,6 +42,10 @@ ACTIVE = 60.0
 SITE_SHARE = 0.75
 #: the first wait of a site that answered ``blocked`` on every route it was tried through
 BLOCKED_PAUSE = 30.0
+#: an egress that has not answered yet carries one request at a time (a blackhole holds one
+#: download slot till its timeout, not one per request sent): the next waits for the first
+#: one's outcome, this many seconds at most
+PROBE_HOLD = 15.0
 
 
 def route_key(site: str, egress: str) -> str:
@@ -116,6 +122,10 @@ class RouteLearner:
         self.workers = 1
         #: the egresses that may carry a request to a host now (the egress pool's health)
         self.candidates: Callable[[str], Iterable[str]] | None = None
+        #: egresses that answered (an HTTP answer came through them), and when the request in
+        #: flight through each of the others went out
+        self._answered: set[str] = set()
+        self._probing: dict[str, float] = {}
 
     def _of(self, host: str) -> tuple[SiteState, _Seen]:
         s = self.site.site(host)
@@ -131,6 +141,8 @@ class RouteLearner:
         the ``workers`` live workers sends at most its share of the route's rate."""
         r = self.route(host, egress)
         t = max(r.paused_until, r.last_sent + r.delay * max(1, self.workers))
+        if egress not in self._answered and egress in self._probing:
+            t = max(t, self._probing[egress] + PROBE_HOLD)
         return t if t > self.clock() else 0.0
 
     def hold_until(self, host: str, egresses: Iterable[str] | None = None) -> float:
@@ -151,10 +163,20 @@ class RouteLearner:
         self.routes.ended(route_key(self.site.site(host).key, egress))  # in flight is the site's
         _, seen = self._of(host)
         seen.used[egress] = self.clock()
+        if egress not in self._answered:
+            self._probing.setdefault(egress, self.clock())
+
+    def settled(self, egress: str, answered: bool) -> None:
+        """An attempt through ``egress`` ended (``answered``: with an HTTP answer, whatever it
+        said): an egress not known to answer may carry its next request."""
+        self._probing.pop(egress, None)
+        if answered:
+            self._answered.add(egress)
 
     # ---- evidence ----------------------------------------------------------------------
 
     def on_success(self, host: str, egress: str, latency: float | None) -> None:
+        self.settled(egress, True)
         self.routes.on_success(self.route(host, egress).key, latency)
         self.site.on_success(host, None)  # latency is the route's: the site only recovers
         s, seen = self._of(host)
@@ -163,11 +185,13 @@ class RouteLearner:
         seen.blocked_pauses = 0
 
     def on_error(self, host: str, egress: str, latency: float | None) -> None:
+        self.settled(egress, False)
         self.routes.on_error(self.route(host, egress).key, latency)
 
     def on_overloaded(self, host: str, egress: str, latency: float | None) -> None:
         """A 503 without Retry-After through the route: pressure only when such answers
         rise with the rate (:meth:`Pacing.on_overloaded`); never site-wide by itself."""
+        self.settled(egress, True)
         if not self.routes.on_overloaded(self.route(host, egress).key, latency):
             return
         now = self.clock()
@@ -180,6 +204,7 @@ class RouteLearner:
     def on_rate_limited(self, host: str, egress: str, latency: float | None, retry_after: float | None) -> float:
         """The route was refused. Returns the pause of the *site* (seconds, 0: none): only
         when most of its active routes refused within :data:`WINDOW`."""
+        self.settled(egress, True)
         self.routes.on_rate_limited(self.route(host, egress).key, latency, retry_after)
         now = self.clock()
         s, seen = self._of(host)
@@ -194,6 +219,7 @@ class RouteLearner:
         through recently answered so (two at least) and none answered well since, the site
         waits (:data:`BLOCKED_PAUSE`, doubling each time, at most the Retry-After cap)
         instead of being tried through more routes. Returns that wait (0: none)."""
+        self.settled(egress, True)
         now = self.clock()
         s, seen = self._of(host)
         seen.blocked[egress] = now

@@ -55,6 +55,10 @@ class SiteState:
     paces: dict[int, list[float]] = field(default_factory=dict)
     slowed_spacing: float = 0.0
 
+    #: the spacing requests were sent at since the last refusal (seconds summed, requests)
+    cycle_time: float = 0.0
+    cycle_sent: int = 0
+
     paused_until: float = 0.0
     #: when ``paused_until`` last moved (exported for `scrapy scale status`)
     paused_at: float = 0.0

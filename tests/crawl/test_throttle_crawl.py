@@ -52,10 +52,9 @@ def test_one_worker_learns_a_5_per_second_limit(tmp_path: Path) -> None:
     late = [r for r in log if mid <= r.time <= t1 - 3]
     limited = sum(1 for r in late if r.kind == "rate_limited")
     span = late[-1].time - late[0].time
-    # under 3% refused once learned (it was under 2% before per-route pacing and "noise is
-    # not pressure" changed how refusals step the delay: 2.0-2.6% measured since; see the
-    # known limits in docs/throttle.md)
-    assert limited / len(late) < 0.03, (limited, len(late))
+    # under 2% refused once learned (0-1 of about 145 measured: a refusal after a run learns
+    # the spacing sent since the one before, not the faster one the bucket refused at)
+    assert limited / len(late) < 0.02, (limited, len(late))
     assert len(late) / span >= 0.85 * 5.0, (len(late), span)
     assert res.stats["scale/throttle/rate_limited"] >= 1
 

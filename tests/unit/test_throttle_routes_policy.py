@@ -300,6 +300,7 @@ def test_the_pool_picks_no_route_that_is_not_due_and_the_static_cap_still_bounds
     limiter.attach(learner)
     limiter.workers = 2  # two live workers: each takes half of every route's rate
     assert learner.workers == 2
+    learner.settled("e1:8080", True)  # e1 has answered (else it carries one request at a time)
     limiter.take("e1:8080", HOST, clock())
     assert limiter.full("e1:8080", HOST, clock()) and not limiter.full("e2:8080", HOST, clock())
     assert limiter.free_at("e1:8080", HOST) == pytest.approx(clock() + 1.0)  # the static cap, x 2 workers
@@ -377,3 +378,32 @@ def test_a_limit_that_drops_far_below_the_fastest_pace_taken_is_still_followed()
             refused += 1
             pacing.on_rate_limited(HOST, 0.01, None)
     assert pacing.interval(s) >= 0.8 and s.fastest_ok == 0.0 or s.fastest_ok >= 0.8, (pacing.interval(s), s.fastest_ok)
+
+
+def test_an_egress_that_has_not_answered_yet_carries_one_request_at_a_time() -> None:
+    """A blackhole (accepts, never answers) held one download slot per request sent through
+    it until the download timeout: with 16 slots the crawl stalled for 10 s at its start.
+    Until an egress answers, its next request waits for the first one's outcome (across
+    every site: the egress is what is unknown), PROBE_HOLD seconds at most."""
+    from scrapy_scale.throttle.routing import PROBE_HOLD
+
+    site, learner, clock = setup()
+    other = "shop2.example.test"
+    learner.taken(HOST, "e1:8080")
+    assert learner.route_free_at(HOST, "e1:8080") == pytest.approx(clock() + PROBE_HOLD)
+    assert learner.route_free_at(other, "e1:8080") == pytest.approx(clock() + PROBE_HOLD)  # the egress
+    assert learner.route_free_at(HOST, "e2:8080") == 0.0  # the others are free
+    clock.advance(10.0)
+    learner.settled("e1:8080", False)  # timed out: no answer, the next one may go
+    assert learner.route_free_at(other, "e1:8080") == 0.0
+    learner.taken(other, "e1:8080")
+    assert learner.route_free_at(HOST, "e1:8080") > clock()
+    clock.advance(PROBE_HOLD)  # no outcome came at all (a request dropped): the hold ends
+    assert learner.route_free_at(HOST, "e1:8080") == 0.0
+    learner.taken(HOST, "e2:8080")
+    clock.advance(LATENCY)
+    learner.on_success(HOST, "e2:8080", LATENCY)  # answered: paced by its learned delay only
+    learner.taken(HOST, "e2:8080")
+    learner.taken(other, "e2:8080")
+    assert learner.route_free_at(other, "e3:8080") == 0.0
+    assert learner.route_free_at(HOST, "e2:8080") <= clock() + learner.route(HOST, "e2:8080").delay
