@@ -1,5 +1,6 @@
 """Late retries (``SCALE_RETRY_LATE``): after the quick retries of a passing failure are
-spent, the request comes back minutes later, a few times, before it is given up.
+spent, the request comes back later (seconds, then minutes, doubling), a few times, before it
+is given up.
 
 Quick retries (the class's budget, seconds apart) are right for a reset; a site whose
 entry page fails for a few seconds or minutes (a deploy, a burst of overload) needs a
@@ -33,8 +34,8 @@ class LatePolicy:
     window, ``deadline`` seconds after the chain's first failure (0 = none), for the
     failure ``classes``."""
 
-    retries: int = 3
-    base: float = 60.0
+    retries: int = 5
+    base: float = 10.0
     cap: float = 600.0
     deadline: float = 3600.0
     classes: frozenset[FailureClass] = frozenset({C.TRANSIENT, C.EGRESS_FAILED})
