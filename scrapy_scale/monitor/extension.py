@@ -39,6 +39,9 @@ from scrapy_scale.redact import redact_url
 
 logger = logging.getLogger(__name__)
 
+#: longest wait for the final export when the reactor stops before the spider closed
+SHUTDOWN_SECONDS = 5.0
+
 
 class MetricsExtension:
     def __init__(self, crawler: Any):
@@ -62,6 +65,9 @@ class MetricsExtension:
         self._exporting: defer.Deferred[Any] | None = None
         self._export_warned: set[str] = set()
         self._poller: Any = None
+        #: the final export ran (spider_closed), or the reactor's shutdown took its place
+        self._finalized = False
+        self._shutdown_trigger: Any = None
         if self.ports is not None:
             self.server = MetricsServer(self.registry, S.HOST.get(s), self.ports)
             try:
@@ -114,6 +120,8 @@ class MetricsExtension:
                 self.gateway,
                 {"job": job, "spider": spider.name, "worker": worker, "scrapyd_job": scrapyd_job},
             )
+        if self.pusher is not None or self.textfile:
+            self._shutdown_trigger = _reactor().addSystemEventTrigger("before", "shutdown", self._on_reactor_shutdown)
         self._loop = task.LoopingCall(self.tick)
         self._loop.start(self.interval, now=True).addErrback(
             lambda f: logger.error("metrics: periodic read failed: %s", f.getErrorMessage())
@@ -194,9 +202,40 @@ class MetricsExtension:
                 logger.warning("metrics %s to %s failed (will keep trying): %s", what, where, e)
 
     async def spider_closed(self, spider: Any, reason: str) -> None:
+        self._finalized = True
         if self._loop is not None and self._loop.running:
             self._loop.stop()
-        await self._final()
+        try:
+            await self._final()
+        finally:
+            self._remove_trigger()
+
+    def _on_reactor_shutdown(self) -> defer.Deferred[Any] | None:
+        """The reactor stops without the spider having closed (a Ctrl-C while Scrapy's
+        engine was still starting, a second Ctrl-C): the final push, the group's delete and
+        the textfile are still written, within SHUTDOWN_SECONDS, so no group is left behind
+        on the Pushgateway with a crawl's last numbers."""
+        self._shutdown_trigger = None
+        if self._finalized:
+            return None
+        self._finalized = True
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        d = deferred_from_coro(self._last_export())
+        d.addTimeout(SHUTDOWN_SECONDS, _reactor())
+        d.addErrback(lambda f: logger.warning("metrics: final export at shutdown failed: %s", f.getErrorMessage()))
+        return d
+
+    async def _last_export(self) -> None:
+        while self._exporting is not None:
+            await maybe_deferred_to_future(self._exporting)
+        live_metrics.refresh(self.crawler, self.metrics)
+        await self._export(final=True)
+
+    def _remove_trigger(self) -> None:
+        if self._shutdown_trigger is not None:
+            _reactor().removeSystemEventTrigger(self._shutdown_trigger)
+            self._shutdown_trigger = None
 
     def engine_stopped(self) -> None:
         if self.server is not None:
@@ -204,3 +243,9 @@ class MetricsExtension:
             self.server = None
         if self.file_sd is not None:
             self.file_sd.remove()
+
+
+def _reactor() -> Any:
+    from twisted.internet import reactor  # the one Scrapy installed
+
+    return reactor

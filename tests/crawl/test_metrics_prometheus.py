@@ -197,8 +197,16 @@ def test_pushgateway_groups_carry_the_job_id_and_are_deleted_at_close(tmp_path: 
             g = wait_for(group, 90, "a pushed group")
             assert g["scrapyd_job"] == "6487ec79947edab326d6db28"
             assert g["spider"] == "catalog" and g["worker"]
+            # a count above 0: the crawl is under way (the series exist at 0 from the first push,
+            # and a SIGINT before Scrapy's engine runs stops the reactor before the spider closes)
             text = wait_for(
-                lambda: (t := http_get(pgw.url + "/metrics")) and 'class="ok"' in t and t, 90, "pushed request counts"
+                lambda: (
+                    (t := http_get(pgw.url + "/metrics"))
+                    and any(v > 0 for _, v in pushed(t, "scrapy_scale_requests_total", job="pushed", **{"class": "ok"}))
+                    and t
+                ),
+                90,
+                "pushed request counts",
             )
             assert pushed(text, "scrapy_scale_requests_total", job="pushed", **{"class": "ok"})
         finally:
@@ -213,6 +221,45 @@ def test_pushgateway_groups_carry_the_job_id_and_are_deleted_at_close(tmp_path: 
         ok = pushed(http_get(pgw.url + "/metrics"), "scrapy_scale_requests_total", job="kept", **{"class": "ok"})
         assert len(ok) == 1 and ok[0][0]["scrapyd_job"] == "run2", ok
         assert ok[0][1] == res.stats["scale/outcome/ok"]
+
+
+def test_a_second_ctrl_c_still_deletes_the_pushed_group(tmp_path: Path) -> None:
+    """The reactor stops without the spider closing (a second Ctrl-C while the first one's
+    clean stop waits for a download that hangs): spider_closed never runs, and the group
+    was left on the Pushgateway with the crawl's last numbers. The reactor's shutdown now
+    writes the final push and deletes it."""
+    with Testbed(hosts=2, pages=40, seed=6, faults="hang@1:/item/3") as tb, Pushgateway(tmp_path / "pgw") as pgw:
+        settings = {
+            "SCALE_METRICS_PUSHGATEWAY": pgw.url,
+            "SCALE_METRICS_INTERVAL": 0.5,
+            "SCALE_JOB": "forced",
+            "DOWNLOAD_TIMEOUT": 600,
+            **UNPACED,
+        }
+        proc = start_crawl(tb, settings, tmp_path)
+        try:
+
+            def ok_pushed() -> bool:
+                text = http_get(pgw.url + "/metrics") or ""
+                samples = pushed(text, "scrapy_scale_requests_total", job="forced", **{"class": "ok"})
+                return any(v > 0 for _, v in samples)
+
+            wait_for(
+                lambda: any(r.kind == "hang" for r in tb.log) and ok_pushed(), 90, "pages pushed, the hang asked for"
+            )
+            assert [g for g in pgw.groups() if g.get("job") == "forced"]
+            proc.send_signal(signal.SIGINT)
+            wait_for(lambda: "shutting down gracefully" in proc.result().log, 30, "the first Ctrl-C")
+            proc.send_signal(signal.SIGINT)
+            res = proc.finish(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        left = [g for g in pgw.groups() if g.get("job") == "forced"]
+    assert "forcing unclean shutdown" in res.log, res.tail()
+    assert "Spider closed" not in res.log, res.tail()  # the path under test: spider_closed never ran
+    assert "metrics: final export at shutdown failed" not in res.log
+    assert left == [], "the group is deleted at the reactor's shutdown"
 
 
 def pushed(text: str, name: str, **labels: str) -> list[tuple[dict[str, str], float]]:
