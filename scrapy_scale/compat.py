@@ -42,6 +42,13 @@ def wake_engine(crawler: Any) -> bool:
     return True
 
 
+def installed_reactor() -> Any:
+    """The Twisted reactor Scrapy installed (typed Any: its interfaces are not one class)."""
+    from twisted.internet import reactor
+
+    return reactor
+
+
 def slot_full_check(crawler: Any) -> Callable[[str], bool] | None:
     """A check "is the download slot of this host full" (as many requests in it as its
     concurrency), read from the downloader's public ``slots``; None when the engine has

@@ -188,7 +188,9 @@ class Scheduler(BaseScheduler):
         remove_gate = install_empty_gate(engine, self.has_work_for_this_worker)
         remove_backout = install_backout(engine, self.engine_backs_out)
         self._remove_gate = lambda: (remove_gate(), remove_backout())[-1]
-        self._shutdown_trigger = _reactor().addSystemEventTrigger("before", "shutdown", self._on_reactor_shutdown)
+        self._shutdown_trigger = compat.installed_reactor().addSystemEventTrigger(
+            "before", "shutdown", self._on_reactor_shutdown
+        )
         return None
 
     def _on_reactor_shutdown(self) -> defer.Deferred[Any] | None:
@@ -209,7 +211,7 @@ class Scheduler(BaseScheduler):
             len(ops),
         )
         d = self.sync.last_writes(ops)
-        d.addTimeout(SHUTDOWN_WRITE_SECONDS, _reactor())
+        d.addTimeout(SHUTDOWN_WRITE_SECONDS, compat.installed_reactor())
         d.addErrback(lambda f: logger.error("frontier: final write at shutdown failed: %s", f.getErrorMessage()))
         return d
 
@@ -276,7 +278,7 @@ class Scheduler(BaseScheduler):
             self.store.close()
             self.sync.stop_thread()
             if self._shutdown_trigger is not None:
-                _reactor().removeSystemEventTrigger(self._shutdown_trigger)
+                compat.installed_reactor().removeSystemEventTrigger(self._shutdown_trigger)
                 self._shutdown_trigger = None
 
     # ---- engine interface ------------------------------------------------------------------
@@ -400,12 +402,6 @@ class Scheduler(BaseScheduler):
             from scrapy.utils.defer import deferred_from_coro
 
             deferred_from_coro(engine.close_spider_async(reason="frontier_failed"))
-
-
-def _reactor() -> Any:
-    from twisted.internet import reactor  # the one Scrapy installed
-
-    return reactor
 
 
 def _fallback(crawler: Crawler, request: Request, responded: bool, items: int) -> None:

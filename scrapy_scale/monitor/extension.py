@@ -30,7 +30,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet import defer, task, threads
 
-from scrapy_scale import startup
+from scrapy_scale import compat, startup
 from scrapy_scale.config import ScaleSettingError, core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.monitor import live_metrics
@@ -121,7 +121,9 @@ class MetricsExtension:
                 {"job": job, "spider": spider.name, "worker": worker, "scrapyd_job": scrapyd_job},
             )
         if self.pusher is not None or self.textfile:
-            self._shutdown_trigger = _reactor().addSystemEventTrigger("before", "shutdown", self._on_reactor_shutdown)
+            self._shutdown_trigger = compat.installed_reactor().addSystemEventTrigger(
+                "before", "shutdown", self._on_reactor_shutdown
+            )
         self._loop = task.LoopingCall(self.tick)
         self._loop.start(self.interval, now=True).addErrback(
             lambda f: logger.error("metrics: periodic read failed: %s", f.getErrorMessage())
@@ -149,12 +151,9 @@ class MetricsExtension:
                 await maybe_deferred_to_future(settled().addTimeout(30, reactor))
             except Exception:  # noqa: BLE001 - the export goes on with what is open now
                 logger.debug("metrics: browser contexts not settled at close", exc_info=True)
-        live_metrics.refresh(self.crawler, self.metrics)
         if self._poller is not None:
             self.metrics.set_frontier(await maybe_deferred_to_future(self._poller.refresh(fresh=True)))
-        while self._exporting is not None:
-            await maybe_deferred_to_future(self._exporting)
-        await self._export(final=True)
+        await self._last_export()
 
     def _export_done(self, result: Any) -> None:
         self._exporting = None
@@ -203,8 +202,7 @@ class MetricsExtension:
 
     async def spider_closed(self, spider: Any, reason: str) -> None:
         self._finalized = True
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
+        self._stop_loop()
         try:
             await self._final()
         finally:
@@ -219,22 +217,27 @@ class MetricsExtension:
         if self._finalized:
             return None
         self._finalized = True
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
+        self._stop_loop()
         d = deferred_from_coro(self._last_export())
-        d.addTimeout(SHUTDOWN_SECONDS, _reactor())
+        d.addTimeout(SHUTDOWN_SECONDS, compat.installed_reactor())
         d.addErrback(lambda f: logger.warning("metrics: final export at shutdown failed: %s", f.getErrorMessage()))
         return d
 
     async def _last_export(self) -> None:
+        """The final read of the crawl's gauges and the final exports, after any export
+        still running."""
         while self._exporting is not None:
             await maybe_deferred_to_future(self._exporting)
         live_metrics.refresh(self.crawler, self.metrics)
         await self._export(final=True)
 
+    def _stop_loop(self) -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+
     def _remove_trigger(self) -> None:
         if self._shutdown_trigger is not None:
-            _reactor().removeSystemEventTrigger(self._shutdown_trigger)
+            compat.installed_reactor().removeSystemEventTrigger(self._shutdown_trigger)
             self._shutdown_trigger = None
 
     def engine_stopped(self) -> None:
@@ -243,9 +246,3 @@ class MetricsExtension:
             self.server = None
         if self.file_sd is not None:
             self.file_sd.remove()
-
-
-def _reactor() -> Any:
-    from twisted.internet import reactor  # the one Scrapy installed
-
-    return reactor
