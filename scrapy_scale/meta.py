@@ -24,6 +24,13 @@ FIRST_FAILED = "scale_first_failed"
 #: reached the site, so they count in the egress_failed budget only, not in another class's
 EGRESS_FAILURES = "scale_egress_failures"
 
+#: True for an attempt through an egress that has not proved itself (a re-probe out of
+#: quarantine, or no answer through it yet while others answered): a failure without an
+#: answer is then retried as an egress failure (the outcome stays ``transient``: the egress
+#: pool blames the egress only with evidence). One attempt's: set or removed by the egress
+#: middleware at every assignment, removed when the request goes back to the scheduler
+EGRESS_PROBE = "scale_egress_probe"
+
 #: the keys that make a request the next attempt of its chain; a request that copied
 #: them from another (``meta=dict(response.meta)``) starts a chain of its own without them
 CHAIN_KEYS = (ATTEMPT, NOT_BEFORE, LAST_FAILURE, AVOID_EGRESS, LATE, FIRST_FAILED, EGRESS_FAILURES, "retry_times")

@@ -21,6 +21,9 @@ RETRY_ABANDONED = "scale/retry/abandoned"
 RETRY_NOT_BEFORE_GUARD = "scale/retry/not_before_guard"
 WARNED = "scale/"  # + the kind of a counted warning: retry_after_negative, retry_after_huge
 RETRY_LATE = "scale/retry/late"  # late retries scheduled (SCALE_RETRY_LATE: after the quick budget)
+# transient attempts with no answer through an egress that had not proved itself, retried as
+# the egress's failure (at once, through another egress, in the egress_failed budget)
+RETRY_AS_EGRESS_FAILURE = "scale/retry/as_egress_failure"
 RETRY_LATE_BAD_META = "scale/retry/late_bad_meta"  # a stored request's late-retry meta that was not valid
 
 # Scrapy's own RetryMiddleware keys, written too (existing dashboards and monitors read them)
@@ -115,7 +118,7 @@ EGRESS_RESTORED = "scale/egress/restored"  # re-probes that restored an egress
 EGRESS_GROUPS_RETIRED = "scale/egress/groups_retired"
 EGRESS_POOL_SIZE = "scale/egress/pool_size"  # egresses in the pool after a source refresh
 EGRESS_POOL = "scale/egress/pool/"  # + healthy, quarantined, probing: egresses per state (at each sync)
-EGRESS_WAIT = "scale/egress/wait/"  # + quarantined, route_cap, probing, empty: requests held, by why
+EGRESS_WAIT = "scale/egress/wait/"  # + quarantined, route_cap, probing, empty, avoided (a retry waits for an egress it does not avoid): requests held, by why
 EGRESS_BY = "scale/egress/by/"  # + id/requests, id/failed/CLASS, at close, top N ids + other
 EGRESS_BROWSER_CONTEXTS = "scale/egress/browser/contexts"  # live egress contexts (gauge; 0 after close)
 EGRESS_BROWSER_CONTEXTS_MAX = "scale/egress/browser/contexts_max"  # most live at once (seen at syncs)
@@ -125,6 +128,8 @@ EGRESS_STATE_SKIPPED = "scale/egress/state_skipped/"  # + bad_record, clamped, l
 EGRESS_SUSPECT = "scale/egress/suspect_failures"  # attempts through an egress that failed after the connection
 EGRESS_SUSPECT_BLAMED = "scale/egress/suspect_blamed"  # such failures counted against the egress (evidence)
 EGRESS_FIRST_BYTE_TIMEOUTS = "scale/egress/first_byte_timeouts"  # attempts cancelled: no headers in time
+# of those, through an egress not proven yet, under its site's shorter bound (egress/header_times.py)
+EGRESS_FIRST_BYTE_TIMEOUTS_UNPROVEN = "scale/egress/first_byte_timeouts_unproven"
 EGRESS_ROUTE_CAPPED = "scale/egress/route_capped/"  # + id/domain: times a route was at its cap (top N)
 
 # ---- quality (scrapy_scale.quality: the validation pipeline and the report extension) ----

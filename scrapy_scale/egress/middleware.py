@@ -138,7 +138,7 @@ class EgressMiddleware(SourceGlue):
         if domain in self._waiting:
             del self._waiting[domain]
             logger.info("egress: %s has an egress again; its requests go on", domain)
-        self._assign(request, choice.egress)
+        self._assign(request, choice.egress, choice.unproven)
         if choice.probe:
             self.stats.inc_value(K.EGRESS_REPROBES)
         self.stats.inc_value(K.EGRESS_REQUESTS)
@@ -150,9 +150,13 @@ class EgressMiddleware(SourceGlue):
                 raise  # EgressContextError: an egress_failed outcome, retried through another egress
         return None
 
-    def _assign(self, request: Request, e: Egress) -> None:
+    def _assign(self, request: Request, e: Egress, unproven: bool = False) -> None:
         m = request.meta
         m[meta.EGRESS] = e.id
+        if unproven:
+            m[meta.EGRESS_PROBE] = True
+        else:
+            m.pop(meta.EGRESS_PROBE, None)  # an earlier attempt's
         m["proxy"] = e.proxy_url
         m.pop("_auth_proxy", None)  # HttpProxyMiddleware's memory of the previous egress
         request.headers.pop(_AUTH, None)
@@ -174,6 +178,8 @@ class EgressMiddleware(SourceGlue):
         again = request.replace(dont_filter=True)
         again.meta[meta.NOT_BEFORE] = min(until, time.time() + RECHECK)
         self.stats.inc_value(K.egress_wait(reason))
+        if reason == "avoided":  # one retry waits for another egress; the domain goes on
+            return again
         if domain not in self._waiting:
             what = {
                 "quarantined": "every egress is quarantined for it",
@@ -208,7 +214,14 @@ class EgressMiddleware(SourceGlue):
     def on_scheduled(self, request: Request, spider: Any = None) -> None:
         """A request going (back) to the scheduler carries no credentials to be stored, nor
         what belongs to an earlier attempt (its copy of whose meta it is)."""
+        request.meta.pop(meta.EGRESS_PROBE, None)
         if request.meta.get(meta.EGRESS) is not None:
+            # the pool assigns an egress at every attempt (a project's own "proxy" has no
+            # EGRESS): an earlier attempt's egress and proxy must not stay, or a failure
+            # before this middleware runs again (an earlier middleware's exception, a
+            # request dropped while held) would be blamed on that egress
+            request.meta.pop(meta.EGRESS, None)
+            request.meta.pop("proxy", None)
             request.headers.pop(_AUTH, None)
             request.meta.pop("_auth_proxy", None)
             kwargs = request.meta.get("playwright_context_kwargs")
@@ -323,6 +336,7 @@ class EgressMiddleware(SourceGlue):
         self._browser_gauges()
         for key, n in (
             (K.EGRESS_FIRST_BYTE_TIMEOUTS, self.first_byte.expired),
+            (K.EGRESS_FIRST_BYTE_TIMEOUTS_UNPROVEN, self.first_byte.expired_unproven),
             (K.EGRESS_SUSPECT, self.pool.counts["suspect_failures"]),
             (K.EGRESS_SUSPECT_BLAMED, self.pool.counts["suspect_blamed"]),
         ):

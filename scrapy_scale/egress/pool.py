@@ -13,8 +13,8 @@ Plain Python with an injectable clock and randomness (no reactor): the Scrapy gl
   through another egress (:mod:`~.suspects`); everything else is no evidence at all.
 - :meth:`EgressPool.choose` picks among the egresses available for a domain, weighted by
   score and spread by load, with optional stickiness and route caps; a retry's egresses
-  to avoid are avoided while another one is available. When none is, the answer says
-  until when the domain must wait.
+  to avoid are avoided while another healthy one is, or will be once its route is free.
+  When none is, the answer says until when the domain must wait.
 - A group whose members degrade together is retired as a whole.
 """
 
@@ -45,7 +45,11 @@ class Choice:
     wait_until: float = 0.0
     #: why the domain waits: ``quarantined``, ``route_cap``, ``probing``, ``empty``
     reason: str = ""
+    #: a re-probe of an egress out of quarantine
     probe: bool = False
+    #: the egress has not proved itself: a re-probe, or no answer through it yet while
+    #: others answered (a failure without an answer is then retried as the egress's)
+    unproven: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,8 @@ class EgressPool:
         self.counts: Counter[str] = Counter()  # evictions, reprobes, restored, ...
         self._sticky: dict[str, Sticky] = {}
         self.suspects = Suspects(self.policy.half_life)
+        #: egresses an answer (any status) came through, in this process
+        self.answered: set[str] = set()
         self.set_egresses(egresses)
 
     # ---- the set of egresses ---------------------------------------------------
@@ -187,7 +193,18 @@ class EgressPool:
         if not free:
             return self._wait(domain, blocked, now)
         avoid = set(avoid)
-        pick = [e for e in free if e not in avoid] or free
+        pick = [e for e in free if e not in avoid]
+        if not pick:
+            # only egresses this request failed through are free: wait for a healthy one it
+            # does not avoid, at its route's pace or holding its first request (free once
+            # that answers: asked again within PROBE_WAIT), rather than go back through one
+            # that failed it (a browser page went three times through the same dead proxy
+            # while the healthy one held its first page load)
+            others = [t for e, t in blocked.items() if e not in avoid and not self._health_wait(e, domain, now)]
+            if others:
+                self.counts["wait/avoided"] += 1
+                return Choice(None, min(min(others), now + PROBE_WAIT), "avoided")
+            pick = free
         probing = [e for e in pick if self.state(e) == PROBING or self.state(e, domain) == PROBING]
         chosen = probing[0] if probing else self._sticky_or_weighted(domain, pick, avoid, now)
         return self._take(chosen, domain, now)
@@ -230,7 +247,10 @@ class EgressPool:
         self.routes.take(e, domain, now)
         self.inflight[e] += 1
         self.requests[e] += 1
-        return Choice(self.egresses[e], probe=probe)
+        # no answer through it yet while others answered: not while no egress answered at all
+        # (a site that never answers must not look like every egress's fault)
+        unproven = probe or (bool(self.answered) and e not in self.answered)
+        return Choice(self.egresses[e], probe=probe, unproven=unproven)
 
     def _wait(self, domain: str, blocked: dict[str, float], now: float) -> Choice:
         until = min(blocked.values())
@@ -257,6 +277,8 @@ class EgressPool:
         if egress not in self.egresses:
             return []
         now = self.clock()
+        if responded:
+            self.answered.add(egress)
         if cls != "ok":
             self.failures.setdefault(egress, Counter())[cls] += 1
         if blame == "egress_domain":

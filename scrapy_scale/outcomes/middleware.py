@@ -129,6 +129,8 @@ class OutcomeDownloaderMiddleware:
         core.delayed.retry_made()
         if decision.late:
             core.stats.inc_value(K.RETRY_LATE)
+        if decision.as_egress_failure:
+            core.stats.inc_value(K.RETRY_AS_EGRESS_FAILURE)
         scrapy_retry_logger.debug(
             "Retrying %(request)s (failed %(retry_times)d times): %(reason)s",
             {"request": request, "retry_times": o.attempt, "reason": scrapy_reason(o)},
@@ -193,7 +195,7 @@ class OutcomeDownloaderMiddleware:
         if request.callback is NO_CALLBACK:
             return self._internal(request, verdict, exception=exception)
         latency = self.clock() - t0 if t0 is not None else None
-        decision = core.decider.decide(request, verdict)
+        decision = core.decider.decide(request, verdict, answered=False)
         if decision.retry:
             return self._retry(request, verdict, decision, exception=exception, latency=latency)
         gave_up = decision.why if decision.gave_up else None

@@ -144,6 +144,9 @@ class Decision:
     why: str = ""
     #: a late retry (``SCALE_RETRY_LATE``): the quick budget was spent
     late: bool = False
+    #: decided as an ``egress_failed`` attempt though its class is ``transient``: no answer
+    #: through an egress that had not proved itself (see ``RetryDecider.decide``)
+    as_egress_failure: bool = False
 
 
 NO_RETRY = Decision(False)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from scrapy.utils.httpobj import urlparse_cached
@@ -39,8 +40,9 @@ class RetryDecider:
         self.policy = policy
         self.enabled = enabled
 
-    def decide(self, request: Request, verdict: Verdict, late_ok: bool = True) -> Decision:
-        """``late_ok``: False for Scrapy's own downloads (robots.txt), retried at once."""
+    def decide(self, request: Request, verdict: Verdict, late_ok: bool = True, answered: bool = True) -> Decision:
+        """``late_ok``: False for Scrapy's own downloads (robots.txt), retried at once.
+        ``answered``: False for an attempt that got no response (an exception)."""
         m = request.meta
         where = urlparse_cached(request).hostname or ""
         late_done, first_failed = self.late_state(m, where) if late_ok else (0, None)
@@ -49,9 +51,14 @@ class RetryDecider:
         # transient budget, and the whole site behind it was lost)
         attempt = meta.attempt_of(m)
         at_egress = meta.egress_failures_of(m, attempt)
-        n = at_egress + 1 if verdict.cls is FailureClass.EGRESS_FAILED else attempt - at_egress
+        # no answer through an egress that has not proved itself (meta.EGRESS_PROBE): retried as
+        # an egress failure (at once, through another egress, in that budget), though its
+        # blame is left to the egress pool's evidence: a site's page that hangs is no reason
+        # to evict an egress, and a late retry is no reason to lose a site's entry page
+        cls = FailureClass.EGRESS_FAILED if _unproven_egress(m, verdict.cls, answered) else verdict.cls
+        n = at_egress + 1 if cls is FailureClass.EGRESS_FAILED else attempt - at_egress
         d = self.policy.decide(
-            verdict.cls,
+            cls,
             n,
             retry_after=verdict.retry_after,
             max_retries=m.get("max_retry_times"),
@@ -64,7 +71,7 @@ class RetryDecider:
         )
         if d.retry and not verdict.retryable:
             return Decision(False, gave_up=True, why="not listed")
-        return d
+        return replace(d, as_egress_failure=True) if cls is not verdict.cls else d
 
     def late_state(self, m: dict[str, object], where: str) -> tuple[int, float | None]:
         """The chain's late retries so far and its first failure's time, from the request's
@@ -163,8 +170,17 @@ def count_attempt(new: Request, request: Request, outcome: Outcome) -> None:
     after an ``egress_failed`` attempt (every retry counts, Scrapy's own downloads' too: an
     egress failure not counted would be retried for ever)."""
     new.meta[meta.ATTEMPT] = outcome.attempt + 1
-    if outcome.cls is FailureClass.EGRESS_FAILED:
+    if outcome.cls is FailureClass.EGRESS_FAILED or _unproven_egress(
+        request.meta, outcome.cls, outcome.status is not None
+    ):
         new.meta[meta.EGRESS_FAILURES] = meta.egress_failures_of(request.meta, outcome.attempt) + 1
+
+
+def _unproven_egress(m: dict[str, object], cls: FailureClass, answered: bool) -> bool:
+    """A ``transient`` attempt without an answer through an egress that had not proved itself
+    (a re-probe, or no answer through it yet while others answered): retried as the egress's
+    failure. Only ``True`` counts (one attempt's key, set by the egress middleware)."""
+    return cls is FailureClass.TRANSIENT and not answered and m.get(meta.EGRESS_PROBE) is True
 
 
 def _a_time(v: object) -> bool:

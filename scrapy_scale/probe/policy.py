@@ -10,8 +10,9 @@ only runs the steps this decides and hands back their answers.
 - **judge** (:func:`judge`): a step is *bad* with no answer at all, on a 429 or ``Retry-After``, blocks above 1%,
   success below 98%, p95 latency above twice step 1's, or goodput lower than the last
   good step's; it is *client-bound* when the probe, not the site, was the limit (requests
-  in flight well below the step's concurrency, the probe's process saturated, or its event
-  loop late by a good share of the latency measured): that is
+  in flight well below the step's concurrency, the probe's process saturated, its event
+  loop late by a good share of the latency measured, or a lower goodput at the latency of
+  the last good step, within ``flat_latency``: a site past its knee answers later): that is
   never taken for the site's knee; the step is tried once more and, bound again, the
   probe ends there;
 - a step bad only by its latency or goodput (no error said so) is run once more, and is
@@ -65,6 +66,9 @@ class Limits:
     latency_slack: float = 0.02
     #: goodput may dip this share under the last good step's before it counts as lower
     goodput_slack: float = 0.03
+    #: a lower goodput at a p95 at most this many seconds above the last good step's is the
+    #: probe's limit, not the site's: a site past its knee answers later (Little's law)
+    flat_latency: float = 0.005
     #: client-bound: in flight under this share of the step, or the process busier than this
     min_in_flight_share: float = 0.75
     max_busy: float = 0.9
@@ -115,7 +119,12 @@ def judge(fig: StepFigures, baseline_p95: float | None, last_good: StepFigures |
     if baseline_p95 is not None and fig.p95 > max(lim.latency_factor * baseline_p95, baseline_p95 + lim.latency_slack):
         slow.append(f"p95 {fig.p95 * 1000:.0f} ms > {lim.latency_factor:g}x step 1")
     if last_good is not None and fig.goodput < last_good.goodput * (1 - lim.goodput_slack):
-        slow.append(f"goodput {fig.goodput:.1f}/s < {last_good.goodput:.1f}/s at {last_good.concurrency}")
+        lower = f"goodput {fig.goodput:.1f}/s < {last_good.goodput:.1f}/s at {last_good.concurrency}"
+        if not slow and fig.p95 <= last_good.p95 + lim.flat_latency:
+            # fewer answers at the same latency: fewer were sent, so the probe was the limit
+            client.append(f"{lower} at the same p95 ({fig.p95 * 1000:.0f} ms)")
+        else:
+            slow.append(lower)
     if site:
         fig.verdict, fig.reasons = BAD, site + slow
     elif client:

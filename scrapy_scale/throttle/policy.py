@@ -174,9 +174,16 @@ class Pacing:
         now = self.clock()
         if s.last_sent > -math.inf:
             g = now - s.last_sent
+            iv = self.interval(s)
             if s.paused_until <= s.last_sent:  # a pause is no spacing
-                s.gap = g if s.gap is None else GAP_WEIGHT * g + (1 - GAP_WEIGHT) * s.gap
-                g = min(g, IDLE_GAP * self.interval(s))  # the site had nothing to send
+                # nor is an idle spell (the site had nothing to send): a gap counts as IDLE_GAP
+                # times the pace sent so far at most, or the burst after one (a site whose
+                # pages waited for a late retry) is taken for a slow pace when refused, and
+                # the route or site learns a limit of one request in seconds
+                ref = max(iv, s.gap or 0.0)
+                sample = min(g, IDLE_GAP * ref) if ref > 0 else g
+                s.gap = sample if s.gap is None else GAP_WEIGHT * sample + (1 - GAP_WEIGHT) * s.gap
+                g = min(g, IDLE_GAP * iv)  # the site had nothing to send
             s.cycle_time += g
             s.cycle_sent += 1
         s.last_sent = now

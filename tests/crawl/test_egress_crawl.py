@@ -14,6 +14,7 @@ import pytest
 
 from scrapy_scale.testbed import ProxySpec, Testbed
 from tests.support.crawling import run_crawl, start_crawl
+from tests.support.hang import hang_guard
 
 pytestmark = pytest.mark.crawl
 
@@ -76,13 +77,19 @@ def test_eight_egresses_dead_slow_flaky_and_banned(tmp_path):
     outs = outcomes(tmp_path)
     by_egress = Counter(o["egress"] for o in outs)
     for dead in ("dead1", "dead2"):  # evicted within the bound, never re-probed (quarantine 600 s)
-        assert 1 <= by_egress[eid[dead]] <= EVICTION_BOUND, by_egress
+        # attempts through it: the stats count Scrapy's own downloads too (robots.txt), which the
+        # outcome log leaves out; a dead egress may spend all its failures on those
+        tried = res.stats.get(f"scale/egress/by/{eid[dead]}/failed/egress_failed", 0)
+        assert by_egress[eid[dead]] <= tried and 1 <= tried <= EVICTION_BOUND, (by_egress, tried)
         assert f"egress {eid[dead]} quarantined until" in res.log
     # the banned egress: avoided for shop2 after the bound, still used for the others
     to_banned = Counter(r.host for r in served if r.egress == "banned")
     assert to_banned["shop2.example.test"] <= EVICTION_BOUND
     assert to_banned["shop1.example.test"] > 0 and to_banned["shop3.example.test"] > 0
-    assert f"egress {eid['banned']} quarantined for shop2.example.test" in res.log
+    # quarantined for shop2 once it failed there MIN_FAILURES times; its score for shop2 may
+    # steer the picks elsewhere first, and the crawl end before a third failure (1 run in 10)
+    banned_quarantined = f"egress {eid['banned']} quarantined for shop2.example.test" in res.log
+    assert banned_quarantined or to_banned["shop2.example.test"] < MIN_FAILURES, to_banned
     assert res.stats["scale/egress/evictions"] == 2  # dead1, dead2: no healthy or slow egress evicted
     # per site: the banned egress for shop2, and the flaky one (it resets 30% of what it carries:
     # resets through an egress count against it for that site once another egress answers it);
@@ -90,12 +97,10 @@ def test_eight_egresses_dead_slow_flaky_and_banned(tmp_path):
     by_site = re.findall(r"egress (\S+) quarantined for (\S+) until", res.log)
     name = {v: k for k, v in eid.items()}
     assert {name[e] for e, _site in by_site} <= {"banned", "flaky"}, by_site
-    assert res.stats["scale/egress/evictions_domain"] == len(by_site) >= 1
+    assert res.stats.get("scale/egress/evictions_domain", 0) == len(by_site) >= int(banned_quarantined)
     # pacing stays per target domain: the download slot is the host, never the proxy
     assert {o["slot"] for o in outs if o["slot"]} <= {"shop1.example.test", "shop2.example.test", "shop3.example.test"}
     assert res.stats["scale/egress/pool/quarantined"] == 2
-    # (the stats also count Scrapy's own downloads through it, robots.txt, which the outcome log leaves out)
-    assert res.stats[f"scale/egress/by/{eid['dead1']}/failed/egress_failed"] >= by_egress[eid["dead1"]]
 
 
 def test_429_storm_and_404s_evict_no_egress(tmp_path):
@@ -124,7 +129,7 @@ def test_429_storm_and_404s_evict_no_egress(tmp_path):
 
 
 def _wait_for(path: Path, pattern: str, proc: Any, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + hang_guard(timeout)
     while time.monotonic() < deadline:
         if path.exists() and re.search(pattern, path.read_text(errors="replace")):
             return

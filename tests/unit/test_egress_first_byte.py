@@ -128,3 +128,58 @@ def test_install_wraps_each_crawlers_handlers_and_close_gives_them_back(monkeypa
     assert not fb1.installed and fb1.closed
     fb2.uninstall()
     assert "download_request_async" not in vars(h2)
+
+
+def test_an_unproven_egress_is_bound_by_what_its_site_showed_through_the_others():
+    """A blackholed proxy's re-probe held its page for the whole timeout (the chaos bench's
+    10 s DOWNLOAD_TIMEOUT; 30 s by default): once the site answered through the others, an
+    attempt through an egress that has not proved itself is cut at 4x their 95th percentile
+    (at least 2 s; the test scales the floor down)."""
+    fb = FirstByteTimeout(crawler=None, seconds=60)
+    fb.times.floor = 0.05
+
+    async def quick(request):
+        fb.on_headers(headers={}, body_length=0, request=request)
+        return "response"
+
+    async def never(request):
+        await asyncio.sleep(3600)
+
+    # before the site has 5 times to the headers, an unproven egress gets the configured bound
+    assert fb.times.bound("shop.test", 60) == 60
+    for _ in range(5):
+        assert asyncio.run(fb.wrap(quick)(_req())) == "response"
+    assert fb.times.p95("shop.test") is not None and fb.times.bound("shop.test", 60) == 0.05
+    with pytest.raises(DownloadTimeoutError, match="not proven yet"):
+        asyncio.run(fb.wrap(never)(_req(**{meta.EGRESS_PROBE: True})))
+    assert fb.expired == fb.expired_unproven == 1 and not fb._started
+    # a proven egress keeps the configured bound (it would wait 60 s here: cancelled from outside)
+
+    async def proven():
+        t = asyncio.ensure_future(fb.wrap(never)(_req()))
+        await asyncio.sleep(0.2)
+        assert not t.done()
+        t.cancel()
+
+    asyncio.run(proven())
+    assert fb.expired == 1
+
+
+def test_header_times_policy():
+    from scrapy_scale.egress.header_times import HeaderTimes
+
+    h = HeaderTimes(min_samples=3, window=4, max_sites=2)
+    for s in (0.1, 0.2, 0.3):
+        h.observe("a", s)
+    assert h.p95("a") == 0.3 and h.bound("a", 30) == 2.0  # 4 x 0.3 under the 2 s floor
+    for s in (1.0, 1.0, 1.0, 1.0):  # the window keeps the last 4
+        h.observe("a", s)
+    assert h.bound("a", 30) == 4.0 and h.bound("a", 3.0) == 3.0  # never over the configured
+    for bad in (float("nan"), float("inf"), -1.0):  # not a time: ignored
+        h.observe("a", bad)
+    assert h.bound("a", 30) == 4.0
+    h.observe("", 1.0)
+    assert h.p95("") is None
+    h.observe("b", 0.1)
+    h.observe("c", 0.1)  # a third site drops the least recently seen ("a")
+    assert h.p95("a") is None and h.bound("a", 30) == 30

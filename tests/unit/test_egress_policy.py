@@ -16,7 +16,7 @@ from scrapy_scale.egress.identity import (
     parse_egresses,
     parse_lines,
 )
-from scrapy_scale.egress.pool import EgressPool, PoolOptions
+from scrapy_scale.egress.pool import PROBE_WAIT, EgressPool, PoolOptions
 
 pytestmark = pytest.mark.pure
 
@@ -189,6 +189,24 @@ def test_probe_after_quarantine_restores_on_success_and_doubles_on_failure():
     assert p.state(IA) == HEALTHY and p.counts["reprobes"] == 2 and p.counts["restored"] == 1
 
 
+def test_an_egress_is_unproven_until_an_answer_comes_through_it_while_others_answered():
+    clock = FakeClock()
+    p = pool([A, B], clock, seed=3)
+    # no egress answered yet: a site that never answers must not look like each egress's fault
+    assert not any(p.choose("d").unproven for _ in range(4))
+    p.observe(IA, "d", "transient", "none", True)  # any answer (a 503 too) proves the egress
+    picks = [p.choose("d") for _ in range(20)]
+    assert {c.egress.id for c in picks} == {IA, IB}
+    assert all(c.unproven == (c.egress.id == IB) for c in picks)
+    p.observe(IB, "e", "not_found", "none", True)
+    assert not any(p.choose("d").unproven for _ in range(8))
+    # a re-probe out of quarantine is unproven again
+    _kill(p, IA)
+    clock.now = p.health[IA].until + 0.01
+    c = p.choose("d")
+    assert c.egress.id == IA and c.probe and c.unproven
+
+
 def test_backoff_is_capped_and_starts_over_after_a_long_healthy_spell():
     clock = FakeClock()
     p = pool([A, B], clock)
@@ -284,6 +302,30 @@ def test_a_retry_avoids_the_egresses_that_failed_it_while_others_are_available()
     p = pool([A, B, C])
     assert all(p.choose("d", avoid=[IA, IB]).egress.id == IC for _ in range(10))
     assert p.choose("d", avoid=[IA, IB, IC]).egress is not None  # nothing else: still sent
+
+
+def test_a_retry_waits_for_an_egress_it_does_not_avoid_rather_than_go_back_through_one():
+    """A browser page went three times through the same dead proxy, its egress_failed
+    budget spent, while the healthy one held its first page load (one request at a time
+    until an egress answers) or was at its route's pace."""
+    clock = FakeClock()
+    p = pool([A, B], clock, route_rate=1.0)  # one request a second per route
+    assert p.choose("d", avoid=[IB]).egress.id == IA  # A's route is now busy for 1 s
+    c = p.choose("d", avoid=[IB])  # only B, which failed this request, is free
+    assert c.egress is None and c.reason == "avoided" and c.wait_until == pytest.approx(clock.now + 1.0)
+    assert p.counts["wait/avoided"] == 1
+    assert p.choose("d").egress.id == IB  # a request that avoids nothing takes B meanwhile
+    clock.advance(1.0)
+    assert p.choose("d", avoid=[IB]).egress.id == IA
+    # a route free in 10 s: asked again within PROBE_WAIT (a first request's hold ends when it answers)
+    slow = pool([A, B], clock, route_rate=0.1)
+    slow.choose("d", avoid=[IB])
+    c = slow.choose("d", avoid=[IB])
+    assert c.egress is None and c.wait_until == pytest.approx(clock.now + PROBE_WAIT)
+    # the other one quarantined: back through the avoided one, rather than nothing
+    q = pool([A, B], clock)
+    _kill(q, IA)
+    assert q.choose("d", avoid=[IB]).egress.id == IB and not q.counts["wait/avoided"]
 
 
 def test_stickiness_with_a_use_limit_and_a_maximum_age():

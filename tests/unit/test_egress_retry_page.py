@@ -83,3 +83,21 @@ def test_a_final_outcome_closes_the_kept_page_once():
         return page
 
     assert asyncio.run(run()).closed == 1
+
+
+def test_a_request_going_back_to_the_scheduler_names_no_earlier_egress():
+    """The pool assigns an egress at every attempt; a retry (a copy of the failed attempt)
+    that carried the old egress and proxy would have an outcome emitted before the egress
+    middleware runs again blamed on that egress."""
+    from scrapy_scale.outcomes.emit import egress_id
+
+    mw = EgressMiddleware.from_crawler(get_crawler(settings_dict={"SCALE_EGRESSES": ["http://127.0.0.1:9"]}))
+    attempt = Request("http://shop.test/a", meta={meta.EGRESS: "127.0.0.1:9", "proxy": "http://127.0.0.1:9"})
+    retry = retry_request(attempt, _outcome(final=False), not_before=None, avoid=("127.0.0.1:9",))
+    assert egress_id(retry) == "127.0.0.1:9"  # the copy carries it (the path under test ran)
+    mw.on_scheduled(retry)
+    assert egress_id(retry) is None and "proxy" not in retry.meta
+    assert retry.meta[meta.AVOID_EGRESS] == ["127.0.0.1:9"]  # what the retry must avoid stays
+    own = Request("http://shop.test/b", meta={"proxy": "http://127.0.0.1:3128"})  # the project's own proxy
+    mw.on_scheduled(own)
+    assert own.meta["proxy"] == "http://127.0.0.1:3128"

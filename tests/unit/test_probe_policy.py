@@ -192,6 +192,49 @@ def test_a_client_bound_step_is_not_the_knee_and_is_tried_once_more() -> None:
     assert "the probe was the limit at concurrency 8" in r.ended
 
 
+def loopback(c: int, goodput: float, p95: float) -> StepFigures:
+    """A step on a site that answers at once: the figures of a loaded 2-core machine."""
+    n = 400  # answers kept (the probe's budget counts requests)
+    return StepFigures(
+        c,
+        "ramp",
+        requests=n,
+        answers=n,
+        goodput=goodput,
+        classes={"ok": n},
+        p50=p95 / 2,
+        p95=p95,
+        in_flight=0.85 * c,
+        busy=0.85,
+        seconds=3.5,
+    )
+
+
+def test_a_lower_goodput_at_the_same_latency_is_the_probe_not_the_site() -> None:
+    lim = Limits()
+    last = judge(loopback(4, 4000, 0.0), None, None, lim)  # step 1's p95 may round to 0 ms
+    assert last.verdict == GOOD
+    flat = judge(loopback(8, 3600, 0.002), 0.0, last, lim)
+    assert flat.verdict == CLIENT_BOUND and "at the same p95 (2 ms)" in flat.reasons[0]
+    # a goodput drop that the latency explains is the site's (soft: run again to confirm)
+    later = judge(loopback(8, 3600, 0.009), 0.0, last, lim)  # 9 ms more: under the p95 rule's floor
+    assert later.verdict == BAD and later.soft and later.reasons == ["goodput 3600.0/s < 4000.0/s at 4"]
+    slow_site = judge(step(4, 0.11, ["ok"]), 0.1, step(4, 0.1, ["ok"]), lim)
+    assert slow_site.verdict == BAD and slow_site.reasons[0].startswith("goodput")
+
+
+def test_a_probe_that_cannot_drive_a_fast_site_ends_client_bound_with_no_bad_step() -> None:
+    clock = FakeClock()
+    goodput = {1: 1500.0, 2: 2800.0, 4: 4000.0, 8: 3600.0}
+    plan = Plan(Limits(cap=256), clock)
+    ran = drive(plan, lambda c, phase: loopback(c, goodput[c], 0.001 if c < 8 else 0.002), clock)
+    assert [c for c, _ in ran] == [1, 2, 4, 8, 8]
+    r = plan.result
+    assert r.client_bound and r.first_bad is None
+    assert [s.verdict for s in r.steps] == [GOOD] * 3 + [CLIENT_BOUND] * 2
+    assert "the probe was the limit at concurrency 8" in r.ended
+
+
 def test_a_late_event_loop_is_client_bound() -> None:
     f = step(4, 0.1, ["ok"])
     f.loop_lag = 0.05  # half the latency measured was the probe's own delay

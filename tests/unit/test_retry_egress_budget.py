@@ -104,3 +104,27 @@ def test_scrapy_own_downloads_count_their_egress_failures_too():
         count_attempt(new, r, Outcome("fp", r.url, "a.test", C.EGRESS_FAILED, attempt=attempt))
         r = new
     assert tries == 4 and d.gave_up  # the first attempt and egress_failed's 3 retries
+
+
+def test_no_answer_through_an_unproven_egress_is_retried_as_an_egress_failure():
+    """The chaos benchmark's host 4: its entry page, past its transient budget, got its late
+    retry through an egress back from quarantine (a re-probe), which closed mid-answer; that
+    cost a second late retry (37 s) before any of its 120 pages was reached."""
+    r = Request("http://a.test/", meta={meta.ATTEMPT: 3, meta.EGRESS_PROBE: True, "proxy": "http://p:1"})
+    v = Verdict(C.TRANSIENT, "ResponseDataLossError")
+    d = decider().decide(r, v, answered=False)
+    assert d.retry and d.not_before is not None and d.not_before <= NOW  # at once
+    assert d.as_egress_failure  # what the middleware counts (scale/retry/as_egress_failure)
+    o = Outcome("fp", r.url, "a.test", C.TRANSIENT, attempt=3, egress="p:1")
+    again = retry_request(r, o, not_before=d.not_before)
+    assert again.meta[meta.EGRESS_FAILURES] == 1  # in the egress budget, not the transient one
+    # an answer through it (a 503) is the site's: the transient budget, spent here
+    assert not decider().decide(r, v, answered=True).retry
+    # through an egress that had answered before: the site's too
+    proven = Request("http://a.test/", meta={meta.ATTEMPT: 3, "proxy": "http://p:1"})
+    assert not decider().decide(proven, v, answered=False).retry
+    early = Request("http://a.test/", meta={meta.ATTEMPT: 1, "proxy": "http://p:1"})
+    assert not decider().decide(early, v, answered=False).as_egress_failure
+    # only True counts (the key is one attempt's; what the frontier hands back is untrusted)
+    odd = Request("http://a.test/", meta={meta.ATTEMPT: 3, meta.EGRESS_PROBE: "yes"})
+    assert not decider().decide(odd, v, answered=False).retry

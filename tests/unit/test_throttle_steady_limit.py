@@ -164,3 +164,25 @@ def test_an_isolated_refusal_is_not_forgiven_when_answers_by_pace_tie_refusals_t
             assert s.delay > before and s.proven == 0.0 and s.good_since_forgiven > 0  # a step
         else:
             assert s.delay == before and s.good_since_forgiven == 0  # forgiven
+
+
+def test_a_burst_after_an_idle_spell_is_not_taken_for_a_slow_pace() -> None:
+    """A route of a site whose pages waited 10 s for a late retry, then came all at once:
+    the gaps of its idle spell are no pace. The spacing sent used to average them in, so a
+    refusal in the burst remembered seconds as too fast and the route went on at one
+    request in 3-5 s (the chaos benchmark's host 4: 0.2 requests/s on two of its routes)."""
+    pc, clk = pacing({"default": {"start_delay": 0.25}})
+    for _ in range(5):  # its first pages at its pace
+        pc.handed_out("h")
+        clk.advance(0.01)
+        pc.ended("h")
+        pc.on_success("h", 0.01)
+        clk.advance(0.24)
+    clk.advance(10.0)  # nothing to send: its pages wait for a late retry
+    for _ in range(4):  # then they come at once, at its pace
+        pc.handed_out("h")
+        clk.advance(0.25)
+    pc.on_rate_limited("h", 0.01, None)
+    s = pc.site("h")
+    assert pc.too_fast(s) <= IDLE_GAP * 0.25, s
+    assert s.delay < 1.0, s  # not one request in seconds

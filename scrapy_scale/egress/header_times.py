@@ -1,0 +1,76 @@
+"""How long each site takes to send its response headers, and the first-byte bound of an
+attempt through an egress that has not proved itself.
+
+A proxy that accepts and never answers (a blackhole) held each of its attempts for the
+whole first-byte timeout (``SCALE_EGRESS_FIRST_BYTE_TIMEOUT``, 30 s; or ``DOWNLOAD_TIMEOUT``
+when lower): each re-probe out of quarantine held one page that long, and the last pages
+of a site waited for it. An attempt through an egress that has not proved itself (a
+re-probe, or no answer through it yet while others answered) is bound by what the site
+showed through the others instead: ``factor`` times the 95th percentile of its last
+``window`` times to the headers, never under ``floor`` nor over the configured timeout.
+Until a site has ``min_samples`` such times, the configured timeout holds. Plain Python,
+no clock: the glue measures and reports (:mod:`scrapy_scale.egress.first_byte`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+
+#: a site's times kept for its percentile
+WINDOW = 50
+#: times needed before a site's bound is shorter than the configured timeout
+MIN_SAMPLES = 5
+#: the bound, in multiples of the site's 95th percentile
+FACTOR = 4.0
+#: never shorter than this (seconds): a loaded machine or a congested link may add a second
+FLOOR = 2.0
+#: sites remembered (least recently seen dropped first)
+MAX_SITES = 10_000
+
+
+class HeaderTimes:
+    def __init__(
+        self,
+        *,
+        window: int = WINDOW,
+        min_samples: int = MIN_SAMPLES,
+        factor: float = FACTOR,
+        floor: float = FLOOR,
+        max_sites: int = MAX_SITES,
+    ):
+        self.window = window
+        self.min_samples = min_samples
+        self.factor = factor
+        self.floor = floor
+        self.max_sites = max_sites
+        self._sites: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def observe(self, site: str, seconds: float) -> None:
+        """``site``'s headers came ``seconds`` after the attempt started (any egress)."""
+        if not site or not math.isfinite(seconds) or seconds < 0:
+            return
+        times = self._sites.get(site)
+        if times is None:
+            times = self._sites[site] = deque(maxlen=self.window)
+            while len(self._sites) > self.max_sites:
+                self._sites.popitem(last=False)
+        else:
+            self._sites.move_to_end(site)
+        times.append(seconds)
+
+    def p95(self, site: str) -> float | None:
+        """The site's 95th percentile time to the headers, or None below ``min_samples``."""
+        times = self._sites.get(site)
+        if times is None or len(times) < self.min_samples:
+            return None
+        ordered = sorted(times)
+        return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+
+    def bound(self, site: str, configured: float) -> float:
+        """The first-byte bound of an unproven egress's attempt to ``site``: at most
+        ``configured`` (the configured timeout), at least ``floor``."""
+        p = self.p95(site)
+        if p is None:
+            return configured
+        return min(configured, max(self.floor, self.factor * p))
