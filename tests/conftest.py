@@ -84,11 +84,11 @@ def mongo_server(tmp_path: Path) -> Iterator[services.Process]:
 # chosen from progress is no reason. ``paced`` (with ``crawl``, instead of ``serial``): a
 # timing bound too, but the test is light on CPU (a few requests per second from one
 # worker, no CPU-bound measure): two of them run at once. `python -m tests`
-# (tests/__main__.py) runs the paced tests after the parallel part, two at a time, then the
-# serial ones, one at a time.
+# (tests/__main__.py) runs the paced tests two at a time and the serial ones one at a time
+# (SERIAL_LAST at the end) beside the parallel part, which runs at the lowest CPU priority.
 
 TIERS = ("crawl", "pure")
-#: the crawl tests that do not run in the parallel part: ``paced`` two at a time, ``serial`` alone
+#: the crawl tests that do not run in the parallel part: ``paced`` two at a time, ``serial`` one at a time
 LANES = ("paced", "serial")
 TESTS = Path(__file__).resolve().parent
 #: the folder under tests/ that holds each tier's modules; tests/support/ holds no tests
@@ -170,11 +170,19 @@ def long_tests_first(items: list[pytest.Item]) -> list[pytest.Item]:
     return out + rest[len(long) :]
 
 
+#: serial tests that measure the machine's own speed (the probe drives a site as hard as the
+#: test machine can): they run last, once the paced part, which ends well before the serial
+#: one, is over (beside it, a loaded probe could not hold its steps' concurrency and judged
+#: the wrong knee)
+SERIAL_LAST = ("tests/crawl/test_probe_crawl.py",)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     problems = [p for p in map(tier_problem, items) if p]
     if problems:
         raise pytest.UsageError("test tiers:\n  " + "\n  ".join(problems))
     items[:] = long_tests_first(items)
+    items.sort(key=lambda i: i.nodeid.split("::")[0] in SERIAL_LAST)  # stable: the rest keep their order
 
 
 @pytest.fixture(autouse=True)

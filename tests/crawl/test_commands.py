@@ -29,6 +29,7 @@ from tests.support.crash_support import (
     stored_items,
 )
 from tests.support.crawling import ROOT, run_crawl, start_crawl
+from tests.support.hang import hang_guard
 
 pytestmark = pytest.mark.crawl
 
@@ -78,7 +79,7 @@ def scale_process(
     for k, v in (settings or {}).items():
         argv += ["-s", f"{k}={v}"]
     env = {k: v for k, v in os.environ.items() if k != "SCRAPY_SETTINGS_MODULE"}
-    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=hang_guard(timeout))
 
 
 def status_json(job: str, settings: dict[str, str], cwd: Path = ROOT) -> dict[str, Any]:
@@ -89,7 +90,9 @@ def status_json(job: str, settings: dict[str, str], cwd: Path = ROOT) -> dict[st
 
 def test_scale_is_a_scrapy_command_from_the_installed_entry_point() -> None:
     # no COMMANDS_MODULE in example_project: the command comes from the scrapy.commands entry point
-    p = subprocess.run([sys.executable, "-m", "scrapy"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "scrapy"], cwd=ROOT, capture_output=True, text=True, timeout=hang_guard(60)
+    )
     assert p.returncode == 0
     assert any(line.split()[:1] == ["scale"] for line in p.stdout.splitlines()), p.stdout
     h = scale_process("-h")
@@ -201,14 +204,14 @@ def test_seed_then_crawl_takes_the_seeds_and_reset_starts_over(tmp_path: Path) -
         proc = start_crawl(tb, {"SCALE_JOB": "half"}, tmp_path)
         store = open_store(f"sqlite:///{tmp_path}/state/frontier.db", "half")
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + hang_guard(60)
             while store.counts()["done"] < 10 and time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.05)
         finally:
             store.close()
         assert proc.poll() is None, "the crawl ended before it could be killed half-way"
         os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(30)
+        proc.wait(hang_guard(30))
         tb.set_faults("")
         p = scale("reset", "half", settings=s)
         assert p.returncode == 0 and "the next `scrapy crawl` starts the job over" in p.stdout, p.stdout
@@ -248,7 +251,7 @@ def test_status_of_a_running_redis_job_from_outside_the_project(
         )
         try:
             seen: dict[str, Any] | None = None
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + hang_guard(60)
             while time.monotonic() < deadline and proc.poll() is None:
                 p = scale("status", job, "--json", cwd=elsewhere, settings=s)
                 if p.returncode == 0:
@@ -285,7 +288,9 @@ def test_status_into_a_reader_that_closed_its_end_exits_quietly(tmp_path: Path) 
         argv = [sys.executable, "-m", "scrapy", "scale", *args, "-s", f"SCALE_STATE_DIR={where['SCALE_STATE_DIR']}"]
         env = {k: v for k, v in os.environ.items() if k != "SCRAPY_SETTINGS_MODULE"}
         try:
-            p = subprocess.run(argv, cwd=ROOT, env=env, stdout=w, stderr=subprocess.PIPE, text=True, timeout=60)
+            p = subprocess.run(
+                argv, cwd=ROOT, env=env, stdout=w, stderr=subprocess.PIPE, text=True, timeout=hang_guard(60)
+            )
         finally:
             os.close(w)
         assert "Traceback" not in p.stderr and "BrokenPipeError" not in p.stderr, p.stderr

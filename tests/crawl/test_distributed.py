@@ -22,6 +22,7 @@ from tests.support.crash_support import (
     stored_items,
 )
 from tests.support.crawling import CrawlProcess, start_crawl
+from tests.support.hang import hang_guard
 
 pytestmark = pytest.mark.crawl
 
@@ -36,7 +37,7 @@ WORKER_SETTINGS = {
 
 
 def _wait_for(pred, timeout: float, what: str, procs: list[CrawlProcess]) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + hang_guard(timeout)
     while time.monotonic() < deadline:
         if pred():
             return
@@ -56,7 +57,7 @@ def _start_workers(tb: Testbed, settings: dict, n: int, tmp_path: Path) -> list[
 
 def _finish_all(procs: list[CrawlProcess], timeout: float) -> list:
     results = []
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + hang_guard(timeout)
     for p in procs:
         results.append(p.finish(max(1.0, deadline - time.monotonic())))
     return results
@@ -83,7 +84,7 @@ def test_three_workers_one_killed_every_page_done_once_and_the_others_exit(
             _wait_for(w1_busy, 120, "w1 to hold leases a third into the crawl", procs)
             held = store.status().leases_by_worker.get("w1", 0)
             os.kill(procs[1].pid, signal.SIGKILL)
-            procs[1].wait(30)
+            procs[1].wait(hang_guard(30))
             assert procs[1].returncode == -signal.SIGKILL
             survivors = [procs[0], procs[2]]
             results = _finish_all(survivors, 150)  # they exit by themselves once the job drained

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.crawling import ROOT
+from tests.support.hang import hang_guard
 
 pytestmark = [pytest.mark.crawl, pytest.mark.serial]
 
@@ -21,7 +22,7 @@ def test_three_workers_script_reconciles(tmp_path: Path) -> None:
     report_file = tmp_path / "report.json"
     argv = [sys.executable, str(ROOT / "examples" / "distributed" / "run.py")]
     argv += ["--workdir", str(tmp_path / "work"), "--json", str(report_file), "--hosts", "3", "--pages", "80"]
-    res = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=840)
+    res = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=hang_guard(840))
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
     assert "RECONCILED" in res.stdout and "NOT RECONCILED" not in res.stdout, res.stdout
     report = json.loads(report_file.read_text())

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests.support.hang import hang_guard
+
 pytestmark = pytest.mark.crawl
 
 
@@ -20,7 +22,7 @@ def test_a_requested_status_replaces_a_zero_exit_only(scrapy_status, expected) -
         "exitcode.request(0, 'zero is ignored')\n"
         f"sys.exit({scrapy_status!r})\n"  # what scrapy.cmdline.execute ends with
     )
-    proc = subprocess.run([sys.executable, "-c", code], timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], timeout=hang_guard(60))
     assert proc.returncode == expected
 
 
@@ -83,7 +85,7 @@ def test_the_exit_status_of_one_crawl_does_not_leak_into_the_next_in_the_same_pr
         env=penv,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=hang_guard(120),
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from scrapy_scale.storage.feeds import FeedJournal, owner_of, process_token, token_alive
+from tests.support.hang import hang_guard
 
 pytestmark = pytest.mark.crawl
 
@@ -40,7 +41,7 @@ def test_a_journal_held_by_a_live_owner_is_never_adopted(tmp_path: Path) -> None
     finally:
         assert owner.stdin is not None
         owner.stdin.close()
-        owner.wait(10)
+        owner.wait(hang_guard(10))
     mine = me.adopt(held)  # the owner is gone: its lock with it
     assert mine is not None and list(me.keys_in(mine)) == ["k"] and not held.exists()
     other = FeedJournal(folder, token="3-3")

@@ -24,6 +24,7 @@ from scrapy_scale.testbed import Testbed
 from tests.crawl.test_frontier_disk_full import fill
 from tests.support.crash_support import HOLD
 from tests.support.crawling import run_crawl, start_crawl
+from tests.support.hang import hang_guard
 
 pytestmark = pytest.mark.crawl
 
@@ -46,12 +47,12 @@ def kill_once_stored(proc: Any, store_url: str, rows: int) -> int:
     watch = open_store(store_url, "items")
     watch.open()
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + hang_guard(90)
         while time.monotonic() < deadline and proc.poll() is None and watch.count() < rows:
             time.sleep(0.02)
         assert proc.poll() is None, "the crawl ended before it could be killed"
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        proc.wait(hang_guard(10))
         return watch.count()
     finally:
         watch.close()

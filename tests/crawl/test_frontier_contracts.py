@@ -23,6 +23,7 @@ from scrapy_scale.testbed import Testbed
 from tests.support.contract_spiders import PRIORITIES
 from tests.support.crash_support import frontier_counts
 from tests.support.crawling import CrawlProcess, run_crawl, start_crawl
+from tests.support.hang import hang_guard
 
 pytestmark = pytest.mark.crawl
 
@@ -30,7 +31,7 @@ SPIDERS = {"SPIDER_MODULES": ["tests.support.contract_spiders"], "LOG_LEVEL": "I
 
 
 def _wait(pred, timeout: float, what: str, proc: CrawlProcess | None = None) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + hang_guard(timeout)
     while time.monotonic() < deadline:
         if pred():
             return
@@ -276,10 +277,10 @@ def test_a_second_ctrl_c_exits_and_what_was_acked_stays_acked(tmp_path: Path) ->
         _wait(lambda: "shutting down gracefully" in proc.result().log, 30, "the first Ctrl-C", proc)
         proc.send_signal(signal.SIGINT)
         try:
-            proc.wait(60)  # "a few seconds"; generous for a loaded machine
+            proc.wait(hang_guard(60))  # "a few seconds"; generous for a loaded machine
         except Exception:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+            proc.wait(hang_guard(30))
             raise AssertionError("the crawl did not exit after a second Ctrl-C") from None
         log = proc.result().log
         assert "forcing unclean shutdown" in log, log[-3000:]

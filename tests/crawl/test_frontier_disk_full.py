@@ -18,6 +18,7 @@ import pytest
 from scrapy_scale.frontier import open_store
 from scrapy_scale.testbed import Testbed
 from tests.support.crawling import CrawlProcess, start_crawl
+from tests.support.hang import hang_guard
 
 pytestmark = pytest.mark.crawl
 
@@ -59,7 +60,7 @@ def fill(folder: Path) -> Path:
 
 
 def wait_log(proc: CrawlProcess, text: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + hang_guard(timeout)
     while time.monotonic() < deadline:
         log = (proc.run_dir / "crawl.log").read_text(errors="replace")
         if text in log:
@@ -71,7 +72,7 @@ def wait_log(proc: CrawlProcess, text: str, timeout: float) -> str:
 
 
 def wait_progress(tb: Testbed, proc: CrawlProcess, served: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + hang_guard(timeout)
     while len(tb.log) < served and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
     assert len(tb.log) >= served, f"only {len(tb.log)} requests served"

@@ -18,12 +18,13 @@ from scrapy_scale.frontier import open_store
 from scrapy_scale.testbed import Testbed
 from tests.crawl.test_commands import scale, status_json
 from tests.support.crawling import CrawlProcess, start_crawl
+from tests.support.hang import hang_guard
 
 pytestmark = [pytest.mark.crawl, pytest.mark.paced]
 
 
 def _poll(pred: Callable[[], Any], timeout: float, what: str, proc: CrawlProcess | None = None) -> Any:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + hang_guard(timeout)
     while time.monotonic() < deadline:
         got = pred()
         if got:
@@ -78,7 +79,7 @@ def test_status_says_interrupted_when_no_worker_is_alive(
             assert "run 1: running" in text and "live workers: w0" in text, text
             # kill -9: status says running until the heartbeat runs out, then interrupted
             os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+            proc.wait(hang_guard(30))
         finally:
             if proc.poll() is None:
                 proc.kill()

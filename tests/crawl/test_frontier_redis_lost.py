@@ -14,6 +14,7 @@ from scrapy_scale.frontier import open_store
 from scrapy_scale.testbed import Testbed
 from tests.support import services
 from tests.support.crawling import start_crawl
+from tests.support.hang import hang_guard
 
 pytestmark = [pytest.mark.crawl, pytest.mark.paced]
 
@@ -28,7 +29,7 @@ def test_a_redis_that_lost_the_job_stops_the_crawl_with_an_error(tmp_path: Path)
             proc = start_crawl(tb, settings, tmp_path)
             store = open_store(url, "catalog")
             try:
-                deadline = time.monotonic() + 90
+                deadline = time.monotonic() + hang_guard(90)
                 done = 0
                 while done < 20 and time.monotonic() < deadline and proc.poll() is None:
                     try:

@@ -18,6 +18,7 @@ from scrapy_scale.frontier.backends import open_store
 from scrapy_scale.frontier.store import FrontierStore
 from scrapy_scale.testbed import Fault, Testbed
 from tests.support.crawling import run_crawl, start_crawl
+from tests.support.hang import hang_guard
 
 pytestmark = pytest.mark.crawl
 
@@ -80,11 +81,11 @@ def test_killed_crawl_resumes_without_refetching_done_pages(tmp_path: Path) -> N
     ) as tb:
         settings = {"CONCURRENT_REQUESTS": 4}
         proc = start_crawl(tb, settings, tmp_path)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + hang_guard(60)
         while time.monotonic() < deadline and tb.count(kind="slow") < 30:
             time.sleep(0.05)
         proc.kill()  # SIGKILL: no goodbye
-        proc.wait(10)
+        proc.wait(hang_guard(10))
         with frontier(tmp_path, settings) as store:
             before = store.status()
         assert before.counts["done"] > 0 and not before.drained, before
@@ -175,7 +176,7 @@ def test_wait_for_seeds_keeps_the_worker_open_for_outside_seeds(tmp_path: Path) 
     with Testbed(hosts=2, pages=10, seed=9) as tb:
         proc = start_crawl(tb, settings, tmp_path, start_urls=tb.start_urls[:1])
         host1 = {u for u in tb.detail_urls() if tb.hosts[0] in u}
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + hang_guard(30)
         while time.monotonic() < deadline:
             with frontier(tmp_path, settings) as store:
                 if store.counts()["done"] >= len(host1) + 1 and store.drained():

@@ -23,6 +23,7 @@ from scrapy_scale.frontier.backends import open_store
 from scrapy_scale.frontier.cli_ops import JobOps, OpError
 from scrapy_scale.frontier.seeding import UrlSeeds
 from scrapy_scale.frontier.store import FrontierStore
+from tests.support.hang import hang_guard
 
 pytestmark = pytest.mark.crawl
 
@@ -300,7 +301,7 @@ def test_seed_file_from_the_command(tmp_path: Path) -> None:
 
     def scale(*args: str) -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, "-m", "scrapy", "scale", "seed", "filed", *args, "-s", f"SCALE_STATE_DIR={state}"]
-        return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=hang_guard(60))
 
     f.write_text("http://a.test/1\nnot a url\n\nhttp://a.test/2\n")
     p = scale("--file", str(f))

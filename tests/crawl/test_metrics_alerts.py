@@ -17,6 +17,7 @@ from scrapy_scale.monitor.metrics import CrawlMetrics
 from scrapy_scale.outcomes.model import FailureClass, Outcome
 from scrapy_scale.testbed import Testbed
 from tests.support.crawling import start_crawl
+from tests.support.hang import hang_guard
 from tests.support.prom_services import http_get, promtool, sd_targets, wait_for
 
 pytestmark = pytest.mark.crawl
@@ -134,7 +135,7 @@ def live_contexts(tmp_path: Path, spider: str, samples: int) -> list[float]:
                 wait_for(next_read, 60, f"{spider}: a new metrics read", interval=0.05)
         finally:
             proc.kill()
-            proc.wait(30)
+            proc.wait(hang_guard(30))
     return seen
 
 

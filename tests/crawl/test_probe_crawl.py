@@ -19,8 +19,11 @@ from scrapy_scale.probe.run import SiteProbe
 from scrapy_scale.testbed import Capacity, Testbed
 from scrapy_scale.throttle import probed
 from tests.support.crawling import ROOT, run_crawl
+from tests.support.hang import hang_guard
 
-pytestmark = [pytest.mark.crawl, pytest.mark.serial]
+# serial per test: the probe drives a site as hard as the machine can (SERIAL_LAST); its
+# usage errors send no request and run in the parallel part
+pytestmark = pytest.mark.crawl
 
 
 def probe(
@@ -82,6 +85,7 @@ def errors_caused(tb: Testbed, host: str) -> tuple[int, int]:
     return sum(1 for r in served if r.status != 200), len(served)
 
 
+@pytest.mark.serial
 def test_finds_the_knee_of_a_host_whose_latency_degrades_and_saves_it(tmp_path: Path) -> None:
     knee = 12
     # answers of 200 ms: the 2-core test machine, loaded, delays a timer by 100 ms at times,
@@ -114,6 +118,7 @@ def test_finds_the_knee_of_a_host_whose_latency_degrades_and_saves_it(tmp_path: 
         assert not has_color(png, report.CLIENT_BOUND_COLOR)
 
 
+@pytest.mark.serial
 def test_finds_the_rate_of_a_token_bucket_stopping_at_the_first_429(tmp_path: Path) -> None:
     rate = 48.0  # about 9.6 in flight at 200 ms
     with Testbed(hosts=1, pages=100, capacity={1: Capacity("bucket", rate=rate, burst=10, latency=0.2)}) as tb:
@@ -144,6 +149,7 @@ def test_finds_the_rate_of_a_token_bucket_stopping_at_the_first_429(tmp_path: Pa
         assert has_vertical_line(png, report.KNEE_COLOR) and has_color(png, report.CLASS_COLORS["rate_limited"], 5)
 
 
+@pytest.mark.serial
 def test_a_host_limited_below_one_request_at_a_time_gets_a_rate(tmp_path: Path) -> None:
     rate = 8.0
     with Testbed(hosts=1, pages=100, capacity={1: Capacity("bucket", rate=rate, burst=2, latency=0.05)}) as tb:
@@ -160,6 +166,7 @@ def test_a_host_limited_below_one_request_at_a_time_gets_a_rate(tmp_path: Path) 
         assert has_vertical_line(png, report.KNEE_COLOR) and has_color(png, report.GOODPUT_COLOR)
 
 
+@pytest.mark.serial
 def test_a_host_that_is_never_the_limit_is_flagged_client_bound(tmp_path: Path) -> None:
     with Testbed(hosts=1, pages=100, keep_log=False, capacity={1: Capacity("unlimited", latency=0.0)}) as tb:
         saved = tmp_path / "probed.json"
@@ -179,6 +186,7 @@ def test_a_host_that_is_never_the_limit_is_flagged_client_bound(tmp_path: Path) 
         assert not has_color(png, report.KNEE_COLOR)
 
 
+@pytest.mark.serial
 def test_max_time_cuts_the_step_running_when_it_is_up(tmp_path: Path) -> None:
     # steps of at least 4 s against a budget of 1.5 s: the step running is cut at 1.5 s
     with Testbed(hosts=1, pages=100, capacity={1: Capacity("unlimited", latency=0.05)}) as tb:
@@ -189,6 +197,7 @@ def test_max_time_cuts_the_step_running_when_it_is_up(tmp_path: Path) -> None:
         assert 0 < judged < 2.5, text  # uncut, the first step alone holds 4 s of it
 
 
+@pytest.mark.serial
 def test_robots_txt_is_obeyed(tmp_path: Path) -> None:
     with Testbed(hosts=2, pages=10, robots_disallow=["/item/"], robots_crawl_delay={2: 2}) as tb:
         code, text, fig = probe(tb, 1, tmp_path, "--no-plot", paths=3)
@@ -198,6 +207,7 @@ def test_robots_txt_is_obeyed(tmp_path: Path) -> None:
         assert {r.kind for r in tb.log} == {"robots"} and len(tb.log) == 2
 
 
+@pytest.mark.serial
 def test_a_crawl_paces_from_the_saved_probe_file(tmp_path: Path) -> None:
     from tests.crawl.test_throttle_crawl import max_in_window
 
@@ -224,7 +234,12 @@ def test_a_crawl_paces_from_the_saved_probe_file(tmp_path: Path) -> None:
 def scale(*args: str, cwd: Path, pythonpath: str = str(ROOT)) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=pythonpath)
     return subprocess.run(
-        [sys.executable, "-m", "scrapy", "scale", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "scrapy", "scale", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=hang_guard(120),
     )
 
 

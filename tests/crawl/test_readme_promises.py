@@ -13,6 +13,7 @@ import pytest
 
 from scrapy_scale.testbed import Testbed
 from tests.support.crawling import ROOT, run_crawl
+from tests.support.hang import hang_guard
 from tests.unit.test_readme_promises import README
 
 pytestmark = pytest.mark.crawl
@@ -26,7 +27,7 @@ def _crawl_fails_at_once(*args: str, tmp_path: Path) -> str:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=hang_guard(60),
     )
     took = time.monotonic() - t0
     out = proc.stdout + proc.stderr

@@ -16,6 +16,7 @@ import pytest
 
 from scrapy_scale.testbed import Testbed
 from tests.support.crawling import ROOT, run_crawl, start_crawl
+from tests.support.hang import hang_guard
 
 pytestmark = [pytest.mark.crawl, pytest.mark.paced]
 
@@ -49,7 +50,7 @@ def _status(tmp_path: Path) -> dict[str, Any]:
     argv = [sys.executable, "-m", "scrapy", "scale", "status", "catalog", "--json"]
     argv += ["-s", f"SCALE_STATE_DIR={tmp_path / 'state'}"]
     env = {k: v for k, v in os.environ.items() if k != "SCRAPY_SETTINGS_MODULE"}
-    p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=hang_guard(120))
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
 
@@ -67,7 +68,7 @@ def test_status_counts_a_late_retry_as_a_delayed_retry_and_the_crawl_waits_for_i
             tmp_path,
         )
         try:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + hang_guard(120)
             late_at = None
             while late_at is None:  # wait for the late retry (from progress: the outcome log)
                 assert proc.poll() is None, "the crawl ended while a late retry was due"
@@ -84,7 +85,7 @@ def test_status_counts_a_late_retry_as_a_delayed_retry_and_the_crawl_waits_for_i
             assert proc.poll() is None  # still open: the late retry is due
         finally:
             proc.terminate()
-            proc.wait(60)
+            proc.wait(hang_guard(60))
 
 
 def _outcomes(path: Path) -> list[dict[str, Any]]:
@@ -101,7 +102,7 @@ def test_a_late_retry_survives_kill_9_and_the_next_run_sends_it_at_its_time(tmp_
         log1, log2 = tmp_path / "outcomes1.jsonl", tmp_path / "outcomes2.jsonl"
         proc = start_crawl(tb, {**settings, "SCALE_OUTCOME_LOG": str(log1)}, tmp_path)
         try:
-            deadline = time.monotonic() + 180
+            deadline = time.monotonic() + hang_guard(180)
             while True:  # progress: the late retry is decided and the frontier's store holds it
                 assert proc.poll() is None, "the crawl ended while a late retry was due"
                 assert time.monotonic() < deadline, "no late retry held by the frontier"
@@ -111,7 +112,7 @@ def test_a_late_retry_survives_kill_9_and_the_next_run_sends_it_at_its_time(tmp_
                 time.sleep(0.5)
         finally:
             proc.kill()  # SIGKILL
-            proc.wait(60)
+            proc.wait(hang_guard(60))
         assert tb.count(path="/", kind="503") == 3
         res = run_crawl(tb, {**settings, "SCALE_OUTCOME_LOG": str(log2)}, tmp_path, timeout=240)
         assert res.returncode == 0, res.tail()

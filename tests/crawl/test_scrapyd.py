@@ -26,6 +26,7 @@ from tests.support.crash_support import (
     served_ok_paths,
     stored_items,
 )
+from tests.support.hang import hang_guard
 from tests.support.scrapyd_support import PROJECT, ROOT, SCRAPYD_DEPLOY, Scrapyd, pid_alive, stored_count
 from tests.support.services import wait_until
 
@@ -47,7 +48,7 @@ def _schedule(sd: Scrapyd, tb: Testbed, **settings: Any) -> str:
 
 
 def _wait_stored(sd: Scrapyd, jobid: str, store_url: str, n: int, timeout: float = 120) -> int:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + hang_guard(timeout)
     while time.monotonic() < deadline:
         got = stored_count(store_url)
         if got >= n:

@@ -16,6 +16,7 @@ from scrapy_scale.storage.keys import page_key
 from scrapy_scale.testbed import Testbed
 from tests.support.crash_support import HOLD
 from tests.support.crawling import run_crawl, start_crawl
+from tests.support.hang import hang_guard
 
 pytestmark = pytest.mark.crawl
 
@@ -283,14 +284,14 @@ def test_items_reported_scraped_are_in_sqlite_after_kill_9(tmp_path: Path) -> No
             tmp_path,
             env=env,
         )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + hang_guard(60)
         while time.monotonic() < deadline and proc.poll() is None:
             if log.exists() and len(log.read_text().split()) >= 60:
                 break
             time.sleep(0.02)
         assert proc.poll() is None, "the crawl ended before it could be killed"
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        proc.wait(hang_guard(10))
     scraped = set(log.read_text().split())
     assert len(scraped) >= 60
     s = sqlite_store(tmp_path)
@@ -304,7 +305,7 @@ def kill_store_once_stored(proc, url: str, server, rows: int, down: float) -> No
     ``down`` seconds; the crawl must be running throughout."""
     watch = open_store(url, "items")
     watch.open()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + hang_guard(60)
     while time.monotonic() < deadline and proc.poll() is None and watch.count() < rows:
         time.sleep(0.05)
     watch.close()
@@ -352,12 +353,12 @@ def _crash_and_resume(tmp_path: Path, settings: dict, store_url: str) -> None:
         expected = {page_key(u) for u in tb.detail_urls()}
         proc = start_crawl(tb, settings, tmp_path)
         watch = open_store(store_url, "items")
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + hang_guard(60)
         while time.monotonic() < deadline and proc.poll() is None and watch.count() < 60:
             time.sleep(0.05)
         assert proc.poll() is None, "the crawl ended before it could be killed"
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        proc.wait(hang_guard(10))
         killed_at = watch.count()
         assert 0 < killed_at < len(expected)
         tb.set_faults("")

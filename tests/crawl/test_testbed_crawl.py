@@ -15,6 +15,7 @@ import pytest
 from scrapy_scale.testbed import ProxySpec, Testbed
 from tests.crawl.test_testbed import get
 from tests.support.crawling import ROOT, run_crawl
+from tests.support.hang import hang_guard
 
 pytestmark = pytest.mark.crawl
 
@@ -128,7 +129,7 @@ def test_cli_prints_urls_and_settings_until_interrupted(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + hang_guard(20)
         while not state.exists() and time.monotonic() < deadline:
             assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
             time.sleep(0.05)
@@ -144,7 +145,7 @@ def test_cli_prints_urls_and_settings_until_interrupted(tmp_path: Path) -> None:
         assert info["proxy_urls"][0].startswith("http://127.0.0.1:")
     finally:
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=10)
+        out, _ = proc.communicate(timeout=hang_guard(10))
     assert proc.returncode == 0, out
     assert "shop1.example.test" in out and "TWISTED_DNS_RESOLVER" in out
     assert "served 2 requests" in out

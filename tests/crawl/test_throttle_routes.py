@@ -1,6 +1,7 @@
 """Capacity per route in real crawls: a testbed host that limits each client address
 (each egress) is crawled near (egresses x its limit) with few 429s, and a host's profile
-``max_rate`` bounds all routes together. Serial: rates are measured."""
+``max_rate`` bounds all routes together. Paced: rates are measured, from one worker at a few
+requests/s per route (light on CPU)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from scrapy_scale.testbed import ProxySpec, Testbed
 from tests.crawl.test_throttle_crawl import max_in_window
 from tests.support.crawling import run_crawl
 
-pytestmark = [pytest.mark.crawl, pytest.mark.serial]
+pytestmark = [pytest.mark.crawl, pytest.mark.paced]
 
 PROXIES = [ProxySpec(f"ok{i}") for i in range(1, 5)]
 FAST = {"rate_limited": {"base": 0.1, "cap": 0.5}, "transient": {"base": 0.1, "cap": 0.5}}

@@ -32,6 +32,7 @@ from scrapy_scale.frontier import open_store
 from scrapy_scale.storage.backends import open_store as open_item_store
 from scrapy_scale.testbed import Testbed
 from tests.support.crawling import CrawlProcess, CrawlResult, start_crawl
+from tests.support.hang import hang_guard
 
 #: a fast crawl on 2 shared cores, still with many requests in flight at each kill
 CRASH_SETTINGS: dict[str, Any] = {
@@ -97,7 +98,7 @@ def _wait_progress(
     log = proc.run_dir / "crawl.log"
     try:
         first = _counts_or_empty(store).get("done", 0)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + hang_guard(timeout)
         counts: dict[str, int] = {}
         while time.monotonic() < deadline and proc.poll() is None:
             counts = _counts_or_empty(store)
@@ -161,7 +162,7 @@ def crash_and_resume(
                 f"log tail:\n{proc.result().tail()}"
             )
         os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(30)
+        proc.wait(hang_guard(30))
         assert proc.returncode == -signal.SIGKILL
         # holds whichever way the kill raced the crawl: the held page keeps the run open
         assert not _run_ended(frontier_url, job), f"run {i + 1} ended before kill {i + 1} ({how})"

@@ -33,6 +33,8 @@ from typing import Any
 
 from scrapy import signals
 
+from tests.support.hang import hang_guard
+
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 STATS_SETTING = "TEST_STATS_FILE"
@@ -93,12 +95,12 @@ class CrawlProcess(subprocess.Popen):  # type: ignore[type-arg]
     def finish(self, timeout: float = 120) -> CrawlResult:
         """Wait for the crawl to end (killing it after ``timeout`` s) and read its outputs."""
         try:
-            self.wait(timeout)
+            self.wait(hang_guard(timeout))
         except subprocess.TimeoutExpired:
             self.kill()
             self.wait()
             raise AssertionError(
-                f"crawl did not finish within {timeout}s; log tail:\n{read_outputs(self.run_dir)[2][-3000:]}"
+                f"crawl did not finish within {hang_guard(timeout):.0f}s; log tail:\n{read_outputs(self.run_dir)[2][-3000:]}"
             ) from None
         return self.result()
 

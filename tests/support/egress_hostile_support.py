@@ -8,6 +8,8 @@ from typing import Any
 
 from scrapy import signals
 
+from tests.support.hang import hang_guard
+
 
 class RemoveEgressFile:
     """Removes the egress file named by ``SCALE_EGRESSES`` once the spider is open (the
@@ -46,7 +48,7 @@ class HangingProvider:
         stats = self.crawler.stats
         stats.set_value("test/provider_calls", self.calls)
         if self.calls == 1:
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + hang_guard(30)
             while not stats.get_value("scale/egress/wait/empty") and time.monotonic() < deadline:
                 time.sleep(0.05)
             stats.set_value("test/provider_released_by_progress", int(bool(stats.get_value("scale/egress/wait/empty"))))

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.hang import hang_guard
 from tests.support.services import LOOPBACK, Process, free_port, need_binary
 
 HOW = "install it with `apt-get install -y prometheus prometheus-pushgateway` (.ci/run does)"
@@ -31,7 +32,7 @@ def http_get(url: str, timeout: float = 5) -> str:
 
 def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
     """Poll ``check`` until it returns something truthy (returned); fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + hang_guard(timeout)
     last: Any = None
     while time.monotonic() < deadline:
         try:
@@ -133,7 +134,7 @@ class Pushgateway:
 
 def promtool(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     exe = need_binary("promtool", HOW)
-    return subprocess.run([exe, *args], input=stdin, capture_output=True, text=True, timeout=120, cwd=cwd)
+    return subprocess.run([exe, *args], input=stdin, capture_output=True, text=True, timeout=hang_guard(120), cwd=cwd)
 
 
 def sd_targets(folder: Path) -> list[str]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from scrapy_scale.storage.backends import open_store as open_item_store
+from tests.support.hang import hang_guard
 from tests.support.services import LOOPBACK, Process, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +97,7 @@ class Scrapyd(Process):
             env=env,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=hang_guard(120),
         )
         assert res.returncode == 0, res.stdout + res.stderr
         return res.stdout + res.stderr
@@ -118,7 +119,7 @@ class Scrapyd(Process):
         return None
 
     def wait_job(self, jobid: str, state: str, timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + hang_guard(timeout)
         while time.monotonic() < deadline:
             got = self.job(jobid)
             if got and got[0] == state:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.hang import hang_guard
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -28,7 +30,7 @@ def free_port() -> int:
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + hang_guard(timeout)
     last: Exception | None = None
     while time.monotonic() < deadline:
         try:
@@ -82,13 +84,13 @@ class Process:
         """SIGKILL, no goodbye."""
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+            self.proc.wait(hang_guard(10))
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(10)
+                self.proc.wait(hang_guard(10))
             except subprocess.TimeoutExpired:
                 self.kill()
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.source import parse, walk
+
 pytestmark = pytest.mark.pure
 
 ROOT = Path(__file__).resolve().parents[2] / "scrapy_scale"
@@ -76,7 +78,7 @@ def graph() -> tuple[dict[str, set[str]], list[str]]:
     edges: dict[str, set[str]] = {m: set() for m in mods}
     private: list[str] = []
     for name, path in mods.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        tree = parse(path.read_text(encoding="utf-8"), str(path))
         for node in module_level_imports(tree):
             if isinstance(node, ast.Import):
                 for a in node.names:
@@ -155,7 +157,7 @@ def test_the_checks_see_a_loop_and_a_private_import() -> None:
     """The two checks find what they look for (a graph with a loop, a private import)."""
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
-    tree = ast.parse("from scrapy_scale.frontier.store import _x\nif X:\n    import os\ndef f():\n    import sys\n")
+    tree = parse("from scrapy_scale.frontier.store import _x\nif X:\n    import os\ndef f():\n    import sys\n")
     got = module_level_imports(tree)
     assert [type(n).__name__ for n in got] == ["ImportFrom", "Import"]
 
@@ -163,7 +165,7 @@ def test_the_checks_see_a_loop_and_a_private_import() -> None:
 def all_imports(path: Path, here: str, mods: dict[str, Path]) -> set[str]:
     """Every module ``path`` imports, at any level (inside functions too)."""
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in walk(parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):

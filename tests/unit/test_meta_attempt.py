@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from scrapy_scale import meta
+from tests.support.source import parse, walk
 
 pytestmark = pytest.mark.pure
 
@@ -33,7 +34,7 @@ def test_the_attempt_is_read_only_through_attempt_of():
     found, walked = [], 0
     for path in PACKAGE.rglob("*.py"):
         walked += 1
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in walk(parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("int", "float", "as_int"):
                 if "ATTEMPT" in ast.unparse(node):
                     found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")

@@ -21,6 +21,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_scale.outcomes.classify import Classifier, Verdict
 from scrapy_scale.outcomes.emit import OutcomeEmitter
 from scrapy_scale.outcomes.model import FailureClass as C
+from tests.support.source import parse, walk
 
 pytestmark = pytest.mark.pure
 
@@ -41,8 +42,8 @@ def _outcome_names(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
 def offences(source: str, where: str) -> list[str]:
     """What in ``source`` reads raw response data where an outcome is handled."""
     found = []
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
+    tree = parse(source)
+    for node in walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("outcomes.retry_after"):
             found.append(f"{where}:{node.lineno}: imports the Retry-After parser (use outcome.retry_after)")
         if isinstance(node, ast.Attribute) and node.attr == "retry_after_raw":
@@ -52,7 +53,7 @@ def offences(source: str, where: str) -> list[str]:
         names = _outcome_names(node)
         if not names:
             continue
-        for sub in ast.walk(node):
+        for sub in walk(node):
             if not isinstance(sub, ast.Attribute):
                 continue
             if sub.attr == "status" and isinstance(sub.value, ast.Name) and sub.value.id in names:

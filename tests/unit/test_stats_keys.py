@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.source import parse, walk
+
 pytestmark = pytest.mark.pure
 
 ROOT = Path(__file__).resolve().parents[2] / "scrapy_scale"
@@ -42,9 +44,9 @@ def spelled_in_place(node: ast.expr) -> bool:
 def literal_keys(source: str, filename: str = "<test>") -> list[tuple[int, str]]:
     """(line, call) of each stats call whose key is spelled in place: ``stats.inc_value("x")``,
     and the same through a bound method kept under a name (``inc = stats.inc_value``)."""
-    tree = ast.parse(source, filename)
+    tree = parse(source, filename)
     bound: set[str] = set()
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute) and node.value.attr in STATS_API:
             for t in node.targets:
                 if isinstance(t, ast.Name):
@@ -52,7 +54,7 @@ def literal_keys(source: str, filename: str = "<test>") -> list[tuple[int, str]]
                 elif isinstance(t, ast.Attribute):
                     bound.add(t.attr)
     found = []
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if not isinstance(node, ast.Call) or not node.args:
             continue
         f = node.func
@@ -72,10 +74,10 @@ def receiver(node: ast.expr) -> str | None:
 
 def scale_keys_spelled(source: str, filename: str = "<test>") -> list[tuple[int, str]]:
     """(line, text) of each string, outside docstrings, that is a whole ``scale/...`` key."""
-    tree = ast.parse(source, filename)
+    tree = parse(source, filename)
     docstrings = {
         id(node.body[0].value)
-        for node in ast.walk(tree)
+        for node in walk(tree)
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
         and node.body
         and isinstance(node.body[0], ast.Expr)
@@ -83,7 +85,7 @@ def scale_keys_spelled(source: str, filename: str = "<test>") -> list[tuple[int,
     }
     return [
         (node.lineno, node.value)
-        for node in ast.walk(tree)
+        for node in walk(tree)
         if isinstance(node, ast.Constant)
         and isinstance(node.value, str)
         and id(node) not in docstrings
@@ -129,7 +131,7 @@ def test_no_module_spells_a_stats_key_in_place() -> None:
 
 
 def test_every_stats_key_constant_is_used() -> None:
-    tree = ast.parse(KEYS.read_text(encoding="utf-8"))
+    tree = parse(KEYS.read_text(encoding="utf-8"))
     names = {
         t.id
         for node in tree.body
@@ -140,16 +142,12 @@ def test_every_stats_key_constant_is_used() -> None:
     names |= {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")}
     # a prefix that only the functions of stats_keys use is used
     used: set[str] = {
-        n.id
-        for node in tree.body
-        if isinstance(node, ast.FunctionDef)
-        for n in ast.walk(node)
-        if isinstance(n, ast.Name)
+        n.id for node in tree.body if isinstance(node, ast.FunctionDef) for n in walk(node) if isinstance(n, ast.Name)
     }
     for path in ROOT.rglob("*.py"):
         if path == KEYS:
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in walk(parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Attribute):
                 used.add(node.attr)
             elif isinstance(node, ast.Name):

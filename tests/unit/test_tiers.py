@@ -131,3 +131,18 @@ def test_long_tests_start_first_one_per_worker(monkeypatch: pytest.MonkeyPatch) 
         "b.py::t",
         "x.py::3",
     ]
+
+
+def test_hang_guards_stretch_by_the_factor_and_refuse_a_bad_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Part 1 of ``python -m tests`` stretches its hang guards (tests/support/hang.py); a
+    factor that would shrink them, or is not a number, is refused rather than ignored."""
+    from tests.support.hang import FACTOR_ENV, hang_guard
+
+    monkeypatch.delenv(FACTOR_ENV, raising=False)
+    assert hang_guard(60) == 60
+    monkeypatch.setenv(FACTOR_ENV, "5")
+    assert hang_guard(60) == 300
+    for bad in ("0.5", "nan", "inf", "fast"):
+        monkeypatch.setenv(FACTOR_ENV, bad)
+        with pytest.raises(ValueError):
+            hang_guard(60)
