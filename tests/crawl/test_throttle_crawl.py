@@ -400,11 +400,13 @@ def test_a_download_slots_delay_is_a_floor_of_the_pacing_not_an_extra(tmp_path: 
     assert len(res.items) == 16
     gaps = [b - a for a, b in zip(times[slow], times[slow][1:], strict=False)]
     # the user's delay holds: n gaps span at least n delays, less one request's jitter on the
-    # way out (a loaded machine sent one request 80 ms late, the gap before it measured 1.04
-    # s and the one after it 0.92 s, at the testbed)
+    # way out, measured at the testbed (a loaded machine sent one request 80 ms late, the gap
+    # before it measured 1.04 s and the one after it 0.92 s; in CI, beside a serial test
+    # driving both cores, 1.13 s then 0.85 s). The delay dropped would pace at 0.5 s: -0.5
+    # for one gap, -3.5 over the crawl
     t = times[slow]
     spans = [(t[j] - t[i]) - (j - i) * 1.0 for i in range(len(t)) for j in range(i + 1, len(t))]
-    assert min(spans) >= -0.1, (min(spans), gaps)
+    assert min(spans) >= -0.25, (min(spans), gaps)
     assert sorted(gaps)[len(gaps) // 2] < 1.25, gaps  # ...and is not added to the pacing
     assert res.stats[f"scale/throttle/site/{slow}/delay"] == 1.0
     fast_gaps = [b - a for a, b in zip(times[fast], times[fast][1:], strict=False)]
