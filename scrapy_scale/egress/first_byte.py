@@ -12,9 +12,16 @@ blames the egress when the site answers through another one). The headers' arriv
 bound of the whole answer. Browser requests (scrapy-playwright) keep the browser's
 navigation timeout; without the asyncio reactor nothing is wrapped (one WARNING).
 
-An attempt through an egress that has not proved itself (``meta.EGRESS_PROBE``) is bound
-by what its site showed through the others (:mod:`scrapy_scale.egress.header_times`): the
-times to the headers are measured here, on every attempt through an egress.
+An attempt through an egress that has not proved itself is bound by what its site (or,
+until the site has answered a few times, every site) showed through the others
+(:mod:`scrapy_scale.egress.header_times`): the times to the headers are measured here, on
+every attempt through an egress. Not proved itself: a re-probe or an egress no answer came
+through yet while others answered, as the pool said when it assigned the egress
+(``meta.EGRESS_PROBE``), or an egress no headers came through yet in this crawl. The bound
+of such an attempt is looked at again every second, since the evidence grows while it waits
+(a crawl's first requests go out before anything answered: a blackhole drawn by a site's
+robots.txt held the whole site for the download timeout). An attempt cut so is marked
+``meta.EGRESS_PROBE``: its retry is the egress's failure, through another egress.
 """
 
 from __future__ import annotations
@@ -34,6 +41,9 @@ from scrapy_scale.egress.header_times import HeaderTimes
 
 logger = logging.getLogger(__name__)
 
+#: seconds between two looks at an unproven attempt's bound
+RECHECK = 1.0
+
 Download = Callable[[Any], Awaitable[Any]]
 
 
@@ -48,6 +58,7 @@ class FirstByteTimeout:
         self._timers: dict[int, asyncio.TimerHandle] = {}  # id(request) -> its clock
         self._started: dict[int, tuple[str, float]] = {}  # id(request) -> (site, monotonic start)
         self._late: set[int] = set()
+        self.answered: set[str] = set()  # egresses headers came through, this crawl
         self._undo: Callable[[], bool] | None = None
         self.closed = False
 
@@ -88,24 +99,25 @@ class FirstByteTimeout:
                 return await inner(request)
             key = id(request)
             site = urlparse_cached(request).hostname or ""
-            unproven = m.get(meta.EGRESS_PROBE) is True
-            seconds = self.times.bound(site, self.seconds) if unproven else self.seconds
-            loop = asyncio.get_running_loop()
+            egress = str(m.get(meta.EGRESS))
+            probe = m.get(meta.EGRESS_PROBE) is True
+            t0 = time.monotonic()
             task = asyncio.ensure_future(inner(request))
-            self._started[key] = (site, time.monotonic())
-            self._timers[key] = loop.call_later(seconds, self._expire, key, task, seconds < self.seconds)
+            self._started[key] = (site, t0)
+            cut = _Cut(key, task, site, egress, probe, t0)
+            self._arm(cut, min(self.seconds, self.times.floor) if self._unproven(cut) else self.seconds)
             try:
                 return await task
             except asyncio.CancelledError:
                 if key not in self._late:
                     raise  # cancelled from outside (the spider closes)
-                why = (
-                    f"an egress not proven yet: {self.times.factor:g}x the site's 95th percentile time to the headers"
-                    if seconds < self.seconds
-                    else "SCALE_EGRESS_FIRST_BYTE_TIMEOUT"
-                )
+                if cut.bound < self.seconds:
+                    m[meta.EGRESS_PROBE] = True  # its retry: the egress's failure (outcomes/retry.py)
+                    why = f"an egress not proven yet: {self.times.factor:g}x the 95th percentile time to the headers"
+                else:
+                    why = "SCALE_EGRESS_FIRST_BYTE_TIMEOUT"
                 raise DownloadTimeoutError(
-                    f"no answer from {request.url} through egress {m.get(meta.EGRESS)} within {seconds:g} s ({why})"
+                    f"no answer from {request.url} through egress {egress} within {cut.bound:.3g} s ({why})"
                 ) from None
             finally:
                 timer = self._timers.pop(key, None)
@@ -116,13 +128,30 @@ class FirstByteTimeout:
 
         return download
 
-    def _expire(self, key: int, task: asyncio.Future[Any], shorter: bool) -> None:
-        if self._timers.pop(key, None) is None or task.done():
+    def _unproven(self, cut: _Cut) -> bool:
+        return cut.probe or cut.egress not in self.answered
+
+    def _arm(self, cut: _Cut, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._timers[cut.key] = loop.call_later(max(0.0, delay), self._check, cut)
+
+    def _check(self, cut: _Cut) -> None:
+        """The attempt's clock ran out, or its bound is looked at again: cut it when it has
+        waited longer than its bound now is; else look again (at most ``RECHECK`` later
+        while its egress is unproven, since the bound only shrinks as evidence comes)."""
+        if self._timers.pop(cut.key, None) is None or cut.task.done():
             return
-        self._late.add(key)
+        unproven = self._unproven(cut)
+        cut.bound = self.times.bound(cut.site, self.seconds) if unproven else self.seconds
+        waited = time.monotonic() - cut.t0
+        if waited + 1e-3 < cut.bound:
+            left = cut.bound - waited
+            self._arm(cut, min(left, RECHECK) if unproven else left)
+            return
+        self._late.add(cut.key)
         self.expired += 1
-        self.expired_unproven += shorter
-        task.cancel()
+        self.expired_unproven += cut.bound < self.seconds
+        cut.task.cancel()
 
     def on_headers(self, headers: Any = None, body_length: Any = None, request: Any = None, **kw: Any) -> None:
         timer = self._timers.pop(id(request), None)
@@ -132,6 +161,17 @@ class FirstByteTimeout:
         if started is not None:
             site, t0 = started
             self.times.observe(site, time.monotonic() - t0)
+            self.answered.add(str(request.meta.get(meta.EGRESS)))
+
+
+class _Cut:
+    """One attempt's clock: what its bound is decided from."""
+
+    __slots__ = ("key", "task", "site", "egress", "probe", "t0", "bound")
+
+    def __init__(self, key: int, task: asyncio.Future[Any], site: str, egress: str, probe: bool, t0: float):
+        self.key, self.task, self.site, self.egress, self.probe, self.t0 = key, task, site, egress, probe, t0
+        self.bound = float("inf")
 
 
 def _asyncio_reactor() -> bool:

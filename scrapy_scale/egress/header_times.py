@@ -8,8 +8,11 @@ of a site waited for it. An attempt through an egress that has not proved itself
 re-probe, or no answer through it yet while others answered) is bound by what the site
 showed through the others instead: ``factor`` times the 95th percentile of its last
 ``window`` times to the headers, never under ``floor`` nor over the configured timeout.
-Until a site has ``min_samples`` such times, the configured timeout holds. Plain Python,
-no clock: the glue measures and reports (:mod:`scrapy_scale.egress.first_byte`).
+Until a site has ``min_samples`` such times, the last ``window`` times of every site
+together stand in (a blackhole drawn by a site's first request, its robots.txt, held the
+whole site for the download timeout); until those are ``min_samples`` too, the configured
+timeout holds. Plain Python, no clock: the glue measures and reports
+(:mod:`scrapy_scale.egress.first_byte`).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class HeaderTimes:
         self.floor = floor
         self.max_sites = max_sites
         self._sites: OrderedDict[str, deque[float]] = OrderedDict()
+        self._all: deque[float] = deque(maxlen=window)  # every site's, the stand-in
 
     def observe(self, site: str, seconds: float) -> None:
         """``site``'s headers came ``seconds`` after the attempt started (any egress)."""
@@ -58,10 +62,18 @@ class HeaderTimes:
         else:
             self._sites.move_to_end(site)
         times.append(seconds)
+        self._all.append(seconds)
 
     def p95(self, site: str) -> float | None:
         """The site's 95th percentile time to the headers, or None below ``min_samples``."""
-        times = self._sites.get(site)
+        return self._p95(self._sites.get(site))
+
+    def p95_any(self) -> float | None:
+        """The 95th percentile of every site's last times together, or None below
+        ``min_samples``."""
+        return self._p95(self._all)
+
+    def _p95(self, times: deque[float] | None) -> float | None:
         if times is None or len(times) < self.min_samples:
             return None
         ordered = sorted(times)
@@ -69,8 +81,11 @@ class HeaderTimes:
 
     def bound(self, site: str, configured: float) -> float:
         """The first-byte bound of an unproven egress's attempt to ``site``: at most
-        ``configured`` (the configured timeout), at least ``floor``."""
+        ``configured`` (the configured timeout), at least ``floor``; from the site's own
+        times, else every site's, else ``configured``."""
         p = self.p95(site)
+        if p is None:
+            p = self.p95_any()
         if p is None:
             return configured
         return min(configured, max(self.floor, self.factor * p))

@@ -182,4 +182,53 @@ def test_header_times_policy():
     assert h.p95("") is None
     h.observe("b", 0.1)
     h.observe("c", 0.1)  # a third site drops the least recently seen ("a")
-    assert h.p95("a") is None and h.bound("a", 30) == 30
+    assert h.p95("a") is None
+    # a site without its own times takes every site's last 4 (1.0, 1.0, 0.1, 0.1): 4 x 1.0
+    assert h.p95_any() == 1.0 and h.bound("a", 30) == 4.0
+    fresh = HeaderTimes(min_samples=3)
+    fresh.observe("b", 0.1)
+    assert fresh.p95("a") is None and fresh.p95_any() is None and fresh.bound("a", 30) == 30  # no evidence yet
+
+
+def test_an_attempt_sent_before_anything_answered_is_cut_once_others_answer(monkeypatch):
+    """The chaos bench's host 1: its robots.txt, the crawl's first request to it, drew the
+    blackholed proxy before any egress had answered, and the whole site waited the 10 s
+    download timeout. An attempt through an egress no headers came through yet has its bound
+    looked at again while it waits: once others answered (any site), it is cut at the
+    shorter bound and marked as an unproven egress's attempt (its retry is the egress's
+    failure); the configured bound holds while nothing answered."""
+    from scrapy_scale.egress import first_byte
+
+    monkeypatch.setattr(first_byte, "RECHECK", 0.02)
+    fb = FirstByteTimeout(crawler=None, seconds=60)
+    fb.times.floor = 0.05
+    looks = []
+    check = fb._check
+    monkeypatch.setattr(fb, "_check", lambda cut: (looks.append(cut.bound), check(cut)))
+
+    async def quick(request):
+        fb.on_headers(headers={}, body_length=0, request=request)
+        return "response"
+
+    async def never(request):
+        await asyncio.sleep(3600)
+
+    async def main():
+        first = _req("127.0.0.1:66")  # the blackhole, drawn first: nothing has answered yet
+        t = asyncio.ensure_future(fb.wrap(never)(first))
+        await asyncio.sleep(0.2)
+        assert not t.done() and looks and set(looks[1:]) == {60}  # looked at, no evidence: 60 s
+        for _ in range(5):  # another site answers through another egress
+            assert await fb.wrap(quick)(Request("http://other.test/", meta={meta.EGRESS: "127.0.0.1:9"})) == "response"
+        with pytest.raises(DownloadTimeoutError, match="not proven yet"):
+            await asyncio.wait_for(t, 5)  # (before: it waited its 60 s)
+        assert first.meta[meta.EGRESS_PROBE] is True  # retried as the egress's failure
+        # an egress headers came through keeps the configured bound, looked at once
+        n = len(looks)
+        t2 = asyncio.ensure_future(fb.wrap(never)(_req("127.0.0.1:9")))
+        await asyncio.sleep(0.2)
+        assert not t2.done() and len(looks) == n
+        t2.cancel()
+
+    asyncio.run(main())
+    assert fb.expired == fb.expired_unproven == 1 and "127.0.0.1:66" not in fb.answered
