@@ -8,6 +8,7 @@ comes back ``LATENCY`` later.
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from collections import Counter, deque
@@ -63,9 +64,8 @@ def play(
     end = clock() + seconds
     turn = 0
     while clock() < end:
-        pending.sort()
-        while pending and pending[0][0] <= clock():
-            _, e, a = pending.pop(0)
+        while pending and pending[0][0] <= clock():  # a heap: the earliest answer first
+            _, e, a = heapq.heappop(pending)
             site.ended(HOST)
             got[a] += 1
             if a == "ok":
@@ -78,7 +78,7 @@ def play(
                 learner.on_blocked(HOST, e)
         t = site.hold_until(HOST) or learner.hold_until(HOST, egresses)
         if t:
-            nxt = min([t, end] + [p[0] for p in pending])
+            nxt = min(t, end, pending[0][0]) if pending else min(t, end)
             clock.now = max(clock() + 0.0005, nxt) if math.isfinite(nxt) else clock() + 0.01
             continue
         free = [e for e in egresses if not learner.route_free_at(HOST, e)]
@@ -87,7 +87,7 @@ def play(
         site.handed_out(HOST)
         learner.taken(HOST, e)
         sent.append(clock())
-        pending.append((clock() + LATENCY, e, answer(e, clock())))
+        heapq.heappush(pending, (clock() + LATENCY, e, answer(e, clock())))
         clock.advance(0.0005)
     return got, sent
 
