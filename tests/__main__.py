@@ -12,7 +12,7 @@
 The three parts start together. Parts 2 and 3 hold timing bounds and run at normal
 priority: the kernel gives them the CPU whenever they want it, and part 1 the rest, so the
 suite takes about as long as its longest part, not the sum of the three (on the 2-core CI
-machine about 9 minutes instead of 18; the suite needs about 14 CPU-minutes, so 2 cores
+machine 9-10 minutes instead of 18; the suite needs about 14 CPU-minutes, so 2 cores
 cannot run it in much less, and each Scrapy process spends about 0.75 s importing Scrapy).
 The paced part ends well before the serial one; the probe's tests, which drive a site as
 hard as the machine can, run last, after it (with the paced part beside them, a loaded
