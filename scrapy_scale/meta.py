@@ -28,7 +28,8 @@ EGRESS_FAILURES = "scale_egress_failures"
 #: quarantine, or no answer through it yet while others answered): a failure without an
 #: answer is then retried as an egress failure (the outcome stays ``transient``: the egress
 #: pool blames the egress only with evidence). One attempt's: set or removed by the egress
-#: middleware at every assignment, removed when the request goes back to the scheduler
+#: middleware at every assignment, set by the first-byte timeout on an attempt it cut under
+#: an unproven egress's bound, removed when the request goes back to the scheduler
 EGRESS_PROBE = "scale_egress_probe"
 
 #: the keys that make a request the next attempt of its chain; a request that copied
