@@ -217,7 +217,8 @@ def test_an_attempt_sent_before_anything_answered_is_cut_once_others_answer(monk
         first = _req("127.0.0.1:66")  # the blackhole, drawn first: nothing has answered yet
         t = asyncio.ensure_future(fb.wrap(never)(first))
         await asyncio.sleep(0.2)
-        assert not t.done() and looks and set(looks[1:]) == {60}  # looked at, no evidence: 60 s
+        # looked at (at least once, however loaded the machine), no evidence yet: 60 s
+        assert not t.done() and looks and set(looks[1:]) <= {60}
         for _ in range(5):  # another site answers through another egress
             assert await fb.wrap(quick)(Request("http://other.test/", meta={meta.EGRESS: "127.0.0.1:9"})) == "response"
         with pytest.raises(DownloadTimeoutError, match="not proven yet"):
