@@ -48,7 +48,7 @@ Download = Callable[[Any], Awaitable[Any]]
 
 
 class FirstByteTimeout:
-    def __init__(self, crawler: Any, seconds: float):
+    def __init__(self, crawler: Any, seconds: float, answered: set[str] | None = None):
         self.crawler = crawler
         self.seconds = seconds
         self.installed = False
@@ -58,7 +58,9 @@ class FirstByteTimeout:
         self._timers: dict[int, asyncio.TimerHandle] = {}  # id(request) -> its clock
         self._started: dict[int, tuple[str, float]] = {}  # id(request) -> (site, monotonic start)
         self._late: set[int] = set()
-        self.answered: set[str] = set()  # egresses headers came through, this crawl
+        #: egresses an answer came through, this crawl: the egress pool's own set (its
+        #: outcomes add to it, headers here), so both call the same egresses unproven
+        self.answered: set[str] = set() if answered is None else answered
         self._undo: Callable[[], bool] | None = None
         self.closed = False
 

@@ -100,7 +100,7 @@ class EgressMiddleware(SourceGlue):
         self._loops: list[task.LoopingCall] = []
         self._sync_d: Any = None  # the running sync, awaited at close before the last one
         self._syncing = False
-        self.first_byte = FirstByteTimeout(crawler, S.FIRST_BYTE_TIMEOUT.get(st))
+        self.first_byte = FirstByteTimeout(crawler, S.FIRST_BYTE_TIMEOUT.get(st), answered=self.pool.answered)
         self.browser = BrowserContexts(crawler, S.CONTEXT_PAGES.get(st), S.CONTEXT_AGE.get(st), time.time)
         self.events = EventReport(self.stats, self.browser, lambda: self.store.where if self.store else None)
         self.ctx = ScaleContext.of(crawler)
