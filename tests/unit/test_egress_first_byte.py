@@ -149,7 +149,10 @@ def test_an_unproven_egress_is_bound_by_what_its_site_showed_through_the_others(
     assert fb.times.bound("shop.test", 60) == 60
     for _ in range(5):
         assert asyncio.run(fb.wrap(quick)(_req())) == "response"
-    assert fb.times.p95("shop.test") is not None and fb.times.bound("shop.test", 60) == 0.05
+    # 4x the site's p95, at least the floor (a loaded machine made the stand-in answers take
+    # 20 ms: 4 x 20 ms is over the 0.05 s floor), well under the configured 60 s
+    p95 = fb.times.p95("shop.test")
+    assert p95 is not None and fb.times.bound("shop.test", 60) == max(0.05, 4 * p95) < 1
     with pytest.raises(DownloadTimeoutError, match="not proven yet"):
         asyncio.run(fb.wrap(never)(_req(**{meta.EGRESS_PROBE: True})))
     assert fb.expired == fb.expired_unproven == 1 and not fb._started
