@@ -128,3 +128,31 @@ def test_new_record_places_start_requests_and_found_ones() -> None:
     assert new_record(child, "f", False, "{}", dedup=True).tail is False
     assert new_record(child, "f", False, "{}", dedup=True, fifo=True).tail is True
     assert new_record(start, "f", False, "{}", dedup=True, start_fifo=False).tail is False
+
+
+def test_requests_the_pacer_deferred_come_back_in_their_order(store: FrontierStore, clock: FakeClock) -> None:
+    """The lease buffer sends leased requests of a site due later back to the store,
+    delayed until their turns (LeaseBuffer.next_entry). When several are due by the next
+    lease they come back in their order: SQLite gave every record promoted at once the
+    same seq, and ties were read newest record first (start request 9 before 7)."""
+    store.enqueue([seed(f"http://a.test/start{i}") for i in range(6)])
+    leased = store.lease(W, 6, LEASE)
+    assert [codec.decode(x.data).url for x in leased] == [f"http://a.test/start{i}" for i in range(6)]
+    turn = clock.now + 1.5
+    deferred = [
+        NewRequest(
+            fingerprint=lz.fingerprint,
+            data=lz.data,
+            domain=lz.domain,
+            priority=lz.priority,
+            not_before=turn + 0.2 * k,
+            attempts=lz.attempts,
+            update=True,
+            token=lz.token,
+        )
+        for k, lz in enumerate(leased)
+    ]
+    store.enqueue(deferred)
+    assert store.lease(W, 6, LEASE) == []  # none due yet: the deferral took
+    clock.advance(10)
+    assert urls(store, 6) == [f"http://a.test/start{i}" for i in range(6)]

@@ -134,13 +134,20 @@ class SqliteStore(SqliteBase):
         return EnqueueResult.DUPLICATE
 
     def _promote(self, db: sqlite3.Connection, now: float) -> None:
-        # a due retry (or a request waiting for its turn) goes first in its queue, as on Redis
-        (seq,) = db.execute("SELECT seq + 1 FROM jobs WHERE job=?", (self.job,)).fetchone()
-        cur = db.execute(
-            "UPDATE requests SET state=0, seq=? WHERE job=? AND state=1 AND eligible_at<=?", (seq, self.job, now)
+        # a due retry (or a request waiting for its turn) goes first in its queue, as on
+        # Redis, the earliest due first: each its own seq (one seq for all of them left the
+        # tie to the index, which reads the newest record first: deferred start requests
+        # came back in reverse)
+        ids = db.execute(
+            "SELECT id FROM requests WHERE job=? AND state=1 AND eligible_at<=? ORDER BY eligible_at DESC, id DESC",
+            (self.job, now),
+        ).fetchall()
+        if not ids:
+            return
+        seq = self._next_seq(db, len(ids))
+        db.executemany(
+            "UPDATE requests SET state=0, seq=? WHERE id=?", [(seq + i, rid) for i, (rid,) in enumerate(ids)]
         )
-        if cur.rowcount:
-            self._next_seq(db, 1)
 
     def lease(self, worker: str, n: int, seconds: float) -> list[Leased]:
         if n <= 0:
