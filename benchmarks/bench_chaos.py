@@ -198,6 +198,10 @@ def crawl(name: str, plan: Plan, a: argparse.Namespace, work: Path) -> dict[str,
         )
         res = start_crawl(tb, settings, work).finish(a.max_seconds + 120)
         log = tb.log
+        if a.keep:  # the testbed's request log beside the crawl's, for a trace
+            with open(work / "testbed-log.jsonl", "w") as f:
+                for rec in log:
+                    f.write(json.dumps(rec.as_dict()) + "\n")
         port = {pid: f"127.0.0.1:{p}" for pid, p in tb.proxy_ports.items()}
         details = tb.detail_urls()
         host5 = tb.hosts[4] if len(tb.hosts) >= 5 else None
@@ -319,7 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--stacks", default="1,2,3", help="which stacks, by number (1,2,3)")
     ap.add_argument("--seed", type=int, default=21)
-    ap.add_argument("--keep", metavar="DIR", help="keep every crawl's folder (log, stats) under DIR")
+    ap.add_argument(
+        "--keep", metavar="DIR", help="keep every crawl's folder (log, stats, the testbed's request log) under DIR"
+    )
     a = ap.parse_args(argv)
     if a.hosts < 5:
         ap.error("--hosts must be at least 5")

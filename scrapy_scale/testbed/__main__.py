@@ -82,7 +82,12 @@ def summary(tb: Testbed) -> dict[str, Any]:
             kinds[key] += n
         else:
             statuses[str(key)] += n
-    return {"requests": sum(kinds.values()), "kinds": dict(kinds), "statuses": dict(statuses)}
+    return {
+        "requests": sum(kinds.values()),
+        "kinds": dict(kinds),
+        "statuses": dict(statuses),
+        "connections": tb.connections,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

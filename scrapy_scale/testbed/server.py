@@ -340,3 +340,9 @@ class Testbed(Answering):
     def _next_conn(self) -> int:
         self._conn_ids += 1
         return self._conn_ids
+
+    @property
+    def connections(self) -> int:
+        """How many connections the target hosts accepted (a client that reuses its
+        keep-alive connections opens few)."""
+        return self._conn_ids
