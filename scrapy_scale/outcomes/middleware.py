@@ -100,6 +100,7 @@ class OutcomeDownloaderMiddleware:
         if request.callback is NO_CALLBACK:
             return self._internal(request, verdict, status=response.status) or response
         latency = request.meta.get("download_latency")
+        core.decider.observe(request, verdict.cls)
         if verdict.cls is C.OK:
             self._final_after_callback(request, Pending(verdict, response.status, latency))
             return response
@@ -131,6 +132,8 @@ class OutcomeDownloaderMiddleware:
             core.stats.inc_value(K.RETRY_LATE)
         if decision.as_egress_failure:
             core.stats.inc_value(K.RETRY_AS_EGRESS_FAILURE)
+        if decision.calm:
+            core.stats.inc_value(K.RETRY_CALM)
         scrapy_retry_logger.debug(
             "Retrying %(request)s (failed %(retry_times)d times): %(reason)s",
             {"request": request, "retry_times": o.attempt, "reason": scrapy_reason(o)},
@@ -195,6 +198,7 @@ class OutcomeDownloaderMiddleware:
         if request.callback is NO_CALLBACK:
             return self._internal(request, verdict, exception=exception)
         latency = self.clock() - t0 if t0 is not None else None
+        core.decider.observe(request, verdict.cls)
         decision = core.decider.decide(request, verdict, answered=False)
         if decision.retry:
             return self._retry(request, verdict, decision, exception=exception, latency=latency)

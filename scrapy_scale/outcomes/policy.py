@@ -36,6 +36,10 @@ class ClassPolicy:
     ``base``/``cap``: full-jitter backoff window in seconds, ``min(cap, base * 2**(n-1))``.
     ``new_egress``: the retry must avoid the egress the failed attempt went through.
     ``give_up_level``: log level of the one line logged when the budget is spent.
+    ``calm``: the backoff window's bound (seconds) while the failure's site answers well
+    otherwise (:mod:`scrapy_scale.outcomes.noise`): a stray 503 or a refusal through one
+    route among good answers is noise, and the page, which may be the listing the site's
+    next pages wait for, is tried again soon; 0 = the class's window always.
     """
 
     retries: int = 0
@@ -43,13 +47,14 @@ class ClassPolicy:
     cap: float = 30.0
     new_egress: bool = False
     give_up_level: int = logging.WARNING
+    calm: float = 0.0
 
 
 DEFAULT_POLICIES: dict[FailureClass, ClassPolicy] = {
     C.OK: ClassPolicy(),
     C.NOT_FOUND: ClassPolicy(),
-    C.TRANSIENT: ClassPolicy(retries=2, base=1.0, cap=30.0),
-    C.RATE_LIMITED: ClassPolicy(retries=5, base=2.0, cap=120.0),
+    C.TRANSIENT: ClassPolicy(retries=2, base=1.0, cap=30.0, calm=0.5),
+    C.RATE_LIMITED: ClassPolicy(retries=5, base=2.0, cap=120.0, calm=0.5),
     C.BLOCKED: ClassPolicy(retries=2, base=0.5, cap=10.0, new_egress=True),
     C.EGRESS_FAILED: ClassPolicy(retries=3, base=0.0, cap=0.0, new_egress=True),
     C.PARSE_FAILED: ClassPolicy(),
@@ -73,7 +78,7 @@ def _level(v: Any) -> int:
 
 
 def parse_policy_overrides(value: Any) -> dict[FailureClass, dict[str, Any]]:
-    """Validate ``SCALE_RETRY_POLICY``: ``{class: {retries, base, cap, new_egress, give_up_level}}``."""
+    """Validate ``SCALE_RETRY_POLICY``: ``{class: {retries, base, cap, calm, new_egress, give_up_level}}``."""
     from scrapy_scale.config import as_dict
     from scrapy_scale.outcomes.classify import reject_unknown_keys
 
@@ -92,7 +97,7 @@ def parse_policy_overrides(value: Any) -> dict[FailureClass, dict[str, Any]]:
                 if v and cls in NEVER_RETRIED:
                     raise ValueError(f"{cls.value}: this class is never retried")
                 clean[key] = v
-            elif key in ("base", "cap"):
+            elif key in ("base", "cap", "calm"):
                 if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
                     raise ValueError(f"{cls.value}.{key}: expected a number of seconds >= 0")
                 clean[key] = float(v)
@@ -147,6 +152,9 @@ class Decision:
     #: decided as an ``egress_failed`` attempt though its class is ``transient``: no answer
     #: through an egress that had not proved itself (see ``RetryDecider.decide``)
     as_egress_failure: bool = False
+    #: a quick retry whose backoff window was bounded by the class's ``calm`` (its site
+    #: answers well otherwise)
+    calm: bool = False
 
 
 NO_RETRY = Decision(False)
@@ -178,8 +186,10 @@ class RetryPolicy:
         exp = min(attempt - 1, 60)  # 2**60 seconds is past any cap
         return min(p.cap, p.base * (2.0**exp))
 
-    def backoff(self, cls: FailureClass, attempt: int) -> float:
+    def backoff(self, cls: FailureClass, attempt: int, calm: bool = False) -> float:
         w = self.window(cls, attempt)
+        if calm and self.policies[cls].calm > 0:
+            w = min(w, self.policies[cls].calm)
         return self.rng.uniform(0.0, w) if w > 0 else 0.0
 
     def clamp_retry_after(self, seconds: float | None, where: str = "") -> float | None:
@@ -227,6 +237,7 @@ class RetryPolicy:
         late_done: int = 0,
         first_failed: float | None = None,
         late_ok: bool = True,
+        calm: bool = False,
     ) -> Decision:
         """Retry the attempt number ``attempt`` (1-based) that failed with ``cls``?
 
@@ -234,7 +245,9 @@ class RetryPolicy:
         ``retry_after`` is the server's raw Retry-After in seconds (clamped here). Once the
         budget is spent, a late retry (:attr:`late`) when ``late_ok``, fewer than its
         ``retries`` were made (``late_done``) and its deadline after ``first_failed`` (the
-        chain's first failure; None: this one) is not past.
+        chain's first failure; None: this one) is not past. ``calm``: the site answers well
+        otherwise, so a quick retry's window is at most the class's ``calm`` bound (late
+        retries and a Retry-After are unchanged).
         """
         p = self.policies[cls]
         if cls in NEVER_RETRIED or (cls is C.FATAL and p.retries <= 0):
@@ -251,11 +264,12 @@ class RetryPolicy:
             if late_ok and max_retries is None and self.late.applies(cls, late_done):
                 return self._late(cls, late_done, retry_after, first_failed, where)
             return Decision(False, gave_up=True, why="budget")
-        delay = self.backoff(cls, attempt)
+        bounded = calm and 0 < p.calm < self.window(cls, attempt)
+        delay = self.backoff(cls, attempt, bounded)
         ra = self.clamp_retry_after(retry_after, where)
         if ra is not None:
             delay += ra
-        return Decision(True, delay=delay, not_before=self.clock() + delay)
+        return Decision(True, delay=delay, not_before=self.clock() + delay, calm=bounded)
 
     def _late(
         self, cls: FailureClass, done: int, retry_after: float | None, first_failed: float | None, where: str

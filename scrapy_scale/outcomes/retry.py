@@ -23,6 +23,7 @@ from scrapy_scale import meta
 from scrapy_scale import stats_keys as K
 from scrapy_scale.outcomes.classify import Verdict
 from scrapy_scale.outcomes.model import FailureClass, Outcome
+from scrapy_scale.outcomes.noise import SiteNoise
 from scrapy_scale.outcomes.policy import NO_RETRY, Decision, RetryPolicy
 
 if TYPE_CHECKING:
@@ -39,6 +40,12 @@ class RetryDecider:
     def __init__(self, policy: RetryPolicy, *, enabled: bool = True):
         self.policy = policy
         self.enabled = enabled
+        #: per site, whether it answers well apart from a few failures (quick retries then)
+        self.noise = SiteNoise()
+
+    def observe(self, request: Request, cls: FailureClass) -> None:
+        """An attempt of ``request`` ended with ``cls``: counted for its site's noise."""
+        self.noise.note(urlparse_cached(request).hostname or "", cls)
 
     def decide(self, request: Request, verdict: Verdict, late_ok: bool = True, answered: bool = True) -> Decision:
         """``late_ok``: False for Scrapy's own downloads (robots.txt), retried at once.
@@ -57,6 +64,7 @@ class RetryDecider:
         # to evict an egress, and a late retry is no reason to lose a site's entry page
         cls = FailureClass.EGRESS_FAILED if _unproven_egress(m, verdict.cls, answered) else verdict.cls
         n = at_egress + 1 if cls is FailureClass.EGRESS_FAILED else attempt - at_egress
+        calm = self.noise.calm(where)
         d = self.policy.decide(
             cls,
             n,
@@ -68,6 +76,7 @@ class RetryDecider:
             late_done=late_done,
             first_failed=first_failed,
             late_ok=late_ok,
+            calm=calm,
         )
         if d.retry and not verdict.retryable:
             return Decision(False, gave_up=True, why="not listed")

@@ -235,3 +235,29 @@ def test_a_rate_limited_burst_is_retried_spread_over_the_backoff_window(tmp_path
     t = sorted(again.values())
     buckets = Counter(int((x - t[0]) / 0.2) for x in t)
     assert max(buckets.values()) < 0.35 * len(t), buckets  # no thundering herd in any 0.2 s
+
+
+def test_a_stray_503_at_a_site_that_answers_well_is_retried_soon(tmp_path):
+    """Noise is not pressure (outcomes/noise.py): the priorities spider's pages one at a
+    time; /item/10 is served last (12th), after 11 good answers, so its stray 503 is
+    retried within the class's calm bound (0.5 s), not the 1 s window of a first
+    transient retry. /item/3 is served second, after one answer: the site is not known
+    to answer well yet, its retry takes the usual window."""
+    settings = {
+        "SPIDER_MODULES": ["tests.support.contract_spiders"],
+        "CONCURRENT_REQUESTS": 1,
+        "ROBOTSTXT_OBEY": False,
+    }
+    with Testbed(hosts=1, pages=12, seed=3, faults="503@1:/item/3,first=1;503@1:/item/10,first=1") as tb:
+        res, outcomes = crawl(tb, tmp_path, settings, spider="priorities")
+        sent = defaultdict(list)
+        for r in tb.log:
+            sent[r.path].append(r.time)
+    assert res.stats.get("scale/retry/calm") == 1, res.stats  # only the late page's retry
+    retried = {path_of(o["url"])[1]: o for o in outcomes if not o["final"]}
+    assert set(retried) == {"/item/3", "/item/10"}
+    calm = retried["/item/10"]
+    assert calm["retry_at"] - calm["time"] <= 0.5 + 0.05, calm
+    first, again = sent["/item/10"]
+    assert again - first <= 0.5 + 1.0  # its wait plus the download of the failed attempt
+    assert len(sent["/item/3"]) == 2 and res.stats.get("item_scraped_count") == 12

@@ -1,0 +1,106 @@
+"""Noise is not pressure, for retries: a failure at a site that answers well otherwise is
+retried soon (the class's ``calm`` window), a site whose failures rise backs off as
+before (plain Python, fake clock, seeded randomness)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from scrapy import Request
+
+from scrapy_scale.clock import FakeClock, Randomness
+from scrapy_scale.outcomes.classify import Verdict
+from scrapy_scale.outcomes.late import LatePolicy
+from scrapy_scale.outcomes.model import FailureClass as C
+from scrapy_scale.outcomes.noise import MIN_ANSWERS, SiteNoise
+from scrapy_scale.outcomes.policy import RetryPolicy, build_policies, parse_policy_overrides
+from scrapy_scale.outcomes.retry import RetryDecider
+
+pytestmark = pytest.mark.pure
+
+NOW = 1_700_000_000.0
+SITE = "shop1.example.test"
+
+
+def answers(noise: SiteNoise, n: int, failure_share: float, seed: int = 1, cls: C = C.TRANSIENT) -> None:
+    rng = random.Random(seed)
+    for _ in range(n):
+        noise.note(SITE, cls if rng.random() < failure_share else C.OK)
+
+
+def test_random_failures_among_good_answers_are_noise_a_rising_share_is_not() -> None:
+    noise = SiteNoise()
+    answers(noise, 200, 0.05)
+    assert noise.calm(SITE)
+    answers(noise, 60, 0.5, seed=2)  # an outage begins: half of the answers fail
+    assert not noise.calm(SITE)
+    answers(noise, 200, 0.0, seed=3)
+    assert noise.calm(SITE)
+
+
+def test_a_site_is_not_calm_before_it_answered_enough_nor_when_its_first_answers_fail() -> None:
+    noise = SiteNoise()
+    assert not noise.calm(SITE)
+    answers(noise, MIN_ANSWERS - 1, 0.0)
+    assert not noise.calm(SITE)
+    noise.note(SITE, C.OK)
+    assert noise.calm(SITE)
+    burst = SiteNoise()  # an entry page that fails for a few seconds: every answer failed
+    for _ in range(3 * MIN_ANSWERS):
+        burst.note(SITE, C.TRANSIENT)
+    assert not burst.calm(SITE)
+    first_bad = SiteNoise()  # the first answers are a mean, not a share that starts at zero
+    for k in range(MIN_ANSWERS):
+        first_bad.note(SITE, C.RATE_LIMITED if k % 3 == 0 else C.OK)
+    assert not first_bad.calm(SITE)
+
+
+def test_egress_failures_say_nothing_about_the_site_and_memory_is_bounded() -> None:
+    noise = SiteNoise(max_sites=3)
+    answers(noise, 20, 0.0)
+    for _ in range(50):
+        noise.note(SITE, C.EGRESS_FAILED)
+        noise.note(SITE, C.FATAL)
+    assert noise.calm(SITE) and noise.share(SITE) == 0.0
+    for k in range(3):
+        noise.note(f"other{k}.test", C.OK)
+    assert noise.share(SITE) is None  # the least recently answered was forgotten
+
+
+def test_a_calm_site_bounds_the_quick_retry_window_not_retry_after_nor_late_retries() -> None:
+    p = RetryPolicy(clock=FakeClock(NOW), rng=Randomness(5), late=LatePolicy())
+    for attempt in (1, 2):
+        calm = [p.decide(C.TRANSIENT, attempt, calm=True) for _ in range(200)]
+        assert all(d.retry and d.calm and 0.0 <= d.delay <= 0.5 for d in calm)
+        assert max(d.delay for d in calm) > 0.4  # the window is used, not a fixed delay
+        usual = [p.decide(C.TRANSIENT, attempt) for _ in range(200)]
+        assert not any(d.calm for d in usual)
+        assert max(d.delay for d in usual) > 0.8 * p.window(C.TRANSIENT, attempt)
+    limited = [p.decide(C.RATE_LIMITED, 1, retry_after=1.0, calm=True) for _ in range(200)]
+    assert all(1.0 <= d.delay <= 1.5 and d.calm for d in limited)  # the Retry-After still holds
+    late = p.decide(C.TRANSIENT, 3, calm=True)  # the quick budget (2) is spent: a late retry
+    assert late.late and not late.calm and late.delay >= p.late.window(1) / 2
+
+
+def test_calm_0_in_scale_retry_policy_keeps_the_class_window() -> None:
+    pol = build_policies(parse_policy_overrides({"transient": {"calm": 0}}))
+    p = RetryPolicy(pol, clock=FakeClock(NOW), rng=Randomness(5))
+    ds = [p.decide(C.TRANSIENT, 1, calm=True) for _ in range(200)]
+    assert not any(d.calm for d in ds) and max(d.delay for d in ds) > 0.8
+    with pytest.raises(ValueError, match=r"transient\.calm"):
+        parse_policy_overrides({"transient": {"calm": -1}})
+
+
+def test_the_decider_retries_a_stray_503_soon_and_a_failing_site_as_before() -> None:
+    d = RetryDecider(RetryPolicy(clock=FakeClock(NOW), rng=Randomness(7)))
+    page = Request(f"http://{SITE}/list/5")
+    for k in range(30):
+        d.observe(Request(f"http://{SITE}/item/{k}"), C.OK)
+    d.observe(page, C.TRANSIENT)
+    got = d.decide(page, Verdict(C.TRANSIENT, "http_503"))
+    assert got.retry and got.calm and got.delay <= 0.5
+    entry = Request("http://shop4.example.test/")
+    d.observe(entry, C.TRANSIENT)  # a site that has answered nothing well
+    got = d.decide(entry, Verdict(C.TRANSIENT, "http_503"))
+    assert got.retry and not got.calm
