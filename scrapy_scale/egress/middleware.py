@@ -96,7 +96,8 @@ class EgressMiddleware(SourceGlue):
         self.store: StateStore | None = None
         self._tokens: dict[int, str] = {}
         self._next_token = itertools.count(1)
-        self._waiting: dict[str, float] = {}  # domain -> until, while its requests wait
+        # domain -> the log level of its "waits" line, while its requests wait
+        self._waiting: dict[str, int] = {}
         self._loops: list[task.LoopingCall] = []
         self._sync_d: Any = None  # the running sync, awaited at close before the last one
         self._syncing = False
@@ -135,9 +136,9 @@ class EgressMiddleware(SourceGlue):
         choice = self.pool.choose(domain, m.get(meta.AVOID_EGRESS) or ())
         if choice.egress is None:
             return self._wait(request, domain, choice.wait_until, choice.reason)
-        if domain in self._waiting:
-            del self._waiting[domain]
-            logger.info("egress: %s has an egress again; its requests go on", domain)
+        level = self._waiting.pop(domain, None)
+        if level is not None:
+            logger.log(min(level, logging.INFO), "egress: %s has an egress again; its requests go on", domain)
         self._assign(request, choice.egress, choice.unproven)
         if choice.probe:
             self.stats.inc_value(K.EGRESS_REPROBES)
@@ -180,20 +181,18 @@ class EgressMiddleware(SourceGlue):
         self.stats.inc_value(K.egress_wait(reason))
         if reason == "avoided":  # one retry waits for another egress; the domain goes on
             return again
-        if domain not in self._waiting:
+        # every route at its capacity is the pacing at work, not trouble: debug (it came in
+        # bursts, a warning and an info line a request, while a site's routes were busy)
+        level = logging.DEBUG if reason == "route_cap" else logging.WARNING
+        if level > self._waiting.get(domain, logging.NOTSET):
             what = {
                 "quarantined": "every egress is quarantined for it",
                 "route_cap": "every route to it is at its capacity (learned, or SCALE_EGRESS_ROUTE_RATE)",
                 "probing": "its only egresses are being re-probed",
                 "empty": "the egress pool is empty",
             }.get(reason, reason)
-            logger.warning(
-                "egress: %s waits until %s: %s; other domains go on",
-                domain,
-                when(until),
-                what,
-            )
-        self._waiting[domain] = until
+            logger.log(level, "egress: %s waits until %s: %s; other domains go on", domain, when(until), what)
+        self._waiting[domain] = level
         if reason == "quarantined" and self.exhausted == "close" and self.crawler.engine is not None:
             from scrapy.utils.defer import deferred_from_coro
 

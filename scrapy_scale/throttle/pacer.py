@@ -199,6 +199,8 @@ class Throttle(PacerUpkeep):
     def handed_out(self, request: Request, domain: str, fingerprint: str | None) -> None:
         s = self.pacing.handed_out(domain)
         self._permits.used(s.key)
+        if self.learner is not None:
+            self.learner.reserve(domain)
         if fingerprint:
             old = self._flying.get(fingerprint)
             if old is not None:

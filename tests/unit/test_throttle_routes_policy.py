@@ -407,3 +407,33 @@ def test_an_egress_that_has_not_answered_yet_carries_one_request_at_a_time() -> 
     learner.taken(other, "e2:8080")
     assert learner.route_free_at(other, "e3:8080") == 0.0
     assert learner.route_free_at(HOST, "e2:8080") <= clock() + learner.route(HOST, "e2:8080").delay
+
+
+def test_a_request_handed_out_holds_a_free_route_until_the_pool_gives_it_one() -> None:
+    """Between the scheduler handing a request out and the egress pool choosing its route,
+    other middlewares run (robots.txt's awaits); the scheduler asked again meanwhile and
+    handed out a request per free route check, and the pool sent the extra ones back (174
+    "route_cap" waits for 269 requests in tests/crawl/test_throttle_routes.py)."""
+    from scrapy_scale.throttle.routing import RESERVE_TTL, RESERVED_RECHECK
+
+    site, learner, clock = setup()
+    two = EGRESSES[:2]
+    for e in two:  # both answered once: paced by their learned delay, no probe hold
+        learner.taken(HOST, e)
+        learner.on_success(HOST, e, LATENCY)
+    clock.advance(1.0)
+    assert learner.hold_until(HOST, two) == 0.0
+    learner.reserve(HOST)
+    assert learner.hold_until(HOST, two) == 0.0  # one route left for the next request
+    learner.reserve(HOST)
+    assert learner.hold_until(HOST, two) == pytest.approx(clock() + RESERVED_RECHECK)
+    learner.taken(HOST, two[0])  # the pool gave the first its route: that route is busy now
+    assert learner.hold_until(HOST, two) > clock()  # the other is still spoken for
+    learner.taken(HOST, two[1])
+    clock.advance(1.0)
+    assert learner.hold_until(HOST, two) == 0.0
+    learner.reserve(HOST)
+    learner.reserve(HOST)  # neither reaches the pool (a middleware dropped them)
+    assert learner.hold_until(HOST, two) > clock()
+    clock.advance(RESERVE_TTL + 0.01)
+    assert learner.hold_until(HOST, two) == 0.0  # no route stays spoken for
