@@ -126,6 +126,7 @@ class EgressMiddleware(SourceGlue):
 
     async def process_request(self, request: Request, spider: Any = None) -> Request | None:
         m = request.meta
+        self.pool.routes.release(m.pop(meta.ROUTE_HOLD, None))  # it takes its route now, or waits
         if "proxy" in m and meta.EGRESS not in m:
             return None  # the project chose this request's proxy itself
         self._release(m.pop(_TOKEN, None))
@@ -192,7 +193,7 @@ class EgressMiddleware(SourceGlue):
                 "empty": "the egress pool is empty",
             }.get(reason, reason)
             logger.log(level, "egress: %s waits until %s: %s; other domains go on", domain, when(until), what)
-        self._waiting[domain] = level
+        self._waiting[domain] = max(level, self._waiting.get(domain, logging.NOTSET))
         if reason == "quarantined" and self.exhausted == "close" and self.crawler.engine is not None:
             from scrapy.utils.defer import deferred_from_coro
 

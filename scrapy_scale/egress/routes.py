@@ -36,6 +36,10 @@ class RouteGate(Protocol):
         """A request to ``host`` goes out through ``egress`` now."""
         ...
 
+    def release(self, token: object) -> None:
+        """The request that held a free route (``meta.ROUTE_HOLD``) reached the pool."""
+        ...
+
 
 class RouteLimiter:
     def __init__(self, rate: float = 0.0):
@@ -85,6 +89,12 @@ class RouteLimiter:
             self._next[key] = max(now, self._next.get(key, 0.0)) + self.interval
         if self.gate is not None:
             self.gate.taken(domain, egress)
+
+    def release(self, token: object) -> None:
+        """A request handed out reached the pool: the route it held for it is free again
+        for the throttle's count (it takes one now, or waits)."""
+        if self.gate is not None and token is not None:
+            self.gate.release(token)
 
     def pressure(self, top: int = 10) -> list[dict[str, object]]:
         """The busiest routes: requests sent, times found at the cap."""

@@ -138,6 +138,7 @@ class OutcomeCore:
             late=_late_policy(s, retry_times),
         )
         self.decider = RetryDecider(self.policy, enabled=s.getbool("RETRY_ENABLED"))
+        self.decider.paced = lambda: self.context.pacer is not None
         self.priority_adjust = s.getint("RETRY_PRIORITY_ADJUST")
         self.emitter = OutcomeEmitter(crawler, retry_after_max=self.policy.retry_after_max)
         # DelayedRetries before the stats: at close, abandoned retries are counted before the report

@@ -100,8 +100,8 @@ class OutcomeDownloaderMiddleware:
         if request.callback is NO_CALLBACK:
             return self._internal(request, verdict, status=response.status) or response
         latency = request.meta.get("download_latency")
-        core.decider.observe(request, verdict.cls)
         if verdict.cls is C.OK:
+            core.decider.observe_ok(request, verdict.cls)
             self._final_after_callback(request, Pending(verdict, response.status, latency))
             return response
         decision = core.decider.decide(request, verdict)
@@ -198,7 +198,6 @@ class OutcomeDownloaderMiddleware:
         if request.callback is NO_CALLBACK:
             return self._internal(request, verdict, exception=exception)
         latency = self.clock() - t0 if t0 is not None else None
-        core.decider.observe(request, verdict.cls)
         decision = core.decider.decide(request, verdict, answered=False)
         if decision.retry:
             return self._retry(request, verdict, decision, exception=exception, latency=latency)

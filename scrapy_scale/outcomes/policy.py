@@ -128,6 +128,8 @@ def build_policies(
             p = replace(p, give_up_level=give_up_level)
         out[cls] = p
     for cls, changes in (overrides or {}).items():
+        if ("base" in changes or "cap" in changes) and "calm" not in changes:
+            changes = {**changes, "calm": 0.0}  # the project's own window, whatever the site's noise
         out[cls] = replace(out[cls], **changes)
     return out
 

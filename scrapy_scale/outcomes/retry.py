@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -40,11 +41,16 @@ class RetryDecider:
     def __init__(self, policy: RetryPolicy, *, enabled: bool = True):
         self.policy = policy
         self.enabled = enabled
-        #: per site, whether it answers well apart from a few failures (quick retries then)
+        #: per host, whether it answers well apart from a few failures (quick retries then)
         self.noise = SiteNoise()
+        #: whether a pacer spaces the requests to each site (the throttle): a refusal's
+        #: quick retry is sooner at a calm site only then (without one, nothing else would
+        #: space retries told to slow down)
+        self.paced: Callable[[], bool] = lambda: False
 
-    def observe(self, request: Request, cls: FailureClass) -> None:
-        """An attempt of ``request`` ended with ``cls``: counted for its site's noise."""
+    def observe_ok(self, request: Request, cls: FailureClass) -> None:
+        """An attempt of ``request`` got an answer the classifier took as good (``cls``:
+        ok, not_found): counted for its host's noise. Failures are counted by :meth:`decide`."""
         self.noise.note(urlparse_cached(request).hostname or "", cls)
 
     def decide(self, request: Request, verdict: Verdict, late_ok: bool = True, answered: bool = True) -> Decision:
@@ -64,7 +70,10 @@ class RetryDecider:
         # to evict an egress, and a late retry is no reason to lose a site's entry page
         cls = FailureClass.EGRESS_FAILED if _unproven_egress(m, verdict.cls, answered) else verdict.cls
         n = at_egress + 1 if cls is FailureClass.EGRESS_FAILED else attempt - at_egress
-        calm = self.noise.calm(where)
+        if late_ok:  # a crawl request's attempt (robots.txt's are Scrapy's own): its host's noise
+            # the class as decided: an unproven egress's failure is not the host's
+            self.noise.note(where, cls)
+        calm = self.noise.calm(where) and (cls is not FailureClass.RATE_LIMITED or self.paced())
         d = self.policy.decide(
             cls,
             n,

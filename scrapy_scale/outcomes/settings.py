@@ -42,8 +42,8 @@ RETRY_POLICY = declare(
     _parse_policy,
     'Per-class retry policy overrides, e.g. `{"transient": {"retries": 3, "base": 1, "cap": 30}}` '
     "(retries after the first attempt; full-jitter backoff window base*2^(n-1) capped at cap, seconds; "
-    "`calm`: the window's bound while the site answers well otherwise, 0.5 s for transient and "
-    "rate_limited, 0: off).",
+    "`calm`: the window's bound while the host answers well otherwise, 0.5 s for transient and "
+    "rate_limited, 0: off and the default when base or cap is set).",
     COMPONENT,
 )
 

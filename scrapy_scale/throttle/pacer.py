@@ -199,8 +199,11 @@ class Throttle(PacerUpkeep):
     def handed_out(self, request: Request, domain: str, fingerprint: str | None) -> None:
         s = self.pacing.handed_out(domain)
         self._permits.used(s.key)
-        if self.learner is not None:
-            self.learner.reserve(domain)
+        m = request.meta
+        if self.learner is not None and not ("proxy" in m and meta.EGRESS not in m):
+            # the egress pool will route it (a project's own proxy is not the pool's)
+            self.learner.release(m.get(meta.ROUTE_HOLD))
+            m[meta.ROUTE_HOLD] = self.learner.reserve(domain)
         if fingerprint:
             old = self._flying.get(fingerprint)
             if old is not None:
@@ -266,8 +269,11 @@ class Throttle(PacerUpkeep):
     # ---- outcomes ---------------------------------------------------------------------------
 
     def _on_outcome(self, outcome: Outcome, request: Request | None = None, **kw: Any) -> None:
-        if self.learner is not None and outcome.egress is not None:  # robots.txt's too
-            self.learner.settled(str(outcome.egress), outcome.responded)
+        if self.learner is not None:
+            if request is not None:  # dropped before the egress pool saw it: no route held
+                self.learner.release(request.meta.pop(meta.ROUTE_HOLD, None))
+            if outcome.egress is not None:  # robots.txt's too
+                self.learner.settled(str(outcome.egress), outcome.responded)
         if outcome.internal or not outcome.domain:
             return
         key = self._flying.pop(outcome.fingerprint, None)
@@ -293,6 +299,8 @@ class Throttle(PacerUpkeep):
         attempt (a redirect, the egress pool's wait, the not-before guard) is not in flight
         any more: kept counted, a site at its ``concurrency`` was held for good. Popped, so a
         copy of its meta (a retry, ``meta=response.meta``) ends the attempt once at most."""
+        if self.learner is not None:  # a route held by the attempt that went back
+            self.learner.release(request.meta.pop(meta.ROUTE_HOLD, None))
         fp = request.meta.get(meta.FINGERPRINT)
         key = self._flying.pop(fp, None) if isinstance(fp, str) else None
         if key is not None:

@@ -18,7 +18,7 @@ when requests go through egresses (``SCALE_EGRESSES``):
 - an **egress that has not answered yet** carries one request at a time
   (:data:`PROBE_HOLD`): a blackhole holds one download slot, not one per request;
 - a request **handed out** for a site counts against the site's free routes until the
-  egress pool takes a route for it (:meth:`RouteLearner.reserve`): between the two, other
+  egress pool sees it (:meth:`RouteLearner.reserve`, ``meta.ROUTE_HOLD``): between the two, other
   downloader middlewares run (robots.txt's awaits), and the scheduler would hand out a
   request per check while one route is free; the pool then found every route taken and
   sent the rest back (375 round trips and as many warnings in a 20 s chaos crawl).
@@ -28,8 +28,8 @@ Without egresses nothing here is used: the site learns from every answer, as bef
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -137,8 +137,11 @@ class RouteLearner:
         #: flight through each of the others went out
         self._answered: set[str] = set()
         self._probing: dict[str, float] = {}
-        #: per site: when each request handed out and not given a route yet was handed out
-        self._reserved: dict[str, deque[float]] = {}
+        #: per site: the requests handed out and not given a route yet (token -> when), and
+        #: each token's site
+        self._reserved: dict[str, dict[int, float]] = {}
+        self._reserved_site: dict[int, str] = {}
+        self._tokens = itertools.count(1)
 
     def _of(self, host: str) -> tuple[SiteState, _Seen]:
         s = self.site.site(host)
@@ -177,25 +180,43 @@ class RouteLearner:
             return min(best, self.clock() + RESERVED_RECHECK)
         return 0.0 if best == math.inf else best  # no usable egress: the pool says why
 
-    def reserve(self, host: str) -> None:
-        """A request to ``host`` was handed out: it takes a route when the egress pool sees it."""
-        q = self._reserved.setdefault(self.site.site(host).key, deque())
-        q.append(self.clock())
+    def reserve(self, host: str) -> int:
+        """A request to ``host`` was handed out: it holds one of the site's free routes until
+        the egress pool gives it one (:meth:`release` with the token returned)."""
+        key = self.site.site(host).key
+        token = next(self._tokens)
+        self._reserved.setdefault(key, {})[token] = self.clock()
+        self._reserved_site[token] = key
+        return token
+
+    def release(self, token: object) -> None:
+        """The request holding ``token`` reached the pool (or went back, or ended)."""
+        if not isinstance(token, int):
+            return
+        key = self._reserved_site.pop(token, None)
+        held = None if key is None else self._reserved.get(key)
+        if key is not None and held is not None:
+            held.pop(token, None)
+            if not held:
+                del self._reserved[key]
 
     def _pending(self, host: str) -> int:
-        q = self._reserved.get(self.site.site(host).key)
-        if not q:
+        key = self.site.site(host).key
+        held = self._reserved.get(key)
+        if not held:
             return 0
-        old = self.clock() - RESERVE_TTL
-        while q and q[0] < old:
-            q.popleft()
-        return len(q)
+        now = self.clock()
+        for token, at in list(held.items()):
+            # past its grace, or from before a clock that stepped back: no longer held
+            if not now - RESERVE_TTL <= at <= now + RESERVE_TTL:
+                del held[token]
+                self._reserved_site.pop(token, None)
+        if not held:
+            del self._reserved[key]
+        return len(held)
 
     def taken(self, host: str, egress: str) -> None:
         """A request to ``host`` goes out through ``egress`` now."""
-        q = self._reserved.get(self.site.site(host).key)
-        if q:
-            q.popleft()
         self.routes.handed_out(route_key(self.site.site(host).key, egress))
         self.routes.ended(route_key(self.site.site(host).key, egress))  # in flight is the site's
         _, seen = self._of(host)

@@ -9,6 +9,7 @@ import random
 import pytest
 from scrapy import Request
 
+from scrapy_scale import meta
 from scrapy_scale.clock import FakeClock, Randomness
 from scrapy_scale.outcomes.classify import Verdict
 from scrapy_scale.outcomes.late import LatePolicy
@@ -83,24 +84,52 @@ def test_a_calm_site_bounds_the_quick_retry_window_not_retry_after_nor_late_retr
     assert late.late and not late.calm and late.delay >= p.late.window(1) / 2
 
 
-def test_calm_0_in_scale_retry_policy_keeps_the_class_window() -> None:
-    pol = build_policies(parse_policy_overrides({"transient": {"calm": 0}}))
-    p = RetryPolicy(pol, clock=FakeClock(NOW), rng=Randomness(5))
-    ds = [p.decide(C.TRANSIENT, 1, calm=True) for _ in range(200)]
-    assert not any(d.calm for d in ds) and max(d.delay for d in ds) > 0.8
+def test_calm_0_or_a_projects_own_window_keeps_the_class_window() -> None:
+    for override in ({"transient": {"calm": 0}}, {"transient": {"base": 2}}, {"transient": {"cap": 10}}):
+        pol = build_policies(parse_policy_overrides(override))
+        p = RetryPolicy(pol, clock=FakeClock(NOW), rng=Randomness(5))
+        ds = [p.decide(C.TRANSIENT, 1, calm=True) for _ in range(200)]
+        assert not any(d.calm for d in ds) and max(d.delay for d in ds) > 0.8, override
+    pol = build_policies(parse_policy_overrides({"transient": {"base": 2, "calm": 0.2}}))
+    assert pol[C.TRANSIENT].calm == 0.2  # unless it sets calm too
     with pytest.raises(ValueError, match=r"transient\.calm"):
         parse_policy_overrides({"transient": {"calm": -1}})
 
 
-def test_the_decider_retries_a_stray_503_soon_and_a_failing_site_as_before() -> None:
+def calm_decider(paced: bool) -> RetryDecider:
     d = RetryDecider(RetryPolicy(clock=FakeClock(NOW), rng=Randomness(7)))
-    page = Request(f"http://{SITE}/list/5")
+    d.paced = lambda: paced
     for k in range(30):
-        d.observe(Request(f"http://{SITE}/item/{k}"), C.OK)
-    d.observe(page, C.TRANSIENT)
+        d.observe_ok(Request(f"http://{SITE}/item/{k}"), C.OK)
+    return d
+
+
+def test_the_decider_retries_a_stray_503_soon_and_a_failing_site_as_before() -> None:
+    d = calm_decider(paced=False)
+    page = Request(f"http://{SITE}/list/5")
     got = d.decide(page, Verdict(C.TRANSIENT, "http_503"))
     assert got.retry and got.calm and got.delay <= 0.5
     entry = Request("http://shop4.example.test/")
-    d.observe(entry, C.TRANSIENT)  # a site that has answered nothing well
-    got = d.decide(entry, Verdict(C.TRANSIENT, "http_503"))
+    got = d.decide(entry, Verdict(C.TRANSIENT, "http_503"))  # a host that answered nothing well
     assert got.retry and not got.calm
+    for _ in range(10):  # the decider counts the failures it decides: the host stops being calm
+        d.decide(page, Verdict(C.TRANSIENT, "http_503"))
+    assert not d.noise.calm(SITE)
+
+
+def test_a_refusal_is_retried_sooner_only_when_a_pacer_spaces_the_requests() -> None:
+    limited = Verdict(C.RATE_LIMITED, "http_429")
+    unpaced = calm_decider(paced=False).decide(Request(f"http://{SITE}/item/99"), limited)
+    assert unpaced.retry and not unpaced.calm  # nothing else would space it: the class's window
+    paced = calm_decider(paced=True).decide(Request(f"http://{SITE}/item/99"), limited)
+    assert paced.retry and paced.calm and paced.delay <= 0.5
+
+
+def test_an_unproven_egresss_failure_is_not_counted_against_the_host() -> None:
+    d = calm_decider(paced=False)
+    before = d.noise.share(SITE)
+    for k in range(20):  # no answer through an egress that had not proved itself
+        r = Request(f"http://{SITE}/item/{k}", meta={meta.EGRESS: "p1", meta.EGRESS_PROBE: True})
+        got = d.decide(r, Verdict(C.TRANSIENT, "timeout"), answered=False)
+        assert got.as_egress_failure
+    assert d.noise.share(SITE) == before and d.noise.calm(SITE)

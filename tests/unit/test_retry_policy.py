@@ -172,7 +172,8 @@ def test_huge_retry_after_is_capped_by_the_setting_with_a_warning():
 
 def test_policy_overrides_and_scrapy_retry_times():
     pol = build_policies(parse_policy_overrides({"rate_limited": {"retries": 1, "cap": 5}}), retry_times=4)
-    assert pol[C.RATE_LIMITED] == ClassPolicy(retries=1, base=2.0, cap=5.0, calm=0.5)
+    # a project that sets its own window gets it, whatever the site's noise (calm 0)
+    assert pol[C.RATE_LIMITED] == ClassPolicy(retries=1, base=2.0, cap=5.0, calm=0.0)
     assert pol[C.TRANSIENT].retries == 4  # RETRY_TIMES set by the project
     assert pol[C.FATAL].retries == 0 and pol[C.NOT_FOUND].retries == 0
 

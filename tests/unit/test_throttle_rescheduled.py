@@ -62,3 +62,27 @@ def test_an_attempt_is_ended_once_however_many_copies_go_to_the_scheduler(tmp_pa
     o = Outcome(fingerprint=FP, url=parent.url, domain="shop.test", cls=FailureClass.OK)
     t._on_outcome(o, parent)
     assert t.pacing.site("shop.test").inflight == 1  # `other` is still in flight
+
+
+def test_a_route_held_by_a_request_is_let_go_when_it_goes_back_or_ends(tmp_path):
+    """With routes paced (SCALE_EGRESSES), a request handed out holds one of its site's free
+    routes (meta.ROUTE_HOLD) until the egress pool sees it; going back to the scheduler or
+    ending before the pool saw it lets it go. A request with the project's own proxy is
+    not the pool's: it holds none (it held one for the whole grace, and a site whose
+    requests all had their own proxy was paced at a request per free route per second)."""
+    t = _throttle(tmp_path)
+    learner = t.use_routes(lambda domain: iter(["e1:8080", "e2:8080"]))
+    a = Request("http://other.test/a", meta={meta.FINGERPRINT: FP})
+    t.handed_out(a, "other.test", FP)
+    assert isinstance(a.meta.get(meta.ROUTE_HOLD), int) and learner._pending("other.test") == 1
+    _schedule(t, a)  # the egress pool's wait, a redirect: back to the scheduler
+    assert meta.ROUTE_HOLD not in a.meta and learner._pending("other.test") == 0
+    b = Request("http://other.test/b", meta={meta.FINGERPRINT: "b" * 40})
+    t.handed_out(b, "other.test", "b" * 40)
+    assert learner._pending("other.test") == 1
+    o = Outcome(fingerprint="b" * 40, url=b.url, domain="other.test", cls=FailureClass.FATAL)
+    t._on_outcome(o, b)  # dropped before the egress pool saw it (an exception, a disallow)
+    assert learner._pending("other.test") == 0
+    own = Request("http://other.test/c", meta={"proxy": "http://127.0.0.1:3128"})
+    t.handed_out(own, "other.test", None)
+    assert meta.ROUTE_HOLD not in own.meta and learner._pending("other.test") == 0

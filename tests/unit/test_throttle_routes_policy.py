@@ -413,7 +413,9 @@ def test_a_request_handed_out_holds_a_free_route_until_the_pool_gives_it_one() -
     """Between the scheduler handing a request out and the egress pool choosing its route,
     other middlewares run (robots.txt's awaits); the scheduler asked again meanwhile and
     handed out a request per free route check, and the pool sent the extra ones back (174
-    "route_cap" waits for 269 requests in tests/crawl/test_throttle_routes.py)."""
+    "route_cap" waits for 269 requests in tests/crawl/test_throttle_routes.py). The hold
+    is the request's own (a token): another download the pool routes (robots.txt) does not
+    free it, and one that never reaches the pool stops holding after RESERVE_TTL."""
     from scrapy_scale.throttle.routing import RESERVE_TTL, RESERVED_RECHECK
 
     site, learner, clock = setup()
@@ -423,13 +425,18 @@ def test_a_request_handed_out_holds_a_free_route_until_the_pool_gives_it_one() -
         learner.on_success(HOST, e, LATENCY)
     clock.advance(1.0)
     assert learner.hold_until(HOST, two) == 0.0
-    learner.reserve(HOST)
+    a = learner.reserve(HOST)
     assert learner.hold_until(HOST, two) == 0.0  # one route left for the next request
-    learner.reserve(HOST)
+    b = learner.reserve(HOST)
     assert learner.hold_until(HOST, two) == pytest.approx(clock() + RESERVED_RECHECK)
-    learner.taken(HOST, two[0])  # the pool gave the first its route: that route is busy now
-    assert learner.hold_until(HOST, two) > clock()  # the other is still spoken for
+    learner.taken(HOST, two[0])  # robots.txt went out through one: no hold is freed by it
+    clock.advance(1.0)
+    assert learner.hold_until(HOST, two) == pytest.approx(clock() + RESERVED_RECHECK)
+    learner.release(a)  # the first reached the pool and took the other route
     learner.taken(HOST, two[1])
+    assert learner.hold_until(HOST, two) > clock()  # both routes busy now, or spoken for (b)
+    learner.release(b)
+    learner.release(b)  # twice (a copied meta): no other hold is freed
     clock.advance(1.0)
     assert learner.hold_until(HOST, two) == 0.0
     learner.reserve(HOST)
@@ -437,3 +444,8 @@ def test_a_request_handed_out_holds_a_free_route_until_the_pool_gives_it_one() -
     assert learner.hold_until(HOST, two) > clock()
     clock.advance(RESERVE_TTL + 0.01)
     assert learner.hold_until(HOST, two) == 0.0  # no route stays spoken for
+    learner.reserve(HOST)
+    learner.reserve(HOST)
+    clock.now -= 3600  # the clock stepped back: holds from "the future" are dropped
+    assert learner._pending(HOST) == 0
+    assert not learner._reserved and not learner._reserved_site  # nothing kept per site
