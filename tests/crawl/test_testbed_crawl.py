@@ -154,6 +154,7 @@ def test_cli_prints_urls_and_settings_until_interrupted(tmp_path: Path) -> None:
         "requests": 2,
         "kinds": {"429": 1, "ok": 1},
         "statuses": {"429": 1, "200": 1},
+        "connections": 2,  # get() opens a connection per request
     }
     recs = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert [(r["path"], r["status"], r["egress"]) for r in recs] == [("/item/3", 429, None), ("/item/4", 200, None)]
