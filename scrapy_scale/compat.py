@@ -49,21 +49,29 @@ def installed_reactor() -> Any:
     return reactor
 
 
-def slot_full_check(crawler: Any) -> Callable[[str], bool] | None:
-    """A check "is the download slot of this host full" (as many requests in it as its
-    concurrency), read from the downloader's public ``slots``; None when the engine has
-    none. A host whose slot is keyed otherwise (``download_slot`` meta, an IP with
-    ``CONCURRENT_REQUESTS_PER_IP``) is never found, so never full: requests go as before."""
-    slots = getattr(getattr(engine_of(crawler), "downloader", None), "slots", None)
+def slot_full_check(crawler: Any, on_the_way: Callable[[str], int] | None = None) -> Callable[[str], bool] | None:
+    """A check "is the download slot of this host full" (as many requests in it, and
+    ``on_the_way`` to it, as its concurrency), read from the downloader's public
+    ``slots``; None when the engine has none. A host whose slot is keyed otherwise
+    (``download_slot`` meta, an IP with ``CONCURRENT_REQUESTS_PER_IP``) is never found, so
+    never full: requests go as before."""
+    downloader = getattr(engine_of(crawler), "downloader", None)
+    slots = getattr(downloader, "slots", None)
     if not isinstance(slots, dict):
         return None
+    # a host without a slot yet (its first requests wait in the middlewares for robots.txt)
+    # gets one of the per-domain concurrency when its first request reaches the downloader
+    new_slot = getattr(downloader, "domain_concurrency", None)
+    if crawler.settings.getint("CONCURRENT_REQUESTS_PER_IP"):
+        new_slot = None  # slots keyed by IP: a host's is not known by its name
 
     def full(host: str) -> bool:
+        coming = on_the_way(host) if on_the_way is not None else 0
         slot = slots.get(host)
-        if slot is None:
-            return False
         try:
-            return len(slot.active) >= slot.concurrency
+            if slot is None:
+                return isinstance(new_slot, int) and 0 < new_slot <= coming
+            return len(slot.active) + coming >= slot.concurrency
         except (AttributeError, TypeError):  # a Slot of another shape: unknown, so not full
             return False
 

@@ -27,6 +27,7 @@ from scrapy_scale.frontier.local import LocalQueue, Outbox
 from scrapy_scale.frontier.scrapy_stats import ScrapyStats
 from scrapy_scale.frontier.stats import FrontierStats
 from scrapy_scale.frontier.store import EnqueueResult, Leased, NewRequest, domain_of
+from scrapy_scale.frontier.transit import SlotTransit
 from scrapy_scale.redact import redact_text
 
 logger = logging.getLogger(__name__)
@@ -73,6 +74,8 @@ class LeaseBuffer:
         self.pacer: pacing.Pacer | None = None
         #: is a host's download slot full (its requests then wait here, not in the slot); None: unknown
         self.slot_full: Callable[[str], bool] | None = None
+        #: requests handed out and not in their download slot yet (counted in slot_full)
+        self.transit = SlotTransit()
         #: no more due timers (the scheduler is closing)
         self.closing = False
         self._mem_n = 0
@@ -258,6 +261,8 @@ class LeaseBuffer:
         return Served(request, entry.fingerprint, entry.token, entry.attempts)
 
     def _paced(self, request: Request, lz: Leased | None) -> None:
+        if self.slot_full is not None:
+            self.transit.sent(request)
         if self.pacer is not None:
             domain = lz.domain if lz is not None else pacing.entry_domain(request)
             self.pacer.handed_out(request, domain, lz.fingerprint if lz is not None else None)

@@ -14,7 +14,8 @@ is full (``busy``): handed out, they would only queue in the slot, and each woul
 moment the one before it finished, before its connection was back in the pool, so the
 pool opened a new connection and closed an old one (a lease batch of one site opened
 three times the connections plain Scrapy does). They stay buffered, in their place, and
-go when the slot has room.
+go when the slot has room; a request handed out counts against its slot until it gets
+there (:mod:`.transit`).
 """
 
 from __future__ import annotations

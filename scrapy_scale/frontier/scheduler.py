@@ -225,7 +225,7 @@ class Scheduler(BaseScheduler):
             self.signal_mode = ctx.outcomes_on
         self.inflight.signal_mode = bool(self.signal_mode)
         self.buffer.pacer = ctx.pacer
-        self.buffer.slot_full = compat.slot_full_check(self.crawler)
+        self.buffer.slot_full = compat.slot_full_check(self.crawler, self.buffer.transit.pending)
         claim = None if self._explicit_worker else self._claim_worker
         self.worker = pick_worker(self.store, self.worker, claim, self.scheduler_settings.start_over)
         self.sync.worker = ctx.worker = self.worker
@@ -238,6 +238,7 @@ class Scheduler(BaseScheduler):
         self.frontier_stats.set(keys.FRONTIER_WORKER, self.worker)
         sig = self.crawler.signals
         sig.connect(self.inflight.on_outcome, signal=scale_signals.outcome)
+        sig.connect(self.buffer.transit.arrived, signal=signals.request_reached_downloader)
         sig.connect(self.inflight.on_item, signal=signals.item_scraped)
         sig.connect(self.inflight.on_item, signal=signals.item_dropped)
         sig.connect(self.inflight.on_item, signal=signals.item_error)

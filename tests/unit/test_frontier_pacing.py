@@ -117,3 +117,27 @@ def test_a_due_retry_of_a_busy_site_waits_too() -> None:
     pick = take_due(q, None, NOW, lambda d: d == "a")
     assert pick.due.fingerprint == "b1"
     assert [e.fingerprint for e in q] == ["a1", "r"]
+
+
+def test_requests_on_their_way_to_a_slot_count_until_they_reach_it_or_their_time_passes() -> None:
+    from scrapy import Request
+
+    from scrapy_scale.frontier.transit import TTL, SlotTransit
+
+    now = [NOW]
+    t = SlotTransit(clock=lambda: now[0])
+    a, b = Request("http://a.test/1"), Request("http://a.test/2")
+    t.sent(a)
+    t.sent(b)
+    t.sent(b)  # the same request handed out again: counted once
+    assert t.pending("a.test") == 2 and t.pending("b.test") == 0
+    t.arrived(a, spider=None)  # request_reached_downloader's keyword arguments
+    t.arrived(a)
+    assert t.pending("a.test") == 1
+    now[0] += TTL + 0.01  # b never reached the downloader (a middleware dropped it)
+    assert t.pending("a.test") == 0
+    c = Request("http://a.test/3")
+    t.sent(c)
+    now[0] -= 3600  # a clock that stepped back: no request stays counted
+    assert t.pending("a.test") == 0
+    assert not t._by_host  # nothing kept per host
