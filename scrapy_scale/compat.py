@@ -52,30 +52,41 @@ def installed_reactor() -> Any:
 def slot_full_check(crawler: Any, on_the_way: Callable[[str], int] | None = None) -> Callable[[str], bool] | None:
     """A check "is the download slot of this host full" (as many requests in it, and
     ``on_the_way`` to it, as its concurrency), read from the downloader's public
-    ``slots``; None when the engine has none. A host whose slot is keyed otherwise
-    (``download_slot`` meta, an IP with ``CONCURRENT_REQUESTS_PER_IP``) is never found, so
-    never full: requests go as before."""
+    ``slots``; None when the engine has none, or when slots are keyed by IP
+    (``CONCURRENT_REQUESTS_PER_IP``: a host's is not known by its name). A host without a
+    slot yet gets the one the downloader will make (its ``DOWNLOAD_SLOTS`` concurrency,
+    else the per-domain one)."""
     downloader = getattr(engine_of(crawler), "downloader", None)
     slots = getattr(downloader, "slots", None)
-    if not isinstance(slots, dict):
+    if not isinstance(slots, dict) or crawler.settings.getint("CONCURRENT_REQUESTS_PER_IP"):
         return None
-    # a host without a slot yet (its first requests wait in the middlewares for robots.txt)
-    # gets one of the per-domain concurrency when its first request reaches the downloader
-    new_slot = getattr(downloader, "domain_concurrency", None)
-    if crawler.settings.getint("CONCURRENT_REQUESTS_PER_IP"):
-        new_slot = None  # slots keyed by IP: a host's is not known by its name
+    per_slot = getattr(downloader, "per_slot_settings", None)
+    per_slot = per_slot if isinstance(per_slot, dict) else {}
+    default = getattr(downloader, "domain_concurrency", None)
 
     def full(host: str) -> bool:
         coming = on_the_way(host) if on_the_way is not None else 0
         slot = slots.get(host)
         try:
-            if slot is None:
-                return isinstance(new_slot, int) and 0 < new_slot <= coming
+            if slot is None:  # its first requests wait in the middlewares (for robots.txt)
+                conc = (per_slot.get(host) or {}).get("concurrency", default)
+                return coming > 0 and isinstance(conc, int) and 0 < conc <= coming
             return len(slot.active) + coming >= slot.concurrency
         except (AttributeError, TypeError):  # a Slot of another shape: unknown, so not full
             return False
 
     return full
+
+
+def downloader_active(crawler: Any) -> Callable[[], Any]:
+    """The requests the downloader has now (``Downloader.active``: from ``fetch``, before
+    the downloader middlewares, to its end), or None when it has no such set."""
+
+    def active() -> Any:
+        got = getattr(getattr(engine_of(crawler), "downloader", None), "active", None)
+        return got if isinstance(got, set) else None
+
+    return active
 
 
 def drop_slot_delay(crawler: Any, key: str) -> bool:

@@ -119,6 +119,7 @@ class LeaseBuffer:
         self._mem_n = 0
         self._held_waiting.clear()
         self._held_tokens.clear()
+        self.transit.clear()
 
     def take_leased(self, leased: list[Leased]) -> None:
         """Buffer what a sync (or a flush) leased, and count the wait."""

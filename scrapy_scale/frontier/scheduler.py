@@ -225,6 +225,7 @@ class Scheduler(BaseScheduler):
             self.signal_mode = ctx.outcomes_on
         self.inflight.signal_mode = bool(self.signal_mode)
         self.buffer.pacer = ctx.pacer
+        self.buffer.transit.in_downloader = compat.downloader_active(self.crawler)
         self.buffer.slot_full = compat.slot_full_check(self.crawler, self.buffer.transit.pending)
         claim = None if self._explicit_worker else self._claim_worker
         self.worker = pick_worker(self.store, self.worker, claim, self.scheduler_settings.start_over)

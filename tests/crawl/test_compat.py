@@ -35,6 +35,9 @@ def test_private_engine_api_as_compat_uses_it(tmp_path: Path, scheduler: str) ->
     # Downloader.slots[host].active / .concurrency: a slot with as many requests as its concurrency is full
     assert seen["slot_full"] and all(seen["slot_full"]), seen
     assert seen["other_host_full"] is False
+    # Downloader.active (the requests between fetch and its end) and .domain_concurrency
+    assert seen["in_downloader"] and all(seen["in_downloader"]), seen
+    assert seen["new_host_full_at_its_concurrency"] is True
     # the FeedExporter extension instance, and its item_scraped writes to the crawl's feeds
     assert seen["feed_exporter"] == "FeedExporter"
     assert {"probe": "written through export_to_feeds"} in res.items

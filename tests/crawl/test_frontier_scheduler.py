@@ -218,3 +218,30 @@ def test_a_sites_requests_are_handed_out_no_faster_than_its_slot_takes_them(tmp_
     # each host: its slot's connections, plus robots.txt's; a few more when a response
     # comes in before its connection is back (the host's last requests, the start)
     assert connections <= 2 * (per_domain + 1) + 6, (connections, served)
+
+
+def test_requests_a_middleware_answers_do_not_hold_their_sites_slot(tmp_path: Path) -> None:
+    """A request answered in a downloader middleware (an HTTP cache hit) never reaches its
+    download slot: it stops counting as on its way at once (frontier/transit.py), not
+    after a grace during which the site's next requests waited. The second crawl of the
+    same pages comes from Scrapy's HTTP cache alone: with the grace, 2 requests per
+    second and per 5 s heartbeat got out."""
+    settings = {
+        "SCALE_THROTTLE_ENABLED": False,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 2,
+        "HTTPCACHE_ENABLED": True,
+        "HTTPCACHE_DIR": str(tmp_path / "httpcache"),
+        "ROBOTSTXT_OBEY": False,
+    }
+    with Testbed(hosts=1, pages=150, seed=6) as tb:
+        first = run_crawl(tb, settings, tmp_path / "first")
+        assert first.returncode == 0, first.tail()
+        served = len(tb.log)
+        again = run_crawl(tb, settings, tmp_path / "again")
+        assert again.returncode == 0, again.tail()
+        assert len(tb.log) == served  # every page of the second crawl came from the cache
+    assert again.item_urls == first.item_urls == set(tb.detail_urls())
+    assert again.stats["httpcache/hit"] >= 150
+    elapsed = again.stats["elapsed_time_seconds"]
+    print(f"from the cache: {elapsed:.1f} s")
+    assert elapsed < 30, elapsed  # 158 pages; held a second per 2, it took over 75 s

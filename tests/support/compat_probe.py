@@ -45,6 +45,12 @@ class Probe:
         host = request.url.split("/")[2].split(":")[0]
         self.seen.setdefault("slot_full", []).append(full is not None and full(host))
         self.seen["other_host_full"] = full is not None and full("unknown.example")
+        # Downloader.active holds the request from fetch, before the middlewares, to its end
+        active = compat.downloader_active(self.crawler)()
+        self.seen.setdefault("in_downloader", []).append(active is not None and request in active)
+        # a host with no slot yet and one request on its way to it: the per-domain concurrency (1)
+        on_the_way = compat.slot_full_check(self.crawler, lambda host: 1)
+        self.seen["new_host_full_at_its_concurrency"] = on_the_way is not None and on_the_way("unknown.example")
 
     def spider_closed(self, spider: Any) -> None:
         with open(self.path, "w") as f:

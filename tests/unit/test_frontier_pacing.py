@@ -119,25 +119,44 @@ def test_a_due_retry_of_a_busy_site_waits_too() -> None:
     assert [e.fingerprint for e in q] == ["a1", "r"]
 
 
-def test_requests_on_their_way_to_a_slot_count_until_they_reach_it_or_their_time_passes() -> None:
+def test_requests_on_their_way_count_while_the_downloader_has_them_and_until_their_slot_does() -> None:
+    import gc
+
+    from scrapy import Request
+
+    from scrapy_scale.frontier.transit import SlotTransit
+
+    downloader: set[Request] = set()
+    t = SlotTransit(in_downloader=lambda: downloader)
+    a, b, c = Request("http://a.test/1"), Request("http://a.test/2"), Request("http://a.test/3")
+    for r in (a, b, c):
+        t.sent(r)
+        downloader.add(r)  # the engine calls Downloader.fetch right after the hand-out
+    t.sent(b)  # the same request handed out again: counted once
+    assert t.pending("a.test") == 3 and t.pending("b.test") == 0
+    t.arrived(a, spider=None)  # request_reached_downloader: its slot counts it now
+    assert t.pending("a.test") == 2
+    downloader.discard(b)  # answered by a middleware (a cache hit), dropped, or replaced
+    assert t.pending("a.test") == 1
+    downloader.discard(c)
+    del c, r
+    gc.collect()  # the request is gone: its entry too, though its host was not asked again
+    assert not t._by_host
+    other = Request("http://a.test/4", meta={"download_slot": "pool"})
+    t.sent(other)  # its slot is not its host's: not counted against the host
+    downloader.add(other)
+    assert t.pending("a.test") == 0
+
+
+def test_without_the_downloaders_view_a_request_counts_for_a_second_at_most() -> None:
     from scrapy import Request
 
     from scrapy_scale.frontier.transit import TTL, SlotTransit
 
     now = [NOW]
-    t = SlotTransit(clock=lambda: now[0])
-    a, b = Request("http://a.test/1"), Request("http://a.test/2")
-    t.sent(a)
-    t.sent(b)
-    t.sent(b)  # the same request handed out again: counted once
-    assert t.pending("a.test") == 2 and t.pending("b.test") == 0
-    t.arrived(a, spider=None)  # request_reached_downloader's keyword arguments
-    t.arrived(a)
+    t = SlotTransit(in_downloader=lambda: None, clock=lambda: now[0])
+    r = Request("http://a.test/1")
+    t.sent(r)
     assert t.pending("a.test") == 1
-    now[0] += TTL + 0.01  # b never reached the downloader (a middleware dropped it)
-    assert t.pending("a.test") == 0
-    c = Request("http://a.test/3")
-    t.sent(c)
-    now[0] -= 3600  # a clock that stepped back: no request stays counted
-    assert t.pending("a.test") == 0
-    assert not t._by_host  # nothing kept per host
+    now[0] += TTL + 0.01
+    assert t.pending("a.test") == 0 and not t._by_host
