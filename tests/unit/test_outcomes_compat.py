@@ -219,3 +219,29 @@ def test_retry_times_zero_gives_up_logged_at_the_give_up_level_and_counted(caplo
     assert stats.get_value("scale/gave_up/transient") == 2
     assert stats.get_value("retry/max_reached") == 2
     assert not [o for o in outcomes if not o.final]
+
+
+def test_scrapy_own_download_retried_after_a_silent_egress_avoids_that_egress():
+    """robots.txt (callback NO_CALLBACK) is retried at once by the engine: its retry avoided
+    nothing, so a robots.txt cut at a blackhole's first-byte bound drew the same egress again
+    and its site waited twice that bound (the chaos benchmark's host 1 started at 4 s)."""
+    from scrapy.http.request import NO_CALLBACK
+
+    mw, outcomes, _ = make()
+    req = Request(
+        "http://shop1.example.test/robots.txt",
+        callback=NO_CALLBACK,
+        meta={meta.EGRESS: "p7", meta.EGRESS_PROBE: True, meta.AVOID_EGRESS: ["p1"], "proxy": "http://p7:1"},
+    )
+    mw.process_request(req)
+    new = mw.process_exception(req, DownloadTimeoutError("no answer through egress p7"))
+    assert isinstance(new, Request) and new.callback is NO_CALLBACK
+    assert new.meta[meta.AVOID_EGRESS] == ["p1", "p7"]
+    (o,) = outcomes
+    assert o.internal and not o.final and o.avoid_egress == ("p1", "p7")  # the internal path ran
+    # an answer through it (a 503) is the site's: nothing more to avoid
+    outcomes.clear()
+    again = Request("http://shop1.example.test/robots.txt", callback=NO_CALLBACK, meta={meta.EGRESS: "p8"})
+    new = respond(mw, again, 503)
+    assert isinstance(new, Request) and meta.AVOID_EGRESS not in new.meta
+    assert outcomes[0].internal
