@@ -115,6 +115,7 @@ EGRESS_REQUESTS = "scale/egress/requests"  # requests given an egress
 EGRESS_EVICTIONS = "scale/egress/evictions"  # egresses quarantined globally (re-quarantines too)
 EGRESS_EVICTIONS_DOMAIN = "scale/egress/evictions_domain"  # (egress, domain) quarantines
 EGRESS_REPROBES = "scale/egress/reprobes"  # half-open probe requests sent
+EGRESS_REPROBES_SPARED = "scale/egress/reprobes_spared_retry"  # retries kept off a re-probe
 EGRESS_RESTORED = "scale/egress/restored"  # re-probes that restored an egress
 EGRESS_GROUPS_RETIRED = "scale/egress/groups_retired"
 EGRESS_POOL_SIZE = "scale/egress/pool_size"  # egresses in the pool after a source refresh

@@ -134,7 +134,7 @@ class EgressMiddleware(SourceGlue):
         if nb and nb > time.time():
             return None  # the outcome middleware's guard holds it; an egress is chosen when it is due
         domain = urlparse_cached(request).hostname or ""
-        choice = self.pool.choose(domain, m.get(meta.AVOID_EGRESS) or ())
+        choice = self.pool.choose(domain, m.get(meta.AVOID_EGRESS) or (), retry=meta.attempt_of(m) > 1)
         if choice.egress is None:
             return self._wait(request, domain, choice.wait_until, choice.reason)
         level = self._waiting.pop(domain, None)
@@ -339,6 +339,7 @@ class EgressMiddleware(SourceGlue):
             (K.EGRESS_FIRST_BYTE_TIMEOUTS_UNPROVEN, self.first_byte.expired_unproven),
             (K.EGRESS_SUSPECT, self.pool.counts["suspect_failures"]),
             (K.EGRESS_SUSPECT_BLAMED, self.pool.counts["suspect_blamed"]),
+            (K.EGRESS_REPROBES_SPARED, self.pool.counts["reprobe/spared_retry"]),
         ):
             if n:
                 self.stats.set_value(key, n)

@@ -184,7 +184,12 @@ class EgressPool:
         now = self.clock()
         return (e for e in list(self.egresses) if not self._health_wait(e, domain, now))
 
-    def choose(self, domain: str, avoid: Iterable[str] = ()) -> Choice:
+    def choose(self, domain: str, avoid: Iterable[str] = (), *, retry: bool = False) -> Choice:
+        """An egress for a request to ``domain`` not through ``avoid``. A re-probe out of
+        quarantine takes the first request that comes, but not a ``retry`` (a request that
+        failed before) while another egress is free: a page whose quick retries were spent
+        on 503 noise went on to its late retry through the re-probes of two bad proxies (the
+        chaos benchmark's last page, 12 s after the rest)."""
         now = self.clock()
         if not self.egresses:
             return Choice(None, now + EMPTY_WAIT, "empty")
@@ -206,6 +211,9 @@ class EgressPool:
                 return Choice(None, min(min(others), now + PROBE_WAIT), "avoided")
             pick = free
         probing = [e for e in pick if self.state(e) == PROBING or self.state(e, domain) == PROBING]
+        if probing and retry and len(probing) < len(pick):
+            self.counts["reprobe/spared_retry"] += 1
+            pick, probing = [e for e in pick if e not in probing], []
         chosen = probing[0] if probing else self._sticky_or_weighted(domain, pick, avoid, now)
         return self._take(chosen, domain, now)
 

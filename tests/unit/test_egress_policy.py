@@ -189,6 +189,26 @@ def test_probe_after_quarantine_restores_on_success_and_doubles_on_failure():
     assert p.state(IA) == HEALTHY and p.counts["reprobes"] == 2 and p.counts["restored"] == 1
 
 
+def test_a_retry_is_not_spent_on_a_reprobe_while_another_egress_is_free():
+    """A page whose quick retries went on 503 noise took its late retry through the re-probes
+    of two bad proxies (the chaos benchmark's last page, 12 s after the others)."""
+    clock = FakeClock()
+    p = pool([A, B], clock, seed=3)
+    _kill(p, IA)
+    clock.now = p.health[IA].until + 0.01
+    assert p.state(IA) == PROBING
+    c = p.choose("d", retry=True)
+    assert c.egress.id == IB and not c.probe and p.counts["reprobe/spared_retry"] == 1
+    c = p.choose("d")  # a first attempt carries the re-probe
+    assert c.egress.id == IA and c.probe
+    # the only free egress is the probing one: the retry takes it rather than wait
+    p = pool([A], clock, seed=3)
+    _kill(p, IA)
+    clock.now = p.health[IA].until + 0.01
+    c = p.choose("d", retry=True)
+    assert c.egress.id == IA and c.probe
+
+
 def test_an_egress_is_unproven_until_an_answer_comes_through_it_while_others_answered():
     clock = FakeClock()
     p = pool([A, B], clock, seed=3)
