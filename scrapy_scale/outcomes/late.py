@@ -44,9 +44,14 @@ class LatePolicy:
         """Upper bound of the wait before late retry number ``k`` (1-based)."""
         return min(self.cap, self.base * 2.0 ** min(max(k, 1) - 1, 60))
 
-    def delay(self, k: int, u: float) -> float:
-        """The wait before late retry ``k``, ``u`` uniform in [0, 1)."""
+    def delay(self, k: int, u: float, calm: float = 0.0) -> float:
+        """The wait before late retry ``k``, ``u`` uniform in [0, 1). ``calm`` > 0: the site
+        answers well otherwise, so the window doubles from ``calm`` instead of ``base``
+        (never above the usual window): a page whose quick retries met noise comes back in
+        seconds, not minutes."""
         w = self.window(k)
+        if calm > 0:
+            w = min(w, calm * 2.0 ** min(max(k, 1) - 1, 60))
         return w / 2 + w / 2 * u
 
     def applies(self, cls: FailureClass, done: int) -> bool:

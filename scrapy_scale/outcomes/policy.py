@@ -248,8 +248,9 @@ class RetryPolicy:
         budget is spent, a late retry (:attr:`late`) when ``late_ok``, fewer than its
         ``retries`` were made (``late_done``) and its deadline after ``first_failed`` (the
         chain's first failure; None: this one) is not past. ``calm``: the site answers well
-        otherwise, so a quick retry's window is at most the class's ``calm`` bound (late
-        retries and a Retry-After are unchanged).
+        otherwise, so a quick retry's window is at most the class's ``calm`` bound, and the
+        late retries' windows double from that bound instead of the late ``base`` (a
+        Retry-After stays a floor; the count and the deadline are unchanged).
         """
         p = self.policies[cls]
         if cls in NEVER_RETRIED or (cls is C.FATAL and p.retries <= 0):
@@ -264,7 +265,7 @@ class RetryPolicy:
             # Scrapy's get_retry_request does: logged at the give-up level and counted;
             # a request that sets its own budget (max_retry_times) gets no late retries
             if late_ok and max_retries is None and self.late.applies(cls, late_done):
-                return self._late(cls, late_done, retry_after, first_failed, where)
+                return self._late(cls, late_done, retry_after, first_failed, where, p.calm if calm else 0.0)
             return Decision(False, gave_up=True, why="budget")
         bounded = calm and 0 < p.calm < self.window(cls, attempt)
         delay = self.backoff(cls, attempt, bounded)
@@ -274,14 +275,22 @@ class RetryPolicy:
         return Decision(True, delay=delay, not_before=self.clock() + delay, calm=bounded)
 
     def _late(
-        self, cls: FailureClass, done: int, retry_after: float | None, first_failed: float | None, where: str
+        self,
+        cls: FailureClass,
+        done: int,
+        retry_after: float | None,
+        first_failed: float | None,
+        where: str,
+        calm: float = 0.0,
     ) -> Decision:
         now = self.clock()
-        delay = self.late.delay(done + 1, self.rng.uniform(0.0, 1.0))
+        delay = self.late.delay(done + 1, self.rng.uniform(0.0, 1.0), calm)
         ra = self.clamp_retry_after(retry_after, where)
         if ra is not None:
             delay = max(delay, ra)
         start = now if first_failed is None else first_failed
         if self.late.deadline and now + delay > start + self.late.deadline:
             return Decision(False, gave_up=True, why="deadline")
-        return Decision(True, delay=delay, not_before=now + delay, late=True)
+        return Decision(
+            True, delay=delay, not_before=now + delay, late=True, calm=0 < calm < self.late.window(done + 1)
+        )

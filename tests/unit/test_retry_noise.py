@@ -69,7 +69,7 @@ def test_egress_failures_say_nothing_about_the_site_and_memory_is_bounded() -> N
     assert noise.share(SITE) is None  # the least recently answered was forgotten
 
 
-def test_a_calm_site_bounds_the_quick_retry_window_not_retry_after_nor_late_retries() -> None:
+def test_a_calm_site_bounds_the_quick_retry_window_not_retry_after() -> None:
     p = RetryPolicy(clock=FakeClock(NOW), rng=Randomness(5), late=LatePolicy())
     for attempt in (1, 2):
         calm = [p.decide(C.TRANSIENT, attempt, calm=True) for _ in range(200)]
@@ -80,8 +80,28 @@ def test_a_calm_site_bounds_the_quick_retry_window_not_retry_after_nor_late_retr
         assert max(d.delay for d in usual) > 0.8 * p.window(C.TRANSIENT, attempt)
     limited = [p.decide(C.RATE_LIMITED, 1, retry_after=1.0, calm=True) for _ in range(200)]
     assert all(1.0 <= d.delay <= 1.5 and d.calm for d in limited)  # the Retry-After still holds
-    late = p.decide(C.TRANSIENT, 3, calm=True)  # the quick budget (2) is spent: a late retry
+    late = p.decide(C.TRANSIENT, 3)  # the quick budget (2) is spent: a late retry
     assert late.late and not late.calm and late.delay >= p.late.window(1) / 2
+
+
+def test_late_retries_at_a_calm_site_double_from_the_calm_bound() -> None:
+    """A page whose quick retries met noise at a site that answers well otherwise came back
+    5-10 s after the rest of its site had ended (the chaos benchmark's last page)."""
+    p = RetryPolicy(clock=FakeClock(NOW), rng=Randomness(5), late=LatePolicy())
+    for k in range(5):  # late retry k+1: window calm * 2^k, jittered between half and all
+        ds = [p.decide(C.TRANSIENT, 3, late_done=k, calm=True) for _ in range(100)]
+        w = 0.5 * 2**k
+        assert all(d.retry and d.late and d.calm and w / 2 <= d.delay <= w for d in ds), k
+        assert max(d.delay for d in ds) > 0.9 * w
+    # never longer than the usual late window (a late base below the calm bound keeps its own)
+    small = RetryPolicy(clock=FakeClock(NOW), rng=Randomness(5), late=LatePolicy(base=0.2, cap=0.2))
+    ds = [small.decide(C.TRANSIENT, 3, late_done=3, calm=True) for _ in range(50)]
+    assert all(d.late and not d.calm and d.delay <= 0.2 for d in ds)
+    # the count, the deadline and a Retry-After are unchanged
+    assert not p.decide(C.TRANSIENT, 3, late_done=5, calm=True).retry
+    assert p.decide(C.TRANSIENT, 3, retry_after=30.0, calm=True).delay >= 30.0
+    gone = p.decide(C.TRANSIENT, 3, late_done=1, calm=True, first_failed=NOW - 3600.0)
+    assert not gone.retry and gone.why == "deadline"
 
 
 def test_calm_0_or_a_projects_own_window_keeps_the_class_window() -> None:
