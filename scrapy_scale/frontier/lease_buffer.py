@@ -84,7 +84,8 @@ class LeaseBuffer:
         #: fingerprint -> lease token of requests kept in memory whose record this worker holds
         self._held_tokens: dict[str, int] = {}
         #: buffered requests the pacer held at its last look
-        self._held = 0
+        self._held = 0  # held by the pacer at the last look
+        self._busy = 0  # held by a full download slot at the last look
         self._due_timer: Any = None
         self._due_at = math.inf
         self._warned_unserializable = False
@@ -102,7 +103,16 @@ class LeaseBuffer:
         return self.queue.top_priority()
 
     def ready(self) -> int:
-        """Buffered leased requests the pacer did not hold at its last look."""
+        """Buffered leased requests neither the pacer nor a full download slot held at the
+        last look: what a sync's lease is sized by (a buffer of only full sites' requests
+        leases more, the other sites' requests are in the store)."""
+        return max(0, self.unpaced() - self._busy)
+
+    def unpaced(self) -> int:
+        """Buffered leased requests the pacer did not hold at the last look: what starts a
+        sync early (a full slot frees within a download, so waiting on one does not: the
+        engine asks at every download's end, and a sync each time would cost more than it
+        brings)."""
         return max(0, len(self.queue) - self._mem_n - self._held)
 
     def fingerprints(self) -> list[str]:
@@ -215,7 +225,7 @@ class LeaseBuffer:
         if self.pacer is None and self.slot_full is None:
             return self.queue.pop()
         pick = pacing.take_due(self.queue, self.pacer, time.time(), self.slot_full)
-        self._held = pick.held
+        self._held, self._busy = pick.held, pick.busy
         for lz, turn in pick.defer:
             nr = NewRequest(
                 fingerprint=lz.fingerprint,

@@ -208,7 +208,7 @@ class Rounds:
             self.engine_waits = False
             self.wake_engine()
         outbox = self.waiting.outbox
-        if self.buffer.ready() <= self.batch // 2 and (res.leased or outbox.enqueues):
+        if self.buffer.unpaced() <= self.batch // 2 and (res.leased or outbox.enqueues):
             # more to lease, or new requests (children) that arrived during this sync and
             # are leasable as soon as they are written: do not let them wait for the tick
             # (the engine may have asked, got None and now waits for a wake-up)

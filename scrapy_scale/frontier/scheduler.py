@@ -365,7 +365,7 @@ class Scheduler(BaseScheduler):
             if isinstance(entry, Request):  # kept in memory only
                 return request
             break
-        if self.buffer.ready() <= self.batch // 2:
+        if self.buffer.unpaced() <= self.batch // 2:
             self.rounds.kick()
         return request
 

@@ -168,6 +168,23 @@ def test_the_buffer_dead_letters_a_record_it_cannot_read() -> None:
     assert raw.get_value("scale/frontier/dead_lettered") == 1
 
 
+def test_requests_held_by_a_full_download_slot_are_not_counted_ready() -> None:
+    """A buffer holding only the requests of sites whose download slot is full counted them
+    ready, so it leased nothing more while other sites' requests waited in the store."""
+    raw, st = stats()
+    buf = LeaseBuffer(Outbox(), st, ScrapyStats(raw), due=lambda: None, call_later=Timers().call_later)
+    asked: list[str] = []
+    buf.slot_full = lambda domain: asked.append(domain) or domain == "full.test"
+    buf.take_leased([Leased(f"f{i}", "{}", "full.test", 0, 0, 0.0, 0.0, i) for i in range(3)])
+    assert buf.ready() == 3
+    assert buf.next_entry() is None and asked == ["full.test"]  # the slot check ran
+    assert buf.ready() == 0 and len(buf) == 3  # held, not ready: the next sync leases more
+    assert buf.unpaced() == 3  # but a full slot alone does not start a sync at every ask
+    buf.take_leased([Leased("o1", "{}", "other.test", 0, 0, 0.0, 0.0, 9)])
+    entry = buf.next_entry()
+    assert entry is not None and entry.fingerprint == "o1"
+
+
 class FarPacer:
     """A pacer that holds every site far in the future (every leased request is deferred)."""
 
