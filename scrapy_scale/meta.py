@@ -31,10 +31,6 @@ EGRESS_FAILURES = "scale_egress_failures"
 #: middleware at every assignment, set by the first-byte timeout on an attempt it cut under
 #: an unproven egress's bound, removed when the request goes back to the scheduler
 EGRESS_PROBE = "scale_egress_probe"
-#: the route a request handed out holds until the egress pool gives it one (an int, this
-#: process's: the throttle's RouteLearner.reserve); released by the egress middleware, and
-#: when the request goes back to the scheduler or its outcome comes
-ROUTE_HOLD = "scale_route_hold"
 
 #: the keys that make a request the next attempt of its chain; a request that copied
 #: them from another (``meta=dict(response.meta)``) starts a chain of its own without them

@@ -126,7 +126,7 @@ class EgressMiddleware(SourceGlue):
 
     async def process_request(self, request: Request, spider: Any = None) -> Request | None:
         m = request.meta
-        self.pool.routes.release(m.pop(meta.ROUTE_HOLD, None))  # it takes its route now, or waits
+        self.pool.routes.release(request)  # it takes its route now, or waits
         if "proxy" in m and meta.EGRESS not in m:
             return None  # the project chose this request's proxy itself
         self._release(m.pop(_TOKEN, None))

@@ -19,7 +19,10 @@ request found it full) for stats and status.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from scrapy import Request
 
 
 class RouteGate(Protocol):
@@ -36,8 +39,9 @@ class RouteGate(Protocol):
         """A request to ``host`` goes out through ``egress`` now."""
         ...
 
-    def release(self, token: object) -> None:
-        """The request that held a free route (``meta.ROUTE_HOLD``) reached the pool."""
+    def release(self, request: Request) -> None:
+        """``request`` reached the pool: if it held one of its site's free routes since it
+        was handed out, that route is free for the count again."""
         ...
 
 
@@ -90,11 +94,11 @@ class RouteLimiter:
         if self.gate is not None:
             self.gate.taken(domain, egress)
 
-    def release(self, token: object) -> None:
+    def release(self, request: Request) -> None:
         """A request handed out reached the pool: the route it held for it is free again
         for the throttle's count (it takes one now, or waits)."""
-        if self.gate is not None and token is not None:
-            self.gate.release(token)
+        if self.gate is not None:
+            self.gate.release(request)
 
     def pressure(self, top: int = 10) -> list[dict[str, object]]:
         """The busiest routes: requests sent, times found at the cap."""

@@ -11,93 +11,39 @@ crawl opened five times the connections plain Scrapy does.
 
 So a request handed out counts against its host's slot until it reaches the downloader
 (``request_reached_downloader``), and only while the downloader still has it
-(``Downloader.active``, which the engine fills before the middlewares run): one a
-middleware answered (an HTTP cache hit), dropped (a robots.txt disallow, offsite) or
-replaced (the egress pool's wait, the not-before guard) stops counting at once, and the
-engine asks again when that download ends. Without that view of the downloader, a
-request stops counting after :data:`TTL` seconds. A request whose download slot is keyed
-otherwise (``download_slot`` meta) is not counted: its host's slot is not the one it
-waits for. Keyed by the request object (weakly), nothing is written into its meta.
+(``Downloader.active``): one a middleware answered, dropped or replaced (the egress
+pool's wait, the not-before guard) stops counting at once, and the engine asks again
+when that download ends; without that view, after :data:`TTL` seconds. The rule and its
+bookkeeping are :class:`scrapy_scale.on_the_way.OnTheWay`'s (the throttle's route holds
+follow it too), keyed here by host. A request whose download slot is keyed otherwise
+(``download_slot`` meta) is not counted: its host's slot is not the one it waits for.
 """
 
 from __future__ import annotations
 
-import itertools
-import time
-import weakref
-from collections.abc import Callable, Container
 from typing import Any
 
 from scrapy import Request
 from scrapy.utils.httpobj import urlparse_cached
 
-#: seconds a request handed out counts at most when the downloader's requests are not known
-TTL = 1.0
+from scrapy_scale.on_the_way import TTL, OnTheWay
+
+__all__ = ["TTL", "SlotTransit"]
 
 
-class SlotTransit:
-    def __init__(
-        self,
-        in_downloader: Callable[[], Container[Request] | None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ):
-        #: the requests the downloader has (between ``fetch`` and its end); None: unknown
-        self.in_downloader = in_downloader
-        self.clock = clock
-        #: per host: request number -> (the request, weakly; when handed out)
-        self._by_host: dict[str, dict[int, tuple[weakref.ref[Request], float]]] = {}
-        self._of: weakref.WeakKeyDictionary[Request, tuple[str, int]] = weakref.WeakKeyDictionary()
-        self._numbers = itertools.count(1)
+class SlotTransit(OnTheWay):
+    """:class:`OnTheWay` keyed by the host whose download slot a request waits for."""
 
-    def sent(self, request: Request) -> None:
-        """``request`` was handed out to the engine."""
-        self.arrived(request)  # handed out again (the same object): counted once
-        host = urlparse_cached(request).hostname or ""
-        slot = request.meta.get("download_slot")
-        if slot is not None and slot != host:
-            return  # its slot is not its host's
-        n = next(self._numbers)
+    def sent(self, request: Request, key: str | None = None) -> None:
+        """``request`` was handed out to the engine (``key``: its host, found when None)."""
+        if key is None:
+            key = urlparse_cached(request).hostname or ""
+            slot = request.meta.get("download_slot")
+            if slot is not None and slot != key:
+                key = None  # its slot is not its host's
+        super().sent(request, key)
 
-        def collected(_: weakref.ref[Request]) -> None:  # garbage: nothing else would prune it
-            self._forget(host, n)
-
-        ref = weakref.ref(request, collected)
-        self._by_host.setdefault(host, {})[n] = (ref, self.clock())
-        self._of[request] = (host, n)
-
-    def arrived(self, request: Request, **_: Any) -> None:
-        """``request`` reached the downloader (its slot counts it now)."""
-        got = self._of.pop(request, None)
-        if got is not None:
-            self._forget(*got)
-
-    def clear(self) -> None:
-        """Forget every request on its way (the worker stops)."""
-        self._by_host.clear()
-        self._of.clear()
-
-    def _forget(self, host: str, n: int) -> None:
-        held = self._by_host.get(host)
-        if held is not None:
-            held.pop(n, None)
-            if not held:
-                del self._by_host[host]
-
-    def pending(self, host: str) -> int:
-        """Requests to ``host`` handed out, still in the downloader's middlewares."""
-        held = self._by_host.get(host)
-        if not held:
-            return 0
-        active = self.in_downloader() if self.in_downloader is not None else None
-        now = self.clock()
-        for n, (ref, at) in list(held.items()):
-            r = ref()
-            if active is not None:
-                gone = r is None or r not in active  # answered, dropped or replaced in a middleware
-            else:
-                gone = r is None or not now - TTL <= at <= now + TTL
-            if gone:
-                if r is not None:
-                    self._of.pop(r, None)
-                self._forget(host, n)
-        return len(self._by_host.get(host, ()))
+    @property
+    def _by_host(self) -> dict[str, Any]:
+        """The requests counted, per host (the keys here are hosts; tests read it)."""
+        return self._by_key

@@ -188,7 +188,8 @@ class Throttle(PacerUpkeep):
         capacity from now on, and hold a site while none of its ``usable(host)`` egresses'
         routes is ready. Returns the gate the pool asks before it picks a route."""
         if self.learner is None:
-            self.learner = RouteLearner(self.pacing, self.route_pacing)
+            # a request holds a route while the downloader has it (or a grace, unknown)
+            self.learner = RouteLearner(self.pacing, self.route_pacing, compat.downloader_active(self.crawler))
         self.learner.candidates = usable
         return self.learner
 
@@ -202,8 +203,7 @@ class Throttle(PacerUpkeep):
         m = request.meta
         if self.learner is not None and not ("proxy" in m and meta.EGRESS not in m):
             # the egress pool will route it (a project's own proxy is not the pool's)
-            self.learner.release(m.get(meta.ROUTE_HOLD))
-            m[meta.ROUTE_HOLD] = self.learner.reserve(domain)
+            self.learner.reserve(request, domain)
         if fingerprint:
             old = self._flying.get(fingerprint)
             if old is not None:
@@ -270,8 +270,8 @@ class Throttle(PacerUpkeep):
 
     def _on_outcome(self, outcome: Outcome, request: Request | None = None, **kw: Any) -> None:
         if self.learner is not None:
-            if request is not None:  # dropped before the egress pool saw it: no route held
-                self.learner.release(request.meta.pop(meta.ROUTE_HOLD, None))
+            if request is not None:  # ended before the egress pool saw it: no route held
+                self.learner.release(request)
             if outcome.egress is not None:  # robots.txt's too
                 self.learner.settled(str(outcome.egress), outcome.responded)
         if outcome.internal or not outcome.domain:
@@ -300,7 +300,7 @@ class Throttle(PacerUpkeep):
         any more: kept counted, a site at its ``concurrency`` was held for good. Popped, so a
         copy of its meta (a retry, ``meta=response.meta``) ends the attempt once at most."""
         if self.learner is not None:  # a route held by the attempt that went back
-            self.learner.release(request.meta.pop(meta.ROUTE_HOLD, None))
+            self.learner.release(request)
         fp = request.meta.get(meta.FINGERPRINT)
         key = self._flying.pop(fp, None) if isinstance(fp, str) else None
         if key is not None:

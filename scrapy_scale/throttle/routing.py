@@ -18,24 +18,31 @@ when requests go through egresses (``SCALE_EGRESSES``):
 - an **egress that has not answered yet** carries one request at a time
   (:data:`PROBE_HOLD`): a blackhole holds one download slot, not one per request;
 - a request **handed out** for a site counts against the site's free routes until the
-  egress pool sees it (:meth:`RouteLearner.reserve`, ``meta.ROUTE_HOLD``): between the two, other
-  downloader middlewares run (robots.txt's awaits), and the scheduler would hand out a
-  request per check while one route is free; the pool then found every route taken and
-  sent the rest back (375 round trips and as many warnings in a 20 s chaos crawl).
+  egress pool sees it (:meth:`RouteLearner.reserve`): between the two, other downloader
+  middlewares run (robots.txt's awaits), and the scheduler would hand out a request per
+  check while one route is free; the pool then found every route taken and sent the rest
+  back (375 round trips and as many warnings in a 20 s chaos crawl). It counts only while
+  the downloader still has it, as a request on its way to its download slot does
+  (:class:`scrapy_scale.on_the_way.OnTheWay`, keyed here by site): one a middleware
+  answered or dropped holds no route.
 
 Without egresses nothing here is used: the site learns from every answer, as before.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from scrapy_scale import clock as clock_mod
+from scrapy_scale.on_the_way import InDownloader, OnTheWay
 from scrapy_scale.throttle.policy import Pacing, SiteState
 from scrapy_scale.throttle.profiles import Profiles
+
+if TYPE_CHECKING:
+    from scrapy import Request
 
 #: between the site and the egress in a route's key (a site key holds no space)
 SEP = " via "
@@ -52,9 +59,6 @@ BLOCKED_PAUSE = 30.0
 #: download slot till its timeout, not one per request sent): the next waits for the first
 #: one's outcome, this many seconds at most
 PROBE_HOLD = 15.0
-#: a request handed out and not yet given a route stops counting after this many seconds
-#: (one a middleware dropped, a robots.txt disallow, never reaches the pool)
-RESERVE_TTL = 1.0
 #: when every free route of a site is spoken for, the scheduler asks again this soon
 RESERVED_RECHECK = 0.05
 
@@ -122,7 +126,7 @@ class _Seen:
 class RouteLearner:
     """Routes an outcome's evidence to the route and, when it is site-wide, to the site."""
 
-    def __init__(self, site: Pacing, routes: RoutePacing):
+    def __init__(self, site: Pacing, routes: RoutePacing, in_downloader: InDownloader | None = None):
         self.site = site
         self.routes = routes
         self.clock = site.clock
@@ -137,11 +141,9 @@ class RouteLearner:
         #: flight through each of the others went out
         self._answered: set[str] = set()
         self._probing: dict[str, float] = {}
-        #: per site: the requests handed out and not given a route yet (token -> when), and
-        #: each token's site
-        self._reserved: dict[str, dict[int, float]] = {}
-        self._reserved_site: dict[int, str] = {}
-        self._tokens = itertools.count(1)
+        #: per site: the requests handed out and not at the egress pool yet, while the
+        #: downloader has them (``in_downloader``: its requests; None: a grace instead)
+        self.holds = OnTheWay(in_downloader, self.clock)
 
     def _of(self, host: str) -> tuple[SiteState, _Seen]:
         s = self.site.site(host)
@@ -166,7 +168,7 @@ class RouteLearner:
         out before (:meth:`reserve`), else the earliest time one may be."""
         if egresses is None:
             egresses = self.candidates(host) if self.candidates is not None else self.egresses
-        pending = self._pending(host)
+        pending = self.holds.pending(self.site.site(host).key)
         best, free = math.inf, 0
         for e in egresses:
             t = self.route_free_at(host, e)
@@ -180,40 +182,15 @@ class RouteLearner:
             return min(best, self.clock() + RESERVED_RECHECK)
         return 0.0 if best == math.inf else best  # no usable egress: the pool says why
 
-    def reserve(self, host: str) -> int:
-        """A request to ``host`` was handed out: it holds one of the site's free routes until
-        the egress pool gives it one (:meth:`release` with the token returned)."""
-        key = self.site.site(host).key
-        token = next(self._tokens)
-        self._reserved.setdefault(key, {})[token] = self.clock()
-        self._reserved_site[token] = key
-        return token
+    def reserve(self, request: Request, host: str) -> None:
+        """``request`` to ``host`` was handed out: it holds one of the site's free routes
+        until the egress pool sees it (:meth:`release`), while the downloader has it."""
+        self.holds.sent(request, self.site.site(host).key)
 
-    def release(self, token: object) -> None:
-        """The request holding ``token`` reached the pool (or went back, or ended)."""
-        if not isinstance(token, int):
-            return
-        key = self._reserved_site.pop(token, None)
-        held = None if key is None else self._reserved.get(key)
-        if key is not None and held is not None:
-            held.pop(token, None)
-            if not held:
-                del self._reserved[key]
-
-    def _pending(self, host: str) -> int:
-        key = self.site.site(host).key
-        held = self._reserved.get(key)
-        if not held:
-            return 0
-        now = self.clock()
-        for token, at in list(held.items()):
-            # past its grace, or from before a clock that stepped back: no longer held
-            if not now - RESERVE_TTL <= at <= now + RESERVE_TTL:
-                del held[token]
-                self._reserved_site.pop(token, None)
-        if not held:
-            del self._reserved[key]
-        return len(held)
+    def release(self, request: Request) -> None:
+        """``request`` reached the pool (or went back, or ended): the route it held is free
+        for the count again. Another request (robots.txt's, a copy) frees nothing."""
+        self.holds.arrived(request)
 
     def taken(self, host: str, egress: str) -> None:
         """A request to ``host`` goes out through ``egress`` now."""

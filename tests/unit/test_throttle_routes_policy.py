@@ -15,6 +15,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 
 import pytest
+from scrapy import Request
 
 from scrapy_scale.clock import FakeClock
 from scrapy_scale.egress.routes import RouteLimiter
@@ -414,38 +415,75 @@ def test_a_request_handed_out_holds_a_free_route_until_the_pool_gives_it_one() -
     other middlewares run (robots.txt's awaits); the scheduler asked again meanwhile and
     handed out a request per free route check, and the pool sent the extra ones back (174
     "route_cap" waits for 269 requests in tests/crawl/test_throttle_routes.py). The hold
-    is the request's own (a token): another download the pool routes (robots.txt) does not
-    free it, and one that never reaches the pool stops holding after RESERVE_TTL."""
-    from scrapy_scale.throttle.routing import RESERVE_TTL, RESERVED_RECHECK
+    is the request object's own: another download the pool routes (robots.txt) does not
+    free it, nor does a copy of it; without the downloader's view, one that never reaches
+    the pool stops holding after the grace (on_the_way.TTL)."""
+    from scrapy_scale.on_the_way import TTL
+    from scrapy_scale.throttle.routing import RESERVED_RECHECK
 
     site, learner, clock = setup()
     two = EGRESSES[:2]
     for e in two:  # both answered once: paced by their learned delay, no probe hold
         learner.taken(HOST, e)
         learner.on_success(HOST, e, LATENCY)
-    clock.advance(1.0)
+    clock.advance(0.5)
     assert learner.hold_until(HOST, two) == 0.0
-    a = learner.reserve(HOST)
+    a, b = Request(f"http://{HOST}/a"), Request(f"http://{HOST}/b")
+    learner.reserve(a, HOST)
     assert learner.hold_until(HOST, two) == 0.0  # one route left for the next request
-    b = learner.reserve(HOST)
+    learner.reserve(b, HOST)
     assert learner.hold_until(HOST, two) == pytest.approx(clock() + RESERVED_RECHECK)
-    learner.taken(HOST, two[0])  # robots.txt went out through one: no hold is freed by it
-    clock.advance(1.0)
+    learner.release(Request(f"http://{HOST}/robots.txt"))  # robots.txt reached the pool ...
+    learner.taken(HOST, two[0])  # ... and went out through one: no hold is freed by it
+    learner.release(a.copy())  # a copy of a (a retry) holds nothing, frees nothing
+    clock.advance(0.4)
     assert learner.hold_until(HOST, two) == pytest.approx(clock() + RESERVED_RECHECK)
     learner.release(a)  # the first reached the pool and took the other route
     learner.taken(HOST, two[1])
     assert learner.hold_until(HOST, two) > clock()  # both routes busy now, or spoken for (b)
     learner.release(b)
-    learner.release(b)  # twice (a copied meta): no other hold is freed
+    learner.release(b)  # twice: no other hold is freed
     clock.advance(1.0)
     assert learner.hold_until(HOST, two) == 0.0
-    learner.reserve(HOST)
-    learner.reserve(HOST)  # neither reaches the pool (a middleware dropped them)
+    assert learner.holds.expired == 0 and not learner.holds._by_key  # nothing kept per site
+    c, d = Request(f"http://{HOST}/c"), Request(f"http://{HOST}/d")
+    learner.reserve(c, HOST)
+    learner.reserve(d, HOST)  # neither reaches the pool, and the downloader's view is unknown
     assert learner.hold_until(HOST, two) > clock()
-    clock.advance(RESERVE_TTL + 0.01)
+    clock.advance(TTL + 0.01)
     assert learner.hold_until(HOST, two) == 0.0  # no route stays spoken for
-    learner.reserve(HOST)
-    learner.reserve(HOST)
+    assert learner.holds.expired == 2 and not learner.holds._by_key
+    learner.reserve(c, HOST)
+    learner.reserve(d, HOST)
     clock.now -= 3600  # the clock stepped back: holds from "the future" are dropped
-    assert learner._pending(HOST) == 0
-    assert not learner._reserved and not learner._reserved_site  # nothing kept per site
+    assert learner.holds.pending(site.site(HOST).key) == 0
+    assert learner.holds.expired == 4 and not learner.holds._by_key  # nothing kept per site
+
+
+def test_a_request_a_middleware_answered_or_dropped_holds_no_route_at_once() -> None:
+    """With the downloader's view (``Downloader.active``), a request handed out holds a
+    route only while the downloader has it: one a middleware answered (an HTTP cache hit)
+    or dropped (a robots.txt disallow, offsite) lets its route go at once, not a grace
+    later (it held one of its site's free routes for up to a second, and the site's next
+    request waited). The clock does not move here: the old grace would still hold."""
+    site, learner, clock = setup()
+    downloader: set[Request] = set()
+    learner.holds.in_downloader = lambda: downloader
+    one = EGRESSES[:1]
+    learner.taken(HOST, one[0])
+    learner.on_success(HOST, one[0], LATENCY)
+    clock.advance(0.5)
+    assert learner.hold_until(HOST, one) == 0.0
+    cached, disallowed = Request(f"http://{HOST}/cached"), Request(f"http://{HOST}/disallowed")
+    learner.reserve(cached, HOST)
+    downloader.add(cached)  # the engine's fetch, right after the hand-out
+    assert learner.hold_until(HOST, one) > clock()  # its one free route is spoken for
+    downloader.discard(cached)  # a middleware answered it: it never reaches the pool
+    assert learner.hold_until(HOST, one) == 0.0
+    assert learner.holds.left_downloader == 1 and learner.holds.expired == 0  # the path ran
+    learner.reserve(disallowed, HOST)
+    downloader.add(disallowed)
+    assert learner.hold_until(HOST, one) > clock()
+    downloader.discard(disallowed)  # robots.txt disallowed it
+    assert learner.hold_until(HOST, one) == 0.0
+    assert learner.holds.left_downloader == 2 and not learner.holds._by_key
