@@ -211,6 +211,11 @@ class Pacing:
         """The spacing requests go out at now."""
         return max(s.delay, s.gap or 0.0, self.interval(s))
 
+    def sent_spacing(self, host: str, latency: float | None) -> float:
+        """The spacing the request to ``host`` answered now (``latency`` after it went out)
+        was sent at."""
+        return self._sent_at_spacing(self.site(host), latency, self.clock())
+
     def _sent_at_spacing(self, s: SiteState, latency: float | None, now: float) -> float:
         """The spacing the request just answered was sent at: an answer to a request sent
         before the last slow-down counts at the pace of then, not at the slower one."""

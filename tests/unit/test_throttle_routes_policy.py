@@ -137,10 +137,38 @@ def test_refusals_on_most_routes_at_once_slow_and_pause_the_site() -> None:
     for e in EGRESSES:
         learner.taken(HOST, e)
         learner.on_success(HOST, e, LATENCY)
+    # each route's first refusal is its own limit's, as far as it knows: routes that started
+    # together meet a per-address limit together (the chaos benchmark's host 4)
+    first = [learner.on_rate_limited(HOST, e, LATENCY, 3.0) for e in EGRESSES]
+    assert first == [0.0] * 4 and site.site(HOST).paused_until == 0.0
+    assert all(learner.route(HOST, e).paused_until == pytest.approx(clock() + 3.0) for e in EGRESSES)
+    clock.advance(3.5)  # refused again, each at the slower pace it backed off to: the site's
     pauses = [learner.on_rate_limited(HOST, e, LATENCY, 3.0) for e in EGRESSES[:3]]
     assert pauses[:2] == [0.0, 0.0] and pauses[2] == 3.0  # the third of four: site-wide
     assert site.site(HOST).paused_until == pytest.approx(clock() + 3.0)
     assert site.hold_until(HOST) == pytest.approx(clock() + 3.0)
+    # refused at the same pace as before: still the route's (one route's refusals never are)
+    site2, learner2, clock2 = setup()
+    for e in EGRESSES:
+        learner2.taken(HOST, e)
+        learner2.on_success(HOST, e, LATENCY)
+        learner2.on_rate_limited(HOST, e, LATENCY, None)
+    for e in EGRESSES:  # the same spacing: each route recovered to where it was refused
+        learner2.route(HOST, e).delay = learner2.route(HOST, e).delay / 1.5
+    assert [learner2.on_rate_limited(HOST, e, LATENCY, None) for e in EGRESSES] == [0.0] * 4
+
+
+def test_a_limit_of_the_whole_site_shared_by_every_route_is_learned_by_the_site() -> None:
+    """A site that allows 6 requests/s whoever sends them: the routes' first refusals look
+    like their own limits, the next ones, at the slower paces they backed off to, do not."""
+    site, learner, clock = setup()
+    shared = Limit(6)
+    answer: Answer = lambda e, now: shared(now)  # noqa: E731
+    play(site, learner, clock, answer, 60.0, EGRESSES)  # the first minute learns
+    got, sent = play(site, learner, clock, answer, 60.0, EGRESSES)
+    rate = len(sent) / 60.0
+    assert got["429"] <= 0.05 * sum(got.values()), got
+    assert 0.6 * 6 <= rate <= 6.5, (rate, got)
 
 
 def test_a_site_blocked_on_every_route_it_was_tried_through_waits() -> None:
