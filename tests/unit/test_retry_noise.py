@@ -98,7 +98,7 @@ def test_late_retries_at_a_calm_site_double_from_the_calm_bound() -> None:
     ds = [small.decide(C.TRANSIENT, 3, late_done=3, calm=True) for _ in range(50)]
     assert all(d.late and not d.calm and d.delay <= 0.2 for d in ds)
     # the count, the deadline and a Retry-After are unchanged
-    assert not p.decide(C.TRANSIENT, 3, late_done=5, calm=True).retry
+    assert not p.decide(C.TRANSIENT, 3, late_done=LatePolicy().retries, calm=True).retry
     assert p.decide(C.TRANSIENT, 3, retry_after=30.0, calm=True).delay >= 30.0
     gone = p.decide(C.TRANSIENT, 3, late_done=1, calm=True, first_failed=NOW - 3600.0)
     assert not gone.retry and gone.why == "deadline"
@@ -153,3 +153,18 @@ def test_an_unproven_egresss_failure_is_not_counted_against_the_host() -> None:
         got = d.decide(r, Verdict(C.TRANSIENT, "timeout"), answered=False)
         assert got.as_egress_failure
     assert d.noise.share(SITE) == before and d.noise.calm(SITE)
+
+
+def test_refusals_a_pacer_spaces_do_not_take_a_site_out_of_calm() -> None:
+    limited = Verdict(C.RATE_LIMITED, "http_429")
+    paced = calm_decider(paced=True)
+    before = paced.noise.share(SITE)
+    for k in range(20):  # each route refused while it learns its limit
+        assert paced.decide(Request(f"http://{SITE}/item/{k}"), limited).calm
+    assert paced.noise.share(SITE) == before and paced.noise.calm(SITE)
+    got = paced.decide(Request(f"http://{SITE}/item/5"), Verdict(C.TRANSIENT, "http_503"))
+    assert got.calm and got.delay <= 0.5  # a stray 503 among them is still noise
+    unpaced = calm_decider(paced=False)
+    for k in range(20):  # nothing spaces the requests: refusals are the site's failures
+        unpaced.decide(Request(f"http://{SITE}/item/{k}"), limited)
+    assert not unpaced.noise.calm(SITE)
