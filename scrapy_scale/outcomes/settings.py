@@ -58,8 +58,8 @@ RETRY_LATE = declare(
     "SCALE_RETRY_LATE",
     {},
     _parse_late,
-    'Late retries after a class\'s quick retries are spent (defaults: `{"retries": 5, "base": '
-    '10, "cap": 600, "deadline": 3600, "classes": ["transient", "egress_failed"]}`): the k-th '
+    'Late retries after a class\'s quick retries are spent (defaults: `{"retries": 7, "base": '
+    '2.5, "cap": 600, "deadline": 3600, "classes": ["transient", "egress_failed"]}`): the k-th '
     "waits `base*2^(k-1)` s capped at `cap`, jittered between half and all of it, none past "
     "`deadline` s after the first failure (`0` = none); at a host that answers well otherwise "
     "the window doubles from the class's `calm` bound instead of `base`; `0` = no late retries "
