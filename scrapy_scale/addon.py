@@ -54,6 +54,12 @@ SINGLE: dict[str, Any] = {
     # polite by default: robots.txt honoured, a few requests per site at a time
     "ROBOTSTXT_OBEY": True,
     "CONCURRENT_REQUESTS_PER_DOMAIN": 4,
+    # Scrapy (2.13+, asyncio reactor) starts CONCURRENT_ITEMS tasks for every response,
+    # whatever it yields (scrapy.utils.asyncio._parallel_asyncio, a per-response bound):
+    # at its default of 100, making them was the largest single cost of the bench crawl
+    # (a page yields one item or a few dozen links); 16 still lets a listing's items wait on
+    # the store together (docs/benchmarks.md: plain Scrapy 1.78x the pages/s with 8)
+    "CONCURRENT_ITEMS": 16,
     # the persisted, lease-based frontier (SQLite by default; SCALE_FRONTIER_URL)
     "SCHEDULER": "scrapy_scale.frontier.Scheduler",
 }

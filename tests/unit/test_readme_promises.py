@@ -70,6 +70,17 @@ def test_polite_defaults():
     assert s.getpriority("ROBOTSTXT_OBEY") == s.getpriority("CONCURRENT_REQUESTS_PER_DOMAIN") == 15  # "addon"
 
 
+def test_the_addon_starts_fewer_item_tasks_per_response():
+    assert "`CONCURRENT_ITEMS = 16` (Scrapy's 100 starts 100\ntasks for every response" in README
+    s = Settings()
+    assert s.getint("CONCURRENT_ITEMS") == 100  # Scrapy's own default, so the add-on is what changes it
+    Addon().update_settings(s)
+    assert s.getint("CONCURRENT_ITEMS") == 16 and s.getpriority("CONCURRENT_ITEMS") == 15
+    mine = Settings({"CONCURRENT_ITEMS": 50})  # the project's own value wins
+    Addon().update_settings(mine)
+    assert mine.getint("CONCURRENT_ITEMS") == 50
+
+
 def test_anything_the_project_sets_wins():
     ours = "scrapy_scale.outcomes.middleware.OutcomeDownloaderMiddleware"
     project = {
