@@ -13,6 +13,9 @@ Every variant crawls the same testbed process (its CPU is not counted), with
 - ``plain-gc`` (not in the default list): ``plain`` with the add-on's garbage-collector tuning
   alone (``scrapy_scale.gc_tuning.GCTuning``), to show how much of the add-on's gain a plain
   Scrapy project gets from that one extension;
+- ``plain-items`` (not in the default list): ``plain`` with the add-on's ``CONCURRENT_ITEMS = 16``
+  alone (Scrapy's 100 starts 100 tasks for every response), to show how much of the add-on's
+  gain a plain Scrapy project gets from that one setting;
 - ``autothrottle``: ``plain`` with AutoThrottle at the throttle's own rule (target concurrency 1,
   start delay 0.25 s): the polite baseline the add-on's per-site pacing replaces;
 - ``outcomes``: ``plain`` with the outcome middlewares instead of Scrapy's RetryMiddleware;
@@ -104,6 +107,10 @@ def with_extensions(settings: Any, extensions: dict[str, int]) -> Any:
 
 def plain_gc(run_id: str) -> dict[str, Any]:
     return dict(with_extensions(plain, GC_TUNING)(run_id))
+
+
+def plain_items(run_id: str) -> dict[str, Any]:
+    return {**plain(run_id), "CONCURRENT_ITEMS": 16}
 
 
 def autothrottle(run_id: str) -> dict[str, Any]:
@@ -227,6 +234,7 @@ def variants(names: list[str], dist: Distributed | None) -> list[Variant]:
     known: dict[str, Any] = {
         "plain": lambda: Variant("plain Scrapy + JSONL feed", plain),
         "plain-gc": lambda: Variant("plain Scrapy + GC tuning", plain_gc),
+        "plain-items": lambda: Variant("plain Scrapy + CONCURRENT_ITEMS=16", plain_items),
         "autothrottle": lambda: Variant("plain Scrapy + AutoThrottle", autothrottle),
         "outcomes": lambda: Variant("outcomes middlewares", outcomes),
         "frontier": lambda: Variant("SQLite frontier", frontier),
