@@ -33,6 +33,36 @@ def sqlite_store(tmp_path: Path):
     return s
 
 
+def test_listing_pages_of_hundreds_of_items_are_stored_whole_with_the_add_on_defaults(tmp_path: Path) -> None:
+    """The add-on bounds the items a response has in flight at once (CONCURRENT_ITEMS 16, not
+    Scrapy's 100: docs/architecture.md, addon.py): every item of a page that yields hundreds
+    still reaches the feed and the store, once."""
+    settings = {
+        "SPIDER_MODULES": ["tests.support.variant_spiders"],
+        "SCALE_ITEM_KEY": {"*": ["sku"]},
+        "SCALE_DOMAIN_PROFILES": {"default": {"start_delay": 0.0}},
+    }
+    with Testbed(hosts=2, pages=20, per_page=10, seed=3) as tb:
+        res = run_crawl(
+            tb, settings, tmp_path, spider="catalog_many", timeout=120, extra_args=["-a", "per_listing=300"]
+        )
+        assert res.returncode == 0, res.tail()
+        details = tb.detail_urls()
+    rows = [i for i in res.items if "#" in i["sku"]]
+    assert {i["concurrent_items"] for i in rows} == {16}  # the add-on's bound was the one in force
+    listings = {i["url"] for i in rows}
+    assert len(listings) == 4  # two listing pages per host
+    assert len(rows) == len({i["sku"] for i in rows}) == 300 * len(listings)
+    assert {i["url"] for i in res.items if "#" not in i["sku"]} == details
+    total = len(rows) + len(details)
+    assert res.stats["item_scraped_count"] == res.stats["scale/store/written"] == total
+    s = sqlite_store(tmp_path)
+    try:
+        assert len(list(s.documents())) == total
+    finally:
+        s.close()
+
+
 def test_crawl_stores_each_page_item_once_and_a_second_run_updates_in_place(tmp_path: Path) -> None:
     with Testbed(hosts=2, pages=30, seed=3, faults="500:/item/4,first=1; 429:/item/9,first=1,retry_after=1") as tb:
         expected = {page_key(u): u for u in tb.detail_urls()}

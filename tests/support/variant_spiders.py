@@ -1,6 +1,6 @@
 """Variants of the catalog spider for tests (SPIDER_MODULES = ["tests.support.variant_spiders"]):
 async callbacks (``async def`` with ``yield``); items of a ``scrapy.Item`` class; the catalog
-as a ``CrawlSpider``."""
+as a ``CrawlSpider``; listing pages that each yield hundreds of items."""
 
 from __future__ import annotations
 
@@ -62,3 +62,21 @@ class CrawlCatalogSpider(CrawlSpider):
 
     def parse_item(self, response: Any) -> Iterator[Any]:
         yield from CatalogSpider.parse_item(self, response)  # type: ignore[arg-type]
+
+
+class ManyItemsCatalogSpider(CatalogSpider):
+    """The catalog whose listing pages each yield ``-a per_listing=N`` items (a row each, keyed
+    by its ``sku``: listing URL and row) besides their links. Every item carries the crawl's
+    ``CONCURRENT_ITEMS``, so a test sees which bound the items went through."""
+
+    name = "catalog_many"
+
+    def __init__(self, per_listing: str | int = 300, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.per_listing = int(per_listing)
+
+    def parse(self, response: Any) -> Iterator[Any]:  # type: ignore[override]
+        bound = self.settings.getint("CONCURRENT_ITEMS")
+        for row in range(self.per_listing):
+            yield {"sku": f"{response.url}#{row}", "url": response.url, "concurrent_items": bound}
+        yield from super().parse(response)
