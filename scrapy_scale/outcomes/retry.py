@@ -70,8 +70,9 @@ class RetryDecider:
         # to evict an egress, and a late retry is no reason to lose a site's entry page
         cls = FailureClass.EGRESS_FAILED if _unproven_egress(m, verdict.cls, answered) else verdict.cls
         n = at_egress + 1 if cls is FailureClass.EGRESS_FAILED else attempt - at_egress
-        paced = self.paced()
-        if late_ok and not (paced and cls is FailureClass.RATE_LIMITED):
+        limited = cls is FailureClass.RATE_LIMITED
+        paced_refusal = limited and self.paced()
+        if late_ok and not paced_refusal:
             # a crawl request's attempt (robots.txt's are Scrapy's own): its host's noise, the
             # class as decided (an unproven egress's failure is not the host's). A refusal the
             # pacer spaces is the pacer's evidence (it slows the route, or the site when most
@@ -80,7 +81,7 @@ class RetryDecider:
             # page's late retries waited 10 s then 14 s while the rest of its site was done
             # (the chaos benchmark's trace: a 37 s crawl of a 17 s plan)
             self.noise.note(where, cls)
-        calm = self.noise.calm(where) and (cls is not FailureClass.RATE_LIMITED or paced)
+        calm = self.noise.calm(where) and (not limited or paced_refusal)
         d = self.policy.decide(
             cls,
             n,

@@ -40,7 +40,7 @@ from scrapy_scale.redact import redact_url
 from scrapy_scale.throttle import settings as throttle_settings
 from scrapy_scale.throttle.notes import PauseNotes
 from scrapy_scale.throttle.permits import Permits
-from scrapy_scale.throttle.policy import Pacing, SiteState
+from scrapy_scale.throttle.policy import CRAWL_DELAY_MARGIN, Pacing, SiteState
 from scrapy_scale.throttle.profiles import BUILTIN, Profiles
 from scrapy_scale.throttle.routing import RouteLearner, RoutePacing
 from scrapy_scale.throttle.shared import open_shared
@@ -55,7 +55,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: max_rate is enforced this much below the rate, so send jitter never pushes a window over it
-RATE_MARGIN = 0.08
+#: (the same jitter, and margin, as a robots.txt Crawl-delay's)
+RATE_MARGIN = CRAWL_DELAY_MARGIN
 #: how early a grant may come (seconds, at most a quarter of the spacing): a worker late on
 #: one turn (its timer, the round trip) does not lower the site's average rate
 TOLERANCE = 0.03
