@@ -10,7 +10,7 @@ Thin glue: argument parsing and printing. The operations live in
     scrapy scale requeue JOB --class CLASS
     scrapy scale egress JOB [--json]
     scrapy scale report JOB [--run RUN]            (scrapy_scale.quality.cli)
-    scrapy scale replay JOB [--class CLASS] [--spider NAME]
+    scrapy scale replay JOB [--class CLASS] [--spider NAME] [--dry-run]
     scrapy scale review JOB [--run RUN] [--verdicts FILE]
     scrapy scale probe URL [URL ...] [--cap N] [--save FILE]  (scrapy_scale.probe.cli)
 
@@ -70,8 +70,9 @@ class Command(ScrapyCommand):
             "state, score, requests, failures by class, quarantine, per-domain bans). The frontier is SCALE_FRONTIER_URL "
             "(use -s SCALE_FRONTIER_URL=redis://... to point at another one). "
             "report JOB [--run RUN]: the consistency report of a finished run. replay JOB "
-            "[--class parse_failed] [--spider NAME]: parse the raw snapshots again, without the "
-            "network, and store the items. review JOB [--verdicts FILE]: the sample for a person "
+            "[--class parse_failed] [--spider NAME] [--dry-run]: parse the raw snapshots again, without the "
+            "network, judged with the settings the crawl recorded (-s overrides), and store the items "
+            "(--dry-run: say what would change, write nothing). review JOB [--verdicts FILE]: the sample for a person "
             "to review as CSV/HTML, or read their verdicts back. probe URL [URL ...]: find the concurrency "
             "a site takes (a staircase of load, then a bisection), print a table and a recommended "
             "SCALE_DOMAIN_PROFILES entry, write probe-HOST.json/.png (--out DIR), --save FILE for pacing."
@@ -104,6 +105,11 @@ class Command(ScrapyCommand):
             default=[],
             metavar="NAME=VALUE",
             help="replay: spider argument (may be repeated)",
+        )
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="replay: judge the items and say what would change; store, mark and remove nothing",
         )
         parser.add_argument(
             "--verdicts",
@@ -290,7 +296,9 @@ class Command(ScrapyCommand):
                     self.exitcode = self.settings.getint("SCALE_QUALITY_EXIT_CODE") or 0
             elif sub == "replay":
                 spargs = dict(a.split("=", 1) for a in opts.spargs if "=" in a)
-                res = cli.replay(self.settings, job, opts.failure_class or "parse_failed", opts.spider, spargs)
+                res = cli.replay(
+                    self.settings, job, opts.failure_class or "parse_failed", opts.spider, spargs, opts.dry_run
+                )
                 print(cli.format_replay(res))
             else:
                 print(cli.review(self.settings, job, opts.run_id, opts.verdicts))

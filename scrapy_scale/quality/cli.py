@@ -78,41 +78,52 @@ def replay(
     cls: str = "parse_failed",
     spider: str | None = None,
     spider_args: dict[str, str] | None = None,
+    dry_run: bool = False,
 ) -> dict[str, Any]:
     """Run the spider's callbacks over the job's snapshots of class ``cls`` (no network),
-    store their items through the pipelines, mark the requests that came out done in the
-    frontier and drop their snapshots. Blocking: starts (and stops) a Twisted reactor, so it
-    runs once per process."""
+    judged with the settings recorded with them (``-s`` overrides), store their items through
+    the pipelines, mark the requests that came out done in the frontier and drop the
+    snapshots of the requests that are done. ``dry_run``: judge, write nothing. Blocking:
+    starts (and stops) a Twisted reactor, so it runs once per process."""
     from scrapy.crawler import CrawlerProcess
     from scrapy.utils.misc import load_object
 
-    from scrapy_scale.frontier import settings as frontier_settings
-    from scrapy_scale.frontier.backends import open_store
     from scrapy_scale.quality import replay as R
     from scrapy_scale.quality.raw_pages import SnapshotDir
+    from scrapy_scale.quality.replay_plan import plan
 
     config.validate_all(settings, read_sources=False)  # the egress source is not opened
     snaps = SnapshotDir.for_job(settings, job)
-    names = snaps.entries(cls)
-    if not names:
-        raise QualityError(f"no snapshot of class {cls!r} for job {job!r} in {snaps.folder}")
-    loaded = {n: snaps.read(n) for n in names}
-    spider = spider or next((s["spider"] for s in loaded.values() if s.get("spider")), None) or job
+    p = plan(snaps, cls, settings)
+    if not p.loaded:
+        why = f"; {len(p.unreadable)} unreadable file(s) kept" if p.unreadable else ""
+        raise QualityError(f"no snapshot of class {cls!r} for job {job!r} in {snaps.folder}{why}")
+    loaded = p.loaded
+    spider = spider or next((s["spider"] for s in loaded.values() if isinstance(s.get("spider"), str)), None) or job
     s = settings.copy()
     prio = "cmdline"
+    for name, value in p.settings.items():  # the crawl's judging settings, above the project's
+        s.set(name, value, priority=prio)
     s.set("SCALE_JOB", job, priority=prio)
     s.set(R.SETTING, loaded, priority=prio)
     s.set("SCHEDULER", "scrapy.core.scheduler.Scheduler", priority=prio)
     s.set("ROBOTSTXT_OBEY", False, priority=prio)
     s.set("JOBDIR", None, priority=prio)
     s.set("LOG_ENABLED", True, priority=prio)
-    for dict_name, path, order in (
+    components: list[tuple[str, str, int | None]] = [
         ("SPIDER_MIDDLEWARES", "scrapy_scale.quality.replay.ReplaySpiderMiddleware", 1000),
         ("DOWNLOADER_MIDDLEWARES", "scrapy_scale.quality.replay.ReplayDownloaderMiddleware", 1),
         ("EXTENSIONS", "scrapy_scale.quality.replay.ReplayTracker", 0),
         ("EXTENSIONS", "scrapy_scale.quality.QualityReport", None),
         ("EXTENSIONS", "scrapy_scale.quality.raw_pages.Snapshots", None),
-    ):
+    ]
+    if dry_run:  # judged where the validation runs; nothing validated, quarantined or stored
+        components += [
+            ("ITEM_PIPELINES", "scrapy_scale.quality.ValidationPipeline", None),
+            ("ITEM_PIPELINES", "scrapy_scale.storage.StorePipeline", None),
+            ("ITEM_PIPELINES", "scrapy_scale.quality.replay.ReplayJudge", 800),
+        ]
+    for dict_name, path, order in components:
         s.set_in_component_priority_dict(dict_name, load_object(path), order)
     process = CrawlerProcess(s)
     crawler = process.create_crawler(spider)
@@ -122,34 +133,58 @@ def replay(
     if crawler.stats is None or crawler.stats.get_value(K.SCRAPY_FINISH_REASON) is None:
         raise QualityError("the replay crawl did not run (see the log above)")
     done = state.done()
-    fps = [loaded[n]["fingerprint"] for n in done]
-    marked = 0
-    if fps:
-        store = open_store(
-            frontier_settings.frontier_url(settings), job, state_dir=core_settings.STATE_DIR.get(settings)
-        )
-        try:
-            marked = store.resolve(fps)
-        finally:
-            store.close()
-        for n in done:
-            _drop(snaps, n)
+    marked, kept = _settle(settings, job, snaps, {n: loaded[n]["fingerprint"] for n in done}, dry_run)
     failing = {
         n: (state.item_failures.get(n) or ":".join(state.outcomes.get(n, ("fatal", "not replayed"))))
-        for n in names
+        for n in loaded
         if n not in done
     }
+    failing.update(kept)
     return {
         "job": job,
         "class": cls,
         "spider": spider,
-        "snapshots": len(names),
+        "dry_run": dry_run,
+        "snapshots": len(loaded),
         "done": len(done),
         "marked_done": marked,
+        "removed": len(done) - len(kept),
         "items_stored": sum(state.stored.values()),
         "ignored_requests": state.ignored_requests,
         "still_failing": failing,
+        "notes": p.notes,
     }
+
+
+def _settle(settings: Any, job: str, snaps: Any, fps: dict[str, str], dry_run: bool) -> tuple[int, dict[str, str]]:
+    """Mark the requests of the replays that came out ok done (failed ones only), then drop
+    the snapshot of each request the frontier holds as done; (marked, snapshot -> why kept).
+    A kill -9 between the two keeps snapshots of done requests: the next replay drops them."""
+    from scrapy_scale.frontier import settings as frontier_settings
+    from scrapy_scale.frontier.backends import open_store
+
+    if not fps:
+        return 0, {}
+    store = open_store(frontier_settings.frontier_url(settings), job, state_dir=core_settings.STATE_DIR.get(settings))
+    try:
+        if dry_run:
+            states = {n: store.get(fp) for n, fp in fps.items()}
+            marked = sum(1 for r in states.values() if r is not None and r.get("state") == "failed")
+            will = {n for n, r in states.items() if r is not None and r.get("state") in ("failed", "done")}
+        else:
+            marked = store.resolve(list(fps.values()))
+            states = {n: store.get(fp) for n, fp in fps.items()}
+            will = {n for n, r in states.items() if r is not None and r.get("state") == "done"}
+    finally:
+        store.close()
+    kept = {}
+    for n, rec in states.items():
+        if n not in will:
+            state = "no record" if rec is None else f"its request is {rec.get('state')}"
+            kept[n] = f"came out ok, snapshot kept: {state} in the frontier, not done"
+        elif not dry_run:
+            _drop(snaps, n)
+    return marked, kept
 
 
 def _drop(snaps: Any, name: str) -> None:
@@ -162,11 +197,20 @@ def _drop(snaps: Any, name: str) -> None:
 
 
 def format_replay(r: dict[str, Any]) -> str:
-    lines = [
-        f"{r['job']}: replayed {r['snapshots']} snapshot(s) of class {r['class']} with spider {r['spider']} "
-        f"(no network request): {r['done']} came out ok, {r['items_stored']} item(s) stored, "
-        f"{r['marked_done']} request(s) marked done in the frontier"
-    ]
+    if r.get("dry_run"):
+        lines = [
+            f"{r['job']}: dry run, nothing written: {r['snapshots']} snapshot(s) of class {r['class']} replayed "
+            f"with spider {r['spider']} (no network request): {r['done']} would come out ok, {r['items_stored']} "
+            f"item(s) would be stored, {r['marked_done']} request(s) marked done in the frontier, "
+            f"{r['removed']} snapshot(s) removed"
+        ]
+    else:
+        lines = [
+            f"{r['job']}: replayed {r['snapshots']} snapshot(s) of class {r['class']} with spider {r['spider']} "
+            f"(no network request): {r['done']} came out ok, {r['items_stored']} item(s) stored, "
+            f"{r['marked_done']} request(s) marked done in the frontier, {r['removed']} snapshot(s) removed"
+        ]
+    lines += [f"  {note}" for note in r.get("notes", ())]
     if r["ignored_requests"]:
         lines.append(f"  {r['ignored_requests']} link(s) the callbacks followed were not fetched")
     for name, why in list(r["still_failing"].items())[:20]:

@@ -36,7 +36,7 @@ from scrapy_scale import stats_keys as K
 from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemDeadLettered
-from scrapy_scale.quality import report_build
+from scrapy_scale.quality import judged, report_build
 from scrapy_scale.quality import settings as quality_settings
 from scrapy_scale.quality.pipeline import figures_of
 
@@ -145,8 +145,10 @@ def snapshot_of(
     reason: str,
     job: str,
     run_id: str,
+    judged_with: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The JSON-able snapshot of one response and the request that got it."""
+    """The JSON-able snapshot of one response and the request that got it, with the settings
+    that judged it (``judged_with``, :func:`scrapy_scale.quality.judged.record`)."""
     try:
         rd = request.to_dict(spider=spider)
     except ValueError:  # a callback that is not a spider method: replayed with the default one
@@ -178,6 +180,7 @@ def snapshot_of(
         "job": job,
         "run_id": run_id,
         "at": time.time(),
+        judged.FIELD: judged_with,
     }
 
 
@@ -204,6 +207,7 @@ class Snapshots:
         self.ctx.snapshot_index = self
         self.figures = figures_of(crawler)
         self.dir: SnapshotDir | None = None
+        self.judged_with: dict[str, Any] | None = None
         self._responses: weakref.WeakKeyDictionary[Request, Response] = weakref.WeakKeyDictionary()
         self._done: set[str] = set()
         self._queue: deque[dict[str, Any]] = deque()
@@ -228,6 +232,8 @@ class Snapshots:
     def on_opened(self, spider: Spider) -> None:
         self.job = self.ctx.job or core_settings.JOB.get(self.crawler.settings) or spider.name
         self.dir = SnapshotDir.for_job(self.crawler.settings, self.job)
+        # the settings that judge this crawl's pages: a replay judges them the same way
+        self.judged_with = judged.record(self.crawler.settings)
 
     def index(self) -> dict[str, str]:
         return self.dir.index() if self.dir is not None else {}
@@ -268,7 +274,7 @@ class Snapshots:
         self._done.add(fp)
         rid = str(self.ctx.run_id or "")
         try:
-            snap = snapshot_of(response, request, self.crawler.spider, fp, cls, reason, self.job, rid)
+            snap = snapshot_of(response, request, self.crawler.spider, fp, cls, reason, self.job, rid, self.judged_with)
         except Exception as e:  # noqa: BLE001 - a snapshot must never break the crawl
             logger.warning("no snapshot of %s: %s", response.url, e)
             return

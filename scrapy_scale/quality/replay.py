@@ -10,7 +10,9 @@ own ``start()`` is never consumed), ``ReplayDownloaderMiddleware`` (first in the
 answers each snapshot request with its stored response, and refuses every other request
 with ``IgnoreRequest``), and ``ReplayTracker`` (the outcome of each replayed request and of
 its items). Scrapy's scheduler replaces the frontier, robots.txt is not fetched, the
-quality report and the snapshot keeper are off.
+quality report and the snapshot keeper are off. With ``--dry-run``, ``ReplayJudge`` takes the
+place of the validation and store pipelines: it judges each item as the validation would and
+writes nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from scrapy import Request, Spider, signals
 from scrapy.crawler import Crawler
-from scrapy.exceptions import IgnoreRequest
+from scrapy.exceptions import DropItem, IgnoreRequest
 from scrapy.http import Headers
 from scrapy.responsetypes import responsetypes
 from scrapy.utils.request import request_from_dict
@@ -32,6 +34,10 @@ from scrapy_scale import meta
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
 from scrapy_scale.context import ScaleContext
+from scrapy_scale.errors import ScaleError
+from scrapy_scale.outcomes import settings as outcomes_settings
+from scrapy_scale.quality import settings as quality_settings
+from scrapy_scale.quality.validate import Validator
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +55,8 @@ class ReplayState:
     #: snapshot -> the final outcome class and reason
     outcomes: dict[str, tuple[str, str]] = field(default_factory=dict)
     stored: dict[str, int] = field(default_factory=dict)
-    #: snapshot -> why an item of it was not stored (quarantined again, dead-lettered, error)
+    #: snapshot -> why an item of it was not stored (quarantined again, dead-lettered, error),
+    #: or, in a dry run, would not be
     item_failures: dict[str, str] = field(default_factory=dict)
     ignored_requests: int = 0
 
@@ -151,6 +158,38 @@ class ReplayTracker:
         self, item: Any = None, response: Any = None, exception: Any = None, failure: Any = None, **kw: Any
     ) -> None:
         name = self._name(getattr(response, "request", None))
-        if name:
+        if name and isinstance(exception, DryRunDrop):
+            if not exception.reasons:
+                self.state.stored[name] = self.state.stored.get(name, 0) + 1
+            else:
+                why = "would be quarantined again: " + "; ".join(exception.reasons)
+                self.state.item_failures.setdefault(name, why[:300])
+        elif name:
             err = exception if exception is not None else getattr(failure, "value", None)
             self.state.item_failures.setdefault(name, str(err)[:300])
+
+
+class DryRunDrop(DropItem, ScaleError):
+    """A dry run's item, judged and not written: ``reasons`` is why it would be quarantined
+    (empty: it would be stored)."""
+
+    def __init__(self, reasons: list[str]):
+        super().__init__("replay --dry-run: judged, not written", "DEBUG")
+        self.reasons = reasons
+
+
+class ReplayJudge:
+    """Item pipeline of a dry run, in the validation pipeline's place (the store pipeline is
+    off): each item is judged with the replay's critical fields and schemas and dropped with
+    the verdict (:class:`DryRunDrop`, which the tracker counts), so nothing is written."""
+
+    def __init__(self, crawler: Crawler):
+        s = crawler.settings
+        self.validator = Validator(outcomes_settings.CRITICAL_FIELDS.get(s), quality_settings.SCHEMAS.get(s))
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> ReplayJudge:
+        return cls(crawler)
+
+    def process_item(self, item: Any, spider: Spider | None = None) -> Any:
+        raise DryRunDrop(self.validator.check(item).reasons)
