@@ -10,6 +10,7 @@ Blocking: call from a thread (or a command).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,12 +52,39 @@ class History:
     def close(self) -> None:
         self.store.close()
 
-    def _put(self, job: str, run_id: str, kind: str, part: str, data: Any, started: float) -> None:
+    def _put(self, job: str, run_id: str, kind: str, part: str, data: Any, started: float, **extra: Any) -> None:
         doc = {"job": job, "run_id": str(run_id), "kind": kind, "part": part, "data": data, "started": started}
-        self.store.dead_letter([DeadRow(SEP.join((job, str(run_id), kind, part)), doc)], time.time())
+        self.store.dead_letter([DeadRow(SEP.join((job, str(run_id), kind, part)), {**doc, **extra})], time.time())
 
-    def put_figures(self, fig: RunFigures, part: str, started: float) -> None:
-        self._put(fig.job, fig.run_id, "figures", part, fig.to_json(), started)
+    def put_figures(
+        self, fig: RunFigures, part: str, started: float, final: bool = False, host: str = "", pid: int = 0
+    ) -> None:
+        """This process's figures of the run; ``final``: it counts no more (it closed), so a
+        verdict on the whole run may include them (:func:`unsettled`)."""
+        self._put(fig.job, fig.run_id, "figures", part, fig.to_json(), started, final=final, host=host, pid=pid)
+
+    def parts(self, job: str, run_id: str) -> list[dict[str, Any]]:
+        """The figures rows of the run's processes (``part``, ``final``, ``host``, ``pid``)."""
+        return [r for r in self._rows(job) if str(r["run_id"]) == str(run_id) and r.get("kind") == "figures"]
+
+    def wait_settled(
+        self,
+        job: str,
+        run_id: str,
+        timeout: float,
+        alive: Callable[[str, int], bool],
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        interval: float = 0.2,
+    ) -> list[str]:
+        """Wait (at most ``timeout`` s) until every live process of the run has saved its final
+        figures, so every worker judges the same whole run; the parts still unsettled then."""
+        deadline = clock() + timeout
+        while True:
+            left = unsettled(self.parts(job, run_id), alive)
+            if not left or clock() >= deadline:
+                return left
+            sleep(interval)
 
     def put_report(self, job: str, run_id: str, ok: bool, failed: list[str]) -> None:
         self._put(job, run_id, "report", "", {"ok": ok, "failed": failed, "at": time.time()}, time.time())
@@ -95,6 +123,22 @@ class History:
         ids = [r["_id"] for r in self._rows(job) if str(r["run_id"]) in old]
         self.store.delete_dead_letters(ids)
         return len(old)
+
+
+def unsettled(rows: list[dict[str, Any]], alive: Callable[[str, int], bool]) -> list[str]:
+    """Parts whose figures are not final and whose process may still be counting
+    (``alive(host, pid)``; a row without a usable host and pid counts as settled: it was
+    written before parts said so, or is bad)."""
+    out = []
+    for r in rows:
+        if r.get("final") is not False:
+            continue
+        host, pid = r.get("host"), r.get("pid")
+        if not isinstance(host, str) or not host or isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+            continue
+        if alive(host, pid):
+            out.append(str(r.get("part")))
+    return out
 
 
 def baseline(runs: list[RunRecord], run_id: str) -> list[RunRecord]:

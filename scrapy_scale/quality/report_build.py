@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -230,7 +231,8 @@ def write(report: dict[str, Any], folder: str) -> tuple[str, str]:
     for ext, text in (("json", json.dumps(report, indent=1, sort_keys=True, default=str)), ("html", render(report))):
         for name in (f"report-{run}.{ext}", f"report.{ext}"):
             path = os.path.join(folder, name)
-            tmp = path + ".tmp"
+            # a name of this process's own: the workers of one run write their reports at once
+            tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(text)
             os.replace(tmp, path)

@@ -26,6 +26,7 @@ from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
 from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
+from scrapy_scale.pids import pid_alive
 from scrapy_scale.quality import report_build
 from scrapy_scale.quality import settings as S
 from scrapy_scale.quality import settings as quality_settings
@@ -56,7 +57,10 @@ class QualityReport:
         self.exit_code: int = quality_settings.EXIT_CODE.get(crawler.settings)
         self.finish_reason: str | None = quality_settings.FINISH_REASON.get(crawler.settings)
         self.started = time.time()
-        self.part = f"{socket.gethostname()}-{os.getpid()}-{int(self.started * 1000)}"
+        self.host, self.pid = socket.gethostname(), os.getpid()
+        self.part = f"{self.host}-{self.pid}-{int(self.started * 1000)}"
+        self.judge_wait: float = quality_settings.JUDGE_WAIT.get(crawler.settings)
+        self._flush: Any = None
         self.history: History | None = None
         self._baseline: list[RunFigures] = []
         self._failing: set[str] = set()
@@ -119,6 +123,15 @@ class QualityReport:
         self.history = report_build.open_history(self.settings)
         runs = self.history.runs(self.figures.job)
         self._baseline = [r.figures for r in baseline(runs, self.figures.run_id)]
+        # this process takes part in the run: whoever judges it waits for its final figures
+        self._save(self.history, RunFigures.from_json(self.figures.to_json()), final=False)
+
+    def _save(self, h: History, fig: RunFigures, final: bool) -> None:
+        h.put_figures(fig, self.part, self.started, final=final, host=self.host, pid=self.pid)
+
+    def _alive(self, host: str, pid: int) -> bool:
+        """May the process that wrote a part still count? (Another host's: yes, until the wait ends.)"""
+        return host != self.host or pid_alive(pid)
 
     def _sync_store_figures(self) -> None:
         store = self.ctx.store
@@ -141,13 +154,15 @@ class QualityReport:
         if self.history is not None and not self._flushing:
             self._flushing = True
             h, fig = self.history, RunFigures.from_json(self.figures.to_json())
-            d = threads.deferToThread(h.put_figures, fig, self.part, self.started)
+            d = self._flush = threads.deferToThread(self._save, h, fig, False)
             d.addErrback(lambda fail: logger.warning("quality figures not saved: %s", fail.getErrorMessage()))
             d.addBoth(lambda _: setattr(self, "_flushing", False))
 
     async def on_closed(self, spider: Spider, reason: str) -> None:
         if self._loop is not None and self._loop.running:
             self._loop.stop()
+        if self._flushing and self._flush is not None:  # its not-final figures must not land last
+            await maybe_deferred_to_future(self._flush)
         self._sync_store_figures()
         store_on = self.ctx.store is not None
         snapshots = self.ctx.snapshot_index
@@ -158,15 +173,30 @@ class QualityReport:
         await maybe_deferred_to_future(d)
 
     def _finish(self, fig: RunFigures, store_on: bool, index: dict[str, str], reason: str) -> dict[str, Any]:
-        """On a thread: save this process's figures, build the report of the whole run. The
-        verdict goes to the history only when the crawl finished (an interrupted run, to be
-        resumed, is judged by the process that finishes it)."""
+        """On a thread: save this process's final figures, build the report of the whole run.
+        The verdict goes to the history only when the crawl finished (an interrupted run, to
+        be resumed, is judged by the process that finishes it); then every process that took
+        part in the run has closed or is closing, so each waits for the others' final figures
+        (``SCALE_QUALITY_JUDGE_WAIT``) and all judge the same whole run."""
         s = self.settings
         if self.history is None:
             self.history = report_build.open_history(s)
         h = self.history
         try:
-            h.put_figures(fig, self.part, self.started)
+            self._save(h, fig, final=True)
+            left: list[str] = []
+            if reason == "finished":
+                left = h.wait_settled(fig.job, fig.run_id, self.judge_wait, self._alive)
+                if left:
+                    logger.warning(
+                        "quality report of job %r run %s: judged without the final figures of %d process(es) "
+                        "still counting after %.0f s (SCALE_QUALITY_JUDGE_WAIT): %s",
+                        fig.job,
+                        fig.run_id,
+                        len(left),
+                        self.judge_wait,
+                        ", ".join(left[:5]),
+                    )
             runs = h.runs(fig.job)
             scan = report_build.scan_store(s, fig.job, fig.run_id) if store_on else None
             report = report_build.build(
@@ -181,6 +211,8 @@ class QualityReport:
                 keep=h.keep,
             )
             report["finished"], report["close_reason"] = reason == "finished", reason
+            report["processes"] = next((r.parts for r in runs if r.run_id == fig.run_id), 1)
+            report["unsettled"] = left
             if report["finished"]:
                 h.put_report(fig.job, fig.run_id, report["ok"], report["failed"])
             h.prune(fig.job)
@@ -197,8 +229,9 @@ class QualityReport:
         for name in report["failed"]:
             st.set_value(K.QUALITY_CHECK_FAILED + name, 1)
         json_path, html_path = report["paths"]
+        whole = f"the figures of {report.get('processes', 1)} process(es)"
         if report["ok"]:
-            logger.info("%s; report: %s", report["summary"], html_path)
+            logger.info("%s, from %s; report: %s", report["summary"], whole, html_path)
             return
         lines = [f"  FAILED {c['name']}: {c['message']}" for c in report["checks"] if c["ok"] is False]
         if not report.get("finished", True):
@@ -214,10 +247,11 @@ class QualityReport:
             )
             return
         logger.error(
-            "quality report of job %r run %s: %d check(s) failed\n%s\n  report: %s (JSON: %s)",
+            "quality report of job %r run %s: %d check(s) failed, from %s\n%s\n  report: %s (JSON: %s)",
             report["job"],
             report["run_id"],
             len(lines),
+            whole,
             "\n".join(lines),
             html_path,
             json_path,

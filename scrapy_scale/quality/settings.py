@@ -207,6 +207,14 @@ BATCH_SECONDS = declare(
     "when one fails); `0` = only at the end.",
     COMPONENT,
 )
+JUDGE_WAIT = declare(
+    "SCALE_QUALITY_JUDGE_WAIT",
+    60.0,
+    as_float(0, 3600),
+    "Seconds a process that finishes a run waits for the final figures of the run's other processes "
+    "(workers) before it judges the whole run; every worker judges the same figures.",
+    COMPONENT,
+)
 SNAPSHOT_CLASSES = declare(
     "SCALE_QUALITY_SNAPSHOT_CLASSES",
     ["parse_failed"],

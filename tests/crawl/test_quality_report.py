@@ -17,7 +17,7 @@ import pytest
 
 from scrapy_scale.testbed import Testbed
 from tests.crawl.test_commands import scale
-from tests.support.crawling import UNPACED, run_crawl
+from tests.support.crawling import UNPACED, run_crawl, start_crawl
 
 pytestmark = pytest.mark.crawl
 
@@ -381,3 +381,37 @@ def test_a_crawlspider_first_run_does_not_count_its_listing_pages_as_empty_parse
     assert bad.returncode == 4, bad.tail()
     c = checks(report_of(tmp_path / "bad", "catalog_crawl"))["empty_parses:_callback"]
     assert c["ok"] is False and c["value"] == 0.5, c
+
+
+@pytest.mark.serial
+@pytest.mark.timeout(300)
+def test_the_workers_of_one_run_give_one_verdict_on_the_whole_run(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    """Issue 35: three workers of one job, 15% of the item pages with a changed layout: each
+    judged the run with the figures saved when it closed (its own, and those of the workers
+    that had closed before it), so one exited 4 and the others 0. Every worker now waits for
+    the others' final figures: all judge the whole run, alike."""
+    settings = {
+        **ADDON,
+        **CRITICAL,
+        "SCALE_JOB": redis_prefix,
+        "SCALE_FRONTIER_URL": redis_url,
+        "SCALE_FRONTIER_BATCH": 4,
+        "SCALE_QUALITY_EXIT_CODE": 4,
+        "LOG_LEVEL": "INFO",
+    }
+    with Testbed(hosts=3, pages=40, seed=35, faults="layout:/item/*,after=34,variant=missing") as tb:
+        procs = [start_crawl(tb, {**settings, "SCALE_FRONTIER_WORKER": f"w{i}"}, tmp_path) for i in range(3)]
+        results = [p.finish(180) for p in procs]
+        changed = {u for u in tb.detail_urls() if int(u.rsplit("/", 1)[1]) > 34}
+    assert sum(r.stats.get("scale/quality/quarantined", 0) for r in results) == len(changed)
+    verdicts = []
+    for r in results:
+        line = next((x for x in r.log.splitlines() if "FAILED class_share:parse_failed" in x), None)
+        assert line is not None, r.log[-6000:]
+        verdicts.append(line.split("FAILED", 1)[1])
+    assert len(set(verdicts)) == 1, "one verdict for the run:\n" + "\n".join(verdicts)
+    assert f"({len(changed)} of " in verdicts[0], f"the whole run's {len(changed)} failed parses: {verdicts[0]}"
+    assert all("from the figures of 3 process(es)" in r.log for r in results)
+    assert [r.returncode for r in results] == [4, 4, 4], [r.returncode for r in results]

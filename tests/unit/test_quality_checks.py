@@ -91,3 +91,40 @@ def test_history_keeps_the_last_runs_and_the_baseline_skips_failed_runs(tmp_path
     assert [x["run_id"] for x in rep["history"]] == ["3", "4", "5"]
     assert [x["clean"] for x in rep["history"]] == [True, False, True]
     h.close()
+
+
+def test_a_verdict_waits_for_the_final_figures_of_every_live_process_of_the_run(tmp_path: Path) -> None:
+    """Issue 35: each worker judged the run with the figures saved so far. The judge waits
+    until every process that took part has saved its final figures; a dead process (this
+    host, pid gone), and a row whose host or pid is bad, are not waited for; the wait is
+    bounded."""
+    h = History(f"sqlite:///{tmp_path}/items.sqlite", "items", "items_quality_runs")
+    h.open()
+    live = {("here", 11), ("there", 12)}
+    alive = lambda host, pid: (host, pid) in live  # noqa: E731
+    h.put_figures(figures("1"), "w1", 1.0, final=True, host="here", pid=10)
+    h.put_figures(figures("1"), "w2", 1.0, final=False, host="here", pid=11)
+    h.put_figures(figures("1"), "w3", 1.0, final=False, host="there", pid=12)
+    h.put_figures(figures("1"), "dead", 1.0, final=False, host="here", pid=13)
+    h.put_figures(figures("1"), "old", 1.0)  # written before parts said who they are: not waited for
+    for n, (host, pid) in enumerate([("", 5), ("here", -1), ("here", True), (None, 5), ("here", "11")]):
+        h._put("j", "1", "figures", f"bad{n}", figures("1").to_json(), 1.0, final=False, host=host, pid=pid)
+    now = [0.0]
+    sleeps: list[float] = []
+
+    def sleep(s: float) -> None:
+        sleeps.append(s)
+        now[0] += s
+        if len(sleeps) == 3:  # w2 closes
+            h.put_figures(figures("1"), "w2", 1.0, final=True, host="here", pid=11)
+        if len(sleeps) == 6:  # w3 closes
+            h.put_figures(figures("1"), "w3", 1.0, final=True, host="there", pid=12)
+
+    assert h.wait_settled("j", "1", 60.0, alive, clock=lambda: now[0], sleep=sleep) == []
+    assert len(sleeps) == 6, "judged once the last live process saved its final figures"
+    assert h.runs("j")[0].figures.validated == 100 * 10, "every part's figures are the run's"
+    h.put_figures(figures("1"), "w4", 1.0, final=False, host="there", pid=12)
+    now[0], sleeps[:] = 0.0, []
+    assert h.wait_settled("j", "1", 5.0, alive, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    assert now[0] >= 5.0, "a process that never closes is waited for no longer than the bound"
+    h.close()
