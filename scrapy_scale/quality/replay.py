@@ -90,7 +90,7 @@ class ReplaySpiderMiddleware:
             d["dont_filter"] = True
             try:
                 request = request_from_dict(d, spider=spider)
-            except (ValueError, AttributeError) as e:  # the fixed spider lost that callback
+            except (ValueError, AttributeError, TypeError, KeyError) as e:  # a lost callback, a bad field
                 logger.error("replay: snapshot %s cannot be replayed: %s", name, e)
                 self.state.outcomes[name] = ("fatal", f"request not rebuilt: {e}")
                 continue

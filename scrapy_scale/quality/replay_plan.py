@@ -53,6 +53,10 @@ def check_snapshot(snap: Any) -> None:
         raise ValueError("bad fingerprint")
     if not isinstance(snap["request"].get("url"), str):
         raise ValueError("the request has no URL")
+    rcls = snap["request"].get("_class")
+    if rcls is not None and (not isinstance(rcls, str) or not rcls.startswith("scrapy.")):
+        # checked on the dotted path, before anything is imported: a file names no code to load
+        raise ValueError(f"the request names a class outside Scrapy: {str(rcls)[:80]!r}")
     for k, vs in snap["headers"].items():
         if not isinstance(vs, list) or not all(isinstance(v, str) for v in vs):
             raise ValueError(f"bad header {str(k)[:40]!r}")

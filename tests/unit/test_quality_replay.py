@@ -150,6 +150,9 @@ def test_unreadable_snapshot_files_are_skipped_and_kept(tmp_path: Path, caplog: 
         "status": gzip.compress(json.dumps(snapshot("s", JUDGED, status="200; DROP")).encode()),
         "body": gzip.compress(json.dumps(snapshot("b", JUDGED, body="%%%")).encode()),
         "headers": gzip.compress(json.dumps(snapshot("h", JUDGED, headers={"a": 5})).encode()),
+        "class": gzip.compress(
+            json.dumps(snapshot("c", JUDGED, request={"url": "http://a.test/c", "_class": "os.system"})).encode()
+        ),
     }
     for i, (fp, data) in enumerate(bad.items()):
         (tmp_path / "snaps" / f"{i:020d}-parse_failed-{fp}.json.gz").write_bytes(data)
