@@ -91,7 +91,9 @@ class FeedGuard:
             for path in adopted:
                 entries = self.journal.entries_in(path)
                 while chunk := list(islice(entries, CHUNK)):
-                    docs = await maybe_deferred_to_future(threads.deferToThread(store.get_many, [k for k, _ in chunk]))
+                    docs = await maybe_deferred_to_future(
+                        threads.deferToThread(store.get_many, [k for k, _ in chunk], self.job)
+                    )
                     for key, class_path in chunk:
                         doc = docs.get(key)
                         if doc is None or doc.get(fields["job"]) != self.job:

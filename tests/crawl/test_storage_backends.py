@@ -294,3 +294,38 @@ def test_mongodb_killed_and_restarted_nothing_lost(mongo_server):
     assert s.count() == 100
     assert sum(r.retries for r in c.reports) >= 1
     s.close()
+
+
+def test_two_jobs_writing_the_same_keys_keep_their_own_rows(store: Store):
+    """Issue 31: a second job crawling the same pages into the same table counted every
+    item as updated and relabelled the first job's rows with its own `_job`."""
+    store.write([Row("a", {"_job": "baseline", "v": 1}), Row("b", {"_job": "baseline", "v": 1})], now=100.0)
+    r = store.write([Row("a", {"_job": "products", "v": 2}), Row("c", {"_job": "products", "v": 2})], now=200.0)
+    assert sorted(r.inserted) == ["a", "c"] and not r.updated and not r.failed and not r.retry
+    docs = {d["_id"]: d for d in store.documents()}
+    assert {i: (d["_job"], d["v"]) for i, d in docs.items()} == {
+        "a": ("baseline", 1),
+        "b": ("baseline", 1),
+        "a@products": ("products", 2),
+        "c": ("products", 2),
+    }
+    # each job's next write finds its own row again: an update, still nobody else's row
+    r = store.write([Row("a", {"_job": "products", "v": 3})], now=300.0)
+    r2 = store.write([Row("a", {"_job": "baseline", "v": 4}), Row("c", {"_job": "baseline", "v": 4})], now=300.0)
+    assert r.updated == ["a"] and not r.inserted
+    assert r2.updated == ["a"] and r2.inserted == ["c"]
+    docs = {d["_id"]: d for d in store.documents()}
+    assert docs["a"]["_job"] == "baseline" and docs["a"]["v"] == 4 and docs["a"]["_first_seen"] == 100.0
+    assert docs["a@products"]["v"] == 3 and docs["a@products"]["_first_seen"] == 200.0
+    assert docs["c"]["_job"] == "products" and docs["c@baseline"]["v"] == 4
+    # reading back by key and job gives each job its own document
+    assert {k: d["v"] for k, d in store.get_many(["a", "b", "c"], "products").items()} == {"a": 3, "c": 2}
+    assert {k: d["v"] for k, d in store.get_many(["a", "b", "c"], "baseline").items()} == {"a": 4, "b": 1, "c": 4}
+    assert store.get_many(["a"], "other") == {}
+
+
+def test_a_row_written_without_a_job_stays_the_key_of_the_job_that_writes_it_next(store: Store):
+    store.write([Row("a", {"v": 1})], now=100.0)  # a store written before rows named their job
+    r = store.write([Row("a", {"_job": "baseline", "v": 2})], now=200.0)
+    assert r.updated == ["a"] and store.count() == 1
+    assert store.get("a") is not None and store.get("a")["_job"] == "baseline"  # type: ignore[index]

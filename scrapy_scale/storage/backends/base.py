@@ -41,8 +41,55 @@ class WriteResult:
     retry: list[Row] = field(default_factory=list)
 
 
+#: between an item key and its job in the id of a row whose key another job already holds
+JOB_SEP = "@"
+
+
+def job_key(key: str, job: str) -> str:
+    """The id of ``job``'s row of ``key`` when another job holds ``key`` in the same table
+    (job names and item keys never hold ``@``)."""
+    return f"{key}{JOB_SEP}{job}"
+
+
+def row_id(key: str, job: str | None, owners: Mapping[str, Any]) -> str:
+    """Where ``job``'s item of ``key`` is stored, given ``owners`` (stored id -> the job its
+    row names, None when it names none) for the ids ``key`` and ``job_key(key, job)``: the
+    job's own row of ``key@job`` when there is one, else ``key`` when that is free or the
+    job's (or a row naming no job), else ``key@job``. A row is never given to another job."""
+    if not job:
+        return key
+    scoped = job_key(key, job)
+    if scoped in owners:
+        return scoped
+    if key not in owners or owners[key] in (None, job):
+        return key
+    return scoped
+
+
+def ids_to_read(keys: list[str], job: str | None) -> list[str]:
+    """The stored ids :func:`row_id` needs to know the owners of."""
+    return keys + [job_key(k, job) for k in keys] if job else list(keys)
+
+
+def pick_job_docs(
+    keys: list[str], job: str | None, docs: Mapping[str, dict[str, Any]], job_field: str
+) -> dict[str, dict[str, Any]]:
+    """key -> ``job``'s document among ``docs`` (stored id -> document), as :func:`row_id` places it."""
+    out: dict[str, dict[str, Any]] = {}
+    owners = {i: d.get(job_field) for i, d in docs.items()}
+    for k in keys:
+        i = row_id(k, job, owners)
+        if i in docs and (not job or owners[i] in (None, job)):
+            out[k] = docs[i]
+    return out
+
+
 class Store:
-    """Base class of the backends."""
+    """Base class of the backends.
+
+    Several jobs may share one table: a row belongs to the job its ``_job`` field names and
+    is never rewritten by another. A job's item is stored under its key, or under
+    ``<key>@<job>`` when another job's row already holds that key (see :func:`row_id`)."""
 
     url: str
 
@@ -52,6 +99,7 @@ class Store:
         self.fields = dict(fields or META_FIELDS)
         self.first_seen = self.fields["first_seen"]
         self.last_seen = self.fields["last_seen"]
+        self.job_field = self.fields["job"]
 
     def open(self) -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -65,10 +113,11 @@ class Store:
     def get(self, key: str) -> dict[str, Any] | None:  # pragma: no cover
         raise NotImplementedError
 
-    def get_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+    def get_many(self, keys: list[str], job: str | None = None) -> dict[str, dict[str, Any]]:
         """key -> document (as :meth:`get` gives it) of the ``keys`` the store has, in one
-        round trip per few hundred keys."""
-        return {k: d for k in keys if (d := self.get(k)) is not None}  # pragma: no cover
+        round trip per few hundred keys; with ``job``, that job's documents only (wherever
+        :func:`row_id` put them)."""
+        raise NotImplementedError  # pragma: no cover
 
     def documents(self) -> Iterator[dict[str, Any]]:  # pragma: no cover
         raise NotImplementedError

@@ -5,7 +5,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from scrapy_scale.storage.backends.base import DeadRow, Row, Store, StoreBroken, StoreUnavailable, WriteResult
+from scrapy_scale.storage.backends.base import (
+    DeadRow,
+    Row,
+    Store,
+    StoreBroken,
+    StoreUnavailable,
+    WriteResult,
+    ids_to_read,
+    pick_job_docs,
+    row_id,
+)
 
 
 class MongoStore(Store):
@@ -92,21 +102,17 @@ class MongoStore(Store):
         return self._client
 
     def write(self, rows: list[Row], now: float) -> WriteResult:
-        from pymongo import UpdateOne, errors
+        from pymongo import errors
 
         res = WriteResult()
         if not rows:
             return res
-        ops = [
-            UpdateOne(
-                {"_id": r.key},
-                {"$set": {**r.doc, self.last_seen: now}, "$setOnInsert": {self.first_seen: now}},
-                upsert=True,
-            )
-            for r in rows
-        ]
         if self._client is None:
             self.open()
+        ids = [i for r in rows for i in ids_to_read([r.key], r.doc.get(self.job_field))]
+        found = self._call(lambda: list(self._items.find({"_id": {"$in": ids}}, {self.job_field: 1})))
+        owners = {d["_id"]: d.get(self.job_field) for d in found}
+        ops = [self._upsert(r, row_id(r.key, r.doc.get(self.job_field), owners), now) for r in rows]
         errs: dict[int, tuple[int, str]] = {}
         upserted: set[int]
         try:
@@ -130,6 +136,20 @@ class MongoStore(Store):
             else:
                 res.updated.append(row.key)
         return res
+
+    def _upsert(self, r: Row, target: str, now: float) -> Any:
+        """The upsert of ``r`` at ``target``; it matches only a row of the same job (or of
+        none), so a row another job wrote between the read and this write makes it a duplicate
+        key error (retried, and placed again) instead of taking that job's row."""
+        from pymongo import UpdateOne
+
+        where: dict[str, Any] = {"_id": target}
+        job = r.doc.get(self.job_field)
+        if job:
+            where[self.job_field] = {"$in": [job, None]}
+        return UpdateOne(
+            where, {"$set": {**r.doc, self.last_seen: now}, "$setOnInsert": {self.first_seen: now}}, upsert=True
+        )
 
     def dead_letter(self, rows: list[DeadRow], now: float) -> None:
         from pymongo import UpdateOne, errors
@@ -156,11 +176,12 @@ class MongoStore(Store):
             doc.pop("_id", None)
         return doc
 
-    def get_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+    def get_many(self, keys: list[str], job: str | None = None) -> dict[str, dict[str, Any]]:
         if self._client is None:
             self.open()
-        docs = self._call(lambda: list(self._items.find({"_id": {"$in": keys}})))
-        return {d.pop("_id"): d for d in docs}
+        docs = self._call(lambda: list(self._items.find({"_id": {"$in": ids_to_read(keys, job)}})))
+        by_id = {d.pop("_id"): d for d in docs}
+        return pick_job_docs(keys, job, by_id, self.job_field) if job else by_id
 
     def documents(self) -> Iterator[dict[str, Any]]:
         if self._client is None:

@@ -12,7 +12,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from scrapy_scale.sqlite_open import setup_retrying
-from scrapy_scale.storage.backends.base import DeadRow, Row, Store, StoreBroken, StoreUnavailable, WriteResult
+from scrapy_scale.storage.backends.base import (
+    DeadRow,
+    Row,
+    Store,
+    StoreBroken,
+    StoreUnavailable,
+    WriteResult,
+    ids_to_read,
+    pick_job_docs,
+    row_id,
+)
 from scrapy_scale.storage.encode import to_json
 
 #: SQLite errors that may pass: another writer holds the lock, I/O trouble, file not there yet
@@ -123,26 +133,28 @@ class SQLiteStore(Store):
         if not rows:
             return res
         with self._transaction() as c:
-            old: dict[str, str] = {}
-            keys = [r.key for r in rows]
-            for i in range(0, len(keys), self.CHUNK):
-                chunk = keys[i : i + self.CHUNK]
+            old: dict[str, dict[str, Any]] = {}
+            ids = [i for r in rows for i in ids_to_read([r.key], r.doc.get(self.job_field))]
+            for i in range(0, len(ids), self.CHUNK):
+                chunk = ids[i : i + self.CHUNK]
                 q = f'SELECT key, doc FROM "{self.collection}" WHERE key IN ({",".join("?" * len(chunk))})'
-                old.update(c.execute(q, chunk).fetchall())
+                old.update((k, json.loads(d)) for k, d in c.execute(q, chunk).fetchall())
+            owners = {k: d.get(self.job_field) for k, d in old.items()}
             out = []
             for r in rows:
-                prev = old.get(r.key)
+                target = row_id(r.key, r.doc.get(self.job_field), owners)
+                prev = old.get(target)
                 if prev is None:
                     doc = dict(r.doc)
                     doc[self.first_seen] = now
                     res.inserted.append(r.key)
                 else:
-                    doc = json.loads(prev)
+                    doc = dict(prev)
                     doc.update(r.doc)
                     doc.setdefault(self.first_seen, now)
                     res.updated.append(r.key)
                 doc[self.last_seen] = now
-                out.append((r.key, to_json(doc)))
+                out.append((target, to_json(doc)))
             c.executemany(f'INSERT OR REPLACE INTO "{self.collection}" (key, doc) VALUES (?, ?)', out)
         return res
 
@@ -160,15 +172,16 @@ class SQLiteStore(Store):
             row = self.conn.execute(f'SELECT doc FROM "{self.collection}" WHERE key = ?', (key,)).fetchone()
         return None if row is None else json.loads(row[0])
 
-    def get_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+    def get_many(self, keys: list[str], job: str | None = None) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
-        for i in range(0, len(keys), 500):  # under SQLite's limit of bound parameters
-            chunk = keys[i : i + 500]
+        ids = ids_to_read(keys, job)
+        for i in range(0, len(ids), 500):  # under SQLite's limit of bound parameters
+            chunk = ids[i : i + 500]
             sql = f'SELECT key, doc FROM "{self.collection}" WHERE key IN ({",".join("?" * len(chunk))})'
             with self._lock:
                 rows = self.conn.execute(sql, chunk).fetchall()
             out.update((k, json.loads(doc)) for k, doc in rows)
-        return out
+        return pick_job_docs(keys, job, out, self.job_field) if job else out
 
     def documents(self) -> Iterator[dict[str, Any]]:
         with self._lock:
