@@ -185,6 +185,9 @@ class Command(ScrapyCommand):
                         print(json.dumps(dict(st, **more), indent=2, sort_keys=True))
                     else:
                         paused = pacing_status.format_paused(st["paused"], time.time())
+                        note = scrapyd_state_note(self.settings)
+                        if note:
+                            print(note)
                         print(cli_ops.format_status(st) + (f"\n{paused}" if paused else ""), end="")
                         print(pacing_status.format_text(st["pacing"]))
                         if pool is not None:
@@ -213,7 +216,8 @@ class Command(ScrapyCommand):
                     n = ops.requeue(opts.failure_class)
                     print(f"{job}: {n} request(s) of class {opts.failure_class} put back to pending")
         except (cli_ops.OpError, ScaleSettingError) as e:
-            print(f"scrapy scale {sub}: error: {e}", file=sys.stderr)
+            note = scrapyd_state_note(self.settings)
+            print(f"scrapy scale {sub}: error: {e}" + (f"\n{note}" if note else ""), file=sys.stderr)
             self.exitcode = 1
 
     def _forget_learned(self, job: str) -> tuple[str, str | None]:
@@ -315,6 +319,34 @@ def _warn_skipped(sub: str, problems: list[str]) -> None:
         print(
             f"scrapy scale {sub}: warning: egress state skipped or clamped: {redact_text(shown)}{more}", file=sys.stderr
         )
+
+
+def scrapyd_state_note(settings: Any) -> str | None:
+    """When the project deploys to scrapyd (a ``[deploy]`` section in its scrapy.cfg) and the
+    command looks for the state in a relative SCALE_STATE_DIR: a scrapyd job's state is in
+    scrapyd's working folder, not under the folder the command runs in; say where it looked
+    and how to reach the scrapyd job's. None otherwise."""
+    from scrapy.utils.conf import get_config
+
+    from scrapy_scale.config import core_settings
+
+    if settings.get("SCALE_FRONTIER_URL") or settings.get("JOBDIR"):
+        return None
+    folder = core_settings.STATE_DIR.get(settings)
+    if os.path.isabs(folder):
+        return None
+    try:
+        deploys = [sec for sec in get_config().sections() if sec == "deploy" or sec.startswith("deploy:")]
+    except Exception:  # noqa: BLE001 - an unreadable scrapy.cfg: no note
+        return None
+    if not deploys:
+        return None
+    return (
+        f"note: looked in {os.path.abspath(folder)} (SCALE_STATE_DIR {folder!r}, relative to this folder). "
+        "This project deploys to scrapyd (scrapy.cfg [deploy]): its scrapyd jobs keep their state in "
+        "scrapyd's working folder; the summary at the end of a scrapyd job's log names the command "
+        "that finds it (scrapy scale status JOB -s SCALE_STATE_DIR=...)"
+    )
 
 
 def _paused(settings: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ and a few facts, so it is testable without a reactor.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -75,18 +76,43 @@ def read_frontier(crawler: Crawler, job: str) -> FrontierCounts | None:
     return (states, {}, dead) if states else None
 
 
+def scrapyd_job(crawler: Crawler) -> str | None:
+    """scrapyd's job id when scrapyd started this crawl (it passes the spider argument
+    ``_job``), else None."""
+    value = getattr(crawler.spider, "_job", None)
+    return str(value) if value else None
+
+
 def status_command(crawler: Crawler, job: str) -> str:
     """``scrapy scale status JOB``, with the settings needed to find a non-default frontier."""
     cmd = f"scrapy scale status {job}"
+    s = crawler.settings
+    under_scrapyd = scrapyd_job(crawler) is not None
     for name in ("SCALE_FRONTIER_URL", "SCALE_STATE_DIR"):
-        value = crawler.settings.get(name)
+        value = s.get(name)
         declared = config.REGISTRY.get(name)
-        if value and (declared is None or value != declared.default):
+        if name == "SCALE_STATE_DIR" and under_scrapyd and not s.get("SCALE_FRONTIER_URL") and not s.get("JOBDIR"):
+            # relative to scrapyd's working folder, which is not where the user runs the command
+            cmd += f" -s SCALE_STATE_DIR={os.path.abspath(core_settings.state_folder(s))}"
+        elif value and (declared is None or value != declared.default):
             cmd += f" -s {name}={redact_url(str(value)) if '://' in str(value) else value}"
-    if not crawler.settings.get("SCALE_FRONTIER_URL") and crawler.settings.get("JOBDIR"):
+    if not s.get("SCALE_FRONTIER_URL") and s.get("JOBDIR"):
         # under scrapyd (jobs_dir) or with -s JOBDIR: the state is not where a later command looks
-        cmd += f" -s SCALE_FRONTIER_URL={core_settings.state_file_url(crawler.settings, 'frontier.db')}"
+        cmd += f" -s SCALE_FRONTIER_URL={core_settings.state_file_url(s, 'frontier.db')}"
     return cmd
+
+
+def resume_how(crawler: Crawler, job: str) -> str | None:
+    """Under scrapyd: what resumes the run (a new scrapyd job of the spider; with its
+    ``SCALE_JOB`` when the job is not the spider's name). None: the same ``scrapy crawl``."""
+    if scrapyd_job(crawler) is None or crawler.spider is None:
+        return None
+    name = crawler.spider.name
+    project = os.environ.get("SCRAPY_PROJECT") or "PROJECT"
+    schedule = f"schedule.json -d project={project} -d spider={name}"
+    if job != name:
+        schedule += f" -d setting=SCALE_JOB={job}"
+    return f"a new scrapyd job of spider {name} ({schedule})"
 
 
 class RunSummary:
@@ -155,6 +181,7 @@ class RunSummary:
             frontier=frontier[0] if frontier else None,
             frontier_failed=frontier[1] if frontier else {},
             status_command=status_command(self.crawler, job) if frontier else None,
+            resume_how=resume_how(self.crawler, job),
             frontier_dead=frontier[2] if frontier and len(frontier) > 2 else 0,
             item_dead_letter=_dead_letter_table(self.crawler) if store else None,
             egress_pool=ScaleContext.of(self.crawler).egress_pool is not None,

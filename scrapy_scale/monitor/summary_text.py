@@ -75,6 +75,9 @@ class RunFacts:
     #: terminal failures by class, from the frontier
     frontier_failed: Mapping[str, int] = field(default_factory=dict)
     status_command: str | None = None
+    #: what resumes the unfinished requests (None: the same `scrapy crawl` again; under
+    #: scrapyd a new scrapyd job of the spider, see :func:`scrapy_scale.monitor.summary.resume_how`)
+    resume_how: str | None = None
     #: frontier records moved to the dead letters in this run (job-wide when known)
     frontier_dead: int = 0
     #: where dead-lettered items went (table / collection name)
@@ -225,7 +228,8 @@ def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
             text += f" (failed: {_counts(facts.frontier_failed)})"
         lines.append(row("frontier", text))
         if any(shown.get(s) for s in ("pending", "delayed", "leased")):
-            lines.append(row("", "the same `scrapy crawl` again resumes the unfinished requests"))
+            how = facts.resume_how or "the same `scrapy crawl` again"
+            lines.append(row("", f"{how} resumes the unfinished requests"))
     in_memory = by_type(stats, K.FRONTIER_UNSERIALIZABLE_TYPE)
     if in_memory:
         lines.append(

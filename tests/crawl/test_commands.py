@@ -350,3 +350,23 @@ def test_reset_with_an_unreachable_learned_state_says_so_without_a_traceback(tmp
     assert "Traceback" not in p.stderr, p.stderr
     assert "job: reset (1 request record(s) removed; learned pacing and egress state NOT cleared)" in p.stdout
     assert "scrapy scale reset: error: learned pacing not cleared (" in p.stderr, p.stderr
+
+
+def test_status_from_the_folder_scrapyd_deploy_runs_in(tmp_path: Path) -> None:
+    """Issue 31: `scrapy scale status catalog` from example_project/ (where the docs run
+    scrapyd-deploy) failed with `No module named 'example_project'`; with the default
+    relative state folder it must say where it looked and where a scrapyd job's state is."""
+    deploy = ROOT / "example_project"
+    p = scale_process(
+        "seed", "catalog", "http://127.0.0.1:9/a", cwd=deploy, settings={"SCALE_STATE_DIR": str(tmp_path)}
+    )
+    assert p.returncode == 0 and "1 of 1 URL(s) enqueued" in p.stdout, p.stderr
+    p = scale_process("status", "catalog", cwd=deploy, settings={"SCALE_STATE_DIR": str(tmp_path)})
+    assert p.returncode == 0, p.stderr
+    assert f"job catalog  (frontier sqlite:///{tmp_path}/frontier.db)" in p.stdout and "note:" not in p.stdout
+    # the default .scale, relative: the folder it looked in and the scrapyd hint, no traceback
+    p = scale_process("status", "catalog", cwd=deploy, settings={"SCALE_STATE_DIR": ".scale-nothing-here"})
+    assert p.returncode == 1 and "Traceback" not in p.stderr and "ModuleNotFoundError" not in p.stderr
+    assert f"note: looked in {deploy / '.scale-nothing-here'}" in p.stderr, p.stderr
+    assert "scrapyd jobs keep their state in scrapyd's working folder" in p.stderr
+    assert not (deploy / ".scale-nothing-here").exists()

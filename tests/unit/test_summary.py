@@ -103,3 +103,36 @@ def test_a_request_whose_item_was_dead_lettered_counts_as_parse_failed_either_or
     tally.on_item({}, response("c"))
     assert tally.ordered(tally.outcomes) == {"ok": 1, "parse_failed": 2}
     assert not tally._early and not tally._waiting
+
+
+def test_under_scrapyd_the_summary_says_a_new_scrapyd_job_resumes_and_names_the_state_folder(
+    tmp_path, monkeypatch
+) -> None:
+    """Issue 31: under scrapyd the summary said `the same scrapy crawl again resumes`, and its
+    status command had no folder, so run from the project it found another job's frontier."""
+    import os
+
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_scale.monitor.summary import resume_how, status_command
+
+    monkeypatch.setenv("SCRAPY_PROJECT", "shop")
+    monkeypatch.chdir(tmp_path)  # scrapyd's working folder: the relative .scale is under it
+    crawler = get_crawler(Spider, {})
+    crawler.spider = Spider("catalog", _job="6487ec79947edab326d6db28a2cad2e2")
+    how = resume_how(crawler, "catalog")
+    assert how == "a new scrapyd job of spider catalog (schedule.json -d project=shop -d spider=catalog)"
+    assert resume_how(crawler, "catalog-de") == how.replace(
+        "spider=catalog)", "spider=catalog -d setting=SCALE_JOB=catalog-de)"
+    )
+    cmd = status_command(crawler, "catalog")
+    assert cmd == f"scrapy scale status catalog -s SCALE_STATE_DIR={os.path.join(str(tmp_path), '.scale')}"
+    text = "\n".join(
+        render({}, RunFacts(job="catalog", reason="shutdown", duration=1, frontier={"pending": 3}, resume_how=how))
+    )
+    assert f"{how} resumes the unfinished requests" in text and "scrapy crawl" not in text
+
+    plain = get_crawler(Spider, {})
+    plain.spider = Spider("catalog")  # not scrapyd: as before
+    assert resume_how(plain, "catalog") is None and status_command(plain, "catalog") == "scrapy scale status catalog"
