@@ -79,7 +79,7 @@ def read_frontier(crawler: Crawler, job: str) -> FrontierCounts | None:
 def scrapyd_job(crawler: Crawler) -> str | None:
     """scrapyd's job id when scrapyd started this crawl (it passes the spider argument
     ``_job``), else None."""
-    value = getattr(crawler.spider, "_job", None)
+    value = getattr(getattr(crawler, "spider", None), "_job", None)
     return str(value) if value else None
 
 
@@ -105,9 +105,10 @@ def status_command(crawler: Crawler, job: str) -> str:
 def resume_how(crawler: Crawler, job: str) -> str | None:
     """Under scrapyd: what resumes the run (a new scrapyd job of the spider; with its
     ``SCALE_JOB`` when the job is not the spider's name). None: the same ``scrapy crawl``."""
-    if scrapyd_job(crawler) is None or crawler.spider is None:
+    spider = getattr(crawler, "spider", None)
+    if scrapyd_job(crawler) is None or spider is None:
         return None
-    name = crawler.spider.name
+    name = spider.name
     project = os.environ.get("SCRAPY_PROJECT") or "PROJECT"
     schedule = f"schedule.json -d project={project} -d spider={name}"
     if job != name:
