@@ -264,11 +264,7 @@ class Command(ScrapyCommand):
             return
         _warn_skipped("egress", problems)
         if rows is None:
-            print(
-                f"scrapy scale egress: error: no egress state for job {job!r} (no crawl with "
-                "SCALE_EGRESSES has run there; give -s SCALE_FRONTIER_URL=... / -s SCALE_STATE_DIR=...)",
-                file=sys.stderr,
-            )
+            print(f"scrapy scale egress: error: {no_pool_advice(self.settings, job)}", file=sys.stderr)
             self.exitcode = 1
             return
         print(json.dumps(rows, indent=2, sort_keys=True) if opts.as_json else format_rows(rows))
@@ -319,6 +315,25 @@ def _warn_skipped(sub: str, problems: list[str]) -> None:
         print(
             f"scrapy scale {sub}: warning: egress state skipped or clamped: {redact_text(shown)}{more}", file=sys.stderr
         )
+
+
+def no_pool_advice(settings: Any, job: str) -> str:
+    """Why ``job`` has no egress state to show, and what to do: no state file where the
+    command looked (look elsewhere: SCALE_STATE_DIR / SCALE_FRONTIER_URL), or the job's
+    crawls ran without a pool (SCALE_EGRESSES makes one)."""
+    from scrapy_scale.egress.shared import sqlite_exists, state_path
+
+    if not sqlite_exists(settings):
+        return (
+            f"no egress state at {state_path(settings)}: no crawl has run where this command looks; "
+            "run it where the crawl runs, or give -s SCALE_STATE_DIR=... (or -s SCALE_FRONTIER_URL=redis://... "
+            "when the crawl's frontier is in Redis)"
+        )
+    return (
+        f"job {job!r} has no egress pool in {state_path(settings)}: no crawl of it ran with "
+        "SCALE_EGRESSES (without it every request goes out directly); set SCALE_EGRESSES (proxy URLs, "
+        "a file or a provider, docs/egress.md) for the crawl to send them through proxies"
+    )
 
 
 def scrapyd_state_note(settings: Any) -> str | None:

@@ -52,6 +52,15 @@ def _number(rec: dict[str, Any], key: str) -> float:
     return x
 
 
+def _score_at_eviction(rec: dict[str, Any]) -> float | None:
+    """The record's score at its last quarantine (``s``): None when missing or not a
+    number in [0, 1] (a display value: a bad one is dropped, never an error)."""
+    v = rec.get("s")
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v <= 1.0:
+        return None
+    return float(v)
+
+
 def clamp_note(rec: Any, now: float, longest: float) -> str | None:
     """Why :meth:`Health.from_record` shortens this record's quarantine, or None."""
     try:
@@ -102,6 +111,9 @@ class Health:
     #: when the last failure was recorded
     last_bad: float = 0.0
     probe_sent: list[float] = field(default_factory=list)
+    #: the score when it was last quarantined (the counts start over then; shown while
+    #: quarantined or probing), None before any quarantine
+    evicted_score: float | None = None
 
     # ---- the score -------------------------------------------------------------
 
@@ -154,6 +166,7 @@ class Health:
             if good:
                 self.restore(now)
                 return "restored"
+            self.bad += 1.0  # the failed probe, in the score kept at the quarantine
             self.quarantine(now, policy, rng)
             return "requarantined"
         if good:
@@ -174,6 +187,7 @@ class Health:
         if self.restored and now - self.restored > 2 * policy.full(self.level):
             self.level = 0  # healthy long enough since the last quarantine: start the backoff over
         self.level += 1
+        self.evicted_score = round((self.good + 1.0) / (self.good + self.bad + 1.0), 3)
         self.until = now + policy.duration(self.level, rng)
         self.changed = now
         self.probe_sent = []
@@ -199,6 +213,7 @@ class Health:
             "l": self.level,
             "c": self.changed,
             "r": self.restored,
+            **({} if self.evicted_score is None else {"s": self.evicted_score}),
         }
 
     @classmethod
@@ -222,6 +237,7 @@ class Health:
             level=int(min(max(num["l"], 0.0), MAX_LEVEL)),
             changed=num["c"],
             restored=num["r"],
+            evicted_score=_score_at_eviction(rec),
         )
         if now is not None and h.until > now + longest:
             h.until = now + longest
@@ -232,3 +248,4 @@ class Health:
         self.until, self.level, self.changed, self.restored = other.until, other.level, other.changed, other.restored
         self.probe_sent = []
         self.good, self.bad, self.at = other.good, other.bad, other.at
+        self.evicted_score = other.evicted_score

@@ -34,9 +34,26 @@ def _state(rec: dict[str, Any], now: float) -> str:
     return HEALTHY if not u else (QUARANTINED if now < u else PROBING)
 
 
-def _score(rec: dict[str, Any]) -> float:
+def _score(rec: dict[str, Any], now: float) -> float | None:
+    """The score the pool weighs a healthy egress by; for one quarantined or probing, the
+    score it had when it was quarantined (its counts start over then, so the live figure
+    would read 1.00 for a dead proxy); None when the record does not say it."""
+    if _state(rec, now) != HEALTHY:
+        s = rec.get("s")
+        return None if s is None else round(float(s), 3)
     g, b = float(rec.get("g", 0)), float(rec.get("b", 0))
     return round((g + 1) / (g + b + 1), 3)
+
+
+def _blamed_on_egress(cls: str) -> bool:
+    """Does this class count against the egress (its blame is ``egress`` or
+    ``egress_domain``)? A parse failure, a 404 or a site's 429 is not the proxy's fault."""
+    from scrapy_scale.outcomes.model import CLASSES, Blame, FailureClass
+
+    try:
+        return CLASSES[FailureClass(cls)].blame in (Blame.EGRESS, Blame.EGRESS_DOMAIN)
+    except ValueError:
+        return True  # a class this version does not know: shown, not hidden
 
 
 def clean_health(
@@ -108,9 +125,11 @@ def describe(
                 "group": (pool.get(e) or {}).get("group"),
                 "in_pool": e in pool if pool else True,
                 "state": _state(rec, now),
-                "score": _score(rec),
+                "score": _score(rec, now),
                 "requests": requests[e],
-                "failures": dict(failures.get(e, {})),
+                # the egress's own failures; other_outcomes: the rest (the site's, the parser's)
+                "failures": {c: n for c, n in failures.get(e, {}).items() if _blamed_on_egress(c)},
+                "other_outcomes": {c: n for c, n in failures.get(e, {}).items() if not _blamed_on_egress(c)},
                 "until": float(rec.get("u", 0) or 0) or None,
                 "level": int(rec.get("l", 0) or 0),
                 "banned_for": domains[:top],
@@ -154,18 +173,28 @@ def format_rows(rows: list[dict[str, Any]], now: float | None = None) -> str:
     out = ["egresses: " + ", ".join(f"{n} {s}" for s, n in sorted(sizes.items()))]
     for r in rows:
         fails = ", ".join(f"{c} {n}" for c, n in sorted(r["failures"].items())) or "no failures"
+        others = r.get("other_outcomes") or {}
+        if others:
+            fails += "; not its fault: " + ", ".join(f"{c} {n}" for c, n in sorted(others.items()))
         until = f", until {when(r['until'], now)}" if r["until"] and r["state"] != HEALTHY else ""
         group = f" [{r['group']}]" if r["group"] else ""
         gone = " (no longer in the pool)" if not r["in_pool"] else ""
-        out.append(
-            f"  {r['egress']}{group}{gone}: {r['state']}{until}, score {r['score']:.2f}, "
-            f"{r['requests']} request(s), {fails}"
-        )
+        if r["score"] is None:
+            score = "score -"
+        elif r["state"] != HEALTHY:
+            score = f"score {r['score']:.2f} when quarantined"
+        else:
+            score = f"score {r['score']:.2f}"
+        out.append(f"  {r['egress']}{group}{gone}: {r['state']}{until}, {score}, {r['requests']} request(s), {fails}")
         for d in r["banned_for"]:
             left = f" until {when(d['until'], now)}" if d["until"] and d["state"] != HEALTHY else ""
             out.append(f"      {d['domain']}: {d['state']}{left}, {d['blocks']} block(s)")
         for rt in r["routes_at_cap"]:
-            out.append(f"      route to {rt['domain']}: {rt['sent']} sent, at its cap {rt['capped']} time(s)")
+            out.append(
+                f"      route to {rt['domain']}: {rt['sent']} sent; {rt['capped']} time(s) a request found "
+                "it at its cap (SCALE_EGRESS_ROUTE_RATE, or the pace the site set for it) and took "
+                "another egress or waited: more egresses would help"
+            )
     return "\n".join(out)
 
 

@@ -370,3 +370,21 @@ def test_status_from_the_folder_scrapyd_deploy_runs_in(tmp_path: Path) -> None:
     assert f"note: looked in {deploy / '.scale-nothing-here'}" in p.stderr, p.stderr
     assert "scrapyd jobs keep their state in scrapyd's working folder" in p.stderr
     assert not (deploy / ".scale-nothing-here").exists()
+
+
+def test_egress_without_a_pool_says_which_setting_is_missing(tmp_path: Path) -> None:
+    """Issue 31: with no pool yet, `scrapy scale egress` told the user to give
+    SCALE_FRONTIER_URL / SCALE_STATE_DIR even where the state was found: the job simply ran
+    without SCALE_EGRESSES."""
+    from scrapy.settings import Settings
+
+    from scrapy_scale.egress.shared import open_state
+
+    p = scale("egress", "catalog", settings={"SCALE_STATE_DIR": str(tmp_path / "nothing")})
+    assert p.returncode == 1 and f"no egress state at {tmp_path / 'nothing' / 'egress.db'}" in p.stderr, p.stderr
+    assert "SCALE_STATE_DIR" in p.stderr and "SCALE_EGRESSES" not in p.stderr
+    store = open_state(Settings({"SCALE_STATE_DIR": str(tmp_path)}), "other")  # the state file, no pool of catalog
+    store.close()
+    p = scale("egress", "catalog", settings={"SCALE_STATE_DIR": str(tmp_path)})
+    assert p.returncode == 1 and "job 'catalog' has no egress pool in" in p.stderr, p.stderr
+    assert "no crawl of it ran with SCALE_EGRESSES" in p.stderr and "SCALE_FRONTIER_URL" not in p.stderr
