@@ -7,9 +7,10 @@ live view (``scrapy scale watch``) and ``scrapy scale status``.
 ``ProgressLog`` (enabled by the add-on; ``SCALE_PROGRESS_INTERVAL = 0`` turns it off)
 logs every ``SCALE_PROGRESS_INTERVAL`` seconds::
 
-    progress: 1,234 done, 5 failed, 7,890 pending (12 delayed, 64 leased); 310 pages/min, 280 items/min; ETA 25 min
+    progress: 1,234 done, 5 failed, 7,878 pending, 12 delayed, 64 leased; 310 pages/min, 280 items/min; ETA 25 min
 
-done / failed / pending are the job's (every worker's, from the frontier); pages/min and
+done / failed / pending / delayed / leased are the frontier's states, as ``scrapy scale
+status`` counts them (pending: eligible now; delayed and leased shown when not zero), the job's (every worker's, from the frontier); pages/min and
 items/min are this process's final outcomes and stored items over the last minutes (as
 the one :class:`~.metrics.CrawlMetrics` of the crawler counts them);
 the ETA divides what is left (pending, delayed, leased) by the job's recent rate of
@@ -143,9 +144,13 @@ def progress_line(
     are retries (the rest are held by pacing; None: not known); ``paused``: sites paused."""
     if counts is not None:
         c = {k: int(counts.get(k, 0)) for k in ("done", "failed", "pending", "delayed", "leased")}
-        text = f"{c['done']:,} done, {c['failed']:,} failed, {c['pending'] + c['delayed']:,} pending"
-        if c["delayed"] or c["leased"]:
-            text += f" ({delayed_text(c['delayed'], retries)}, {c['leased']:,} leased)"
+        # the frontier's states, each word meaning what it means in `status` (pending: eligible
+        # now; delayed: not before a later time; leased: handed to a worker)
+        text = f"{c['done']:,} done, {c['failed']:,} failed, {c['pending']:,} pending"
+        if c["delayed"]:
+            text += f", {delayed_text(c['delayed'], retries)}"
+        if c["leased"]:
+            text += f", {c['leased']:,} leased"
         if paused:
             text += f", {paused} site{'s' if paused > 1 else ''} paused"
     else:
@@ -157,11 +162,11 @@ def progress_line(
 
 
 def delayed_text(delayed: int, retries: int | None) -> str:
-    """``12 delayed`` or, when known, ``12 delayed: 8 retry backoff, 4 held by pacing``."""
+    """``12 delayed`` or, when known, ``12 delayed (8 retry backoff, 4 held by pacing)``."""
     if retries is None or not delayed:
         return f"{delayed:,} delayed"
     retries = min(max(0, retries), delayed)
-    return f"{delayed:,} delayed: {retries:,} retry backoff, {delayed - retries:,} held by pacing"
+    return f"{delayed:,} delayed ({retries:,} retry backoff, {delayed - retries:,} held by pacing)"
 
 
 def remaining(counts: Mapping[str, int]) -> int:
