@@ -11,8 +11,8 @@ NEWSPIDER_MODULE = "example_project.spiders"
 # The one line that turns on scrapy-scale: failure classes and retries per class,
 # the persisted frontier (resumes after a crash), idempotent item storage and the
 # run summary. It runs on embedded defaults (SQLite files under ./.scale), so no
-# server is needed. Any SCALE_* setting (see the README's settings table) can be
-# set here; a bad value stops the crawl at startup with the setting's name.
+# server is needed. Any SCALE_* setting (every one is listed in docs/settings.md) can
+# be set here; a bad value stops the crawl at startup with the setting's name.
 ADDONS = {"scrapy_scale.Addon": 0}
 
 # Where the embedded state lives (frontier and items, one folder per project).

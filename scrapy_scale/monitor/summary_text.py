@@ -215,9 +215,10 @@ def render(stats: Mapping[str, Any], facts: RunFacts) -> list[str]:
         )
 
     seen = [c for c in MEANING if outcomes.get(c) or retries.get(c) or gave_up.get(c)]
+    width = max((len(c) for c in seen), default=0) + 2  # "egress_failed: the proxy failed", aligned
     for i, c in enumerate(seen):
         meaning = MEANING[c] if facts.egress_pool else MEANING_WITHOUT_POOL.get(c, MEANING[c])
-        lines.append(row("" if i else "classes", f"{c + ':':<14}{meaning}"))
+        lines.append(row("" if i else "classes", f"{c + ':':<{width}}{meaning}"))
 
     if facts.frontier is not None:
         shown = {

@@ -136,3 +136,17 @@ def test_under_scrapyd_the_summary_says_a_new_scrapyd_job_resumes_and_names_the_
     plain = get_crawler(Spider, {})
     plain.spider = Spider("catalog")  # not scrapyd: as before
     assert resume_how(plain, "catalog") is None and status_command(plain, "catalog") == "scrapy scale status catalog"
+
+
+def test_each_class_line_reads_as_a_label_and_its_meaning() -> None:
+    """Issue 31: `egress_failed:the proxy failed` - the class name filled its column."""
+    lines = render(
+        {},
+        RunFacts(job="j", reason="finished", duration=1, outcomes={"ok": 5, "egress_failed": 1, "not_found": 1}),
+    )
+    import re
+
+    found = [m for line in lines if (m := re.search(r"\b(egress_failed|not_found):( *)(\S.*)$", line))]
+    assert [m.group(1) for m in found] == ["not_found", "egress_failed"], lines
+    assert all(m.group(2) for m in found), lines  # a space after the label
+    assert len({m.start(3) for m in found}) == 1, lines  # the meanings start in one column
