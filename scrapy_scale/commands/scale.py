@@ -34,7 +34,8 @@ from scrapy.exceptions import UsageError
 from scrapy_scale import config
 from scrapy_scale.config import ScaleSettingError
 from scrapy_scale.egress.report import format_rows
-from scrapy_scale.redact import redact_text
+from scrapy_scale.redact import redact_text, redact_url
+from scrapy_scale.storage.backends.base import StoreBroken, StoreUnavailable
 
 #: egresses shown in ``status`` (``scrapy scale egress JOB`` shows them all)
 STATUS_EGRESSES = 10
@@ -304,6 +305,16 @@ class Command(ScrapyCommand):
                 print(cli.review(self.settings, job, opts.run_id, opts.verdicts))
         except (cli.QualityError, ScaleSettingError) as e:
             print(f"scrapy scale {sub}: error: {e}", file=sys.stderr)
+            self.exitcode = 1
+        except (StoreUnavailable, StoreBroken) as e:
+            # the item store (history, items) cannot be read: one line, not the driver's traceback
+            from scrapy_scale.quality.pipeline import store_url
+
+            why = " ".join(redact_text(str(e)).split()).split(", Topology Description")[0][:300]
+            print(
+                f"scrapy scale {sub}: error: cannot read the item store {redact_url(store_url(self.settings))}: {why}",
+                file=sys.stderr,
+            )
             self.exitcode = 1
 
 

@@ -114,28 +114,32 @@ def renderable(v: Mapping[str, Any]) -> Any:
 
     st, m, c = v["status"], v["merged"], v["counts"]
     run = st.get("run") or {}
+    # the title on a line of its own and the frontier's URL (any length) under it: in 80
+    # columns the URL wrapped the title; the table holds numbers only, for the same reason
     head = Text.assemble(
         ("scrapy-scale ", "bold"),
         (f"job {v['job']}", "bold cyan"),
         f"  run {run.get('id', '-')}: {run.get('state', 'none yet')}",
-        f"  frontier {st.get('frontier', '')}",
     )
+    where = Text(f"frontier {st.get('frontier', '')}", style="dim", overflow="fold", no_wrap=True)
     queue = Table(title="frontier (job-wide)", show_edge=False)
     for col in ("pending", "delayed", "leased", "done", "failed", "dead letters"):
         queue.add_column(col, justify="right")
+    delayed = int(c.get("delayed", 0))
     queue.add_row(
-        f"{int(c.get('pending', 0)):,}",
-        delayed_text(int(c.get("delayed", 0)), st.get("delayed_retries")),
-        *(f"{int(c.get(k, 0)):,}" for k in ("leased", "done", "failed")),
+        *(f"{int(c.get(k, 0)):,}" for k in ("pending", "delayed", "leased", "done", "failed")),
         f"{int(st.get('dead_letters') or 0):,}",
     )
     rate = v["finished_rate"]
     pace = Text(
         f"finished/min {_num(None if rate is None else rate * 60)}   pages/min {_num(m['pages_per_min'])}   "
-        f"items/min {_num(m['items_per_min'])}   ETA {format_eta(v['eta'])}   "
+        f"items/min {_num(m['items_per_min'])}   ETA {format_eta(v['eta'])}\n"
         f"oldest pending {_secs(st.get('oldest_pending_age'))}   average wait {_secs(st.get('average_wait'))}"
     )
-    parts: list[Any] = [head, queue, pace]
+    parts: list[Any] = [head, where, queue]
+    if delayed and st.get("delayed_retries") is not None:
+        parts.append(Text(delayed_text(delayed, st.get("delayed_retries"))))
+    parts.append(pace)
     paused = format_paused(v.get("paused") or [], time.time())
     if paused:
         parts.append(Text(paused))

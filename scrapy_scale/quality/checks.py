@@ -61,8 +61,10 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
+def pct(x: float | None) -> str:
+    """A share as the text and the HTML report show it: rounded once, from the value the
+    check keeps (a value kept rounded and shown rounded again read 31.8% beside 31.7%)."""
+    return "-" if x is None else f"{100 * float(x):.1f}%"
 
 
 def evaluate(cur: RunFigures, baseline: list[RunFigures], t: Thresholds, scan: StoreScan | None = None) -> list[Check]:
@@ -98,7 +100,7 @@ def _ratios(cur: RunFigures, base: list[RunFigures], t: Thresholds) -> list[Chec
                 Check(
                     name,
                     None,
-                    round(ratio, 4),
+                    ratio,
                     None,
                     "no earlier run",
                     f"{cb}: {stored} items stored for {n} completed requests ({ratio:.2f} per request)",
@@ -110,8 +112,8 @@ def _ratios(cur: RunFigures, base: list[RunFigures], t: Thresholds) -> list[Chec
             Check(
                 name,
                 ok,
-                round(ratio, 4),
-                round(want, 4),
+                ratio,
+                want,
                 how,
                 f"{cb}: {stored} items stored for {n} completed requests ({ratio:.2f} per request, {how} {want:.2f})",
             )
@@ -130,24 +132,24 @@ def _rise_check(
         return Check(
             name,
             ok,
-            round(value, 4),
+            value,
             limit,
             "threshold (no earlier run)",
-            f"{what}: {_pct(value)} ({detail}); no earlier run, "
-            + (f"within the limit of {_pct(limit)}" if ok else f"more than the limit of {_pct(limit)}"),
+            f"{what}: {pct(value)} ({detail}); no earlier run, "
+            + (f"within the limit of {pct(limit)}" if ok else f"more than the limit of {pct(limit)}"),
         )
     if base is None:
-        return Check(name, None, round(value, 4), None, "no earlier run", f"{what}: {_pct(value)} ({detail})")
+        return Check(name, None, value, None, "no earlier run", f"{what}: {pct(value)} ({detail})")
     ok = value - base <= t.max_rise
     verb = "rose" if value > base else "is"
     return Check(
         name,
         ok,
-        round(value, 4),
-        round(base, 4),
+        value,
+        base,
         "earlier runs",
-        f"{what}: {_pct(value)} ({detail}); {verb} against {_pct(base)} in earlier runs"
-        + ("" if ok else f", more than the allowed {_pct(t.max_rise)} rise"),
+        f"{what}: {pct(value)} ({detail}); {verb} against {pct(base)} in earlier runs"
+        + ("" if ok else f", more than the allowed {pct(t.max_rise)} rise"),
     )
 
 
@@ -219,10 +221,10 @@ def _invalid(cur: RunFigures, t: Thresholds) -> list[Check]:
         Check(
             "quarantined",
             ok,
-            round(rate, 4),
+            rate,
             t.max_invalid_rate,
             "threshold",
-            f"{cur.quarantined} of {cur.validated} items quarantined ({_pct(rate)})"
+            f"{cur.quarantined} of {cur.validated} items quarantined ({pct(rate)})"
             + (f": {reasons}" if reasons else ""),
         )
     ]
@@ -241,7 +243,7 @@ def _duplicates(cur: RunFigures, t: Thresholds, scan: StoreScan | None) -> list[
                 n,
                 t.max_duplicate_rate,
                 "threshold (share)",
-                f"{n} {what} of {of} ({_pct(rate)})",
+                f"{n} {what} of {of} ({pct(rate)})",
             )
         )
 

@@ -68,6 +68,11 @@ def format_report(rep: dict[str, Any]) -> str:
     for c in rep["checks"]:
         mark = {True: "pass", False: "FAIL", None: "info"}[c["ok"]]
         lines.append(f"  {mark:<4} {c['name']}: {c['message']}")
+    for r in rep.get("reviews") or []:  # what `review --verdicts` recorded (it says the report shows it)
+        lines.append(
+            f"  review of run {r.get('run_id')}: {r.get('judged', 0)} row(s) judged, {r.get('ok', 0)} ok, "
+            f"{r.get('bad', 0)} bad"
+        )
     lines.append(f"report: {rep['paths'][1]} (JSON: {rep['paths'][0]})")
     return "\n".join(lines)
 

@@ -9,6 +9,8 @@ import json
 import time
 from typing import Any
 
+from scrapy_scale.quality.checks import pct
+
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
 CSS = """
@@ -24,10 +26,6 @@ vertical-align:top}th{background:#f0f0f0}tr.bad td{background:#fde8e8}.num{text-
 
 def _e(v: Any) -> str:
     return html.escape("" if v is None else str(v))
-
-
-def _pct(v: Any) -> str:
-    return "-" if v is None else f"{100 * float(v):.1f}%"
 
 
 def missing_chart(history: list[dict[str, Any]], width: int = 760, height: int = 260) -> str:
@@ -100,7 +98,7 @@ def _checks(report: dict[str, Any]) -> str:
 
         def fmt(v: Any, ratio: bool = ratio) -> str:
             if isinstance(v, float):
-                return f"{v:.2f}" if ratio else _pct(v)
+                return f"{v:.2f}" if ratio else pct(v)
             return _e(v)
 
         shown, cws = fmt(c["value"]), fmt(c["compared_with"])
@@ -121,7 +119,7 @@ def _classes(report: dict[str, Any]) -> str:
         "<tr><td>"
         + _e(c)
         + "</td>"
-        + "".join(f"<td class='num'>{_pct(h.get('class_shares', {}).get(c, 0.0))}</td>" for h in hist)
+        + "".join(f"<td class='num'>{pct(h.get('class_shares', {}).get(c, 0.0))}</td>" for h in hist)
         + "</tr>"
         for c in classes
     )

@@ -388,3 +388,17 @@ def test_egress_without_a_pool_says_which_setting_is_missing(tmp_path: Path) -> 
     p = scale("egress", "catalog", settings={"SCALE_STATE_DIR": str(tmp_path)})
     assert p.returncode == 1 and "job 'catalog' has no egress pool in" in p.stderr, p.stderr
     assert "no crawl of it ran with SCALE_EGRESSES" in p.stderr and "SCALE_FRONTIER_URL" not in p.stderr
+
+
+def test_report_with_an_unreachable_mongodb_says_so_in_one_line(tmp_path: Path) -> None:
+    """Issue 31: an unreachable MongoDB gave the quality report a 20-line traceback."""
+    url = "mongodb://reader:s3cret@127.0.0.1:1/shop?serverSelectionTimeoutMS=300"
+    p = scale("report", "catalog", cwd=tmp_path, settings={"SCALE_STATE_DIR": str(tmp_path), "SCALE_STORE_URL": url})
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert (
+        lines[0].startswith("scrapy scale report: error: cannot read the item store mongodb://***@127.0.0.1:1/shop")
+        and "Connection refused" in lines[0]
+    ), lines
+    assert "s3cret" not in p.stderr

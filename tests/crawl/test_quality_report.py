@@ -285,6 +285,8 @@ def test_review_writes_the_sample_and_its_verdicts_show_in_the_next_report(tmp_p
     assert "4 judged, 3 ok, 1 bad" in out.stdout
     rep = scale_command(tmp_path, "report", "catalog", "-s", "SCALE_QUALITY_SAMPLE_SIZE=5")
     assert rep.returncode == 0, rep.stderr
+    # issue 31: review promised that the next report shows the verdicts; the text report did not
+    assert f"review of run {run}: 4 row(s) judged, 3 ok, 1 bad" in rep.stdout, rep.stdout
     (review,) = report_of(tmp_path)["reviews"]
     assert (review["run_id"], review["judged"], review["ok"], review["bad"]) == (run, 4, 3, 1)
     assert "price is the old one" in (folder / "report.html").read_text()

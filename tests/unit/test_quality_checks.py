@@ -128,3 +128,15 @@ def test_a_verdict_waits_for_the_final_figures_of_every_live_process_of_the_run(
     assert h.wait_settled("j", "1", 5.0, alive, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
     assert now[0] >= 5.0, "a process that never closes is waited for no longer than the bound"
     h.close()
+
+
+def test_the_html_report_shows_a_share_as_the_text_does() -> None:
+    """Issue 31: the HTML showed 31.8% beside a text of 31.7% (the kept value was rounded to 4
+    places, then rounded again for display)."""
+    from scrapy_scale.quality.html import _checks
+
+    fig = figures("1", missing_price=3969, items=12501)  # 3969 / 12501 = 31.7495%
+    check = by_name(evaluate(fig, [], Thresholds()))["missing_rate:price"]
+    assert "31.7%" in check.message, check.message
+    row = _checks({"checks": [check.to_json()]})
+    assert "<td class='num'>31.7%</td>" in row, row
