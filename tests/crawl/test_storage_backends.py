@@ -329,3 +329,28 @@ def test_a_row_written_without_a_job_stays_the_key_of_the_job_that_writes_it_nex
     r = store.write([Row("a", {"_job": "baseline", "v": 2})], now=200.0)
     assert r.updated == ["a"] and store.count() == 1
     assert store.get("a") is not None and store.get("a")["_job"] == "baseline"  # type: ignore[index]
+
+
+def test_mongo_upsert_never_takes_a_row_another_job_wrote_after_the_read(mongo_uri: str) -> None:
+    """The MongoDB write reads the owners, then upserts; a row another job inserts in between
+    must make the upsert a duplicate key (retried, and placed again), never an update of it."""
+    from pymongo import errors
+
+    from scrapy_scale.storage.backends import MongoStore
+
+    s = open_store(f"{mongo_uri.rstrip('/')}/t{uuid.uuid4().hex[:10]}", "items")
+    assert isinstance(s, MongoStore)
+    s.open()
+    try:
+        s.write([Row("a", {"_job": "baseline", "v": 1})], now=100.0)
+        # products' upsert as write() built it before baseline's row existed (the race)
+        op = s._upsert(Row("a", {"_job": "products", "v": 2}), "a", now=200.0)
+        with pytest.raises(errors.BulkWriteError) as e:
+            s._items.bulk_write([op], ordered=False)
+        assert e.value.details["writeErrors"][0]["code"] == 11000
+        assert s.get("a") == {"_job": "baseline", "v": 1, "_first_seen": 100.0, "_last_seen": 100.0}
+        # write() retries such a row, and the next read places it under products' own id
+        r = s.write([Row("a", {"_job": "products", "v": 2})], now=300.0)
+        assert r.inserted == ["a"] and {d["_id"] for d in s.documents()} == {"a", "a@products"}
+    finally:
+        s.close()

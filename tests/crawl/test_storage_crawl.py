@@ -413,3 +413,34 @@ def test_kill_9_and_resume_with_redis_frontier_and_mongodb(
     _crash_and_resume(
         tmp_path, {"SCALE_FRONTIER_URL": redis_url, "SCALE_JOB": redis_prefix, "SCALE_STORE_URL": store_url}, store_url
     )
+
+
+def test_a_second_job_crawling_the_same_pages_keeps_the_first_jobs_rows(tmp_path: Path) -> None:
+    """Issue 31: job `products`, crawling `baseline`'s pages into the default store, reported
+    `86 stored (0 new, 86 updated)` and relabelled baseline's rows `_job: products`."""
+    with Testbed(hosts=1, pages=12, seed=5) as tb:
+        first = run_crawl(tb, {"SCALE_JOB": "baseline"}, tmp_path)
+        assert first.returncode == 0, first.tail()
+        s = sqlite_store(tmp_path)
+        try:
+            before = {d["_id"]: d for d in s.documents()}
+        finally:
+            s.close()
+        second = run_crawl(tb, {"SCALE_JOB": "products"}, tmp_path)
+        assert second.returncode == 0, second.tail()
+    n = first.stats["scale/store/written"]
+    assert n > 0 and first.stats["scale/store/inserted"] == n
+    assert second.stats["scale/store/written"] == second.stats["scale/store/inserted"] == n
+    assert "scale/store/updated" not in second.stats or second.stats["scale/store/updated"] == 0
+    assert f"({n} new, 0 updated)" in second.log, second.tail()
+    s = sqlite_store(tmp_path)
+    try:
+        docs = list(s.documents())
+    finally:
+        s.close()
+    by_job: dict[str, list[dict]] = {}
+    for d in docs:
+        by_job.setdefault(d["_job"], []).append(d)
+    assert sorted(by_job) == ["baseline", "products"] and len(by_job["baseline"]) == len(by_job["products"]) == n
+    assert {d["_id"]: d for d in by_job["baseline"]} == before  # baseline's rows untouched, not relabelled
+    assert all(d["_id"].endswith("@products") for d in by_job["products"])
