@@ -135,6 +135,13 @@ def test_cancel_json_stops_the_job_cleanly_and_the_next_job_resumes(tmp_path: Pa
             sd.wait_job(first, "finished", 120)  # one SIGINT: Scrapy's clean shutdown
             log = sd.job_log(first)
             assert "'finish_reason': 'shutdown'" in log and "Traceback" not in log, log[-3000:]
+            # issue 31: the summary said `the same scrapy crawl again resumes`, and its command
+            # had no folder (scrapyd's working folder is not where the user runs it)
+            assert (
+                f"a new scrapyd job of spider catalog (schedule.json -d project={PROJECT} -d spider=catalog) "
+                "resumes the unfinished requests" in log
+            ), log[-3000:]
+            assert f"look further  scrapy scale status catalog -s SCALE_STATE_DIR={state}\n" in log, log[-3000:]
             tb.set_faults([])
             second = _schedule(sd, tb)
             sd.wait_job(second, "finished", 150)
