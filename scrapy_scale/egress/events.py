@@ -51,6 +51,10 @@ class EventReport:
                 self.where(),
                 ev.detail,
             )
+        elif ev.kind == "bad_score":
+            self.warn_once(
+                "bad_score", "egress: the shared state's record %r (%s): %s", ev.egress, self.where(), ev.detail
+            )
         elif ev.kind == "clamped":
             self.warn_once(
                 "clamped",

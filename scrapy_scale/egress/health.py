@@ -54,11 +54,19 @@ def _number(rec: dict[str, Any], key: str) -> float:
 
 def _score_at_eviction(rec: dict[str, Any]) -> float | None:
     """The record's score at its last quarantine (``s``): None when missing or not a
-    number in [0, 1] (a display value: a bad one is dropped, never an error)."""
+    number in [0, 1] (a display value: a bad one is dropped, see :func:`score_note`)."""
     v = rec.get("s")
     if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v <= 1.0:
         return None
     return float(v)
+
+
+def score_note(rec: Any) -> str | None:
+    """Why :meth:`Health.from_record` drops this record's score at its quarantine (``s``
+    present but not a number from 0 to 1), or None."""
+    if not isinstance(rec, dict) or rec.get("s") is None or _score_at_eviction(rec) is not None:
+        return None
+    return f"its score at the quarantine (s = {str(rec['s'])[:20]!r}) is not a number from 0 to 1; not shown"
 
 
 def clamp_note(rec: Any, now: float, longest: float) -> str | None:

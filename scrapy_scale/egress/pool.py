@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scrapy_scale.clock import Clock, Randomness
-from scrapy_scale.egress.health import HEALTHY, PROBING, Health, HealthPolicy, clamp_note
+from scrapy_scale.egress.health import HEALTHY, PROBING, Health, HealthPolicy, clamp_note, score_note
 from scrapy_scale.egress.identity import Egress
 from scrapy_scale.egress.routes import RouteLimiter
 from scrapy_scale.egress.suspects import Blame, Suspects
@@ -57,7 +57,8 @@ class Event:
     """A state change for the glue to log and count."""
 
     #: quarantined, requarantined, restored, group_retired, adopted; from shared state that is
-    #: untrusted: bad_record (``egress`` is the record's key; skipped), clamped (its end shortened)
+    #: untrusted: bad_record (``egress`` is the record's key; skipped), clamped (its end shortened),
+    #: bad_score (``egress`` is the record's key; its score at the quarantine dropped)
     kind: str
     egress: str
     domain: str = ""
@@ -378,6 +379,9 @@ class EgressPool:
             note = clamp_note(rec, now, longest)
             if note is not None:
                 events.append(Event("clamped", *split_key(k), other.until, note))
+            bad_score = score_note(rec)
+            if bad_score is not None:
+                events.append(Event("bad_score", k, detail=bad_score))
             mine = self.health.get(k)
             if mine is None:
                 self.health[k] = other

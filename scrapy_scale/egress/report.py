@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 from scrapy_scale import stats_keys as K
-from scrapy_scale.egress.health import HEALTHY, PROBING, QUARANTINED, Health, clamp_note
+from scrapy_scale.egress.health import HEALTHY, PROBING, QUARANTINED, Health, clamp_note, score_note
 
 
 def when(t: float, now: float | None = None) -> str:
@@ -74,6 +74,9 @@ def clean_health(
         note = clamp_note(rec, now, longest)
         if note and problems is not None:
             problems.append(f"health record {k!r}: {note}; shown as ending then")
+        bad_score = score_note(rec)
+        if bad_score and problems is not None:
+            problems.append(f"health record {k!r}: {bad_score}")
     return out
 
 

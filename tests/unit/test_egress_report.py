@@ -55,6 +55,15 @@ def test_a_quarantine_stored_before_its_score_was_kept_shows_no_score_and_a_bad_
     assert "score -," in format_rows([row], now=1000.0)
     for bad in (float("nan"), 7.0, "x", True):
         assert Health.from_record(dict(rec, s=bad)).evicted_score is None
+        # shared state is untrusted: a bad score is dropped with a note, the record still counts
+        problems: list[str] = []
+        (row,) = describe({"health": {IA: dict(rec, s=bad)}}, now=1000.0, problems=problems)
+        assert row["state"] == "quarantined" and row["score"] is None
+        assert len(problems) == 1 and "its score at the quarantine" in problems[0], problems
+        p = EgressPool(parse_egresses([A]), POLICY, PoolOptions(), FakeClock(1000.0), Randomness(1))
+        events = p.merge({IA: dict(rec, s=bad, c=999.0, u=1050.0)})
+        assert [e.kind for e in events if e.kind == "bad_score"] == ["bad_score"], events
+        assert p.health[IA].until == 1050.0  # the quarantine itself was taken
 
 
 def test_a_route_at_its_cap_says_what_that_means() -> None:
