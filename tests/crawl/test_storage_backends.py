@@ -354,3 +354,26 @@ def test_mongo_upsert_never_takes_a_row_another_job_wrote_after_the_read(mongo_u
         assert r.inserted == ["a"] and {d["_id"] for d in s.documents()} == {"a", "a@products"}
     finally:
         s.close()
+
+
+def test_sqlite_row_that_is_not_a_json_object_is_replaced_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stored row is untrusted: one that is not a JSON object (written by something else)
+    must not stop the write that reads it for its owner; the item replaces it."""
+    import logging
+    import sqlite3
+
+    s = open_store(f"sqlite:///{tmp_path}/items.sqlite", "items")
+    s.open()
+    try:
+        with sqlite3.connect(tmp_path / "items.sqlite") as c:
+            c.executemany("INSERT INTO items (key, doc) VALUES (?, ?)", [("a", "not json"), ("b", "[1, 2]")])
+        with caplog.at_level(logging.WARNING, logger="scrapy_scale.storage.backends.sqlite"):
+            r = s.write([Row("a", {"_job": "j", "v": 1}), Row("b", {"_job": "j", "v": 2})], now=100.0)
+        assert sorted(r.updated) == ["a", "b"] and not r.failed
+        assert s.get("a") == {"_job": "j", "v": 1, "_first_seen": 100.0, "_last_seen": 100.0}
+        assert [rec.levelno for rec in caplog.records] == [logging.WARNING], caplog.text
+        assert "is not a JSON object" in caplog.text
+    finally:
+        s.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -24,6 +25,8 @@ from scrapy_scale.storage.backends.base import (
     row_id,
 )
 from scrapy_scale.storage.encode import to_json
+
+logger = logging.getLogger(__name__)
 
 #: SQLite errors that may pass: another writer holds the lock, I/O trouble, file not there yet
 SQLITE_TRANSIENT = ("locked", "busy", "disk i/o", "unable to open", "disk is full", "interrupted")
@@ -72,6 +75,7 @@ class SQLiteStore(Store):
         self.path = sqlite_path(url)
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.RLock()
+        self._warned_bad_row = False
 
     def open(self) -> None:
         with self._lock:
@@ -138,7 +142,7 @@ class SQLiteStore(Store):
             for i in range(0, len(ids), self.CHUNK):
                 chunk = ids[i : i + self.CHUNK]
                 q = f'SELECT key, doc FROM "{self.collection}" WHERE key IN ({",".join("?" * len(chunk))})'
-                old.update((k, json.loads(d)) for k, d in c.execute(q, chunk).fetchall())
+                old.update((k, self._stored_doc(k, d)) for k, d in c.execute(q, chunk).fetchall())
             owners = {k: d.get(self.job_field) for k, d in old.items()}
             out = []
             for r in rows:
@@ -157,6 +161,26 @@ class SQLiteStore(Store):
                 out.append((target, to_json(doc)))
             c.executemany(f'INSERT OR REPLACE INTO "{self.collection}" (key, doc) VALUES (?, ?)', out)
         return res
+
+    def _stored_doc(self, key: str, text: str) -> dict[str, Any]:
+        """A stored row's document as a write reads it: a row that is not a JSON object (written
+        by something else) is read as an empty one, so the write replaces it, with one warning."""
+        try:
+            doc = json.loads(text)
+        except (TypeError, ValueError):
+            doc = None
+        if isinstance(doc, dict):
+            return doc
+        if not self._warned_bad_row:
+            self._warned_bad_row = True
+            logger.warning(
+                "item store %s: row %r of %s is not a JSON object (%.40r); the item's write replaces it",
+                self.describe(),
+                key,
+                self.collection,
+                text,
+            )
+        return {}
 
     def dead_letter(self, rows: list[DeadRow], now: float) -> None:
         if not rows:
