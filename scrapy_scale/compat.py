@@ -212,6 +212,31 @@ def export_to_feeds(exporter: Any, item: Any, spider: Any) -> None:
     exporter.item_scraped(item, spider)
 
 
+def route_feed_items(crawler: Any, exporter: Any, handler: Any) -> None:
+    """Items of ``item_scraped`` go to ``handler`` instead of the ``FeedExporter``'s own
+    handler (``handler`` passes them on with :func:`export_to_feeds`, or not)."""
+    from scrapy import signals
+
+    crawler.signals.disconnect(exporter.item_scraped, signal=signals.item_scraped)
+    crawler.signals.connect(handler, signal=signals.item_scraped)
+
+
+def journal_local_feeds(exporter: Any, storage: type) -> int:
+    """Make ``storage`` (a subclass of Scrapy's ``FileFeedStorage``) build the local file
+    feeds of ``exporter`` that Scrapy's own ``FileFeedStorage`` would (its ``storages``, read
+    when each feed slot opens; a project's own storage class is left alone). How many
+    schemes now use it."""
+    from scrapy.extensions.feedexport import FileFeedStorage
+
+    storages = getattr(exporter, "storages", None)
+    if not isinstance(storages, dict):
+        return 0
+    schemes = [s for s, cls in storages.items() if cls is FileFeedStorage]
+    for s in schemes:
+        storages[s] = storage
+    return len(schemes)
+
+
 def feeds_accepting(exporter: Any, item: Any) -> int:
     """How many of the open feeds of ``exporter`` take ``item`` (each feed's ``item_classes``
     and ``item_filter``; read from its ``slots``, Scrapy has no public API for it)."""

@@ -109,6 +109,7 @@ STORE_PAUSES = "scale/store/pauses"  # times the crawl was paused because the st
 STORE_FAILED = "scale/store/failed"  # why the store (or the feed journal) could not be written
 STORE_ABANDONED = "scale/store/abandoned"  # items not stored: shut down during an outage
 STORE_FEED_RESENT = "scale/store/feed_resent"  # items of a crashed run re-sent to this run's feeds
+STORE_FEED_KEPT_RESENT = "scale/store/feed_kept_resent"  # crawled again, not written again: re-sent already
 
 # ---- egress pool (scrapy_scale.egress) ----
 EGRESS_REQUESTS = "scale/egress/requests"  # requests given an egress

@@ -22,9 +22,14 @@ enabled:
   crawl re-sends those items, read back from the item store by key, to its own feeds
   before it crawls, and deletes them with its own journal when its feeds close cleanly.
 
-A feed can then hold an item twice (written out before the kill, and re-sent): see
-docs/storage.md for how to deduplicate. The journal is read-back state: a line that is not
-a key, or a key the store does not have, is skipped, with one warning per crawl.
+- The journal also records where this process began writing each local feed file
+  (:mod:`scrapy_scale.storage.feed_files`): the next run cuts those files back before it
+  re-sends, so each stored item is in the job's local feed output exactly once.
+
+A feed the journal has no record of (stdout, a storage other than a local file) can
+hold an item twice (written out before the kill, and re-sent): see docs/storage.md. The
+journal is read-back state: a line that is neither an entry nor a sound feed record, or a
+key the store does not have, is skipped, with one warning per crawl.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from typing import BinaryIO
 
 from scrapy_scale.errors import ScaleError
 from scrapy_scale.pids import pid_alive
+from scrapy_scale.storage.feed_files import CUT_MARK, FeedFile, parse_record
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +166,58 @@ class FeedJournal:
         except OSError as e:
             raise JournalWriteError(f"cannot write the feed journal {self.path}: {e}") from e
 
+    def add_feed_file(self, feed: FeedFile) -> None:
+        """Record where this process begins writing a local feed file (before it writes).
+        Raises :class:`JournalWriteError`."""
+        if self._fd is None:
+            return
+        data = (json.dumps(feed.record()) + "\n").encode()
+        try:
+            if os.write(self._fd, data) != len(data):
+                raise OSError("short write")
+        except OSError as e:
+            raise JournalWriteError(f"cannot write the feed journal {self.path}: {e}") from e
+
+    def feed_files_in(self, path: Path) -> list[FeedFile]:
+        """The feed records of a journal file still in force (those before a cut mark are
+        void: their files were cut back already); unsound ones count in :attr:`bad_lines`."""
+        found: list[FeedFile] = []
+        try:
+            with open(path, "rb") as f:
+                for raw in _lines(f):
+                    if raw is None or not raw.startswith(b"{"):
+                        continue  # entries (and overlong lines): counted by entries_in
+                    if raw.rstrip(b"\n") == CUT_MARK.rstrip(b"\n"):
+                        found.clear()
+                        continue
+                    try:
+                        record = parse_record(json.loads(raw))
+                    except Exception:  # noqa: BLE001 - read-back state
+                        record = None
+                    if record is None:
+                        self.bad_lines += 1
+                    else:
+                        found.append(record)
+        except OSError:
+            self.bad_lines += 1
+        return found
+
+    def void_feed_files(self, paths: Iterable[Path]) -> list[str]:
+        """Mark the feed records of these (adopted) journals done: their files were cut back,
+        and must never be cut again (this run writes past that point). The errors."""
+        errors = []
+        for p in paths:
+            try:
+                fd = os.open(p, os.O_WRONLY | os.O_APPEND)
+                try:
+                    if os.write(fd, CUT_MARK) != len(CUT_MARK):
+                        raise OSError("short write")
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                errors.append(f"{p}: {e}")
+        return errors
+
     def orphans(self) -> list[Path]:
         """Journals of this job left by processes that are no longer running here."""
         try:
@@ -197,6 +255,8 @@ class FeedJournal:
         try:
             with open(path, "rb") as f:
                 for raw in _lines(f):
+                    if raw is not None and raw.startswith(b"{"):
+                        continue  # a feed record: read by feed_files_in
                     entry = parse_line(raw) if raw is not None else None
                     if entry is None:
                         self.bad_lines += 1

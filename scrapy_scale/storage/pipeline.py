@@ -225,6 +225,8 @@ class StorePipeline:
             self.stats.inc_value(K.STORE_PAUSES)
             logger.warning("store is behind (%d items waiting): crawl paused", self._pending)
         result = await maybe_deferred_to_future(d)
+        if isinstance(result, Stored) and self.feeds is not None:
+            self.feeds.crawled(item, result.key)
         if isinstance(result, DeadLettered):
             if not ItemAdapter.is_item(item):
                 raise NotAnItem(result.reason, result.reason)

@@ -86,3 +86,30 @@ def test_only_compat_touches_the_downloaders_handlers() -> None:
         if f.name != "compat.py" and "download_request_async" in f.read_text()
     )
     assert users == []
+
+
+def test_local_file_feeds_are_built_by_the_journaled_storage_and_items_routed_through_us() -> None:
+    """compat.journal_local_feeds (FeedExporter.storages, read by its _get_storage) and
+    compat.route_feed_items (its item_scraped handler swapped for ours); the crash tests in
+    tests/crawl/test_feed_exactly_once.py use both for real."""
+    from scrapy import signals
+    from scrapy.extensions.feedexport import FeedExporter
+
+    from scrapy_scale.storage.feed_files import storage_for
+
+    crawler = get_crawler(settings_dict={"FEEDS": {"/tmp/x.jsonl": {"format": "jsonlines"}}})
+    exporter = FeedExporter.from_crawler(crawler)
+    cls = storage_for(lambda feed: None)
+    assert compat.journal_local_feeds(exporter, cls) == 2  # "" and "file"
+    assert type(exporter._get_storage("/tmp/x.jsonl", exporter.feeds["/tmp/x.jsonl"])) is cls
+    assert compat.journal_local_feeds(exporter, storage_for(lambda feed: None)) == 0  # not Scrapy's own now
+    seen: list[object] = []
+
+    def handler(item: object, spider: object) -> None:
+        seen.append(item)
+
+    compat.route_feed_items(crawler, exporter, handler)
+    exporter.slots = [object()]  # the FeedExporter's own handler would fail on it
+    results = crawler.signals.send_catch_log(signals.item_scraped, item={"a": 1}, response=None, spider=None)
+    assert seen == [{"a": 1}] and all(r is None for _, r in results)  # no failure: not the exporter's
+    assert handler in [h for h, _ in results] and exporter.item_scraped not in [h for h, _ in results]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
 
 import pytest
 
+from scrapy_scale.storage.feed_files import CutReport, FeedFile, cut_back, parse_record
 from scrapy_scale.storage.feeds import MAX_LINE, FeedJournal, JournalWriteError, journal_folder, owner_of
 
 pytestmark = pytest.mark.pure
@@ -29,8 +31,9 @@ def test_keys_round_trip_and_bad_lines_are_counted_and_skipped(tmp_path: Path) -
         ("c", None),
     ]
     assert list(j.keys_in(j.path)) == ["a", "b", "key with\nnewline", "c"]  # once each
-    assert j.bad_lines == 8  # (each read) not json, not a string, empty, the line cut short by a kill
-    assert list(j.keys_in(tmp_path / "missing.keys")) == [] and j.bad_lines == 9
+    assert j.bad_lines == 6  # (each read) not json, empty, the line cut short by a kill
+    assert j.feed_files_in(j.path) == [] and j.bad_lines == 7  # {"a": 1}: not an entry, not a feed record
+    assert list(j.keys_in(tmp_path / "missing.keys")) == [] and j.bad_lines == 8
 
 
 def test_hostile_lines_are_skipped_one_by_one(tmp_path: Path) -> None:
@@ -78,3 +81,68 @@ def test_adopt_is_taken_once_and_clear_keeps_what_was_not_resent(tmp_path: Path)
     assert not_resent is not None
     a.clear([mine])
     assert sorted(p.name for p in folder.iterdir()) == [not_resent.name]  # tried again by the next run
+
+
+def _feed_file(path: Path, start: int) -> FeedFile:
+    st = os.stat(path)
+    return FeedFile(str(path), start, st.st_dev, st.st_ino)
+
+
+def test_feed_records_round_trip_hostile_ones_are_skipped_and_a_cut_mark_voids_them(tmp_path: Path) -> None:
+    j = FeedJournal(tmp_path / "j", token="1-1")
+    j.open()
+    first, second = FeedFile("/out/a.jsonl", 10, 1, 2), FeedFile("/out/b.csv", 0, 1, 3)
+    j.add_feed_file(first)
+    j.add([("k1", None)])
+    j.close()
+    with open(j.path, "ab") as f:
+        for bad in (
+            {"feed": "relative.jsonl", "start": 0, "dev": 1, "ino": 2},  # not absolute
+            {"feed": "/x", "start": -1, "dev": 1, "ino": 2},
+            {"feed": "/x", "start": True, "dev": 1, "ino": 2},  # a bool is no count
+            {"feed": "/x", "start": 2**70, "dev": 1, "ino": 2},  # far beyond any file
+            {"feed": "/x\u0000y", "start": 0, "dev": 1, "ino": 2},
+            {"feed": "/" + "x" * 5000, "start": 0, "dev": 1, "ino": 2},
+        ):
+            f.write(json.dumps(bad).encode() + b"\n")
+        f.write(b"{not json\n")
+    assert j.feed_files_in(j.path) == [first] and j.bad_lines == 6  # the overlong line: counted once, by
+    assert list(j.keys_in(j.path)) == ["k1"] and j.bad_lines == 7  # entries_in; the records are not entries
+    assert j.void_feed_files([j.path, tmp_path / "missing" / "x.keys"])[0].startswith(str(tmp_path / "missing"))
+    with open(j.path, "ab") as f:
+        f.write(json.dumps(second.record()).encode() + b"\n")
+    assert j.feed_files_in(j.path) == [second]  # the records before the mark were cut back already
+    assert parse_record([1]) is None and parse_record(first.record()) == first
+
+
+def test_cut_back_keeps_older_output_and_removes_files_a_killed_run_began(tmp_path: Path) -> None:
+    appended = tmp_path / "a.jsonl"
+    appended.write_bytes(b'{"old": 1}\n')
+    older = _feed_file(appended, appended.stat().st_size)
+    with open(appended, "ab") as f:
+        f.write(b'{"killed": 1}\n{"kil')  # the killed run's lines, the last cut short
+    new = tmp_path / "b.json"
+    new.write_bytes(b'[\n{"killed": 1},\n{"kil')  # an array the kill left unterminated
+    replaced = tmp_path / "c.xml"
+    replaced.write_bytes(b"<items>")
+    stale = _feed_file(replaced, 0)
+    replaced.rename(tmp_path / "c.old")  # (kept: its inode is not reused)
+    replaced.write_bytes(b"<items><item/></items>")  # another file at that path since (another inode)
+    shorter = tmp_path / "d.csv"
+    shorter.write_bytes(b"a,b\n")
+    report = cut_back(
+        [
+            older,
+            FeedFile(older.path, older.start + 5, older.dev, older.ino),  # a later run's: the earliest wins
+            _feed_file(new, 0),
+            stale,
+            dataclasses.replace(_feed_file(shorter, 0), start=100),
+            FeedFile(str(tmp_path / "gone.jsonl"), 0, 1, 1),  # removed since: nothing to do
+        ]
+    )
+    assert appended.read_bytes() == b'{"old": 1}\n' and not new.exists()
+    assert replaced.read_bytes() == b"<items><item/></items>" and shorter.read_bytes() == b"a,b\n"
+    assert report.cut == [(str(appended), 30, 11)] and report.removed == [(str(new), 22)]
+    assert [p for p, _ in report.left] == [str(replaced), str(shorter)]
+    assert "shorter (4 bytes)" in report.text() and "may appear twice" in report.text()
+    assert not cut_back([older]) and not CutReport()  # done already: nothing to say
