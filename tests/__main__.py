@@ -26,21 +26,33 @@ PYTEST ARGS go to every part (paths, ``-x``, ``-k``, ``--durations=N``...; not `
 which this script owns: for one tier use pytest itself, e.g. ``python -m pytest -m "not
 crawl"``). Every part runs even when another failed, so one run shows every failure; the
 exit status is the first non-zero one. A part that selects no test (a path with no serial
-test in it) counts as passed.
+test in it) counts as passed. The last line sums the three parts' pytest summaries, in
+pytest's words: ``total: N passed, N failed, N skipped`` (errors counted as failed).
+
+Before anything runs, the system programs the tests use are checked
+(tests/support/system_tools.py): when one is missing, one line names them and the set-up
+command, and the exit status is 3, so a machine without, say, Chromium fails at once
+instead of in the few tests that need it. Only ``tests/unit`` paths need no program.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Callable
 from typing import IO
 
+from tests.support import system_tools
 from tests.support.hang import FACTOR_ENV
 
 NO_TESTS = 5  # pytest's exit status when nothing was selected
+MISSING_PROGRAM = 3  # this script's exit status when a program the tests use is missing
+_UNIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unit")  # tests needing no program
 NICE = 19  # part 1's priority beside the timing tests
 #: part 1's hang guards are stretched this much (tests/support/hang.py): at nice 19 beside a
 #: serial test that drives both cores, a test there can be starved for minutes (CI at
@@ -57,17 +69,91 @@ def _result(codes: list[int]) -> int:
     return next((c for c in ran if c != 0), 0) if ran else NO_TESTS
 
 
-def _show(title: str, out: IO[str]) -> None:
+#: pytest's last line: "3 failed, 1202 passed, 8 skipped, 2 warnings in 523.10s (0:08:43)",
+#: between rows of "=" unless -q; "no tests ran in 0.50s" when nothing ran
+_SUMMARY = re.compile(r"^=*\s*(?P<counts>(?:\d+ \w+(?:, )?)+|no tests ran) in \d+(?:\.\d+)?s\b")
+_COUNT = re.compile(r"(\d+) (\w+)")
+_WORDS = {"passed": "passed", "failed": "failed", "skipped": "skipped", "error": "errors", "errors": "errors"}
+
+
+def summary_counts(output: str) -> Counter[str] | None:
+    """The passed, failed, skipped and errors of pytest's summary line in ``output`` (its
+    last), or None when it has none (pytest did not get to the end)."""
+    for line in reversed(output.splitlines()):
+        m = _SUMMARY.match(line.strip())
+        if m:
+            counts: Counter[str] = Counter()
+            for n, word in _COUNT.findall(m["counts"]):
+                if word in _WORDS:
+                    counts[_WORDS[word]] += int(n)
+            return counts
+    return None
+
+
+def totals_line(outputs: list[str]) -> tuple[list[str], str]:
+    """Notes on the parts' summaries, and the last line: their sum in pytest's words,
+    ``total: N passed, N failed, N skipped``, errors counted as failed."""
+    total: Counter[str] = Counter()
+    notes = []
+    for i, out in enumerate(outputs, 1):
+        counts = summary_counts(out)
+        if counts is None:
+            notes.append(f"+ part {i} printed no pytest summary: its tests are not in the total")
+        else:
+            total += counts
+    if total["errors"]:
+        notes.append(f"+ {total['errors']} errors (collection, set-up or teardown) are counted as failed")
+    line = f"total: {total['passed']} passed, {total['failed'] + total['errors']} failed, {total['skipped']} skipped"
+    return notes, line
+
+
+def preflight(args: list[str], missing: Callable[[], list[str]] = system_tools.missing) -> str | None:
+    """The one line naming the programs the selected tests need and this machine lacks, or
+    None. Paths all under tests/unit need none (the plain-Python tests)."""
+    paths = [a for a in args if not a.startswith("-") and os.path.exists(a.split("::")[0])]
+    if paths and all(os.path.abspath(p.split("::")[0]).startswith(_UNIT) for p in paths):
+        return None
+    names = missing()
+    return f"python -m tests: {system_tools.reason(names)}" if names else None
+
+
+def _call(argv: list[str]) -> tuple[int, str]:
+    """Run ``argv``, its output shown as it comes and returned."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    assert proc.stdout is not None
+    kept = []
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        kept.append(line)
+    return proc.wait(), "".join(kept)
+
+
+def _show(title: str, out: IO[str]) -> str:
     print(f"\n+ {title}:", flush=True)
     out.seek(0)
-    sys.stdout.write(out.read())
+    text = out.read()
+    sys.stdout.write(text)
     sys.stdout.flush()
+    return text
+
+
+def _finish(codes: list[int], outputs: list[str]) -> int:
+    notes, line = totals_line(outputs)
+    for note in notes:
+        print(note)
+    print(line, flush=True)
+    return _result(codes)
 
 
 def main(args: list[str]) -> int:
     if any(a == "-m" or a.startswith("-m") and not a.startswith("--") for a in args):
         print("python -m tests: -m is set by this script; run python -m pytest -m ... for one tier", file=sys.stderr)
         return 4
+    problem = preflight(args)
+    if problem:
+        print(problem, flush=True)
+        return MISSING_PROGRAM
     workers = os.environ.get("SCALE_TEST_WORKERS", "4")
     spread = workers != "0"
     parts = [
@@ -76,11 +162,13 @@ def main(args: list[str]) -> int:
         ["-m", "serial", "-p", "no:xdist", *args],
     ]
     if not spread or os.environ.get("SCALE_TEST_SEQUENTIAL", "") not in ("", "0"):
-        codes = []
+        codes, outputs = [], []
         for part in parts:
             print("+ " + " ".join(_argv(part)), flush=True)
-            codes.append(subprocess.call(_argv(part)))
-        return _result(codes)
+            code, output = _call(_argv(part))
+            codes.append(code)
+            outputs.append(output)
+        return _finish(codes, outputs)
     started = time.monotonic()
     with (
         tempfile.NamedTemporaryFile("w+", prefix="scale-tests-part1-", suffix=".log") as out1,
@@ -94,14 +182,14 @@ def main(args: list[str]) -> int:
             _argv(parts[0]), stdout=out1, stderr=subprocess.STDOUT, env=env1, preexec_fn=lambda: os.nice(NICE)
         )
         p2 = subprocess.Popen(_argv(parts[1]), stdout=out2, stderr=subprocess.STDOUT)
-        code3 = subprocess.call(_argv(parts[2]))
+        code3, text3 = _call(_argv(parts[2]))
         took3 = time.monotonic() - started
         code2 = p2.wait()
-        _show("part 2, the paced tests", out2)
+        text2 = _show("part 2, the paced tests", out2)
         code1 = p1.wait()
-        _show(f"part 1, in parallel at nice {NICE}", out1)
+        text1 = _show(f"part 1, in parallel at nice {NICE}", out1)
         print(f"\n+ python -m tests: serial part {took3:.0f} s, all {time.monotonic() - started:.0f} s", flush=True)
-        return _result([code1, code2, code3])
+        return _finish([code1, code2, code3], [text1, text2, text3])
 
 
 if __name__ == "__main__":

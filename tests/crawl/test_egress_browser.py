@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from collections import defaultdict
@@ -11,14 +10,20 @@ from collections import defaultdict
 import pytest
 
 from scrapy_scale.testbed import ProxySpec, Testbed
+from tests.support import system_tools
 from tests.support.crawling import run_crawl
 
 pytest.importorskip("scrapy_playwright")
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-pytestmark = [
-    pytest.mark.crawl,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium package"),
-]
+#: Debian's chromium; a machine without it fails every test here with the one reason of
+#: tests/support/system_tools.py (the fixture below), as every test that needs a program does
+CHROMIUM = shutil.which("chromium") or "chromium"
+pytestmark = pytest.mark.crawl
+
+
+@pytest.fixture(autouse=True)
+def _chromium() -> None:
+    system_tools.need("chromium")
+
 
 BROWSER = {
     "SPIDER_MODULES": ["tests.support.egress_browser_spiders"],

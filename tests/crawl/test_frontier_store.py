@@ -50,10 +50,10 @@ def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
     """A private 3-node Redis Cluster (no replicas) on loopback, for the whole session."""
     import subprocess
 
-    from tests.support import services
+    from tests.support import services, system_tools
 
-    exe = services.need_binary("redis-server", "install it with `apt-get install redis-server`")
-    cli = services.need_binary("redis-cli", "install it with `apt-get install redis-tools`")
+    exe = system_tools.need("redis-server")
+    cli = system_tools.need("redis-cli")
     root = tmp_path_factory.mktemp("cluster")
     nodes: list[services.Process] = []
     try:

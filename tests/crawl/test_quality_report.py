@@ -5,7 +5,6 @@ rendered in headless Chromium."""
 from __future__ import annotations
 
 import json
-import shutil
 import struct
 import subprocess
 import textwrap
@@ -17,6 +16,7 @@ import pytest
 
 from scrapy_scale.testbed import Testbed
 from tests.crawl.test_commands import scale
+from tests.support import system_tools
 from tests.support.crawling import UNPACED, run_crawl, start_crawl
 
 pytestmark = pytest.mark.crawl
@@ -221,9 +221,7 @@ def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
 
 
 def screenshot_is_not_blank(page: Path, tmp_path: Path) -> None:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.fail("Chromium is needed for this test: apt-get install -y chromium (.ci/run does)")
+    chromium = system_tools.need("chromium")
     png = tmp_path / "report.png"
     subprocess.run(
         [

@@ -1,5 +1,5 @@
 """Real Prometheus and Pushgateway servers for the metrics tests (Debian packages
-``prometheus`` and ``prometheus-pushgateway``; .ci/run installs them).
+``prometheus`` and ``prometheus-pushgateway``; scripts/install-system-packages.sh installs them).
 
 Each test starts its own server on a free loopback port with its own config and storage
 folders; nothing depends on the packaged service (which may or may not be running on
@@ -20,9 +20,8 @@ from typing import Any
 import pytest
 
 from tests.support.hang import hang_guard
-from tests.support.services import LOOPBACK, Process, free_port, need_binary
-
-HOW = "install it with `apt-get install -y prometheus prometheus-pushgateway` (.ci/run does)"
+from tests.support.services import LOOPBACK, Process, free_port
+from tests.support.system_tools import need
 
 
 def http_get(url: str, timeout: float = 5) -> str:
@@ -50,7 +49,7 @@ class Prometheus:
     """A Prometheus server scraping every target in ``sd_folder/*.json`` each second."""
 
     def __init__(self, workdir: Path, sd_folder: Path, scrape_interval: str = "1s"):
-        exe = need_binary("prometheus", HOW)
+        exe = need("prometheus")
         self.port = free_port()
         self.url = f"http://{LOOPBACK}:{self.port}"
         workdir.mkdir(parents=True, exist_ok=True)
@@ -109,7 +108,7 @@ class Prometheus:
 
 class Pushgateway:
     def __init__(self, workdir: Path):
-        exe = need_binary("prometheus-pushgateway", HOW)
+        exe = need("prometheus-pushgateway")
         self.port = free_port()
         self.url = f"http://{LOOPBACK}:{self.port}"
         # memory only: Debian's build persists to /var/lib/prometheus/pushgateway.data by
@@ -133,7 +132,7 @@ class Pushgateway:
 
 
 def promtool(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    exe = need_binary("promtool", HOW)
+    exe = need("promtool")
     return subprocess.run([exe, *args], input=stdin, capture_output=True, text=True, timeout=hang_guard(120), cwd=cwd)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import system_tools
 from tests.support.hang import hang_guard
 
 LOOPBACK = "127.0.0.1"
@@ -99,13 +100,6 @@ class Process:
         self.start()
 
 
-def need_binary(name: str, how: str) -> str:
-    path = shutil.which(name)
-    if not path:
-        pytest.fail(f"{name} is not installed; {how}")
-    return path
-
-
 # ---- Redis -------------------------------------------------------------------------
 
 
@@ -118,7 +112,7 @@ def redis_ping(url: str) -> bool:
 def private_redis(workdir: Path, appendonly: bool = True, password: str | None = None) -> Process:
     """A Redis server of the test's own, on a free port, data in ``workdir``
     (``password``: clients must give it, e.g. ``redis://:PASSWORD@host:port/0``)."""
-    exe = need_binary("redis-server", "install it with `apt-get install redis-server`")
+    exe = system_tools.need("redis-server")
     port = free_port()
     argv = [
         exe,
