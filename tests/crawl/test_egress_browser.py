@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from collections import defaultdict
 
 import pytest
@@ -14,16 +13,7 @@ from tests.support import system_tools
 from tests.support.crawling import run_crawl
 
 pytest.importorskip("scrapy_playwright")
-#: Debian's chromium; a machine without it fails every test here with the one reason of
-#: tests/support/system_tools.py (the fixture below), as every test that needs a program does
-CHROMIUM = shutil.which("chromium") or "chromium"
 pytestmark = pytest.mark.crawl
-
-
-@pytest.fixture(autouse=True)
-def _chromium() -> None:
-    system_tools.need("chromium")
-
 
 BROWSER = {
     "SPIDER_MODULES": ["tests.support.egress_browser_spiders"],
@@ -32,19 +22,21 @@ BROWSER = {
         "https": "scrapy_playwright.handler.ScrapyPlaywrightDownloadHandler",
     },
     "PLAYWRIGHT_BROWSER_TYPE": "chromium",
-    "PLAYWRIGHT_LAUNCH_OPTIONS": {
-        "executable_path": CHROMIUM,
-        "headless": True,
-        "args": ["--no-sandbox", "--headless=new", "--disable-gpu"],
-    },
     "ROBOTSTXT_OBEY": False,
     "CONCURRENT_REQUESTS": 4,
     "SCALE_RETRY_POLICY": {"egress_failed": {"retries": 2}},
 }
 
 
+def browser() -> dict:
+    """BROWSER with Debian's chromium; without it the test fails with the one reason of
+    tests/support/system_tools.py, as every test that needs a program does."""
+    launch = {"headless": True, "args": ["--no-sandbox", "--headless=new", "--disable-gpu"]}
+    return dict(BROWSER, PLAYWRIGHT_LAUNCH_OPTIONS={"executable_path": system_tools.need("chromium"), **launch})
+
+
 def _crawl(tb, tmp_path, settings=None, **args):
-    s = dict(BROWSER, SCALE_EGRESSES=tb.proxy_urls, SCALE_OUTCOME_LOG=str(tmp_path / "outcomes.jsonl"))
+    s = dict(browser(), SCALE_EGRESSES=tb.proxy_urls, SCALE_OUTCOME_LOG=str(tmp_path / "outcomes.jsonl"))
     s.update(settings or {})
     extra = [x for k, v in args.items() for x in ("-a", f"{k}={v}")]
     res = run_crawl(tb, s, tmp_path, spider="browser_catalog", timeout=240, extra_args=extra)
@@ -161,7 +153,7 @@ def test_contexts_live_in_the_handler_of_each_scheme_and_all_close(tmp_path, tls
         "LOG_LEVEL": "DEBUG",
     }
     with Testbed(hosts=2, pages=12, seed=6, proxies=proxies, per_page=6, tls=tls) as tb:
-        s = dict(BROWSER, SCALE_EGRESSES=tb.proxy_urls, **more)
+        s = dict(browser(), SCALE_EGRESSES=tb.proxy_urls, **more)
         extra = ["-a", "ignore_tls=1"] if tls else []
         res = run_crawl(tb, s, tmp_path, spider="browser_catalog", timeout=240, extra_args=extra)
     assert res.returncode == 0, res.tail()
