@@ -1,6 +1,7 @@
 """``scrapy_scale.gc_tuning.GCTuning``: a cheaper garbage collector for a long crawl.
 
-Measured on the bench crawl (docs/benchmarks.md, "The garbage collector"), CPython's
+Measured on the bench crawl (docs/benchmarks.md, "The whole suite vs plain Scrapy": the
+collector's own CPU column and the plain-gc variant), CPython's
 cyclic garbage collector took about a third of a crawl process's CPU, plain Scrapy
 included: every full collection walks every object the process holds, and most of
 those are the modules, classes and functions imported at start-up, which never become

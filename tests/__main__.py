@@ -55,8 +55,8 @@ MISSING_PROGRAM = 3  # this script's exit status when a program the tests use is
 _UNIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unit")  # tests needing no program
 NICE = 19  # part 1's priority beside the timing tests
 #: part 1's hang guards are stretched this much (tests/support/hang.py): at nice 19 beside a
-#: serial test that drives both cores, a test there can be starved for minutes (CI at
-#: 9bb6e75: two Scrapy starts that fail at once on a bad setting outlasted their 60 s guard)
+#: serial test that drives both cores, a test there can be starved for minutes (in CI two
+#: Scrapy starts that fail at once on a bad setting outlasted their 60 s guard)
 HANG_FACTOR = "5"
 
 
