@@ -70,7 +70,7 @@ class Addon:
     """Scrapy add-on enabling all of scrapy-scale."""
 
     def update_settings(self, settings: BaseSettings) -> None:
-        with startup.reporting(settings):
+        with startup.reporting():
             config._load_declarations()  # SCALE_ENABLED lives in a declaring module
             if not core_settings.ENABLED.get(settings):
                 return

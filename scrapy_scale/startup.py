@@ -1,4 +1,4 @@
-"""A bad setting stops the crawl with one clear ERROR line, not a traceback.
+"""A crawl that cannot start stops with one clear ERROR line, not a traceback.
 
 Scrapy lets an exception raised while a crawler starts (an add-on, a component's
 ``from_crawler``) escape its crawl task, and asyncio (or Twisted, for the Deferred-based
@@ -6,19 +6,22 @@ Scrapy lets an exception raised while a crawler starts (an add-on, a component's
 36-line traceback whose last line is the message. :func:`reporting` wraps those
 places: a :class:`~scrapy_scale.config.ScaleSettingError` is logged once as
 ``Cannot start: bad setting NAME = VALUE: what is wrong`` and re-raised, so the crawl still fails
-(``scrapy crawl`` exits with status 1); below ``LOG_LEVEL = "DEBUG"`` the traceback
-logged afterwards for that same error is dropped (a filter on the ``asyncio`` and
-``twisted`` loggers), at DEBUG it stays for whoever debugs. (The Deferred-based
-``CrawlerProcess``, used with ``FORCE_CRAWLER_PROCESS`` or a non-asyncio reactor, also
-has Twisted print an unhandled Deferred error straight to stderr, past logging: there
-the ERROR line still comes first, the traceback after it.)
+(``scrapy crawl`` exits with status 1); :func:`cannot_start` does the same for another
+error that stops a start (a frontier that cannot be reached). The traceback logged
+afterwards for that same error, or for one it caused (Scrapy's engine, closing a spider
+it never opened, raises ``Engine slot not assigned`` from it), is dropped at every log
+level, DEBUG included, which is Scrapy's default: a filter on the ``asyncio`` and
+``twisted`` loggers. (The Deferred-based ``CrawlerProcess``, used with
+``FORCE_CRAWLER_PROCESS`` or a non-asyncio reactor, also has Twisted print an unhandled
+Deferred error straight to stderr, past logging: there the ERROR line still comes first,
+the traceback after it.)
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -37,55 +40,41 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def reports_setting_errors(fn: F) -> F:
-    """Decorator of a ``from_crawler(cls, crawler)`` (or any method taking the crawler
-    first): a ScaleSettingError it raises is reported (:func:`reporting`)."""
+    """Decorator of a ``from_crawler(cls, crawler)`` (or any method): a ScaleSettingError
+    it raises is reported (:func:`reporting`)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with reporting(_settings_of(*args, *kwargs.values())):
+        with reporting():
             return fn(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
 
 
-def _settings_of(*args: Any) -> Any:
-    """The settings of the first argument that is (or has) a crawler or spider."""
-    for a in args:
-        for obj in (a, getattr(a, "crawler", None)):
-            settings = getattr(obj, "settings", None)
-            if settings is not None and hasattr(settings, "get"):
-                return settings
-    return None
-
-
 @contextmanager
-def reporting(settings: Mapping[str, Any] | Any) -> Iterator[None]:
+def reporting() -> Iterator[None]:
     """Log a ScaleSettingError raised in the block as one ERROR line, then re-raise it."""
     try:
         yield
     except ScaleSettingError as e:
-        report(e, settings)
+        report(e)
         raise
 
 
-def report(error: ScaleSettingError, settings: Mapping[str, Any] | Any) -> None:
+def report(error: ScaleSettingError) -> None:
     """Log ``error`` as one ERROR line (once, however many wrappers it crosses)."""
+    cannot_start(error, error.line())
+
+
+def cannot_start(error: BaseException, what: str) -> None:
+    """Log ``Cannot start: WHAT`` once for ``error``, which the caller raises (or lets
+    go on): the runners' tracebacks of it stay out of the log."""
     if getattr(error, _REPORTED, False):
         return
     setattr(error, _REPORTED, True)
-    logger.error("Cannot start: %s", error.line())
-    if not _debug(settings):
-        setattr(error, _HIDE, True)
-        _install_filter()
-
-
-def _debug(settings: Mapping[str, Any] | Any) -> bool:
-    level = settings.get("LOG_LEVEL") if hasattr(settings, "get") else None
-    if level is None:
-        return logger.isEnabledFor(logging.DEBUG)
-    if isinstance(level, int):
-        return level <= logging.DEBUG
-    return str(level).strip().upper() == "DEBUG"
+    logger.error("Cannot start: %s", what)
+    setattr(error, _HIDE, True)
+    _install_filter()
 
 
 class HideReported(logging.Filter):

@@ -161,7 +161,7 @@ class Scheduler(BaseScheduler):
         try:
             store = open_store(url, job, state_dir=state_dir)
         except FrontierError as e:
-            logger.error("scrapy-scale frontier cannot start: %s", e)
+            startup.cannot_start(e, str(e))
             raise
         ctx = ScaleContext.of(crawler)
         ctx.scheduler_holds_retries = True  # and keys requests by their real fingerprint

@@ -157,6 +157,10 @@ class StorePipeline:
                     str(e).removeprefix("SCALE_STORE_URL: ") + "; fix the user/password "
                     "(and authSource) in the URL, or the user's roles (readWrite on the database)",
                 ) from None
+            except StoreUnavailable as e:
+                raise config.ScaleSettingError(
+                    "SCALE_STORE_URL", f"{e}; start MongoDB there, or fix SCALE_STORE_URL"
+                ) from None
 
     @startup.reports_setting_errors
     def open_spider(self, spider: Spider | None = None) -> None:

@@ -33,17 +33,14 @@ from twisted.python.threadpool import ThreadPool
 from scrapy_scale import compat, meta, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as keys
-from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.outcomes import settings as outcomes_settings
-from scrapy_scale.redact import redact_url
 from scrapy_scale.throttle import settings as throttle_settings
 from scrapy_scale.throttle.notes import PauseNotes
 from scrapy_scale.throttle.permits import Permits
 from scrapy_scale.throttle.policy import CRAWL_DELAY_MARGIN, Pacing, SiteState
 from scrapy_scale.throttle.profiles import BUILTIN, Profiles
 from scrapy_scale.throttle.routing import RouteLearner, RoutePacing
-from scrapy_scale.throttle.shared import open_shared
 from scrapy_scale.throttle.upkeep import PacerUpkeep
 
 if TYPE_CHECKING:
@@ -117,18 +114,7 @@ class Throttle(PacerUpkeep):
             )
         cap = float(outcomes_settings.RETRY_AFTER_MAX.get(s))
         pacing = Pacing(profiles, time.time, retry_after_cap=cap, slot_delays=throttle_settings.slot_delays(s))
-        job = core_settings.JOB.get(s) or getattr(crawler.spidercls, "name", None) or "default"
-        url = throttle_settings.throttle_url(s)
-        try:
-            shared = open_shared(url, job)
-            learned = shared.load()
-        except Exception as e:  # noqa: BLE001 - pacing works without it, starting from scratch
-            logger.warning(
-                "throttle: learned delays at %s cannot be read (%s); starting from the profiles", redact_url(url), e
-            )
-            shared, learned = None, {}
-        ext = cls(crawler, pacing, shared, top=throttle_settings.STATS_TOP.get(s))
-        ext.restored = ext._restore(learned)
+        ext = cls(crawler, pacing, None, top=throttle_settings.STATS_TOP.get(s))
         if s.getbool("AUTOTHROTTLE_ENABLED"):
             logger.warning(
                 "throttle: AUTOTHROTTLE_ENABLED is on as well; scrapy-scale's per-site pacing "

@@ -14,8 +14,12 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task
 
 from scrapy_scale import stats_keys as keys
+from scrapy_scale.config import core_settings
 from scrapy_scale.daemon_pool import DaemonThreadPool
+from scrapy_scale.redact import redact_url
+from scrapy_scale.throttle import settings as throttle_settings
 from scrapy_scale.throttle.routing import split_route
+from scrapy_scale.throttle.shared import open_shared
 
 if TYPE_CHECKING:
     from scrapy_scale.throttle.permits import Permits
@@ -35,6 +39,7 @@ class PacerUpkeep:
     route_pacing: RoutePacing
     learner: RouteLearner | None
     shared: Any
+    crawler: Any
     stats: Any
     top: int
     restored: int
@@ -48,7 +53,25 @@ class PacerUpkeep:
     def _in_thread(self, fn: Any, *args: Any) -> Any:  # pragma: no cover - the pacer's
         raise NotImplementedError
 
+    def _load_learned(self) -> None:
+        """Open the shared state and adopt the learned delays, when the spider opens: after
+        the frontier opened its store, so a frontier URL that cannot be reached stops the
+        start with its one line, not this warning before it."""
+        s = self.crawler.settings
+        job = core_settings.JOB.get(s) or getattr(self.crawler.spidercls, "name", None) or "default"
+        url = throttle_settings.throttle_url(s)
+        try:
+            self.shared = open_shared(url, job)
+            learned = self.shared.load()
+        except Exception as e:  # noqa: BLE001 - pacing works without it, starting from scratch
+            logger.warning(
+                "throttle: learned delays at %s cannot be read (%s); starting from the profiles", redact_url(url), e
+            )
+            self.shared, learned = None, {}
+        self.restored = self._restore(learned)
+
     def _open(self, spider: Any = None) -> None:
+        self._load_learned()
         if self.restored:
             logger.info("throttle: started from %d learned site delay(s)", self.restored)
         self._pool = DaemonThreadPool(1, 1, name="scale-throttle")

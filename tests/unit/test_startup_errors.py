@@ -1,6 +1,6 @@
 """A bad setting stops `scrapy crawl` with one clear ERROR line: the setting, its value
-(secrets redacted) and what is wrong; exit status 1 (README); no traceback unless
-LOG_LEVEL=DEBUG. Real `scrapy crawl` subprocesses (tests/support/crawling.py), settings given
+(secrets redacted) and what is wrong; exit status 1 (README); no traceback at any log
+level. Real `scrapy crawl` subprocesses (tests/support/crawling.py), settings given
 with -s as a user types them; the lines of the add-on's value checks are checked in this
 process, on a Crawler created with the add-on (as the crawl creates it)."""
 

@@ -85,14 +85,22 @@ class MongoStore(Store):
     def check_access(self) -> None:
         """At startup: authenticate (ping with the URL's credentials) and read the items
         collection. Raises StoreBroken when the server refuses the credentials or the rights
-        (permanent); a server that cannot be reached is left to the writer (an outage)."""
+        (permanent), StoreUnavailable (one line) when it cannot be reached within the
+        timeout: a wrong host or a server not started yet stops the start, as an
+        unreachable frontier does; an outage later in the crawl is waited out."""
         from pymongo import errors
 
         try:
             self._call(self._client_or_open().admin.command, "ping")
             self._call(self._items.find_one, {}, projection={"_id": 1})
-        except StoreUnavailable:
-            return
+        except StoreUnavailable as e:
+            cause = e.__cause__ if e.__cause__ is not None else e
+            # pymongo's text goes on with its timeouts and a whole topology description
+            first = str(cause).split(" (configured timeouts")[0].split(", Timeout:")[0][:200]
+            raise StoreUnavailable(
+                f"cannot reach MongoDB at {self.describe()} within {self.timeout_ms / 1000:g} s"
+                f" ({type(cause).__name__}: {first})"
+            ) from None
         except errors.PyMongoError:
             return  # anything else shows at the first write, as before
 
