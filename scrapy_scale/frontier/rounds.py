@@ -29,6 +29,9 @@ logger = logging.getLogger(__name__)
 
 #: the outbox is written at once (on the reactor thread) when it holds this many batches
 OUTBOX_CAP = 16
+#: seconds before another sync asks the store to finish the run when one did not (something
+#: was left, or the store could not be asked)
+FINISH_AGAIN = 1.0
 #: feed messages one sync pops at most (at least SCALE_FRONTIER_BATCH); a sync that got
 #: that many starts the next one at once. They wait in the worker's taken list until
 #: written: a failed sync writes them again, a killed worker's go back to the feed once
@@ -70,6 +73,8 @@ class Rounds:
         self.finish_requested = False
         #: this worker saw the run finish
         self.finished = False
+        #: when has_pending() last asked a sync to finish the run (monotonic)
+        self._finish_asked = -FINISH_AGAIN
         #: the running (or last) sync asked the store for a lease
         self._sync_leases = False
 
@@ -77,6 +82,22 @@ class Rounds:
 
     def has_pending(self) -> bool:
         return bool(self.buffer) or self.waiting.any_write() or self.waiting.in_store()
+
+    def end_unconfirmed(self) -> bool:
+        """Nothing is left as of the last sync, and the run is not finished: a sync asks
+        the store to finish it (nothing pending, delayed or leased anywhere, now), and
+        until its answer requests may still come, so the engine must not call the spider
+        idle yet. Then the spider's own idle handlers are called as often as under Scrapy:
+        they were called once more while the scheduler's idle handler kept the spider open
+        for that sync."""
+        if self.finished or self.closing:
+            return False
+        now = time.monotonic()
+        if not self.finish_requested and now - self._finish_asked >= FINISH_AGAIN:
+            self._finish_asked = now
+            self.finish_requested = True
+            self.kick()
+        return True
 
     def has_work_for_this_worker(self) -> bool:
         """Is anything waiting that this worker could hand to the engine, now or after

@@ -291,7 +291,7 @@ class Scheduler(BaseScheduler):
         return self.waiting.remote
 
     def has_pending_requests(self) -> bool:
-        return self.rounds.has_pending()
+        return self.rounds.has_pending() or (not self.wait_for_seeds and self.rounds.end_unconfirmed())
 
     def __len__(self) -> int:
         """Requests waiting to be handed to the engine: buffered, in the outbox (or the

@@ -16,6 +16,7 @@ from typing import Any
 
 import scrapy
 from scrapy import signals
+from scrapy.exceptions import DontCloseSpider
 
 
 class _Base(scrapy.Spider):
@@ -212,3 +213,51 @@ class ItemInKwargsSpider(_Base):
 
 class Opaque:
     """A value the frontier cannot store."""
+
+
+class SlotDelaySpider(_Base):
+    """Scrapy's downloader-slots test: requests that name their slot
+    (``meta["download_slot"]``) whose ``DOWNLOAD_SLOTS`` entry has a delay; the pages
+    must go out that delay apart, as Scrapy's downloader spaces them. Start requests,
+    then one page found by a callback (a request the frontier gets mid-crawl)."""
+
+    name = "slot_delay"
+    slot = "shop-slot"
+    custom_settings = {"DOWNLOAD_SLOTS": {slot: {"delay": 2, "randomize_delay": False}}}
+
+    async def start(self) -> Any:
+        for n in (1, 2, 3):
+            yield scrapy.Request(f"{self.base}/item/{n}", meta={"download_slot": self.slot})
+
+    def parse(self, response: Any) -> Iterator[Any]:
+        yield {"url": response.url, "slot": response.meta.get("download_slot")}
+        if response.url.endswith("/item/1"):
+            yield scrapy.Request(f"{self.base}/item/4", meta={"download_slot": self.slot})
+
+
+class IdleOnceSpider(_Base):
+    """Scrapy's engine test of ``spider_idle`` (``TestSpiderIdle.test_dont_close_spider``):
+    the first time the spider is idle its handler crawls one more page and raises
+    ``DontCloseSpider``; the second time it lets the spider close. Reports each call."""
+
+    name = "idle_once"
+
+    @classmethod
+    def from_crawler(cls, crawler: Any, *args: Any, **kw: Any) -> IdleOnceSpider:
+        spider = super().from_crawler(crawler, *args, **kw)
+        crawler.signals.connect(spider.on_idle, signal=signals.spider_idle)
+        spider.idle_calls = 0
+        return spider
+
+    async def start(self) -> Any:
+        yield scrapy.Request(f"{self.base}/item/1")
+
+    def on_idle(self) -> None:
+        self.idle_calls += 1
+        self.report(event="idle", call=self.idle_calls)
+        if self.idle_calls == 1:
+            self.crawler.engine.crawl(scrapy.Request(f"{self.base}/item/2"))
+            raise DontCloseSpider
+
+    def parse(self, response: Any) -> Iterator[dict[str, Any]]:
+        yield {"url": response.url}

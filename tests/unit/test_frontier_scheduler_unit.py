@@ -102,7 +102,11 @@ def test_ack_waits_for_every_item_of_the_request(sched: Scheduler) -> None:
     assert state(sched, r) == State.DONE
     outcome(r, items=3)  # a second final outcome does not ack twice
     assert sched.crawler.stats.get_value("scale/frontier/acked") == 1
-    assert not sched.has_pending_requests()
+    # nothing left as of the last sync: pending until a sync has finished the run (so the
+    # engine calls the spider idle only once the end is known)
+    assert sched.has_pending_requests() and sched.rounds.finish_requested
+    res = sched.sync_blocking()
+    assert res.finished_run and not sched.has_pending_requests()
 
 
 def test_a_request_whose_item_was_not_stored_is_never_acked_and_is_released_at_close(sched: Scheduler) -> None:
