@@ -10,7 +10,9 @@ Plain Python with an injectable clock and randomness (no reactor): the Scrapy gl
   response that blames nobody or the domain (``rate_limited``: the site wants us slower,
   not another IP) is good for the egress; a failure after the connection (a ``transient``
   outcome without a response) counts against the egress when the same site answers
-  through another egress (:mod:`~.suspects`); everything else is no evidence at all.
+  through another egress (:mod:`~.suspects`); ``egress_site`` (a proxy's own error
+  answer) hurts the egress for that domain, and everywhere once it did so on several
+  domains (:mod:`~.suspects` counts the domains); everything else is no evidence at all.
 - :meth:`EgressPool.choose` picks among the egresses available for a domain, weighted by
   score and spread by load, with optional stickiness and route caps; a retry's egresses
   to avoid are avoided while another healthy one is, or will be once its route is free.
@@ -293,6 +295,8 @@ class EgressPool:
         if blame == "egress_domain":
             self.bans[key_of(egress, domain)] += 1
         events: list[Event] = []
+        if blame == "egress_site":  # the proxy answered for itself
+            return self._blame([self.suspects.convict(egress, domain, now)], now, witnessed=False)
         if blame == "egress":
             events += self._record(egress, "", False, now)
         elif responded:
@@ -310,12 +314,13 @@ class EgressPool:
             events += self._blame(self.suspects.failed(egress, domain, now), now)
         return events
 
-    def _blame(self, blames: list[Blame], now: float) -> list[Event]:
+    def _blame(self, blames: list[Blame], now: float, witnessed: bool = True) -> list[Event]:
         events: list[Event] = []
         for b in blames:
             if b.egress not in self.egresses:
                 continue
-            self.counts["suspect_blamed"] += 1
+            if witnessed:
+                self.counts["suspect_blamed"] += 1
             events += self._record(b.egress, b.domain, False, now)
             for _ in range(b.n_global):
                 events += self._record(b.egress, "", False, now)

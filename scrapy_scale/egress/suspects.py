@@ -13,6 +13,9 @@ against (egress, site), and against the egress everywhere once it has been blame
 on ``sites`` different sites within the window (the earlier blamed failures then count
 globally too). A site that fails on every egress blames none of them.
 
+A failure that is the egress's for certain (its proxy answered for itself,
+:meth:`Suspects.convict`) needs no witness, and counts globally by the same rule.
+
 Plain Python, the time is passed in: :class:`~scrapy_scale.egress.pool.EgressPool`
 feeds it and turns its answers into health evidence.
 """
@@ -148,6 +151,12 @@ class Suspects:
         waiting.append((egress, now))
         del waiting[:-MAX_PENDING]
         return []
+
+    def convict(self, egress: str, domain: str, now: float) -> Blame:
+        """``egress`` failed at ``domain`` for certain (its proxy answered for itself): it
+        counts against (egress, site) now, and globally as the blamed failures above do."""
+        self._route(egress, domain, now).bad += 1.0
+        return self._blame(egress, domain, now)
 
     def forget(self, egresses: list[str]) -> None:
         """Drop the records of egresses no longer in the pool (a source changed): a

@@ -4,8 +4,9 @@
 the failure class and reason, the server's Retry-After, and whether the project's
 Scrapy settings (``RETRY_HTTP_CODES``, ``RETRY_EXCEPTIONS``) let it be retried.
 User rules (``SCALE_FAILURE_RULES``, :mod:`scrapy_scale.outcomes.rules`) are checked
-first, in order, first match wins; then the block-page detectors (for 2xx
-responses); then the defaults of the class table. The parse checks (callback
+first, in order, first match wins; then, for a request that went through a proxy, the
+proxy's own error answers (:mod:`scrapy_scale.outcomes.proxy_answers`); then the
+block-page detectors (for 2xx responses); then the defaults of the class table. The parse checks (callback
 raised, no items, critical fields missing) are :meth:`Classifier.classify_parse`.
 No reactor here: the classifier looks at Scrapy ``Request``/``Response`` objects
 and exceptions only, and takes the time from an injectable clock.
@@ -34,7 +35,8 @@ from twisted.web.client import ResponseFailed
 
 from scrapy_scale.clock import Clock, wall
 from scrapy_scale.outcomes.browser_errors import browser_verdict
-from scrapy_scale.outcomes.model import FailureClass
+from scrapy_scale.outcomes.model import Blame, FailureClass
+from scrapy_scale.outcomes.proxy_answers import proxy_answer
 from scrapy_scale.outcomes.retry_after import largest_retry_after
 from scrapy_scale.outcomes.rules import (  # noqa: F401 - re-exported (the public rule API)
     Rule,
@@ -71,6 +73,8 @@ class Verdict:
     retry_after_raw: str | None = None
     #: the site says it is overloaded without a Retry-After (a 503 without one)
     slow_down: bool = False
+    #: who is at fault when not the class's default (:data:`~scrapy_scale.outcomes.model.CLASSES`)
+    blame: Blame | None = None
 
 
 # ---- block-page detectors -------------------------------------------------------
@@ -249,12 +253,15 @@ class Classifier:
         return v
 
     def _response_class(self, response: Response, request: Request | None) -> Verdict:
-        if self.response_rules:
+        status = response.status
+        if self.response_rules or status >= 400:
             host, via_proxy = _host_and_proxy(request, response)
             for rule in self.response_rules:
                 if rule.matches_response(response, host, via_proxy):
                     return Verdict(rule.cls, rule.reason)
-        status = response.status
+            if via_proxy and status != 407 and (proxy_made := proxy_answer(response)) is not None:
+                # the proxy answered for itself: the egress failed, at this site at least
+                return Verdict(C.EGRESS_FAILED, proxy_made, blame=Blame.EGRESS_SITE)
         v = self.status_table.get(status)
         if v is None:
             return Verdict(C.FATAL, f"HTTP {status}")

@@ -21,7 +21,7 @@ from scrapy_scale import meta
 from scrapy_scale import signals as scale_signals
 from scrapy_scale.outcomes.bus import OutcomeBus
 from scrapy_scale.outcomes.classify import Verdict
-from scrapy_scale.outcomes.model import FailureClass, Outcome
+from scrapy_scale.outcomes.model import Blame, FailureClass, Outcome
 from scrapy_scale.outcomes.retry_after import clamp_retry_after
 
 if TYPE_CHECKING:
@@ -107,6 +107,7 @@ class OutcomeEmitter:
             retry_after_raw=verdict.retry_after_raw,
             retry_after=clamp_retry_after(verdict.retry_after, self.retry_after_max),
             slow_down=verdict.slow_down,
+            blame=verdict.blame if verdict.blame is not None else Blame.NONE,
             gave_up=gave_up is not None,
             gave_up_why=gave_up or "",
             internal=internal,

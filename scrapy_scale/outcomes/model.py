@@ -40,13 +40,16 @@ class Blame(StrEnum):
 
     ``domain``: the target site (slow the domain down; never the egress's fault);
     ``egress``: the egress the attempt went through, globally; ``egress_domain``: that
-    egress for that domain only (a block); ``none``: nobody (success, or the page/spider).
+    egress for that domain only (a block); ``egress_site``: that egress for that domain,
+    and globally once it failed so on several domains (a proxy's own error answer);
+    ``none``: nobody (success, or the page/spider).
     """
 
     NONE = "none"
     DOMAIN = "domain"
     EGRESS = "egress"
     EGRESS_DOMAIN = "egress_domain"
+    EGRESS_SITE = "egress_site"
 
 
 @dataclass(frozen=True, slots=True)

@@ -210,3 +210,44 @@ def test_egresses_removed_from_the_pool_are_forgotten():
     assert IA not in s.blamed and not any(IA in seen for seen in s.routes.values())
     assert not any(e == IA for waiting in s.pending.values() for e, _ in waiting)
     assert all(IB in s.routes[d] for d in ("s1", "s2"))  # the others' records are kept
+
+
+def proxy_answer(p: EgressPool, e: str, d: str) -> list:
+    """A proxy's own error page (tinyproxy's 502, Squid's X-Squid-Error): egress_failed, blame egress_site."""
+    return p.observe(e, d, "egress_failed", "egress_site", True)
+
+
+def test_a_proxys_own_answers_quarantine_it_for_the_site_then_everywhere_on_a_second_site():
+    """Counted like witnessed failures, with no witness needed: against (egress, site) at
+    once, globally once on two sites. Before, the pool counted a responded egress_failed
+    as the egress's good answer for the site (only 407 was blamed, globally)."""
+    clock = FakeClock()
+    p = pool(clock)
+    for i in range(3):
+        events = proxy_answer(p, IA, "s1")
+        clock.advance(0.1)
+        assert (p.state(IA, "s1") == QUARANTINED) == (i == 2)
+    assert [(e.kind, e.domain) for e in events] == [("quarantined", "s1")]
+    assert p.state(IA) == HEALTHY  # one site: maybe only that site is out of its reach
+    assert p.counts["suspect_blamed"] == 0  # no witness was asked for
+    events = proxy_answer(p, IA, "s2")  # a second site: the four count globally
+    assert ("quarantined", "") in [(e.kind, e.domain) for e in events]
+    assert p.state(IA) == QUARANTINED and p.choose("s3").egress.id != IA
+
+
+def test_a_proxy_answer_on_two_sites_quarantines_the_egress_within_min_failures():
+    clock = FakeClock()
+    p = pool(clock)
+    proxy_answer(p, IA, "s1")
+    proxy_answer(p, IA, "s2")
+    assert p.state(IA) == HEALTHY
+    proxy_answer(p, IA, "s3")
+    assert p.state(IA) == QUARANTINED  # the third (POLICY.min_failures) attempt
+
+
+def test_a_proxy_answer_is_no_good_answer_of_the_egress():
+    clock = FakeClock()
+    p = pool(clock)
+    proxy_answer(p, IA, "s1")
+    h = p.health[IA] if IA in p.health else None
+    assert h is None or h.good == 0  # the response that came back was the proxy's, not the site's
