@@ -128,7 +128,9 @@ EGRESS_BROWSER_CONTEXTS_MAX = "scale/egress/browser/contexts_max"  # most live a
 EGRESS_BROWSER_PROCESSES = "scale/egress/browser/processes"  # connected browser processes (gauge)
 EGRESS_BROWSER_FAILED_STARTS = "scale/egress/browser/failed_starts"  # contexts that could not start
 EGRESS_STATE_SKIPPED = "scale/egress/state_skipped/"  # + bad_record, clamped, live: bad shared state read (times)
-EGRESS_SUSPECT = "scale/egress/suspect_failures"  # attempts through an egress that failed after the connection
+EGRESS_SUSPECT = (
+    "scale/egress/suspect_failures"  # attempts through an egress that failed after the connection or got a 5xx
+)
 EGRESS_SUSPECT_BLAMED = "scale/egress/suspect_blamed"  # such failures counted against the egress (evidence)
 EGRESS_FIRST_BYTE_TIMEOUTS = "scale/egress/first_byte_timeouts"  # attempts cancelled: no headers in time
 # of those, through an egress not proven yet, under its site's shorter bound (egress/header_times.py)

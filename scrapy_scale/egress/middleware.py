@@ -245,7 +245,7 @@ class EgressMiddleware(SourceGlue):
         if outcome.fallback or outcome.egress is None:
             return
         events = self.pool.observe(
-            outcome.egress, outcome.domain, outcome.cls.value, outcome.blame.value, outcome.responded
+            outcome.egress, outcome.domain, outcome.cls.value, outcome.blame.value, outcome.responded, outcome.slow_down
         )
         for ev in events:
             self.events.report(ev)

@@ -8,9 +8,9 @@ Plain Python with an injectable clock and randomness (no reactor): the Scrapy gl
 - :meth:`EgressPool.observe` turns an outcome's blame into evidence: ``egress`` hurts
   the egress everywhere, ``egress_domain`` (a block) hurts it for that domain only; a
   response that blames nobody or the domain (``rate_limited``: the site wants us slower,
-  not another IP) is good for the egress; a failure after the connection (a ``transient``
-  outcome without a response) counts against the egress when the same site answers
-  through another egress (:mod:`~.suspects`); ``egress_site`` (a proxy's own error
+  not another IP) is good for the egress; a ``transient`` outcome (no response, or a 5xx
+  that is not a 503 saying the site is overloaded) counts against the egress when the
+  same site answers through another egress far more often (:mod:`~.suspects`); ``egress_site`` (a proxy's own error
   answer) hurts the egress for that domain, and everywhere once it did so on several
   domains (:mod:`~.suspects` counts the domains); everything else is no evidence at all.
 - :meth:`EgressPool.choose` picks among the egresses available for a domain, weighted by
@@ -282,9 +282,12 @@ class EgressPool:
 
     # ---- evidence --------------------------------------------------------------
 
-    def observe(self, egress: str, domain: str, cls: str, blame: str, responded: bool) -> list[Event]:
+    def observe(
+        self, egress: str, domain: str, cls: str, blame: str, responded: bool, slow_down: bool = False
+    ) -> list[Event]:
         """One attempt's outcome through ``egress``. ``responded``: a response came back
-        (any status). Returns the state changes it caused."""
+        (any status); ``slow_down``: a 503 saying the site is overloaded (its pressure on
+        the route, never the egress's failure). Returns the state changes it caused."""
         if egress not in self.egresses:
             return []
         now = self.clock()
@@ -297,19 +300,21 @@ class EgressPool:
         events: list[Event] = []
         if blame == "egress_site":  # the proxy answered for itself
             return self._blame([self.suspects.convict(egress, domain, now)], now, witnessed=False)
+        answered = responded and not (cls == "transient" and not slow_down)
         if blame == "egress":
             events += self._record(egress, "", False, now)
-        elif responded:
+        elif answered:
             events += self._record(egress, "", True, now)
         if blame == "egress_domain":
             events += self._record(egress, domain, False, now)
-        elif responded and blame == "none":
+        elif answered and blame == "none":
             events += self._record(egress, domain, True, now)
-        if responded and blame in ("none", "domain"):
+        if answered and blame in ("none", "domain"):
             events += self._blame(self.suspects.answered(egress, domain, now), now)
-        elif cls == "transient" and not responded:
-            # a timeout, an answer that is not HTTP, a connection closed mid-answer: the
-            # egress's fault only when the same site answers through another egress
+        elif cls == "transient":
+            # a timeout, an answer that is not HTTP, a connection closed mid-answer, a 5xx: the
+            # egress's fault only when the same site answers through another egress far more
+            # often than through this one (a site-wide 5xx, or one on every route, blames none)
             self.counts["suspect_failures"] += 1
             events += self._blame(self.suspects.failed(egress, domain, now), now)
         return events

@@ -1,7 +1,8 @@
 """Blame for failures after the connection: a timeout, an answer that is not HTTP, a
-connection closed mid-answer through an egress.
+connection closed mid-answer, a 5xx answer through an egress.
 
-Such a failure (a ``transient`` outcome without a response) may be the egress's fault
+Such a failure (a ``transient`` outcome: no response, or a 5xx that is not a 503 saying
+the site is overloaded) may be the egress's fault
 (a proxy that accepts and never answers) or the site's (a site that hangs or resets).
 It counts against the egress only with evidence: the same site answered through
 another egress within ``window`` seconds after the failure (an answer from before may be

@@ -251,3 +251,67 @@ def test_a_proxy_answer_is_no_good_answer_of_the_egress():
     proxy_answer(p, IA, "s1")
     h = p.health[IA] if IA in p.health else None
     assert h is None or h.good == 0  # the response that came back was the proxy's, not the site's
+
+
+# ---- the comparison: a route's 5xx far above the other routes' at the same site ----------
+
+#: an answer -> (class, blame, responded, slow_down), as the classifier sends them
+ANSWERS = {
+    "200": ("ok", "none", True, False),
+    "502": ("transient", "none", True, False),  # a 5xx no signature names (the site's, or the route's)
+    "503": ("transient", "none", True, True),  # 503 without Retry-After: the site is overloaded
+    "429": ("rate_limited", "domain", True, False),
+}
+
+
+def play(p: EgressPool, clock: FakeClock, plan: str) -> list:
+    """Run a plan of answers: ``"A s1 502, B s1 200, ..."`` (egress A/B/C, a site, an
+    answer of ANSWERS), 0.1 s apart; returns every state change."""
+    ids = {"A": IA, "B": IB, "C": IC}
+    events = []
+    for step in plan.split(","):
+        e, site, answer = step.split()
+        events += p.observe(ids[e], site, *ANSWERS[answer])
+        clock.advance(0.1)
+    return events
+
+
+def test_a_route_whose_5xx_are_far_above_the_other_routes_at_the_site_is_blamed():
+    """Before, a 5xx answer was the egress's good answer: a proxy making its own 502s that
+    no signature names was never quarantined."""
+    clock = FakeClock()
+    p = pool(clock)
+    play(p, clock, "A s1 502, B s1 200, C s1 200, A s1 502, B s1 200, A s1 502, C s1 200")
+    assert p.state(IA, "s1") == QUARANTINED and p.state(IA) == HEALTHY
+    assert p.state(IB, "s1") == HEALTHY and p.state(IC, "s1") == HEALTHY
+    play(p, clock, "A s2 502, B s2 200")  # a second site: globally
+    assert p.state(IA) == QUARANTINED
+
+
+def test_a_site_wide_5xx_stays_the_sites():
+    clock = FakeClock()
+    p = pool(clock)
+    play(p, clock, ", ".join(f"{e} s1 502" for _ in range(6) for e in "ABC"))
+    play(p, clock, ", ".join(f"{e} s2 200" for _ in range(3) for e in "ABC"))  # other sites answer
+    assert all(p.state(e, "s1") == HEALTHY and p.state(e) == HEALTHY for e in (IA, IB, IC))
+    assert p.counts["suspect_blamed"] == 0
+
+
+def test_a_site_with_random_5xx_on_every_route_blames_none():
+    """5% random 502s on one host (every route alike), the others' answers alike."""
+    clock = FakeClock()
+    p = pool(clock)
+    steps = [f"{'ABC'[i % 3]} s1 {'502' if i % 20 == 7 else '200'}" for i in range(300)]
+    play(p, clock, ", ".join(steps))
+    assert all(p.state(e, "s1") == HEALTHY and p.state(e) == HEALTHY for e in (IA, IB, IC))
+    assert p.counts["suspect_blamed"] == 0
+
+
+def test_a_503_saying_the_site_is_overloaded_on_one_route_is_never_the_egresss():
+    """nginx's limit_req per client address refuses with 503 the route sent most: the
+    site's pressure on that route (the throttle's evidence), not the egress's failure."""
+    clock = FakeClock()
+    p = pool(clock)
+    play(p, clock, ", ".join(["A s1 503, B s1 200, C s1 200"] * 6 + ["A s1 429, B s1 200"] * 3))
+    assert p.state(IA, "s1") == HEALTHY and p.state(IA) == HEALTHY
+    assert p.counts["suspect_failures"] == 0
