@@ -193,8 +193,12 @@ class _Proxy:
 
     def __enter__(self) -> Any:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.proc = Process(self.name, self.argv(), self.port, self.workdir, lambda: port_open(self.port))
-        self.proc.start()
+        try:
+            self.proc = Process(self.name, self.argv(), self.port, self.workdir, lambda: port_open(self.port))
+            self.proc.start()
+        except BaseException:  # pytest.fail too: what was made is cleaned up
+            self.__exit__(None, None, None)
+            raise
         return self
 
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
@@ -239,13 +243,11 @@ class Squid(_Proxy):
 
     name = "squid"
 
-    def __init__(self, workdir: Path, out: str, dead_upstream: bool = False):
-        super().__init__(workdir, out, dead_upstream)
-        self.home = Path(tempfile.mkdtemp(prefix="scale-squid-"))
+    home: Path | None = None
 
     def argv(self) -> list[str]:
         exe = need_binary("squid", HOW)
-        h = self.home
+        h = self.home = Path(tempfile.mkdtemp(prefix="scale-squid-"))
         user = []
         if os.geteuid() == 0:
             os.chmod(h, 0o755)
@@ -278,6 +280,8 @@ class Squid(_Proxy):
 
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         super().__exit__(t, e, tb)
+        if self.home is None:
+            return
         for name in ("access.log", "cache.log"):
             if (self.home / name).exists():
                 shutil.copy(self.home / name, self.workdir / name)
