@@ -28,7 +28,7 @@ from typing import Any
 
 from tests.support.services import LOOPBACK, Process, free_port, need_binary, port_open
 
-HOW = "install it with `apt-get install nginx-light tinyproxy squid` (scripts/install-system-packages.sh)"
+HOW = "install it with `apt-get install nginx tinyproxy squid` (Debian packages; the set-up installs them)"
 
 
 @dataclass(frozen=True)
