@@ -4,7 +4,7 @@ tinyproxy and Squid egresses (Debian packages), never the system services.
 Each runs in the foreground from a config written into a temporary folder, on a free
 port, and is stopped at teardown. Every proxy binds its outgoing connections to its own
 127.0.0.x address, so nginx's access log tells which proxy each request came through.
-A missing program fails the test saying how to get it (``need_binary``), as for the
+A missing program fails the test saying how to get it (``system_tools.need``), as for the
 other services of tests/support/services.py.
 
     with RealSites(tmp_path / "nginx", [Site("a", pages=20, rate=3)]) as web, \\
@@ -26,9 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tests.support.services import LOOPBACK, Process, free_port, need_binary, port_open
-
-HOW = "install it with `apt-get install nginx tinyproxy squid` (Debian packages; the set-up installs them)"
+from tests.support import system_tools
+from tests.support.services import LOOPBACK, Process, free_port, port_open
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,7 @@ class RealSites:
     """nginx serving ``sites``, each on its own address and one common free port."""
 
     def __init__(self, workdir: Path, sites: list[Site]):
-        self.exe = need_binary("nginx", HOW)
+        self.exe = system_tools.need("nginx")
         self.workdir = Path(workdir)
         self.sites = sites
         self.port = free_port()
@@ -213,7 +212,7 @@ class Tinyproxy(_Proxy):
     name = "tinyproxy"
 
     def argv(self) -> list[str]:
-        exe = need_binary("tinyproxy", HOW)
+        exe = system_tools.need("tinyproxy")
         w = self.workdir
         lines = [
             f"Port {self.port}",
@@ -246,7 +245,7 @@ class Squid(_Proxy):
     home: Path | None = None
 
     def argv(self) -> list[str]:
-        exe = need_binary("squid", HOW)
+        exe = system_tools.need("squid")
         h = self.home = Path(tempfile.mkdtemp(prefix="scale-squid-"))
         user = []
         if os.geteuid() == 0:

@@ -23,6 +23,9 @@ PROGRAMS = {
     "prometheus": "prometheus",
     "promtool": "prometheus",
     "prometheus-pushgateway": "prometheus-pushgateway",
+    "nginx": "nginx",
+    "tinyproxy": "tinyproxy",
+    "squid": "squid",
 }
 
 
