@@ -262,7 +262,16 @@ class EgressMiddleware(SourceGlue):
         self.first_byte.install()
         job = self.ctx.job or core_settings.JOB.get(self.crawler.settings) or spider.name
         self.store = open_state(self.crawler.settings, job)
-        self._opened(await maybe_deferred_to_future(threads.deferToThread(self._open_state)))
+        try:
+            records = await maybe_deferred_to_future(threads.deferToThread(self._open_state))
+        except Exception as e:  # noqa: BLE001 - the sync loop must start all the same (issue 35 item 6)
+            logger.warning(
+                "egress: cannot read the pool's state from %s (%s); starting without it, the sync tries again",
+                self.store.where,
+                redact_text(str(e)),
+            )
+            records = {}
+        self._opened(records)
         if self.refresher.source.kind == "provider":  # the first fetch, before any request
             d = self._refresh()
             if d is not None:

@@ -23,15 +23,20 @@ Nothing here holds a proxy URL: records are keyed by egress id.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 from scrapy_scale.egress.health import Health
 from scrapy_scale.redact import redact_url
+from scrapy_scale.shared_values import Warnings, decode_hash, is_wrongtype
 from scrapy_scale.sqlite_open import setup_retrying
+
+logger = logging.getLogger("scrapy_scale.egress.middleware")  # the lines users know, under their logger
 
 #: a worker that has not synced for this many sync periods (plus 5 s) is not live
 LIVE_PERIODS = 3
@@ -68,16 +73,14 @@ class StateStore:
 
 
 def _loads(raw: dict[Any, Any]) -> dict[str, Any]:
-    """Stored JSON values by key; one that does not parse is None (its reader skips it
-    with a warning: shared state is untrusted input)."""
-    out: dict[str, Any] = {}
-    for k, v in raw.items():
-        key = k.decode(errors="replace") if isinstance(k, bytes) else str(k)
-        try:
-            out[key] = json.loads(v)
-        except (ValueError, TypeError):
-            out[key] = None
-    return out
+    """Stored JSON values by key, through the one decoder of shared values
+    (:func:`scrapy_scale.shared_values.decode_hash`: not UTF-8, not JSON, nested too deep
+    or too large is refused); a refused one is None (its reader skips it with a warning:
+    shared state is untrusted input), under its name as shown when the name is refused."""
+    good, bad = decode_hash(raw)
+    for key, _ in bad:
+        good.setdefault(key, None)
+    return good
 
 
 #: HSET of health records that keeps a newer state change: a record is written unless the
@@ -138,11 +141,47 @@ class RedisState(StateStore):
             f"{p}:{s}" for s in ("health", "counts", "live", "pool")
         )
         self._put_health = self.r.register_script(_PUT_HEALTH)
+        self.warnings = Warnings(logger)
+
+    def _retyped(self, op: Callable[[], Any]) -> Any:
+        """``op``; when a key of the job's pool state holds another type (WRONGTYPE: a
+        string where a hash should be), that key holds nothing a worker wrote: it is
+        deleted, said once, and ``op`` runs again. The sync must not stop for the whole
+        crawl over it (issue 35 item 6)."""
+        import redis
+
+        try:
+            return op()
+        except redis.ResponseError as e:
+            if not is_wrongtype(e):
+                raise
+        for k in (self.k_health, self.k_counts, self.k_live, self.k_pool):
+            if self.r.type(k) not in (b"hash", b"none", "hash", "none"):
+                self.warnings.warn(
+                    k, "type", "egress: shared state key %s is not a hash; deleted (shared state is untrusted)", k
+                )
+                self.r.delete(k)
+        return op()
+
+    def _hgetall(self, key: str) -> dict[str, Any]:
+        """A hash of the job's pool state for a reader that writes nothing: a key of another
+        type reads as empty (the crawl deletes it)."""
+        import redis
+
+        try:
+            return _loads(self.r.hgetall(key))
+        except redis.ResponseError as e:
+            if not is_wrongtype(e):
+                raise
+            return {}
 
     def load(self) -> dict[str, dict[str, Any]]:
-        return _loads(self.r.hgetall(self.k_health))
+        return _loads(self._retyped(lambda: self.r.hgetall(self.k_health)))
 
     def sync(self, worker, dirty, counts, now):
+        return self._retyped(lambda: self._sync(worker, dirty, counts, now))
+
+    def _sync(self, worker: str, dirty: dict[str, Any], counts: dict[str, Any], now: float) -> Any:
         pipe = self.r.pipeline(transaction=False)
         if dirty:
             args = [repr(float(now + self.longest))]
@@ -164,10 +203,10 @@ class RedisState(StateStore):
 
     def read_all(self):
         return {
-            "health": _loads(self.r.hgetall(self.k_health)),
-            "counts": _loads(self.r.hgetall(self.k_counts)),
-            "live": _loads(self.r.hgetall(self.k_live)),
-            "pool": _loads(self.r.hgetall(self.k_pool)),
+            "health": self._hgetall(self.k_health),
+            "counts": self._hgetall(self.k_counts),
+            "live": self._hgetall(self.k_live),
+            "pool": self._hgetall(self.k_pool),
         }
 
     def reset(self) -> None:

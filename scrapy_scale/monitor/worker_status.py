@@ -37,8 +37,10 @@ from twisted.internet import task, threads
 from scrapy_scale.monitor import live_metrics
 from scrapy_scale.monitor import settings as S
 from scrapy_scale.monitor.progress import DONE_VALUES, WINDOW, RateWindow
+from scrapy_scale.shared_values import Refused, Warnings, decode_hash, finite, loads
 
 logger = logging.getLogger(__name__)
+warnings = Warnings(logger)
 
 
 class Sink:
@@ -70,8 +72,10 @@ class RedisSink(Sink):
     def remove(self, worker: str) -> None:
         self.r.hdel(self.key, worker)
 
-    def read(self) -> list[dict[str, Any]]:
-        return [json.loads(v) for v in self.r.hgetall(self.key).values()]
+    def read(self) -> list[Any]:
+        good, bad = decode_hash(self.r.hgetall(self.key))
+        warnings.refused(self.key, bad, "watch: workers' snapshots")
+        return list(good.values())
 
     def close(self) -> None:
         self.r.close()
@@ -101,9 +105,11 @@ class FileSink(Sink):
         docs = []
         for p in sorted(self.folder.glob("*.json")):
             try:
-                docs.append(json.loads(p.read_text()))
-            except (OSError, ValueError):
+                docs.append(loads(p.read_bytes()))
+            except OSError:
                 continue  # removed or being replaced
+            except Refused as e:  # being replaced, or not a snapshot a worker wrote
+                warnings.warn(str(p), "refused", "watch: skipping worker snapshot %s: %s", p, e)
         return docs
 
 
@@ -121,8 +127,29 @@ def sink_for(settings: Any, job: str) -> Sink:
     return FileSink(Path(path).parent / "monitor" / job)
 
 
-def valid(docs: Iterable[dict[str, Any]], now: float) -> list[dict[str, Any]]:
-    return [d for d in docs if float(d.get("until", 0)) >= now]
+#: seconds a snapshot may hold from now, at most (a worker writes 3 intervals ahead)
+HOLDS_AT_MOST = 86_400.0
+
+
+def valid(docs: Iterable[Any], now: float) -> list[dict[str, Any]]:
+    """The snapshots that still hold at ``now``: shared state is untrusted, so one that is
+    not a record, whose ``until`` is not a finite time or holds more than HOLDS_AT_MOST
+    ahead (``1e300``: a ghost worker for ever), or that does not add up, is skipped with
+    one warning per worker."""
+    out = []
+    for d in docs:
+        name = str(d.get("worker", "?"))[:60] if isinstance(d, dict) else "?"
+        until = finite(d.get("until", 0)) if isinstance(d, dict) else None
+        try:
+            if until is None or until > now + HOLDS_AT_MOST:
+                raise ValueError(f"until {str(d.get('until') if isinstance(d, dict) else d)[:30]!r}")
+            merge([d])  # one that does not add up (a count that is not a number) is skipped
+        except (AttributeError, KeyError, OverflowError, TypeError, ValueError) as e:
+            warnings.warn(name, "bad", "watch: skipping the snapshot of worker %s: %s", name, str(e)[:80])
+            continue
+        if until is not None and until >= now:
+            out.append(d)
+    return out
 
 
 def merge(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:

@@ -31,12 +31,16 @@ def check_learned(raw: Any, now: float, max_spacing: float = math.inf) -> tuple[
     spacing is dropped: not a finite number, negative, or above ``max_spacing``, the
     profile's ``max_delay``, which would pin the site at ``max_delay`` for days while the
     memory fades); ``(None, why)`` when the delay or its time is missing, not a number,
-    infinite, NaN or negative: the state is not used at all."""
+    infinite, NaN, negative or above ``max_spacing``: the state is not used at all."""
     if not isinstance(raw, dict):
         return None, f"not a record: {str(raw)[:40]!r}; not used"
     delay, at = _finite(raw.get("delay")), _finite(raw.get("at"))
     if delay is None or delay < 0:
         return None, f"delay {raw.get('delay')!r} is not a finite number of seconds; not used"
+    if delay > max_spacing:
+        # as the learned spacings above max_delay below: a huge finite delay (1e6 s) would
+        # be clamped to max_delay and pin the site there, silently (issue 35 item 3)
+        return None, f"delay {delay:.6g} s is above max_delay {max_spacing:g} s; not used"
     if at is None:
         return None, f"time {raw.get('at')!r} is not a finite time; not used"
     why = None

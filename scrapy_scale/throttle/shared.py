@@ -18,13 +18,18 @@ Every method is synchronous and may block; the glue calls them off the reactor.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from scrapy_scale.shared_values import Warnings, decode_hash, is_wrongtype
 from scrapy_scale.sqlite_open import setup_retrying
+
+logger = logging.getLogger("scrapy_scale.throttle.pacer")
 
 #: the TAT read back: a value that is not a finite number counts as none (it is overwritten);
 #: a key of another type (a hash...) would fail GET with WRONGTYPE: it is deleted, and none
@@ -99,6 +104,8 @@ class RedisShared:
         self.prefix = f"scale:{{{job}}}:throttle:"
         self._acquire = self.client.register_script(ACQUIRE)
         self._pause = self.client.register_script(PAUSE)
+        self.learned_key = self.prefix + "learned"
+        self.warnings = Warnings(logger)
 
     def rate_key(self, site: str) -> str:
         return f"{self.prefix}rate:{_key_part(site)}"
@@ -116,13 +123,34 @@ class RedisShared:
         """Pause the site for every worker; returns the seconds it is paused from now."""
         return float(self._pause(keys=[self.rate_key(site)], args=[f"{seconds:.6f}"]))
 
-    def load(self) -> dict[str, dict[str, float]]:
-        raw = self.client.hgetall(self.prefix + "learned")
-        return _decode_all({k.decode(): v for k, v in raw.items()})  # type: ignore[union-attr]
+    def load(self) -> dict[str, Any]:
+        raw = self._on_hash(lambda: self.client.hgetall(self.learned_key))
+        return _decode_all(raw or {}, self.learned_key, self.warnings)
 
     def save(self, learned: dict[str, dict[str, float]]) -> None:
         if learned:
-            self.client.hset(self.prefix + "learned", mapping={k: json.dumps(v) for k, v in learned.items()})
+            mapping: dict[Any, Any] = {k: json.dumps(v) for k, v in learned.items()}
+            self._on_hash(lambda: self.client.hset(self.learned_key, mapping=mapping))
+
+    def _on_hash(self, op: Callable[[], Any]) -> Any:
+        """``op`` on the learned hash; a key of another type (WRONGTYPE: a string, a list
+        where the hash should be) holds nothing this job wrote: it is deleted, said once,
+        and ``op`` runs again (the shared limiter is not turned off by it)."""
+        import redis
+
+        try:
+            return op()
+        except redis.ResponseError as e:
+            if not is_wrongtype(e):
+                raise
+            self.warnings.warn(
+                self.learned_key,
+                "type",
+                "throttle: learned delays key %s is not a hash; deleted (shared state is untrusted)",
+                self.learned_key,
+            )
+            self.client.delete(self.learned_key)
+            return op()
 
     def reset(self) -> None:
         keys = list(self.client.scan_iter(match=self.prefix.replace("{", "\\{").replace("}", "\\}") + "*"))
@@ -154,6 +182,7 @@ class SqliteShared:
         self._lock = threading.Lock()
         self.db = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
         setup_retrying(self.db, _setup_learned, 30)
+        self.warnings = Warnings(logger)
 
     def acquire(
         self, site: str, interval: float, tolerance: float = 0.0, max_wait: float = 86_400.0
@@ -163,10 +192,10 @@ class SqliteShared:
     def pause(self, site: str, seconds: float) -> float:  # pragma: no cover - never called
         raise NotImplementedError
 
-    def load(self) -> dict[str, dict[str, float]]:
+    def load(self) -> dict[str, Any]:
         with self._lock:
             rows = self.db.execute("SELECT site, state FROM learned WHERE job = ?", (self.job,)).fetchall()
-        return _decode_all(dict(rows))
+        return _decode_all(dict(rows), f"throttle.db (job {self.job})", self.warnings)
 
     def save(self, learned: dict[str, dict[str, float]]) -> None:
         if not learned:
@@ -187,16 +216,14 @@ class SqliteShared:
             self.db.close()
 
 
-def _decode_all(raw: dict[str, Any]) -> dict[str, dict[str, float]]:
-    out = {}
-    for k, v in raw.items():
-        try:
-            d = json.loads(v)
-        except (TypeError, ValueError):
-            continue
-        if isinstance(d, dict):
-            out[k] = d
-    return out
+def _decode_all(raw: Mapping[Any, Any], where: str, warnings: Warnings) -> dict[str, Any]:
+    """The learned records read back, by site: a field whose name or value does not decode
+    (not UTF-8, not JSON, JSON nested too deep: :mod:`scrapy_scale.shared_values`) is
+    skipped with one warning, and the others are used. What a record holds is checked by
+    :func:`scrapy_scale.throttle.learned.check_learned`."""
+    good, bad = decode_hash(raw)
+    warnings.refused(where, bad, "throttle: learned delays")
+    return good
 
 
 def sqlite_path(url: str) -> str:

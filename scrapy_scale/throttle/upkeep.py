@@ -60,14 +60,19 @@ class PacerUpkeep:
         s = self.crawler.settings
         job = core_settings.JOB.get(s) or getattr(self.crawler.spidercls, "name", None) or "default"
         url = throttle_settings.throttle_url(s)
+        self.shared, learned = None, {}
         try:
             self.shared = open_shared(url, job)
             learned = self.shared.load()
         except Exception as e:  # noqa: BLE001 - pacing works without it, starting from scratch
+            # what the learned state holds never turns the shared limiter off (issue 35 item
+            # 2): the limiter stays on, and a failed limiter call backs off its site alone
             logger.warning(
-                "throttle: learned delays at %s cannot be read (%s); starting from the profiles", redact_url(url), e
+                "throttle: learned delays at %s cannot be read (%s); starting from the profiles%s",
+                redact_url(url),
+                e,
+                "; the shared limiter stays on" if self.shared is not None and self.shared.shared_limiter else "",
             )
-            self.shared, learned = None, {}
         self.restored = self._restore(learned)
 
     def _open(self, spider: Any = None) -> None:

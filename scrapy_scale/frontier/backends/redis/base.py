@@ -18,6 +18,7 @@ import redis
 from scrapy_scale import clock as clock_mod
 from scrapy_scale.frontier.backends.redis import lua
 from scrapy_scale.frontier.store import FrontierError, FrontierStore, RunInfo
+from scrapy_scale.frontier.workers_read import pid_of
 from scrapy_scale.redact import redact_url
 
 logger = logging.getLogger(__name__)
@@ -172,16 +173,22 @@ class RedisBase(FrontierStore):
     # ---- workers ---------------------------------------------------------------------
 
     def claim_worker(self, prefix: str, pid: int, is_alive: Callable[[int], bool]) -> str:
+        key = f"{self.key}:workers"
         while True:
-            known: dict[str, str] = self.retrying(lambda: self.r.hgetall(f"{self.key}:workers"))
+            # read as bytes: a field or pid that is not UTF-8 must not fail the read, and the
+            # claim compares the stored value byte for byte (workers_read: checked pids)
+            known: dict[bytes, bytes] = self.retrying(lambda: self.r.execute_command("HGETALL", key, NEVER_DECODE=True))
             slot = 0
             while True:
                 wid = f"{prefix}/{slot}"
-                old = known.get(wid)
-                if old is None or int(old) == pid or not is_alive(int(old)):
+                old = known.get(wid.encode())
+                if old is None:
+                    break
+                old_pid = pid_of(wid, old)
+                if old_pid is None or old_pid == pid or not is_alive(old_pid):
                     break
                 slot += 1
-            if self.call_script("claim", wid, old or "", str(pid)):
+            if self.call_script("claim", wid, old or b"", str(pid)):
                 return wid
 
     @property

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from scrapy_scale.frontier.store import COUNT_KEYS, DELAYED_SAMPLE, RunInfo, Status
+from scrapy_scale.frontier.workers_read import beats, split_beat
+from scrapy_scale.shared_values import decode_hash
 
 T = TypeVar("T")
 
@@ -133,12 +135,6 @@ def _oldest_pending(store: RedisStore, prios: list[list[object]]) -> tuple[float
 
 
 def read_beats(store: RedisStore) -> dict[str, tuple[float, float]]:
-    raw = store.retrying(lambda: store.r.hgetall(store.alive_key))
-    out: dict[str, tuple[float, float]] = {}
-    for worker, value in raw.items():
-        try:
-            at, until = (float(x) for x in str(value).split())
-        except ValueError:
-            continue  # not written by a worker of this version: ignore it
-        out[str(worker)] = (at, until)
-    return out
+    raw = store.retrying(lambda: store.r.execute_command("HGETALL", store.alive_key, NEVER_DECODE=True))
+    good, _ = decode_hash(raw or {}, as_json=False)  # a name or value not UTF-8 is no worker's
+    return beats(((w, *split_beat(v)) for w, v in good.items()), store.clock())

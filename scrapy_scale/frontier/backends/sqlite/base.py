@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from scrapy_scale import clock as clock_mod
 from scrapy_scale.frontier.backends.sqlite.schema import LAYOUT, SCHEMA, STATE_NAMES, Tx
 from scrapy_scale.frontier.store import FrontierError, FrontierStore, RunInfo
+from scrapy_scale.frontier.workers_read import pid_of
 from scrapy_scale.sqlite_open import setup_retrying, statements
 
 
@@ -239,7 +240,8 @@ class SqliteBase(FrontierStore):
             while True:
                 wid = f"{prefix}/{slot}"
                 old = rows.get(wid)
-                if old is None or old == pid or not is_alive(old):
+                old_pid = None if old is None else pid_of(wid, old)
+                if old_pid is None or old_pid == pid or not is_alive(old_pid):
                     db.execute(
                         "INSERT INTO workers (job, worker, pid, at) VALUES (?, ?, ?, ?) "
                         "ON CONFLICT (job, worker) DO UPDATE SET pid=excluded.pid, at=excluded.at",

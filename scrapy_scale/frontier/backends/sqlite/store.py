@@ -34,6 +34,7 @@ from scrapy_scale.frontier.store import (
     NewRequest,
     Status,
 )
+from scrapy_scale.frontier.workers_read import beats as checked_beats
 
 
 class SqliteStore(SqliteBase):
@@ -358,7 +359,7 @@ class SqliteStore(SqliteBase):
             average_wait=(wait_sum / wait_n) if wait_n else None,
             leases_by_worker={str(k): v for k, v in leases.items()},
             dead_letters=dead,
-            workers={str(w): (float(at), float(until)) for w, at, until in beats},
+            workers=checked_beats(beats, now),
             delayed_retries=int(retries),
             last_eligible_at=None if last is None else float(last),
         )
