@@ -14,13 +14,12 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from scrapy_scale.pids import PID_MAX
 from scrapy_scale.shared_values import Warnings, finite, whole
 
 logger = logging.getLogger("scrapy_scale.frontier")
 warnings = Warnings(logger)
 
-#: the largest pid a process can have (Linux: pid_max is at most 2**22; any int32)
-PID_MAX = 2**31 - 1
 #: seconds a heartbeat's own time may be ahead of ours (clocks of hosts differ)
 CLOCK_SKEW = 3600.0
 #: seconds a heartbeat may hold past its own time, at most (a worker writes its lease,

@@ -206,3 +206,19 @@ def test_worker_snapshots_skip_ghosts_and_what_does_not_add_up(tmp_path: Path) -
     (tmp_path / "deep.json").write_text(DEEP)
     docs = valid(sink.read(), now)
     assert [d["worker"] for d in docs] == ["good"] and merge(docs)["items_stored"] == 3
+
+
+@pytest.mark.parametrize("pid", [0, -1, 10**20, 2**31, True, "123", None])
+def test_pid_alive_says_no_for_what_is_no_pid(pid: Any) -> None:
+    """A 20-digit pid made os.kill raise OverflowError; 0 and -1 asked about process groups."""
+    from scrapy_scale.pids import pid_alive
+
+    assert pid_alive(pid) is False
+
+
+def test_pid_alive_still_sees_this_process() -> None:
+    import os
+
+    from scrapy_scale.pids import pid_alive
+
+    assert pid_alive(os.getpid()) is True
