@@ -123,7 +123,19 @@ class RedisShared:
         """Pause the site for every worker; returns the seconds it is paused from now."""
         return float(self._pause(keys=[self.rate_key(site)], args=[f"{seconds:.6f}"]))
 
-    def load(self) -> dict[str, Any]:
+    def load(self, repair: bool = True) -> dict[str, Any]:
+        """The learned records by site; ``repair=False`` (a command that only reads): a key
+        of another type reads as none and is left for a worker to delete."""
+        if not repair:
+            import redis
+
+            try:
+                raw = self.client.hgetall(self.learned_key)
+            except redis.ResponseError as e:
+                if not is_wrongtype(e):
+                    raise
+                raw = {}
+            return _decode_all(raw, self.learned_key, self.warnings)
         raw = self._on_hash(lambda: self.client.hgetall(self.learned_key))
         return _decode_all(raw or {}, self.learned_key, self.warnings)
 
@@ -192,7 +204,7 @@ class SqliteShared:
     def pause(self, site: str, seconds: float) -> float:  # pragma: no cover - never called
         raise NotImplementedError
 
-    def load(self) -> dict[str, Any]:
+    def load(self, repair: bool = True) -> dict[str, Any]:
         with self._lock:
             rows = self.db.execute("SELECT site, state FROM learned WHERE job = ?", (self.job,)).fetchall()
         return _decode_all(dict(rows), f"throttle.db (job {self.job})", self.warnings)

@@ -37,7 +37,7 @@ def read(settings: Any, job: str) -> list[dict[str, Any]]:
     except Exception:  # noqa: BLE001 - status shows what it can
         return []
     try:
-        learned = shared.load()
+        learned = shared.load(repair=False)  # status only reads
     except Exception:  # noqa: BLE001
         learned = {}
     finally:
