@@ -284,3 +284,25 @@ def test_status_reads_a_learned_key_of_another_type_as_none_and_leaves_it(redis_
     finally:
         r.delete(key)
         r.close()
+
+
+def test_a_feed_message_of_deep_json_or_not_utf8_is_refused_and_the_feed_goes_on(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """The feed list is shared state too: a message of JSON nested 100,000 deep raised
+    RecursionError, and one that is not UTF-8 UnicodeDecodeError, out of every sync while the
+    message stayed in the worker's taken list: no feed message was read again, for ever."""
+    from tests.crawl.test_frontier_seeding import FEED_MSGS, _feed_scheduler
+
+    sched = _feed_scheduler(redis_url, redis_prefix)
+    store = sched.store
+    try:
+        r, feed = store.r, store.feed_key  # type: ignore[attr-defined]
+        r.rpush(feed, DEEP, b"\xff\xfe", *FEED_MSGS)
+        sched.sync_blocking()
+        assert not r.llen(feed) and not r.exists(store.taken_key(sched.worker))  # type: ignore[attr-defined]
+        c = store.counts()
+        assert c["pending"] + c["leased"] == 8  # every good message, once
+        assert sched.crawler.stats.get_value("scale/frontier/feed_refused") == 2
+    finally:
+        store.close()

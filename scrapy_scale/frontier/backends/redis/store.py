@@ -60,6 +60,7 @@ from scrapy_scale.frontier.store import (
     Status,
 )
 from scrapy_scale.redact import redact_url
+from scrapy_scale.shared_values import Refused, text
 
 __all__ = ["RedisStore", "glob_escape"]
 
@@ -203,7 +204,26 @@ class RedisStore(RedisBase):
         return f"{self.feed_key}:taken:{worker}"
 
     def take_feed(self, worker: str, n: int) -> list[str]:
-        return list(self.call_script("feed", "take", worker, int(n)) or [])
+        """Up to ``n`` feed messages, taken. Read as bytes: a message that is not UTF-8 must
+        not fail the read (UnicodeDecodeError failed every sync, the message staying taken);
+        it is passed on as bytes, and the codec refuses it with its warning."""
+        script = self._scripts["feed"]
+
+        def take() -> Any:
+            args = ("EVALSHA", script.sha, 1, self.key, "take", worker, int(n))
+            try:
+                return self.r.execute_command(*args, NEVER_DECODE=True)
+            except redis.exceptions.NoScriptError:
+                self.r.script_load(script.script)
+                return self.r.execute_command(*args, NEVER_DECODE=True)
+
+        out: list[Any] = []
+        for m in self.retrying(take) or []:
+            try:
+                out.append(text(m))
+            except Refused:
+                out.append(m)
+        return out
 
     def feed_done(self, worker: str) -> None:
         self.call_script("feed", "done", worker)
