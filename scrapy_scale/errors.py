@@ -5,6 +5,8 @@ catches any of them); each also keeps the builtin base it had (ValueError,
 RuntimeError), so existing ``except`` clauses keep working.
 """
 
+from scrapy.exceptions import IgnoreRequest
+
 
 class ScaleError(Exception):
     """Base class of scrapy-scale's own errors."""
@@ -34,3 +36,9 @@ class ItemQuarantined(ItemDeadLettered):
     done, so the page is replayed or crawled again once the spider is fixed."""
 
     label = "item quarantined"
+
+
+class NoEgressError(IgnoreRequest, ScaleError):
+    """A request that waited for an egress of the pool (``SCALE_EGRESSES``) and got none
+    (none came back within the bound, or the spider closed): it fails, classed
+    ``egress_failed`` (reason ``no egress``), rather than leave without one."""

@@ -1,5 +1,7 @@
 """Request.meta keys that scrapy-scale reads and writes. One place, so they stay consistent."""
 
+import time
+
 #: attempts made so far for this request, 1 for the first download
 ATTEMPT = "scale_attempt"
 #: epoch seconds before which the request must not be downloaded (a retry's backoff)
@@ -38,6 +40,17 @@ CHAIN_KEYS = (ATTEMPT, NOT_BEFORE, LAST_FAILURE, AVOID_EGRESS, LATE, FIRST_FAILE
 
 #: the most attempts a chain can plausibly have; a stored value above it is not trusted
 MAX_ATTEMPT = 10_000
+
+#: a request whose not-before is at most this far ahead is due (clock granularity)
+NOT_BEFORE_TOLERANCE = 0.002
+#: a not-before further ahead than this (seconds) was written by no component (the longest
+#: wait is a clamped ``Retry-After`` or a late retry, minutes): not trusted, dropped
+NOT_BEFORE_FAR = 86_400.0
+
+#: set by the egress pool on a request it lets pass without an egress because its
+#: not-before time has not come: the outcome middleware's not-before guard holds it back
+#: whatever its own clock says a moment later, so it never leaves without an egress (internal)
+HOLD_BACK = "_scale_hold_back"
 
 _warned_attempt = False
 _warned_egress_failures = False
@@ -86,3 +99,64 @@ def egress_failures_of(m: dict, attempt: int) -> int:
             attempt,
         )
     return 0
+
+
+_warned_keys: set[str] = set()
+
+
+def _warn_once(key: str, raw: object, what: str) -> None:
+    if key not in _warned_keys:
+        _warned_keys.add(key)
+        import logging
+
+        logging.getLogger(__name__).warning("request meta %s = %r %s (warned once)", key, raw, what)
+
+
+def not_before_of(m: dict, now: float | None = None) -> float | None:
+    """The request's not-before time from ``m`` (a request's meta, possibly read back from
+    a stored record: untrusted), or None when it has none. A value that is not a finite
+    number of epoch seconds, or is more than :data:`NOT_BEFORE_FAR` ahead, is removed from
+    ``m`` (the request is due), with one warning per process, instead of an exception on
+    the request path or a page that waits for ever."""
+    raw = m.get(NOT_BEFORE)
+    if raw is None:
+        return None
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        value = float(raw)
+        if value == value and value <= (time.time() if now is None else now) + NOT_BEFORE_FAR:
+            return value
+        what = "is not a time that close (a finite number of epoch seconds, less than a day ahead); dropped"
+    else:
+        what = "is not a time (epoch seconds); dropped"
+    del m[NOT_BEFORE]
+    _warn_once(NOT_BEFORE, raw, what)
+    return None
+
+
+def avoid_of(m: dict) -> tuple[str, ...]:
+    """The egress ids the request must avoid from ``m`` (untrusted, as :func:`not_before_of`):
+    a list or tuple of strings; anything else is removed from ``m`` (nothing avoided) and
+    an entry that is not a string skipped, with one warning per process."""
+    raw = m.get(AVOID_EGRESS)
+    if not raw:
+        return ()
+    if isinstance(raw, list | tuple):
+        ids = tuple(x for x in raw if isinstance(x, str))
+        if len(ids) == len(raw):
+            return ids
+        m[AVOID_EGRESS] = list(ids)
+        _warn_once(AVOID_EGRESS, raw, "holds values that are not egress ids; they are skipped")
+        return ids
+    del m[AVOID_EGRESS]
+    _warn_once(AVOID_EGRESS, raw, "is not a list of egress ids; dropped")
+    return ()
+
+
+def check_stored(m: dict) -> None:
+    """Check the chain keys of a request rebuilt from a stored record (shared state:
+    untrusted), where it is read back: a bad value is dropped or counted as its default
+    with one warning per process (:func:`not_before_of`, :func:`avoid_of`, :func:`attempt_of`)."""
+    not_before_of(m)
+    avoid_of(m)
+    if ATTEMPT in m and attempt_of(m, 0) == 0:
+        del m[ATTEMPT]

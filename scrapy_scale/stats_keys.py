@@ -121,6 +121,7 @@ EGRESS_RESTORED = "scale/egress/restored"  # re-probes that restored an egress
 EGRESS_GROUPS_RETIRED = "scale/egress/groups_retired"
 EGRESS_POOL_SIZE = "scale/egress/pool_size"  # egresses in the pool after a source refresh
 EGRESS_POOL = "scale/egress/pool/"  # + healthy, quarantined, probing: egresses per state (at each sync)
+EGRESS_WAITED_IN_PLACE = "scale/egress/waited_in_place"  # naps of requests that wait for an egress where they are (Scrapy's own downloads: robots.txt)
 EGRESS_WAIT = "scale/egress/wait/"  # + quarantined, route_cap, probing, empty, avoided (a retry waits for an egress it does not avoid): requests held, by why
 EGRESS_BY = "scale/egress/by/"  # + id/requests, id/failed/CLASS, at close, top N ids + other
 EGRESS_BROWSER_CONTEXTS = "scale/egress/browser/contexts"  # live egress contexts (gauge; 0 after close)

@@ -45,10 +45,11 @@ from scrapy_scale.egress.first_byte import FirstByteTimeout
 from scrapy_scale.egress.health import HealthPolicy
 from scrapy_scale.egress.identity import Egress
 from scrapy_scale.egress.pool import EgressPool, PoolOptions
-from scrapy_scale.egress.report import bounded_stats, describe, when
+from scrapy_scale.egress.report import bounded_stats, describe
 from scrapy_scale.egress.shared import StateStore, clean_live, live_workers, open_state
 from scrapy_scale.egress.source_glue import SourceGlue
 from scrapy_scale.egress.sources import Refresher
+from scrapy_scale.egress.waits import Waits
 from scrapy_scale.redact import redact_text
 
 if TYPE_CHECKING:
@@ -96,8 +97,11 @@ class EgressMiddleware(SourceGlue):
         self.store: StateStore | None = None
         self._tokens: dict[int, str] = {}
         self._next_token = itertools.count(1)
-        # domain -> the log level of its "waits" line, while its requests wait
-        self._waiting: dict[str, int] = {}
+        # the longest a request waits in place: past the longest quarantine and a re-probe's
+        # slot, no egress came back for it
+        self.waits = Waits(
+            crawler, self.exhausted, S.QUARANTINE_MAX.get(st) + max(30.0, S.QUARANTINE.get(st)) + RECHECK
+        )
         self._loops: list[task.LoopingCall] = []
         self._sync_d: Any = None  # the running sync, awaited at close before the last one
         self._syncing = False
@@ -130,16 +134,30 @@ class EgressMiddleware(SourceGlue):
         if "proxy" in m and meta.EGRESS not in m:
             return None  # the project chose this request's proxy itself
         self._release(m.pop(_TOKEN, None))
-        nb = m.get(meta.NOT_BEFORE)
-        if nb and nb > time.time():
-            return None  # the outcome middleware's guard holds it; an egress is chosen when it is due
+        # Scrapy's own downloads (robots.txt, media: no callback) do not go through the
+        # scheduler: engine.download_async sends a returned request again at once, so such
+        # a request waits here (as does every request when no guard would hold it back)
+        here = request.callback is NO_CALLBACK or not self.ctx.outcomes_on
+        nb = meta.not_before_of(m)
+        if nb is not None and nb > time.time() + meta.NOT_BEFORE_TOLERANCE:
+            if not here:
+                # the outcome middleware's guard holds it back (whatever its clock says by
+                # then: never out without an egress); an egress is chosen when it is due
+                m[meta.HOLD_BACK] = True
+                return None
+            await self.waits.nap(nb)
         domain = urlparse_cached(request).hostname or ""
-        choice = self.pool.choose(domain, m.get(meta.AVOID_EGRESS) or (), retry=meta.attempt_of(m) > 1)
-        if choice.egress is None:
-            return self._wait(request, domain, choice.wait_until, choice.reason)
-        level = self._waiting.pop(domain, None)
-        if level is not None:
-            logger.log(min(level, logging.INFO), "egress: %s has an egress again; its requests go on", domain)
+        since = time.time()
+        while True:
+            choice = self.pool.choose(domain, meta.avoid_of(m), retry=meta.attempt_of(m) > 1)
+            if choice.egress is not None:
+                break
+            if not here:
+                return self._wait(request, domain, choice.wait_until, choice.reason)
+            self.waits.note(domain, choice.wait_until, choice.reason)
+            self.waits.check(domain, since)
+            await self.waits.nap(min(choice.wait_until, time.time() + RECHECK))
+        self.waits.over(domain)
         self._assign(request, choice.egress, choice.unproven)
         if choice.probe:
             self.stats.inc_value(K.EGRESS_REPROBES)
@@ -179,26 +197,7 @@ class EgressMiddleware(SourceGlue):
         worker restored one)."""
         again = request.replace(dont_filter=True)
         again.meta[meta.NOT_BEFORE] = min(until, time.time() + RECHECK)
-        self.stats.inc_value(K.egress_wait(reason))
-        if reason == "avoided":  # one retry waits for another egress; the domain goes on
-            return again
-        # every route at its capacity is the pacing at work, not trouble: debug (it came in
-        # bursts, a warning and an info line a request, while a site's routes were busy)
-        level = logging.DEBUG if reason == "route_cap" else logging.WARNING
-        if level > self._waiting.get(domain, logging.NOTSET):
-            what = {
-                "quarantined": "every egress is quarantined for it",
-                "route_cap": "every route to it is at its capacity (learned, or SCALE_EGRESS_ROUTE_RATE)",
-                "probing": "its only egresses are being re-probed",
-                "empty": "the egress pool is empty",
-            }.get(reason, reason)
-            logger.log(level, "egress: %s waits until %s: %s; other domains go on", domain, when(until), what)
-        self._waiting[domain] = max(level, self._waiting.get(domain, logging.NOTSET))
-        if reason == "quarantined" and self.exhausted == "close" and self.crawler.engine is not None:
-            from scrapy.utils.defer import deferred_from_coro
-
-            logger.error("egress: closing the spider (SCALE_EGRESS_EXHAUSTED = close)")
-            deferred_from_coro(self.crawler.engine.close_spider_async(reason="egress_exhausted"))
+        self.waits.note(domain, until, reason)
         return again
 
     def _release(self, token: Any) -> None:
@@ -336,6 +335,7 @@ class EgressMiddleware(SourceGlue):
             self.stats.set_value(K.EGRESS_BROWSER_PROCESSES, self.browser.processes)
 
     async def spider_closed(self, spider: Any, reason: str = "") -> None:
+        self.waits.close()  # the requests waiting in place fail now
         for loop in self._loops:
             if loop.running:
                 loop.stop()

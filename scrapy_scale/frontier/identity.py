@@ -34,7 +34,7 @@ def retry_fields(request: Request) -> RetryFields:
     last = request.meta.get(meta.LAST_FAILURE)
     return RetryFields(
         attempt=meta.attempt_of(request.meta),
-        not_before=as_float(request.meta.get(meta.NOT_BEFORE), 0.0),
+        not_before=meta.not_before_of(request.meta) or 0.0,
         last_failure=(str(last[0]), str(last[1])) if isinstance(last, list | tuple) and len(last) == 2 else None,
     )
 
@@ -101,11 +101,4 @@ def as_int(v: Any, default: int) -> int:
     try:
         return int(v) if v is not None else default
     except (TypeError, ValueError, OverflowError):
-        return default
-
-
-def as_float(v: Any, default: float) -> float:
-    try:
-        return float(v) if v is not None else default
-    except (TypeError, ValueError):
         return default

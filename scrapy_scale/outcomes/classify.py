@@ -34,6 +34,7 @@ from twisted.internet import error as txerr
 from twisted.web.client import ResponseFailed
 
 from scrapy_scale.clock import Clock, wall
+from scrapy_scale.errors import NoEgressError
 from scrapy_scale.outcomes.browser_errors import browser_verdict
 from scrapy_scale.outcomes.model import Blame, FailureClass
 from scrapy_scale.outcomes.proxy_answers import proxy_answer
@@ -153,6 +154,8 @@ _TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 
 def default_exception_rules() -> list[Rule]:
     return [
+        # before "ignored": a request the egress pool had no egress for, never sent
+        Rule(C.EGRESS_FAILED, "no egress", exceptions=(NoEgressError,)),
         Rule(C.FATAL, "ignored", exceptions=(IgnoreRequest,)),
         Rule(C.EGRESS_FAILED, "proxy tunnel", exceptions=(_tunnel_error(),)),
         Rule(C.EGRESS_FAILED, "proxy unreachable", exceptions=_CONNECT_ERRORS, proxy=True),

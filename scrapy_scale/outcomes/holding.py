@@ -22,6 +22,7 @@ from scrapy_scale import compat, meta
 from scrapy_scale import stats_keys as K
 from scrapy_scale.clock import Clock
 from scrapy_scale.context import ScaleContext
+from scrapy_scale.meta import NOT_BEFORE_TOLERANCE
 from scrapy_scale.outcomes.classify import Verdict
 from scrapy_scale.outcomes.emit import OutcomeEmitter
 from scrapy_scale.outcomes.model import FailureClass
@@ -34,8 +35,6 @@ logger = logging.getLogger("scrapy_scale.outcomes")
 
 C = FailureClass
 
-#: a request whose not-before is at most this far ahead is sent (clock granularity)
-NOT_BEFORE_TOLERANCE = 0.002
 #: timers fire this much after the not-before time, so they are never early
 TIMER_SLACK = 0.005
 
@@ -84,7 +83,7 @@ class DelayedRetries:
         # the mark goes on every path: an id left behind would mark a later request that gets it
         forced = id(request) in self.force_hold
         self.force_hold.discard(id(request))
-        nb = request.meta.get(meta.NOT_BEFORE)
+        nb = meta.not_before_of(request.meta)
         if not nb:
             return
         now = self.clock()
@@ -95,7 +94,7 @@ class DelayedRetries:
         from twisted.internet import reactor
 
         key = next(self._keys)
-        call = reactor.callLater(nb - now + TIMER_SLACK, self._release, key)  # type: ignore[attr-defined]
+        call = reactor.callLater(nb - now + TIMER_SLACK, self._release, key)  # type: ignore[attr-defined,arg-type]
         self.held[key] = (call, request)
         self.stats.inc_value(K.RETRY_HELD)
         raise IgnoreRequest("held until its not-before time")  # the engine then does not enqueue it

@@ -28,9 +28,9 @@ from scrapy.http.request import NO_CALLBACK
 from scrapy_scale import meta, startup
 from scrapy_scale import stats_keys as K
 from scrapy_scale.errors import ScaleError
+from scrapy_scale.meta import NOT_BEFORE_TOLERANCE
 from scrapy_scale.outcomes.classify import Verdict
 from scrapy_scale.outcomes.core import OutcomeCore
-from scrapy_scale.outcomes.holding import NOT_BEFORE_TOLERANCE
 from scrapy_scale.outcomes.model import FailureClass, Outcome
 from scrapy_scale.outcomes.parse_tracker import Pending
 from scrapy_scale.outcomes.policy import Decision
@@ -83,8 +83,10 @@ class OutcomeDownloaderMiddleware:
                 m[meta.FINGERPRINT] = real
                 for key in meta.CHAIN_KEYS:
                     m.pop(key, None)
-        nb = m.get(meta.NOT_BEFORE)
-        if nb and nb > self.clock() + NOT_BEFORE_TOLERANCE:
+        nb = meta.not_before_of(m)
+        # HOLD_BACK: the egress pool let it pass without an egress as not due yet
+        held_back = m.pop(meta.HOLD_BACK, False)
+        if nb is not None and (held_back or nb > self.clock() + NOT_BEFORE_TOLERANCE):
             # never sent early: back to the engine, held until its time (not blocking a slot)
             core.stats.inc_value(K.RETRY_NOT_BEFORE_GUARD)
             again = request.replace(dont_filter=True)
