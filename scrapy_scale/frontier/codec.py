@@ -37,7 +37,7 @@ from typing import Any
 from scrapy import Request, Spider
 from scrapy.utils.request import RequestFingerprinter
 
-from scrapy_scale import shared_values
+from scrapy_scale import meta, shared_values
 from scrapy_scale.frontier import settings as _settings  # noqa: F401 - declares SCALE_FRONTIER_*
 from scrapy_scale.frontier import values
 from scrapy_scale.frontier.record_rules import (
@@ -264,11 +264,16 @@ def decode(data: str, spider: Spider | None = None, rules: RecordRules | None = 
     if not isinstance(doc["r"], dict):
         raise CodecError("not a stored request ('r' is not an object)")
     try:
-        return request_from_dict(doc["r"], spider, rules)
+        request = request_from_dict(doc["r"], spider, rules)
     except CodecError:
         raise
     except Exception as e:  # noqa: BLE001 - any failure means "cannot be rebuilt"
         raise CodecError(f"cannot rebuild the request: {type(e).__name__}: {e}") from None
+    # the chain's keys in its meta are shared state too: a bad one is dropped (one warning),
+    # the page crawled (a not-before in 2100 held its record for ever, text or a number
+    # where a list belongs raised on the request path)
+    meta.check_stored(request.meta)
+    return request
 
 
 def memory_marker(type_name: str) -> str:
