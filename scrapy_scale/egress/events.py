@@ -1,6 +1,7 @@
 """The log lines and stats of the pool's state changes (:class:`~.pool.Event`): a
-quarantine, a restore, a retired group, another worker's change, and bad values read
-from the shared state (one WARNING per kind per crawl)."""
+quarantine, a restore, a retired group, another worker's change, bad values read
+from the shared state (one WARNING per kind per crawl), and failing syncs of the shared
+state (:class:`SyncOutage`: one line when they start failing, one when they work again)."""
 
 from __future__ import annotations
 
@@ -80,3 +81,29 @@ class EventReport:
         level = logging.DEBUG if kind in self._warned else logging.WARNING
         self._warned.add(kind)
         logger.log(level, msg, *args)
+
+
+class SyncOutage:
+    """Failing syncs of the pool's shared state (a Redis outage): say so once when they
+    start failing and once when they work again (each worker logged "egress: cannot sync"
+    at every sync, once a second: 92 lines an outage). Plain Python; ``now`` from any clock."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.failures = 0
+
+    def failed(self, now: float) -> bool:
+        """A sync failed: True when this starts an outage (log it)."""
+        self.failures += 1
+        if self.since is None:
+            self.since = now
+            return True
+        return False
+
+    def succeeded(self, now: float) -> tuple[int, float] | None:
+        """A sync worked: ``(failed syncs, seconds)`` of the outage it ends, or None."""
+        if self.since is None:
+            return None
+        out = (self.failures, max(0.0, now - self.since))
+        self.since, self.failures = None, 0
+        return out

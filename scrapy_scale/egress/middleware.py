@@ -40,7 +40,7 @@ from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.egress import settings as S
 from scrapy_scale.egress.browser import CONTEXT, PAGE, BrowserContexts
-from scrapy_scale.egress.events import EventReport
+from scrapy_scale.egress.events import EventReport, SyncOutage
 from scrapy_scale.egress.first_byte import FirstByteTimeout
 from scrapy_scale.egress.health import HealthPolicy
 from scrapy_scale.egress.identity import Egress
@@ -105,6 +105,7 @@ class EgressMiddleware(SourceGlue):
         self._loops: list[task.LoopingCall] = []
         self._sync_d: Any = None  # the running sync, awaited at close before the last one
         self._syncing = False
+        self.outage = SyncOutage()  # failing syncs: one line when they start, one when they work again
         self.first_byte = FirstByteTimeout(crawler, S.FIRST_BYTE_TIMEOUT.get(st), answered=self.pool.answered)
         self.browser = BrowserContexts(crawler, S.CONTEXT_PAGES.get(st), S.CONTEXT_AGE.get(st), time.time)
         self.events = EventReport(self.stats, self.browser, lambda: self.store.where if self.store else None)
@@ -299,6 +300,13 @@ class EgressMiddleware(SourceGlue):
 
         def done(result: Any) -> None:
             records, live = result
+            back = self.outage.succeeded(time.time())
+            if back is not None:
+                logger.info(
+                    "egress: the pool's state syncs with %s again after %d failed syncs over %.0f s",
+                    self.store and self.store.where,
+                    *back,
+                )
             for ev in self.pool.merge(records):
                 self.events.report(ev)
             live, bad = clean_live(live, now)
@@ -317,9 +325,12 @@ class EgressMiddleware(SourceGlue):
 
         def failed(f: Any) -> None:
             self.pool.dirty.update(dirty)  # written at the next sync
-            logger.warning(
-                "egress: cannot sync the pool's state with %s: %s", self.store and self.store.where, f.getErrorMessage()
-            )
+            if self.outage.failed(time.time()):  # once an outage; the recovery says how long it lasted
+                logger.warning(
+                    "egress: cannot sync the pool's state with %s: %s (retried at every sync; one line when it works)",
+                    self.store and self.store.where,
+                    f.getErrorMessage(),
+                )
 
         def finally_(_: Any) -> None:
             self._syncing = False
