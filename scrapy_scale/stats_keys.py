@@ -129,6 +129,9 @@ EGRESS_BROWSER_CONTEXTS_MAX = "scale/egress/browser/contexts_max"  # most live a
 EGRESS_BROWSER_PROCESSES = "scale/egress/browser/processes"  # connected browser processes (gauge)
 EGRESS_BROWSER_FAILED_STARTS = "scale/egress/browser/failed_starts"  # contexts that could not start
 EGRESS_STATE_SKIPPED = "scale/egress/state_skipped/"  # + bad_record, clamped, live: bad shared state read (times)
+EGRESS_SLOW_BODIES = (
+    "scale/egress/slow_bodies"  # answers whose body came far slower through an egress than the site's through others
+)
 EGRESS_SUSPECT = (
     "scale/egress/suspect_failures"  # attempts through an egress that failed after the connection or got a 5xx
 )

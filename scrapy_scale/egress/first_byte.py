@@ -22,6 +22,10 @@ of such an attempt is looked at again every second, since the evidence grows whi
 (a crawl's first requests go out before anything answered: a blackhole drawn by a site's
 robots.txt held the whole site for the download timeout). An attempt cut so is marked
 ``meta.EGRESS_PROBE``: its retry is the egress's failure, through another egress.
+
+The time from the headers to the whole answer is measured here too, and a body far slower
+than the site's bodies through other egresses marks the attempt (``SLOW_BODY``), which the
+egress pool counts against the egress (:mod:`scrapy_scale.egress.body_times`).
 """
 
 from __future__ import annotations
@@ -37,18 +41,22 @@ from scrapy.exceptions import DownloadTimeoutError
 from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_scale import compat, meta
+from scrapy_scale.egress.body_times import BodyTimes
 from scrapy_scale.egress.header_times import HeaderTimes
 
 logger = logging.getLogger(__name__)
 
 #: seconds between two looks at an unproven attempt's bound
 RECHECK = 1.0
+#: meta key: the seconds an attempt's body took, set when that is slow against its site's
+#: other routes (internal: read by the egress middleware at the attempt's outcome)
+SLOW_BODY = "_scale_egress_slow_body"
 
 Download = Callable[[Any], Awaitable[Any]]
 
 
 class FirstByteTimeout:
-    def __init__(self, crawler: Any, seconds: float, answered: set[str] | None = None):
+    def __init__(self, crawler: Any, seconds: float, answered: set[str] | None = None, bodies: BodyTimes | None = None):
         self.crawler = crawler
         self.seconds = seconds
         self.installed = False
@@ -58,6 +66,9 @@ class FirstByteTimeout:
         self._timers: dict[int, asyncio.TimerHandle] = {}  # id(request) -> its clock
         self._started: dict[int, tuple[str, float]] = {}  # id(request) -> (site, monotonic start)
         self._late: set[int] = set()
+        self._headers_at: dict[int, float] = {}  # id(request) -> monotonic time of its headers
+        #: the bodies' times per route (the egress pool's), measured here
+        self.bodies = bodies
         #: egresses an answer came through, this crawl: the egress pool's own set (its
         #: outcomes add to it, headers here), so both call the same egresses unproven
         self.answered: set[str] = set() if answered is None else answered
@@ -109,7 +120,9 @@ class FirstByteTimeout:
             cut = _Cut(key, task, site, egress, probe, t0)
             self._arm(cut, min(self.seconds, self.times.floor) if self._unproven(cut) else self.seconds)
             try:
-                return await task
+                response = await task
+                self._body_done(key, request, site, egress)
+                return response
             except asyncio.CancelledError:
                 if key not in self._late:
                     raise  # cancelled from outside (the spider closes)
@@ -126,9 +139,21 @@ class FirstByteTimeout:
                 if timer is not None:
                     timer.cancel()
                 self._started.pop(key, None)
+                self._headers_at.pop(key, None)
                 self._late.discard(key)
 
         return download
+
+    def _body_done(self, key: int, request: Any, site: str, egress: str) -> None:
+        """The whole answer came: its body's time since the headers, against the site's
+        other routes (:mod:`scrapy_scale.egress.body_times`); a slow one is marked for the
+        egress pool, which counts it at the attempt's outcome."""
+        at = self._headers_at.pop(key, None)
+        if at is None or self.bodies is None:
+            return
+        seconds = time.monotonic() - at
+        if self.bodies.observe(site, egress, seconds):
+            request.meta[SLOW_BODY] = seconds
 
     def _unproven(self, cut: _Cut) -> bool:
         return cut.probe or cut.egress not in self.answered
@@ -161,6 +186,7 @@ class FirstByteTimeout:
             timer.cancel()
         started = self._started.pop(id(request), None)
         if started is not None:
+            self._headers_at[id(request)] = time.monotonic()
             site, t0 = started
             self.times.observe(site, time.monotonic() - t0)
             self.answered.add(str(request.meta.get(meta.EGRESS)))

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
+from collections.abc import Callable, Collection
+from typing import Any
 
 #: a site's times kept for its percentile
 WINDOW = 50
@@ -32,36 +34,58 @@ FLOOR = 2.0
 MAX_SITES = 10_000
 
 
-class HeaderTimes:
+class SiteTimes:
+    """Recent times per site, the least recently seen site dropped first, and their 95th
+    percentile: what :class:`HeaderTimes` and ``body_times.BodyTimes`` share. A subclass
+    sets its defaults as the class attributes below."""
+
+    WINDOW, MIN_SAMPLES, FACTOR, FLOOR = WINDOW, MIN_SAMPLES, FACTOR, FLOOR
+
     def __init__(
         self,
         *,
-        window: int = WINDOW,
-        min_samples: int = MIN_SAMPLES,
-        factor: float = FACTOR,
-        floor: float = FLOOR,
+        window: int | None = None,
+        min_samples: int | None = None,
+        factor: float | None = None,
+        floor: float | None = None,
         max_sites: int = MAX_SITES,
     ):
-        self.window = window
-        self.min_samples = min_samples
-        self.factor = factor
-        self.floor = floor
+        self.window = self.WINDOW if window is None else window
+        self.min_samples = self.MIN_SAMPLES if min_samples is None else min_samples
+        self.factor = self.FACTOR if factor is None else factor
+        self.floor = self.FLOOR if floor is None else floor
         self.max_sites = max_sites
-        self._sites: OrderedDict[str, deque[float]] = OrderedDict()
-        self._all: deque[float] = deque(maxlen=window)  # every site's, the stand-in
+        self._sites: OrderedDict[str, Any] = OrderedDict()
+
+    def _site(self, site: str, new: Callable[[], Any]) -> Any:
+        """What is kept for ``site`` (``new()`` the first time), now the most recently seen."""
+        kept = self._sites.get(site)
+        if kept is None:
+            kept = self._sites[site] = new()
+            while len(self._sites) > self.max_sites:
+                self._sites.popitem(last=False)
+        else:
+            self._sites.move_to_end(site)
+        return kept
+
+    def _p95(self, times: Collection[float] | None) -> float | None:
+        """The 95th percentile of ``times``, or None below ``min_samples`` of them."""
+        if times is None or len(times) < self.min_samples:
+            return None
+        ordered = sorted(times)
+        return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+class HeaderTimes(SiteTimes):
+    def __init__(self, **tuning: Any):
+        super().__init__(**tuning)
+        self._all: deque[float] = deque(maxlen=self.window)  # every site's, the stand-in
 
     def observe(self, site: str, seconds: float) -> None:
         """``site``'s headers came ``seconds`` after the attempt started (any egress)."""
         if not site or not math.isfinite(seconds) or seconds < 0:
             return
-        times = self._sites.get(site)
-        if times is None:
-            times = self._sites[site] = deque(maxlen=self.window)
-            while len(self._sites) > self.max_sites:
-                self._sites.popitem(last=False)
-        else:
-            self._sites.move_to_end(site)
-        times.append(seconds)
+        self._site(site, lambda: deque(maxlen=self.window)).append(seconds)
         self._all.append(seconds)
 
     def p95(self, site: str) -> float | None:
@@ -72,12 +96,6 @@ class HeaderTimes:
         """The 95th percentile of every site's last times together, or None below
         ``min_samples``."""
         return self._p95(self._all)
-
-    def _p95(self, times: deque[float] | None) -> float | None:
-        if times is None or len(times) < self.min_samples:
-            return None
-        ordered = sorted(times)
-        return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
 
     def bound(self, site: str, configured: float) -> float:
         """The first-byte bound of an unproven egress's attempt to ``site``: at most

@@ -41,11 +41,11 @@ from scrapy_scale.context import ScaleContext
 from scrapy_scale.egress import settings as S
 from scrapy_scale.egress.browser import CONTEXT, PAGE, BrowserContexts
 from scrapy_scale.egress.events import EventReport, SyncOutage
-from scrapy_scale.egress.first_byte import FirstByteTimeout
+from scrapy_scale.egress.first_byte import SLOW_BODY, FirstByteTimeout
 from scrapy_scale.egress.health import HealthPolicy
 from scrapy_scale.egress.identity import Egress
 from scrapy_scale.egress.pool import EgressPool, PoolOptions
-from scrapy_scale.egress.report import bounded_stats, describe
+from scrapy_scale.egress.report import bounded_stats, describe_pool
 from scrapy_scale.egress.shared import StateStore, clean_live, live_workers, open_state
 from scrapy_scale.egress.source_glue import SourceGlue
 from scrapy_scale.egress.sources import Refresher
@@ -106,7 +106,9 @@ class EgressMiddleware(SourceGlue):
         self._sync_d: Any = None  # the running sync, awaited at close before the last one
         self._syncing = False
         self.outage = SyncOutage()  # failing syncs: one line when they start, one when they work again
-        self.first_byte = FirstByteTimeout(crawler, S.FIRST_BYTE_TIMEOUT.get(st), answered=self.pool.answered)
+        self.first_byte = FirstByteTimeout(
+            crawler, S.FIRST_BYTE_TIMEOUT.get(st), answered=self.pool.answered, bodies=self.pool.bodies
+        )
         self.browser = BrowserContexts(crawler, S.CONTEXT_PAGES.get(st), S.CONTEXT_AGE.get(st), time.time)
         self.events = EventReport(self.stats, self.browser, lambda: self.store.where if self.store else None)
         self.ctx = ScaleContext.of(crawler)
@@ -215,6 +217,7 @@ class EgressMiddleware(SourceGlue):
         """A request going (back) to the scheduler carries no credentials to be stored, nor
         what belongs to an earlier attempt (its copy of whose meta it is)."""
         request.meta.pop(meta.EGRESS_PROBE, None)
+        request.meta.pop(SLOW_BODY, None)
         if request.meta.get(meta.EGRESS) is not None:
             # the pool assigns an egress at every attempt (a project's own "proxy" has no
             # EGRESS): an earlier attempt's egress and proxy must not stay, or a failure
@@ -242,10 +245,17 @@ class EgressMiddleware(SourceGlue):
         self.browser.release(request.meta.pop(CONTEXT, None))
         # the attempt is over (its callback too): a retry gets a page of its own (on_scheduled)
         self.browser.close_page(request)
+        slow = request.meta.pop(SLOW_BODY, None)
         if outcome.fallback or outcome.egress is None:
             return
         events = self.pool.observe(
-            outcome.egress, outcome.domain, outcome.cls.value, outcome.blame.value, outcome.responded, outcome.slow_down
+            outcome.egress,
+            outcome.domain,
+            outcome.cls.value,
+            outcome.blame.value,
+            outcome.responded,
+            outcome.slow_down,
+            slow if isinstance(slow, float) else None,
         )
         for ev in events:
             self.events.report(ev)
@@ -359,6 +369,7 @@ class EgressMiddleware(SourceGlue):
             (K.EGRESS_FIRST_BYTE_TIMEOUTS_UNPROVEN, self.first_byte.expired_unproven),
             (K.EGRESS_SUSPECT, self.pool.counts["suspect_failures"]),
             (K.EGRESS_SUSPECT_BLAMED, self.pool.counts["suspect_blamed"]),
+            (K.EGRESS_SLOW_BODIES, self.pool.counts["slow_bodies"]),
             (K.EGRESS_REPROBES_SPARED, self.pool.counts["reprobe/spared_retry"]),
         ):
             if n:
@@ -393,15 +404,4 @@ class EgressMiddleware(SourceGlue):
         return dict(self.pool.pool_sizes())
 
     def snapshot(self, top: int = 10) -> list[dict[str, Any]]:
-        p = self.pool
-        health = {k: h.to_record() for k, h in p.health.items()}
-        return describe(
-            {
-                "health": health,
-                "counts": {self.worker: p.counters()},
-                "pool": {e: {"group": g} for e, g in p.members.items()},
-            },
-            time.time(),
-            top,
-            longest=p.policy.max_quarantine,
-        )
+        return describe_pool(self.pool, self.worker, time.time(), top)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scrapy_scale.clock import Clock, Randomness
+from scrapy_scale.egress.body_times import BodyTimes
 from scrapy_scale.egress.health import HEALTHY, PROBING, Health, HealthPolicy, clamp_note, score_note
 from scrapy_scale.egress.identity import Egress
 from scrapy_scale.egress.routes import RouteLimiter
@@ -119,6 +120,7 @@ class EgressPool:
         self.counts: Counter[str] = Counter()  # evictions, reprobes, restored, ...
         self._sticky: dict[str, Sticky] = {}
         self.suspects = Suspects(self.policy.half_life)
+        self.bodies = BodyTimes()  # the first-byte wrapper measures, on_outcome tells observe()
         #: egresses an answer (any status) came through, in this process
         self.answered: set[str] = set()
         self.set_egresses(egresses)
@@ -136,6 +138,7 @@ class EgressPool:
             if s.egress not in new:
                 del self._sticky[d]
         self.suspects.forget(removed)
+        self.bodies.forget(removed)
         return added, removed
 
     def groups(self) -> dict[str, list[str]]:
@@ -283,11 +286,19 @@ class EgressPool:
     # ---- evidence --------------------------------------------------------------
 
     def observe(
-        self, egress: str, domain: str, cls: str, blame: str, responded: bool, slow_down: bool = False
+        self,
+        egress: str,
+        domain: str,
+        cls: str,
+        blame: str,
+        responded: bool,
+        slow_down: bool = False,
+        slow: Any = None,
     ) -> list[Event]:
         """One attempt's outcome through ``egress``. ``responded``: a response came back
         (any status); ``slow_down``: a 503 saying the site is overloaded (its pressure on
-        the route, never the egress's failure). Returns the state changes it caused."""
+        the route, never the egress's failure); ``slow``: its body was far slower than the
+        site's through other egresses (``body_times.py``). Returns the state changes it caused."""
         if egress not in self.egresses:
             return []
         now = self.clock()
@@ -300,6 +311,10 @@ class EgressPool:
         events: list[Event] = []
         if blame == "egress_site":  # the proxy answered for itself
             return self._blame([self.suspects.convict(egress, domain, now)], now, witnessed=False)
+        if slow is not None and responded:  # a failure of the route, of the egress once on several sites
+            self.counts["slow_bodies"] += 1
+            keys = ("", domain) if self.bodies.spread(egress, domain, now, self.policy.half_life) else (domain,)
+            return [ev for d in keys for ev in self._record(egress, d, False, now)]
         answered = responded and not (cls == "transient" and not slow_down)
         if blame == "egress":
             events += self._record(egress, "", False, now)

@@ -232,3 +232,17 @@ def read_job(settings: Any, job: str, problems: list[str] | None = None) -> list
     if not any(state.values()):
         return None
     return describe(state, problems=problems, longest=store.longest)
+
+
+def describe_pool(pool: Any, worker: str, now: float, top: int = 10) -> list[dict[str, Any]]:
+    """:func:`describe` of a live pool (this worker's own view), for the watch snapshots."""
+    return describe(
+        {
+            "health": {k: h.to_record() for k, h in pool.health.items()},
+            "counts": {worker: pool.counters()},
+            "pool": {e: {"group": g} for e, g in pool.members.items()},
+        },
+        now,
+        top,
+        longest=pool.policy.max_quarantine,
+    )

@@ -6,8 +6,9 @@ and CONNECT tunnels alike. Modes: healthy, slow (``delay`` before each request),
 flaky (resets ``p`` of the requests), auth (407 without the right
 Proxy-Authorization), blackhole (reads the request, never answers, never closes),
 garbage (answers with bytes that are not HTTP, then closes), midclose (forwards, sends
-the status line, the headers and part of the body, then closes); dead proxies are
-handled in the server (bound, not listening).
+the status line, the headers and part of the body, then closes), trickle (sends the
+status line and the headers at once, then the body in 8 pieces over ``delay`` seconds);
+dead proxies are handled in the server (bound, not listening).
 """
 
 from __future__ import annotations
@@ -170,8 +171,11 @@ class _Proxy:
                         writer.write(rhead + rbody[: len(rbody) // 2])
                         await writer.drain()
                         return
-                    writer.write(rhead + rbody)
-                    await writer.drain()
+                    if spec.mode == "trickle":
+                        await _trickle(writer, rhead, rbody, spec.delay)
+                    else:
+                        writer.write(rhead + rbody)
+                        await writer.drain()
                     if rmap.get("connection", "").lower() == "close":
                         up[1].close()
                         upstreams.pop(key, None)
@@ -230,3 +234,18 @@ class _Proxy:
             await asyncio.gather(pipe(reader, uw), pipe(ur, writer))
         finally:
             self.tb._proxy_writers.discard(uw)
+
+
+#: the pieces a trickling proxy sends a body in
+TRICKLE_PIECES = 8
+
+
+async def _trickle(writer: asyncio.StreamWriter, head: bytes, body: bytes, seconds: float) -> None:
+    """The head at once, then the body in TRICKLE_PIECES pieces over ``seconds``."""
+    writer.write(head)
+    await writer.drain()
+    step = max(1, -(-len(body) // TRICKLE_PIECES))
+    for i in range(0, len(body), step):
+        await asyncio.sleep(seconds / TRICKLE_PIECES)
+        writer.write(body[i : i + step])
+        await writer.drain()
