@@ -76,6 +76,26 @@ def wait(check: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
     return got
 
 
+def _die_with_me() -> Any:
+    """A Popen ``preexec_fn``: the child gets SIGKILL when this script dies, even by kill -9
+    (Linux's PR_SET_PDEATHSIG; each child is in a session of its own, so a terminal's
+    Ctrl-C does not reach it: the script stops it). None where there is no prctl."""
+    me, kill = os.getpid(), int(signal.SIGKILL)
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+    except (OSError, AttributeError):  # not Linux: the children outlive a kill -9
+        return None
+
+    def preexec() -> None:
+        prctl(1, kill)  # 1 = PR_SET_PDEATHSIG
+        if os.getppid() != me:  # the script died before the line above
+            os._exit(1)
+
+    return preexec
+
+
 class Server:
     """A service process of ours, in its own process group, stopped at exit."""
 
@@ -84,7 +104,12 @@ class Server:
         self.name, self.ready = name, ready
         with open(workdir / f"{name}.log", "ab") as log:
             self.proc = subprocess.Popen(
-                argv, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                argv,
+                cwd=workdir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_me(),  # noqa: PLW1509 - only prctl and getppid, no locks
             )
         wait(lambda: self.proc.poll() is None and ready(), 60, f"{name} to answer")
 
@@ -194,7 +219,15 @@ def scrapy(args: list[str], settings: dict[str, Any], log: Path | None = None) -
         argv += ["-s", f"{k}={json.dumps(v) if isinstance(v, dict | list) else v}"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(":"))
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed when the process ends
-    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=_die_with_me(),  # noqa: PLW1509 - only prctl and getppid, no locks
+    )
 
 
 def run(opts: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -379,12 +412,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="also write the report here as JSON")
     p.add_argument("--timeout", type=float, default=600, help="seconds the job may take to drain")
     opts = p.parse_args(argv)
-    if opts.workdir:
-        opts.workdir.mkdir(parents=True, exist_ok=True)
-        report = run(opts, opts.workdir.resolve())
-    else:
-        with tempfile.TemporaryDirectory(prefix="scale-cluster-") as tmp:
-            report = run(opts, Path(tmp))
+    try:
+        if opts.workdir:
+            opts.workdir.mkdir(parents=True, exist_ok=True)
+            report = run(opts, opts.workdir.resolve())
+        else:
+            with tempfile.TemporaryDirectory(prefix="scale-cluster-") as tmp:
+                report = run(opts, Path(tmp))
+    except KeyboardInterrupt:  # Ctrl-C: run() stopped the workers and the servers on its way out
+        print("interrupted: the workers and the servers are stopped", file=sys.stderr)
+        return 130
     print(render(report))
     if opts.json:
         opts.json.write_text(json.dumps(report, indent=1))
