@@ -32,6 +32,15 @@ def engine_requests_in_progress(crawler: Any) -> set[Any] | None:
     return inprogress if isinstance(inprogress, set) else None
 
 
+def engine_closing(crawler: Any) -> bool | None:
+    """Has the engine begun closing the spider (it then waits for the requests it holds)?
+    None when that cannot be known."""
+    slot = _slot(crawler)
+    if slot is None or not hasattr(slot, "closing"):
+        return None
+    return slot.closing is not None
+
+
 def wake_engine(crawler: Any) -> bool:
     """Make the engine ask the scheduler for requests at once. False when it could not."""
     nextcall = getattr(_slot(crawler), "nextcall", None)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
+from scrapy_scale import compat
 from scrapy_scale import stats_keys as K
 from scrapy_scale.egress.report import when
 from scrapy_scale.errors import NoEgressError
@@ -27,6 +28,8 @@ logger = logging.getLogger("scrapy_scale.egress.middleware")
 
 #: a request waiting in place wakes this long after its time, so it is never early
 TIMER_SLACK = 0.005
+#: the longest nap of a request waiting in place before it looks whether the spider closes
+NAP = 1.0
 
 _WHAT = {
     "quarantined": "every egress is quarantined for it",
@@ -80,23 +83,27 @@ class Waits:
             raise NoEgressError(f"no egress for {domain} came back within {self.max_wait:.0f} s; never sent direct")
 
     async def nap(self, until: float) -> None:
-        """Wait in place until ``until`` (a reactor timer, no spinning), or until the spider
-        closes, which fails the request: it is never sent without an egress."""
+        """Wait in place until ``until`` (reactor timers of at most NAP seconds, no
+        spinning), or until the spider closes, which fails the request: it is never sent
+        without an egress. The engine's close waits for the requests it holds, this one
+        among them, so a nap ends within NAP seconds once the close has begun."""
         from twisted.internet import reactor  # (not at import: it would install the default reactor)
 
-        if self.closed:
-            raise NoEgressError("the spider closed while it waited for an egress; never sent direct")
         assert self.stats is not None
-        self.stats.inc_value(K.EGRESS_WAITED_IN_PLACE)
-        d: Deferred[None] = Deferred()
-        call = reactor.callLater(max(0.0, until - time.time()) + TIMER_SLACK, d.callback, None)  # type: ignore[attr-defined,arg-type]
-        self._naps[d] = call
-        try:
-            await maybe_deferred_to_future(d)
-        finally:
-            self._naps.pop(d, None)
-        if self.closed:
-            raise NoEgressError("the spider closed while it waited for an egress; never sent direct")
+        while True:
+            if self.closed or compat.engine_closing(self.crawler):
+                raise NoEgressError("the spider is closing: no egress came for it; never sent direct")
+            left = until - time.time()
+            if left <= 0:
+                return
+            self.stats.inc_value(K.EGRESS_WAITED_IN_PLACE)
+            d: Deferred[None] = Deferred()
+            call = reactor.callLater(min(left + TIMER_SLACK, NAP), d.callback, None)  # type: ignore[attr-defined,arg-type]
+            self._naps[d] = call
+            try:
+                await maybe_deferred_to_future(d)
+            finally:
+                self._naps.pop(d, None)
 
     def close(self) -> None:
         """The spider closes: the requests waiting in place fail now."""
@@ -104,4 +111,5 @@ class Waits:
         for d, call in list(self._naps.items()):
             if call.active():
                 call.cancel()
-            d.callback(None)
+            if not d.called:
+                d.callback(None)

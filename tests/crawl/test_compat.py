@@ -32,6 +32,8 @@ def test_private_engine_api_as_compat_uses_it(tmp_path: Path, scheduler: str) ->
     assert seen["in_progress"] and all(seen["in_progress"]), seen
     # ExecutionEngine._slot.nextcall.schedule() exists (wakes the engine)
     assert seen["woke"] is True
+    # the engine's slot says when the spider is closing (the egress pool's waits in place end then)
+    assert seen["closing_while_crawling"] is False and seen["closing_at_close"] is True, seen
     # Downloader.slots[host].active / .concurrency: a slot with as many requests as its concurrency is full
     assert seen["slot_full"] and all(seen["slot_full"]), seen
     assert seen["other_host_full"] is False

@@ -36,6 +36,7 @@ class Probe:
         inprogress = compat.engine_requests_in_progress(self.crawler)
         self.seen.setdefault("in_progress", []).append(inprogress is not None and request in inprogress)
         self.seen["woke"] = compat.wake_engine(self.crawler)
+        self.seen["closing_while_crawling"] = compat.engine_closing(self.crawler)
         sched = compat.engine_scheduler(self.crawler)
         self.seen["scheduler"] = f"{type(sched).__module__}.{type(sched).__qualname__}"
 
@@ -53,5 +54,6 @@ class Probe:
         self.seen["new_host_full_at_its_concurrency"] = on_the_way is not None and on_the_way("unknown.example")
 
     def spider_closed(self, spider: Any) -> None:
+        self.seen["closing_at_close"] = compat.engine_closing(self.crawler)
         with open(self.path, "w") as f:
             json.dump(self.seen, f)

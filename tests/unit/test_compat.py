@@ -16,6 +16,7 @@ def test_outside_a_crawl_every_helper_says_unknown() -> None:
     assert compat.engine_of(crawler) is None
     assert compat.engine_requests_in_progress(crawler) is None
     assert compat.wake_engine(crawler) is False
+    assert compat.engine_closing(crawler) is None
     assert compat.engine_scheduler(crawler) is None
     assert compat.slot_full_check(crawler) is None
     assert compat.feeds_accepting(None, {}) == 0
