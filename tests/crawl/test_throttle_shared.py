@@ -113,7 +113,10 @@ def shared_throttle(redis_url: str, job: str) -> object:
     from scrapy_scale.throttle import Throttle
 
     crawler = get_crawler(settings_dict={"SCALE_THROTTLE_URL": redis_url, "SCALE_JOB": job})
-    return Throttle.from_crawler(crawler)
+    th = Throttle.from_crawler(crawler)
+    th._load_learned()  # what spider_opened does first: open the shared state (no reactor here)
+    assert th.shared is not None
+    return th
 
 
 def test_a_limiter_key_of_another_type_is_replaced_and_the_other_sites_stay_shared(
