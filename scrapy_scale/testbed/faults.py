@@ -119,7 +119,7 @@ class Fault:
 
 
 #: every proxy mode: see the module docstring of ``scrapy_scale.testbed.proxy``
-PROXY_MODES = ("healthy", "dead", "slow", "flaky", "auth", "blackhole", "garbage", "midclose", "trickle")
+PROXY_MODES = ("healthy", "dead", "slow", "jitter", "flaky", "auth", "blackhole", "garbage", "midclose", "trickle")
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ class Served:
 class ProxyEvent:
     """One request (or CONNECT) a proxy received and what it did with it.
 
-    ``outcome``: forwarded, tunnel, auth_required, reset, bad_gateway.
+    ``outcome``: forwarded, tunnel, auth_required, reset, bad_gateway; held (``jitter``
+    mode: received now, forwarded later).
     """
 
     time: float

@@ -3,6 +3,8 @@
 Each proxy connects to targets from its own loopback source address, so a target
 sees which egress a request came through (``Served.egress``), for plain requests
 and CONNECT tunnels alike. Modes: healthy, slow (``delay`` before each request),
+jitter (``p`` of the requests wait a random 0-``delay`` s before they are forwarded,
+decided per request ordinal and seed: a path whose send time varies),
 flaky (resets ``p`` of the requests), auth (407 without the right
 Proxy-Authorization), blackhole (reads the request, never answers, never closes),
 garbage (answers with bytes that are not HTTP, then closes), midclose (forwards, sends
@@ -112,6 +114,9 @@ class _Proxy:
                     return
                 if spec.mode == "slow":
                     await asyncio.sleep(spec.delay)
+                if spec.mode == "jitter" and unit(self.tb.seed, "jitter", spec.id, self.count) < spec.p:
+                    self._event(method, target, client, "held")  # at receipt; "forwarded" follows
+                    await asyncio.sleep(spec.delay * unit(self.tb.seed, "jitter-wait", spec.id, self.count))
                 if spec.mode == "blackhole":
                     self._event(method, target, client, "blackhole")
                     await _until_closed(reader)

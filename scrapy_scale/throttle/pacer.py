@@ -57,6 +57,8 @@ RATE_MARGIN = CRAWL_DELAY_MARGIN
 #: how early a grant may come (seconds, at most a quarter of the spacing): a worker late on
 #: one turn (its timer, the round trip) does not lower the site's average rate
 TOLERANCE = 0.03
+#: a site kept one request at a time waits for its answer DOWNLOAD_TIMEOUT + this at most
+ANSWER_GRACE = 10.0
 #: seconds a Redis error makes the worker pace on its own before it tries the limiter again
 SHARED_BACKOFF = 5.0
 
@@ -114,6 +116,7 @@ class Throttle(PacerUpkeep):
             )
         cap = float(outcomes_settings.RETRY_AFTER_MAX.get(s))
         pacing = Pacing(profiles, time.time, retry_after_cap=cap, slot_delays=throttle_settings.slot_delays(s))
+        pacing.answer_wait = s.getfloat("DOWNLOAD_TIMEOUT") + ANSWER_GRACE
         ext = cls(crawler, pacing, None, top=throttle_settings.STATS_TOP.get(s))
         if s.getbool("AUTOTHROTTLE_ENABLED"):
             logger.warning(
@@ -145,6 +148,8 @@ class Throttle(PacerUpkeep):
         again (``math.inf``: this pacer wakes the engine when it may)."""
         self.consulted = True
         t = self.pacing.hold_until(domain)
+        if t == math.inf and self.pacing.one_at_a_time(s := self.pacing.site(domain)):
+            self._wake_at(s.last_sent + self.pacing.answer_wait)  # its end was lost: no stall
         if not t and self.learner is not None:
             t = self.learner.hold_until(domain)  # the site is due: is one of its routes?
         if t:
@@ -265,9 +270,7 @@ class Throttle(PacerUpkeep):
             return
         key = self._flying.pop(outcome.fingerprint, None)
         if key is not None:
-            self.pacing.ended(key)
-            if self.pacing.site(key).profile.concurrency is not None:
-                compat.wake_engine(self.crawler)
+            self._ended(key)
         if self.learner is not None and outcome.egress is not None:
             self._route_outcome(self.learner, outcome)
         elif outcome.cls == "rate_limited":
@@ -291,7 +294,17 @@ class Throttle(PacerUpkeep):
         fp = request.meta.get(meta.FINGERPRINT)
         key = self._flying.pop(fp, None) if isinstance(fp, str) else None
         if key is not None:
-            self.pacing.ended(key)
+            self._ended(key)
+
+    def _ended(self, key: str) -> None:
+        """A request handed out to the site ``key`` ended: wake the engine when that frees
+        the site (its ``concurrency``; a site kept one at a time is due a spacing after now)."""
+        self.pacing.ended(key)
+        s = self.pacing.site(key)
+        if self.pacing.one_at_a_time(s):
+            self._wake_at(s.last_answer + self.pacing.interval(s))
+        elif s.profile.concurrency is not None:
+            compat.wake_engine(self.crawler)
 
     def _route_outcome(self, learner: RouteLearner, outcome: Outcome) -> None:
         """Through an egress: the route learns from it; the site from site-wide evidence only."""

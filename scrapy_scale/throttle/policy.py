@@ -60,6 +60,9 @@ MARGIN = 0.1
 #: are handed out, and a loaded machine delays one send by up to about 0.15 s on its way to the
 #: site (a CI run saw two arrivals 1.91 s apart under a Crawl-delay of 2 s without it)
 CRAWL_DELAY_MARGIN = 0.08
+#: a site with a max_rate of this many requests/s or fewer is kept one request at a time,
+#: each spaced from the previous one's answer (as a Crawl-delay is)
+ONE_AT_A_TIME_RATE = 1.0
 #: seconds for the memory of a too-fast spacing to halve
 MEMORY_HALF_LIFE = 300.0
 #: good answers in a row that prove a pace
@@ -110,6 +113,9 @@ class Pacing:
         self.slot_delays = dict(slot_delays or {})
         self.clock = clock
         self.retry_after_cap = retry_after_cap
+        #: seconds a request in flight to a site kept one at a time holds it at most (its end
+        #: was lost: a leak must not stall the site); the glue sets it from DOWNLOAD_TIMEOUT
+        self.answer_wait = 190.0
         self.sites: dict[str, SiteState] = {}
         #: Retry-After values above the cap seen (the glue warns once)
         self.capped: list[tuple[str, float]] = []
@@ -136,6 +142,16 @@ class Pacing:
             kept = s.crawl_delay * (1 + CRAWL_DELAY_MARGIN)
             return max(min(max(p.min_delay, kept), p.max_delay), s.slot_delay)
         return max(p.min_delay, s.slot_delay)
+
+    def one_at_a_time(self, s: SiteState) -> bool:
+        """A robots.txt Crawl-delay in force (no profile ``min_delay`` overriding it), or a
+        ``max_rate`` of :data:`ONE_AT_A_TIME_RATE` or less: the site gets one request in flight
+        from this worker, each spaced from the previous one's answer (as Nutch and StormCrawler
+        do), so the spacing holds where the site sees it whatever the path adds to one send."""
+        if s.crawl_delay and "min_delay" not in s.match.explicit:
+            return True
+        rate = s.profile.max_rate
+        return bool(rate) and rate <= ONE_AT_A_TIME_RATE
 
     def wait_cap(self, s: SiteState) -> float:
         """The longest wait shared state (another worker, a file, Redis) may impose on the
@@ -170,8 +186,14 @@ class Pacing:
         conc = s.profile.concurrency
         if conc is not None and s.inflight >= conc:
             return math.inf
-        t = max(s.paused_until, s.last_sent + self.interval(s))
-        return t if t > self.clock() else 0.0
+        now = self.clock()
+        iv = self.interval(s)
+        t = max(s.paused_until, s.last_sent + iv)
+        if self.one_at_a_time(s):
+            if s.inflight and now < s.last_sent + self.answer_wait:
+                return math.inf  # the answer ends the hold (the glue wakes the engine then)
+            t = max(t, s.last_answer + iv)
+        return t if t > now else 0.0
 
     def handed_out(self, host: str) -> SiteState:
         """A request to ``host`` was handed out now."""
@@ -206,6 +228,7 @@ class Pacing:
         """A request to ``host`` that was handed out has its answer (or was dropped)."""
         s = self.site(host)
         s.inflight = max(0, s.inflight - 1)
+        s.last_answer = self.clock()
 
     # ---- learning -----------------------------------------------------------------------
 

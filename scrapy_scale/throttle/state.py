@@ -63,6 +63,8 @@ class SiteState:
     #: when ``paused_until`` last moved (exported for `scrapy scale status`)
     paused_at: float = 0.0
     last_sent: float = -math.inf
+    #: when the last request handed out to it ended (its answer came, or it was dropped)
+    last_answer: float = -math.inf
     #: moving average of the spacing between requests handed out
     gap: float | None = None
     inflight: int = 0
