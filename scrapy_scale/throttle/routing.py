@@ -7,7 +7,9 @@ when requests go through egresses (``SCALE_EGRESSES``):
 
 - each **route** (a site through one egress) has its own adaptive delay
   (:class:`RoutePacing`, the same decisions as a site's: latency, rate-limited answers,
-  ``Retry-After`` pausing the route, recovery), keyed ``"<site> via <egress>"``;
+  ``Retry-After`` pausing the route, recovery), keyed ``"<site> via <egress>"``; a route
+  that learned no limit of its own goes no faster than the best pace a sibling route
+  learned (:meth:`RoutePacing.adopt`), from its start or from a sibling's refusal;
 - the **site** (:class:`~scrapy_scale.throttle.policy.Pacing`) keeps what bounds all its
   routes together: ``max_rate``, ``min_delay``, robots.txt ``Crawl-delay``, its
   concurrency, and learns only from site-wide evidence (:class:`RouteLearner`): refusals
@@ -97,7 +99,41 @@ class RoutePacing(Pacing):
         if s is None:
             p = m.profile
             s = self.sites[key] = SiteState(key, m, delay=min(p.start_delay, p.max_delay))
+            best = self.best_sibling(s)
+            if best is not None:  # start at the best sibling's learned rate, not above it
+                s.delay = best.delay
+                self.adopt(s, best)
         return s
+
+    def siblings(self, s: SiteState) -> list[SiteState]:
+        """The other routes of the route ``s``'s site (the same site through other egresses)."""
+        parts = split_route(s.key)
+        if parts is None:
+            return []
+        prefix = parts[0] + SEP
+        return [r for k, r in self.sites.items() if k.startswith(prefix) and r is not s]
+
+    @staticmethod
+    def knows_a_limit(s: SiteState) -> bool:
+        """The route learned a limit of its own (it was refused, or a remembered too-fast
+        spacing was restored or adopted)."""
+        return s.rate_limited > 0 or s.too_fast > 0
+
+    def best_sibling(self, s: SiteState) -> SiteState | None:
+        """Of the routes of ``s``'s site that learned a limit, the fastest (None: none did)."""
+        learned = [r for r in self.siblings(s) if self.knows_a_limit(r)]
+        return min(learned, key=lambda r: r.delay) if learned else None
+
+    def adopt(self, s: SiteState, best: SiteState) -> None:
+        """The route ``s``, which learned no limit of its own, takes the pace ``best`` (a
+        sibling) learned: no faster than it, and its memory of the spacing that was too fast,
+        so recovery stays above it (the memory fades as its own would)."""
+        now = self.clock()
+        s.delay = min(max(s.delay, best.delay), s.profile.max_delay)
+        tf = self.too_fast(best, now)
+        if tf > self.too_fast(s, now):
+            f = self._fade(best, now)
+            self._remember(s, now, tf, best.settled * f, best.peak * f)
 
     def floor(self, s: SiteState) -> float:
         return 0.0
@@ -250,10 +286,14 @@ class RouteLearner:
         in one second, since they had started together, and the site paused and slowed to
         three quarters of its limit). A site used through one route slows at once."""
         self.settled(egress, True)
-        key = self.route(host, egress).key
+        r = self.route(host, egress)
+        key = r.key
         spacing = self.routes.sent_spacing(key, latency)
+        slowed_at = r.slowed_at
         self.routes.on_rate_limited(key, latency, retry_after)
         now = self.clock()
+        if r.slowed_at != slowed_at:  # it stepped or slowed down (not a forgiven stray)
+            self._tell_siblings(r)
         s, seen = self._of(host)
         before = seen.refused_spacing.get(egress)
         seen.refused_spacing[egress] = spacing
@@ -267,6 +307,20 @@ class RouteLearner:
             seen.refused.clear()
             return self.site.on_rate_limited(host, latency, retry_after)
         return 0.0
+
+    def _tell_siblings(self, r: SiteState) -> None:
+        """The route ``r`` was refused and slowed down. Its siblings that learned no limit of
+        their own take the best learned sibling's pace, not above it (routes started together
+        at the profile's pace were all refused within 0.3 s, at 8-10/s each against a 6/s
+        limit per address: the chaos benchmark), so the page just refused is not retried at
+        once through a sibling at the pace that was refused. A sibling that learned its own
+        limit keeps it: skipping its turn distorts the spacing it learns from (more refusals
+        when a limit drops, tests/unit/test_throttle_routes_policy.py)."""
+        sibs = self.routes.siblings(r)
+        best = min((x for x in [r, *sibs] if self.routes.knows_a_limit(x)), key=lambda x: x.delay)
+        for sib in sibs:
+            if not self.routes.knows_a_limit(sib):
+                self.routes.adopt(sib, best)
 
     def on_blocked(self, host: str, egress: str) -> float:
         """The site answered ``blocked`` through ``egress``. When every route it was tried

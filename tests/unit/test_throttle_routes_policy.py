@@ -118,6 +118,7 @@ def test_a_429_through_one_egress_slows_that_route_not_the_site_nor_the_others()
     for e in EGRESSES:
         learner.taken(HOST, e)
         learner.on_success(HOST, e, LATENCY)
+        learner.route(HOST, e).too_fast = 0.01  # each learned a limit of its own (tests below: not)
     clock.advance(1.0)  # every route is due again
     before = {e: learner.route(HOST, e).delay for e in EGRESSES}
     site_before = site.interval(site.site(HOST))
