@@ -12,8 +12,9 @@ worker through a file_sd folder. A feeder seeds the job (``scrapy scale seed``),
 workers (``scrapy crawl catalog``, worker ids w0, w1, ...) share the frontier. Once the
 job is drained and Prometheus has scraped the final numbers, the workers are stopped and
 the report reconciles the frontier, the store and Prometheus: completed requests = done
-records, stored rows = the testbed's products, no duplicate rows, each worker's share.
-Exit status 0 only when everything reconciles. Everything listens on 127.0.0.1.
+records, stored rows = the testbed's products, no duplicate rows, each worker's share
+(a job of at least 20 requests per worker: none below half its fair share). Exit status 0
+only when everything reconciles. Everything listens on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -365,6 +366,7 @@ def reconcile(
             problems.append(f"Prometheus counted {sum(items.values())} items stored for {len(rows)} rows")
         if set(requests) - {f"w{i}" for i in range(n_workers)}:
             problems.append(f"requests counted for unknown workers: {requests}")
+        problems += split_problems({f"w{i}": requests.get(f"w{i}", 0) for i in range(n_workers)})
     return {
         "job": job,
         "reconciled": not problems,
@@ -381,6 +383,25 @@ def reconcile(
         "egress_requests": dict(sorted(proxy_use.items())),
         "worker_exit": codes,
     }
+
+
+#: a job of at least this many requests per worker is split fairly: no worker does less
+#: than FAIR_PART of its fair share (the job over the workers)
+FAIR_FROM = 20
+FAIR_PART = 0.5
+
+
+def split_problems(requests: dict[str, float]) -> list[str]:
+    """The split of the completed requests between the workers, if one did less than
+    half its fair share of a job of at least FAIR_FROM requests per worker."""
+    total = sum(requests.values())
+    if not requests or total < FAIR_FROM * len(requests):
+        return []
+    fair = total / len(requests)
+    low = {w: int(n) for w, n in requests.items() if n < FAIR_PART * fair}
+    if not low:
+        return []
+    return [f"unfair split: {low} below half the fair share of {fair:.0f} requests each"]
 
 
 def render(report: dict[str, Any]) -> str:

@@ -165,7 +165,7 @@ class Rounds:
         # an engine that waits for work (engine_backs_out) goes on reading start() without
         # coming back to the reactor: lease here too, or it would read all of start() first
         try:
-            res = self.sync.flush(ops.ops, 0 if self.buffer else self.batch)
+            res = self.sync.flush(ops.ops, 0 if self.buffer else self.batch, len(self.inflight))
         except Exception as e:  # noqa: BLE001 - keep the writes, in order; the syncs retry them
             outbox.put_back(ops)
             self.trouble(e)
@@ -193,7 +193,8 @@ class Rounds:
         if finish:
             self.finish_requested = False
         feed = max(self.batch, FEED_PULL) if self.sync.store.feed_key else 0
-        return SyncPlan(ops, want, renew, reclaim, finish, feed)
+        held = len(b) + len(self.inflight)
+        return SyncPlan(ops, want, held, renew, reclaim, finish, feed)
 
     def synced(self, res: SyncResult) -> None:
         """A sync planned by :meth:`plan` ended with ``res``."""

@@ -123,7 +123,8 @@ class Scheduler(BaseScheduler):
             in_progress=lambda: compat.engine_requests_in_progress(crawler),
             fallback=lambda request, responded, items: _fallback(crawler, request, responded, items),
         )
-        self.sync = StoreSync(store, lease_seconds=lease_seconds, error_deadline=error_deadline)
+        concurrency = crawler.settings.getint("CONCURRENT_REQUESTS", 16)
+        self.sync = StoreSync(store, lease_seconds=lease_seconds, error_deadline=error_deadline, floor=concurrency)
         self.rounds = Rounds(
             sync=self.sync,
             waiting=self.waiting,

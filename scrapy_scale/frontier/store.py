@@ -39,7 +39,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_scale import clock as clock_mod
 from scrapy_scale.config.core_settings import job_name_problem
@@ -156,6 +156,11 @@ class FrontierStore(abc.ABC):
         seconds) unless it beats again; ``until`` = now says it stopped (a clean close).
         :meth:`status` reports them (``scrapy scale status``: live workers, or
         ``interrupted`` when a running run has none). A new run or a reset forgets them."""
+
+    @abc.abstractmethod
+    def beats(self) -> dict[str, tuple[Any, Any]]:
+        """The current run's heartbeats as stored: worker id -> (last beat, alive until),
+        epoch seconds, read back unchecked (the caller checks them: :mod:`.fair_share`)."""
 
     # ---- the hot path ----------------------------------------------------------
 

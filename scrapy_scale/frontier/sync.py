@@ -24,6 +24,7 @@ from twisted.internet import defer, threads
 from twisted.python.threadpool import ThreadPool
 
 from scrapy_scale.daemon_pool import DaemonThreadPool
+from scrapy_scale.frontier.fair_share import FairShare
 from scrapy_scale.frontier.feed import FeedReader
 from scrapy_scale.frontier.policy import SyncTrouble
 from scrapy_scale.frontier.store import EnqueueResult, FrontierStore, Leased
@@ -43,8 +44,10 @@ class SyncPlan:
 
     #: writes in order: ("enq", NewRequest), ("ack", (fp, token)), ("fail", ...), ("dead", ...)
     ops: Ops = field(default_factory=list)
-    #: records to lease (0: none)
+    #: records to lease (0: none), at most this worker's share when others are alive
     want: int = 0
+    #: records leased to this worker now (buffered or in flight): its share counts them
+    held: int = 0
     #: fingerprints whose leases to renew (None: not this round)
     renew: list[str] | None = None
     #: give expired leases (any worker's) back to pending
@@ -83,7 +86,7 @@ class SyncResult:
 
 
 class StoreSync:
-    def __init__(self, store: FrontierStore, *, lease_seconds: float, error_deadline: float):
+    def __init__(self, store: FrontierStore, *, lease_seconds: float, error_deadline: float, floor: int = 1):
         self.store = store
         self.lease_seconds = lease_seconds
         self.worker = ""
@@ -97,6 +100,8 @@ class StoreSync:
         self.fatal: str | None = None
         #: backoff, bounded logging and the deadline of failing rounds
         self.trouble = SyncTrouble(error_deadline)
+        #: this worker's share of the job's leases among the live workers (``floor``: its concurrency)
+        self.fair = FairShare(floor=floor, clock=store.clock)
         self._pool: ThreadPool | None = None
         self._beat_window = min(lease_seconds, HEARTBEAT_WINDOW)
         self._last_beat = 0.0
@@ -204,8 +209,9 @@ class StoreSync:
                 res.reclaimed = self.store.reclaim()
             if time.monotonic() - self._last_beat >= self._beat_window / 4:
                 self.beat()
-            if plan.want > 0:
-                res.leased = self.store.lease(self.worker, plan.want, self.lease_seconds)
+            want = self.fair_want(plan.want, plan.held)
+            if want > 0:
+                res.leased = self.store.lease(self.worker, want, self.lease_seconds)
             res.counts = self.store.counts()
         if plan.finish and not res.leased:
             c = res.counts
@@ -215,12 +221,14 @@ class StoreSync:
         res.seconds = time.monotonic() - t0
         return res
 
-    def flush(self, ops: Ops, lease: int) -> SyncResult:
-        """Write ``ops`` and lease ``lease`` records now, in the calling (reactor) thread,
-        after any running round (the lock). Raises what the store raised."""
+    def flush(self, ops: Ops, lease: int, held: int = 0) -> SyncResult:
+        """Write ``ops`` and lease ``lease`` records now (at most this worker's share, it
+        holds ``held``), in the calling (reactor) thread, after any running round (the
+        lock). Raises what the store raised."""
         res = SyncResult()
         with self.lock, self.store.batch():
             self.write_ops(ops, res)
+            lease = self.fair_want(lease, held)
             if lease:
                 res.leased = self.store.lease(self.worker, lease, self.lease_seconds)
             res.counts = self.store.counts()
@@ -254,6 +262,21 @@ class StoreSync:
                 self.store.heartbeat(self.worker, self.store.clock())  # this worker has stopped
 
         return self.in_thread(work)
+
+    def fair_want(self, want: int, held: int) -> int:
+        """``want`` records, or fewer: this worker's share of the job among the live
+        workers, read from the store after the writes (:mod:`.fair_share`). Alone, the
+        store is asked only for the heartbeats, once a second."""
+        if want <= 0:
+            return want
+        fair = self.fair
+        if fair.read_due():
+            fair.worker = self.worker
+            fair.count(self.store.beats())
+        if fair.workers <= 1:
+            return want
+        c = self.store.counts()
+        return fair.cap(want, pending=c["pending"], leased=c["leased"], held=held)
 
     def write_ops(self, ops: Ops, res: SyncResult) -> None:
         """Write ``ops`` in order, consecutive ops of one kind as one call."""

@@ -10,17 +10,10 @@ import math
 from typing import Any
 
 from scrapy_scale.throttle.paces import check_paces, export_paces, rate_tied
+from scrapy_scale.untrusted import as_finite
 
 #: seconds a time read back from shared state may be ahead of ours (clocks of workers differ)
 FUTURE_SLACK = 60.0
-
-
-def _finite(v: Any) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return x if math.isfinite(x) else None
 
 
 def check_learned(raw: Any, now: float, max_spacing: float = math.inf) -> tuple[dict[str, Any] | None, str | None]:
@@ -34,7 +27,7 @@ def check_learned(raw: Any, now: float, max_spacing: float = math.inf) -> tuple[
     infinite, NaN, negative or above ``max_spacing``: the state is not used at all."""
     if not isinstance(raw, dict):
         return None, f"not a record: {str(raw)[:40]!r}; not used"
-    delay, at = _finite(raw.get("delay")), _finite(raw.get("at"))
+    delay, at = as_finite(raw.get("delay")), as_finite(raw.get("at"))
     if delay is None or delay < 0:
         return None, f"delay {raw.get('delay')!r} is not a finite number of seconds; not used"
     if delay > max_spacing:
@@ -46,22 +39,22 @@ def check_learned(raw: Any, now: float, max_spacing: float = math.inf) -> tuple[
     why = None
     if at > now + FUTURE_SLACK:
         why, at = f"time {at:.0f} is in the future; taken as now", now
-    tf, tf_at = _finite(raw.get("too_fast", 0.0)), _finite(raw.get("too_fast_at", at))
+    tf, tf_at = as_finite(raw.get("too_fast", 0.0)), as_finite(raw.get("too_fast_at", at))
     if tf is None or tf < 0 or tf_at is None:
         why, tf, tf_at = why or f"too-fast spacing {raw.get('too_fast')!r} is unusable; dropped", 0.0, 0.0
     elif tf > max_spacing:
         why, tf, tf_at = why or f"too-fast spacing {tf:.6g} s is above max_delay {max_spacing:g} s; dropped", 0.0, 0.0
     elif tf_at > now:
         tf_at = now  # its memory would never fade
-    proven = _finite(raw.get("proven", 0.0))
+    proven = as_finite(raw.get("proven", 0.0))
     if proven is None or proven < 0:
         why, proven = why or f"proven spacing {raw.get('proven')!r} is unusable; dropped", 0.0
     elif proven > max_spacing:
         why, proven = why or f"proven spacing {proven:.6g} s is above max_delay {max_spacing:g} s; dropped", 0.0
-    settled = _finite(raw.get("settled", tf))  # older records: all of it confirmed
+    settled = as_finite(raw.get("settled", tf))  # older records: all of it confirmed
     if settled is None or settled < 0:
         why, settled = why or f"confirmed spacing {raw.get('settled')!r} is unusable; all confirmed", tf
-    fastest = _finite(raw.get("fastest_ok", 0.0))
+    fastest = as_finite(raw.get("fastest_ok", 0.0))
     if fastest is None or fastest < 0 or fastest > max_spacing:
         why, fastest = why or f"fastest good spacing {raw.get('fastest_ok')!r} is unusable; dropped", 0.0
     by_pace, paces_why = check_paces(raw.get("paces"))

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from scrapy_scale.frontier import open_store
+from scrapy_scale.frontier.cli_ops import JobOps
 from scrapy_scale.testbed import Testbed
 from tests.support.crash_support import (
     all_paths,
@@ -106,6 +107,57 @@ def test_three_workers_one_killed_every_page_done_once_and_the_others_exit(
         # every worker did a share of the work
         for r in results:
             assert r.stats.get("scale/frontier/acked", 0) > 0
+
+
+@pytest.mark.serial
+@pytest.mark.timeout(240)
+def test_three_workers_joining_a_job_of_300_pages_each_do_at_least_half_their_share(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    """Issue 31 part 6: shares of 79/0/21 on a job of a few hundred pages, one worker
+    holding 163 leases while another got nothing. Three workers wait for seeds, as in
+    examples/distributed/run.py; once all three beat, the job is seeded: each worker
+    finishes at least half of a third of it (frontier/fair_share.py: the worker that
+    writes the children of its listing pages leases its share of them, not a batch of
+    256)."""
+    job = redis_prefix
+    settings = {
+        **WORKER_SETTINGS,
+        "SCALE_JOB": job,
+        "SCALE_FRONTIER_URL": redis_url,
+        "SCALE_STORE_URL": f"sqlite:///{tmp_path}/state/items.sqlite",
+        "SCALE_FRONTIER_BATCH": None,  # the default batch (64), as in the issue
+        "SCALE_FRONTIER_WAIT_FOR_SEEDS": True,
+    }
+    with Testbed(hosts=3, pages=100, seed=24) as tb:
+        total = expected_requests(tb)
+        procs = [
+            start_crawl(tb, {**settings, "SCALE_FRONTIER_WORKER": f"w{i}"}, tmp_path, extra_args=["-a", "seeded=1"])
+            for i in range(3)
+        ]
+        store = open_store(redis_url, job)
+        try:
+            _wait_for(lambda: len(store.status().live_workers(time.time())) == 3, 120, "three live workers", procs)
+            assert JobOps(store, redis_url).seed(tb.start_urls) == len(tb.start_urls)
+
+            def drained() -> bool:
+                c = store.counts()
+                return c["done"] + c["failed"] >= total and not (c["pending"] or c["delayed"] or c["leased"])
+
+            _wait_for(drained, 150, "the job to drain", procs)
+            counts = store.counts()
+        finally:
+            store.close()
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        results = _finish_all(procs, 60)
+    assert counts == {"pending": 0, "delayed": 0, "leased": 0, "done": total, "failed": 0}, counts
+    for r in results:
+        assert r.returncode == 0, r.tail()
+    shares = [r.stats.get("scale/frontier/acked", 0) for r in results]
+    assert sum(shares) == total, (shares, total)
+    assert total >= 20 * 3
+    assert min(shares) >= total / 3 / 2, f"shares {shares} of {total}: a worker below half its fair share"
 
 
 @pytest.mark.serial

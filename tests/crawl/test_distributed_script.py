@@ -36,6 +36,9 @@ def test_three_workers_script_reconciles(tmp_path: Path) -> None:
     # Prometheus scraped every worker: their counts add up to every completed request
     assert sum(s["requests"] for s in shares.values()) == report["completed_requests"]
     assert sum(s["items"] for s in shares.values()) >= products
+    # the work was split fairly (the script checks it too): no worker below half its share
+    fair = report["completed_requests"] / 3
+    assert min(s["requests"] for s in shares.values()) >= fair / 2, shares
     # every request went through the egress pool, spread over its three proxies
     assert sorted(report["egress_requests"]) == ["p1", "p2", "p3"]
     assert sum(report["egress_requests"].values()) >= report["completed_requests"]

@@ -1074,3 +1074,27 @@ def test_a_store_of_another_process_checks_nothing(redis_url: str, redis_prefix:
         assert s.counts() == {"pending": 0, "delayed": 0, "leased": 0, "done": 0, "failed": 0}
     finally:
         s.close()
+
+
+def test_beats_read_back_every_workers_heartbeat_as_stored_a_bad_one_included(
+    store: FrontierStore, clock: FakeClock
+) -> None:
+    """What the fair lease share counts live workers from (frontier/fair_share.py checks
+    the values: this read passes a corrupt one on, unchecked, instead of failing)."""
+    store.heartbeat("a/0", clock.now + 30)
+    store.heartbeat("b/0", clock.now)
+    beats = store.beats()
+    assert {w: tuple(float(x) for x in v) for w, v in beats.items()} == {
+        "a/0": (clock.now, clock.now + 30),
+        "b/0": (clock.now, clock.now),
+    }
+    if store.feed_key is not None:  # Redis: the alive hash holds "last_beat until"
+        store.r.hset(f"{store.key}:alive", "bad/0", "x")  # type: ignore[attr-defined]
+    else:
+        with store.db:  # type: ignore[attr-defined]
+            store.db.execute(  # type: ignore[attr-defined]
+                "INSERT INTO beats (job, worker, at, until) VALUES (?, 'bad/0', 'x', 'y')", (store.job,)
+            )
+    assert "x" in store.beats()["bad/0"]
+    store.reset()
+    assert store.beats() == {}

@@ -199,6 +199,14 @@ class RedisBase(FrontierStore):
         now = self.clock()
         self.retrying(lambda: self.r.hset(self.alive_key, worker, f"{now!r} {until!r}"))
 
+    def beats(self) -> dict[str, tuple[Any, Any]]:
+        raw = self.retrying(lambda: self.r.hgetall(self.alive_key))
+        out: dict[str, tuple[Any, Any]] = {}
+        for worker, value in raw.items():
+            parts = str(value).split()
+            out[str(worker)] = (parts[0], parts[1]) if len(parts) == 2 else (value, None)
+        return out
+
 
 def glob_escape(text: str) -> str:
     """``text`` as a literal in a Redis MATCH pattern (``*?[]\\`` escaped): a job named

@@ -11,6 +11,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from scrapy_scale import clock as clock_mod
@@ -257,6 +258,10 @@ class SqliteBase(FrontierStore):
                 "ON CONFLICT (job, worker) DO UPDATE SET at=excluded.at, until=excluded.until",
                 (self.job, worker, self.clock(), until),
             )
+
+    def beats(self) -> dict[str, tuple[Any, Any]]:
+        rows = self.db.execute("SELECT worker, at, until FROM beats WHERE job=?", (self.job,)).fetchall()
+        return {str(w): (at, until) for w, at, until in rows}
 
     def _next_seq(self, db: sqlite3.Connection, k: int = 1) -> int:
         (seq,) = db.execute("UPDATE jobs SET seq = seq + ? WHERE job=? RETURNING seq", (k, self.job)).fetchone()
