@@ -90,6 +90,8 @@ class LeaseBuffer:
         self._due_at = math.inf
         self._warned_unserializable = False
         self._warned_scheme = False
+        #: requests handed to the engine so far
+        self.served = 0
 
     # ---- what it holds -------------------------------------------------------------------
 
@@ -247,6 +249,7 @@ class LeaseBuffer:
     def serve(self, entry: Leased | Request, spider: Spider | None, rules: codec.RecordRules) -> Served | None:
         """The request of ``entry`` (from :meth:`next_entry`), told to the pacer; None for
         a record that cannot be read (dead-lettered)."""
+        self.served += 1
         if isinstance(entry, Request):  # kept in memory only
             self._mem_n -= 1
             self.scrapy_stats.dequeued("memory")

@@ -22,6 +22,7 @@ from scrapy_scale.frontier.ledger import InFlightLedger
 from scrapy_scale.frontier.local import holds_back
 from scrapy_scale.frontier.scrapy_stats import ScrapyStats
 from scrapy_scale.frontier.stats import FrontierStats
+from scrapy_scale.frontier.store import Leased
 from scrapy_scale.frontier.sync import StoreSync, SyncPlan, SyncResult
 from scrapy_scale.frontier.waiting import Waiting
 
@@ -69,6 +70,10 @@ class Rounds:
         self.engine_waits = False
         #: engine_backs_out() said True: the sync that ends it wakes the engine (once)
         self.backed_out = False
+        #: next_request returned None and nothing was leased or handed out since: the
+        #: next request enqueued is written and leased at once (:meth:`enqueued`)
+        self.engine_asked = False
+        self._asked_at = 0  # buffer.served when it asked
         #: the spider went idle: the next sync finishes the run if nothing is left anywhere
         self.finish_requested = False
         #: this worker saw the run finish
@@ -118,6 +123,8 @@ class Rounds:
         self.engine_waits = True
         if backed_out:
             self.backed_out = True
+        else:
+            self.engine_asked, self._asked_at = True, self.buffer.served
         self.kick()
 
     # ---- starting syncs -----------------------------------------------------------------
@@ -137,11 +144,22 @@ class Rounds:
             return
         self.kick()
 
-    def enqueued(self) -> None:
+    def enqueued(self, eligible: bool = True) -> None:
         """A request went into the outbox: write at once when it is large (on the reactor
-        thread), sync now when it holds a batch."""
+        thread), sync now when it holds a batch.
+
+        Also write (and lease) at once the first request ``eligible`` now that comes while
+        the engine waits for one (it asked, got None, and nothing was leased or handed
+        out since): Scrapy's scheduler hands such a request to the engine before anything
+        enqueued after it. Written by the next sync with them instead, a lazy
+        ``start()``'s request went after the child its first page yielded meanwhile
+        (``1, 3, 2, 4`` in Scrapy's engine test ``test_lazy``). One write per time the
+        engine asked (not one per duplicate of a resumed start())."""
         n = len(self.waiting.outbox)
-        if n >= OUTBOX_CAP * self.batch or (
+        if self.engine_asked and eligible and not self.buffer and self.buffer.served == self._asked_at:
+            self.engine_asked = False
+            self.flush_now()
+        elif n >= OUTBOX_CAP * self.batch or (
             # the engine backs out with nothing buffered and reads start() without coming
             # back to the reactor (so no sync ends): write and lease a batch now, or the
             # first download would wait for OUTBOX_CAP batches of start requests
@@ -175,8 +193,14 @@ class Rounds:
         self.stats.writes(res)
         self.buffer.held_written(ops.ops, res.enqueued)
         self.scrapy_stats.written(ops.ops, res.enqueued)
-        self.buffer.take_leased(res.leased)
+        self.take_leased(res.leased)
         self.apply_counts(res)
+
+    def take_leased(self, leased: list[Leased]) -> None:
+        """Buffer what a sync or a flush leased; the engine has work again."""
+        if leased:
+            self.engine_asked = False
+        self.buffer.take_leased(leased)
 
     # ---- one sync --------------------------------------------------------------------------
 
@@ -204,7 +228,7 @@ class Rounds:
         if written is not None:
             self.buffer.held_written(written.ops, res.enqueued)
         self.scrapy_stats.written(written.ops if written is not None else [], res.enqueued, res.feed_added)
-        self.buffer.take_leased(res.leased)
+        self.take_leased(res.leased)
         self.apply_counts(res)
         if res.finished_run and not self.finished:
             self.finished = True

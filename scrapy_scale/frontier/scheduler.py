@@ -123,8 +123,8 @@ class Scheduler(BaseScheduler):
             in_progress=lambda: compat.engine_requests_in_progress(crawler),
             fallback=lambda request, responded, items: _fallback(crawler, request, responded, items),
         )
-        concurrency = crawler.settings.getint("CONCURRENT_REQUESTS", 16)
-        self.sync = StoreSync(store, lease_seconds=lease_seconds, error_deadline=error_deadline, floor=concurrency)
+        floor = crawler.settings.getint("CONCURRENT_REQUESTS", 16)  # a fair share is never below it
+        self.sync = StoreSync(store, lease_seconds=lease_seconds, error_deadline=error_deadline, floor=floor)
         self.rounds = Rounds(
             sync=self.sync,
             waiting=self.waiting,
@@ -343,7 +343,7 @@ class Scheduler(BaseScheduler):
             self.frontier_stats.inc(keys.FRONTIER_DELAYED)
             self.buffer.sync_at(nr.not_before)
         self.outbox.append(("enq", nr), request.priority if eligible else None)
-        self.rounds.enqueued()
+        self.rounds.enqueued(eligible)
         return True
 
     def next_request(self) -> Request | None:

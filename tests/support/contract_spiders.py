@@ -105,6 +105,52 @@ class LazyStartSpider(_Base):
             yield scrapy.Request(f"{self.base}/item/3")
 
 
+#: Scrapy's engine tests of the send order of start requests (RequestSendOrderTestCase in
+#: its tests/test_engine_loop.py): what start() yields and what it hands the scheduler
+#: straight away, as ("yield" | "enqueue", page, priority), in order; pages are sent in
+#: the order 1, 2, 3, ... with CONCURRENT_REQUESTS = 1
+def _steps(spec: str) -> list[tuple[str, int, int]]:
+    """``"y1 e2+1"``: yield page 1, enqueue page 2 of priority 1 (0 unless given)."""
+    out = []
+    for step in spec.split():
+        page, _, priority = step[1:].partition("+")
+        out.append(("yield" if step[0] == "y" else "enqueue", int(page), int(priority or 0)))
+    return out
+
+
+START_ORDERS: dict[str, list[tuple[str, int, int]]] = {
+    # priority first; within one, the crawl's own requests before start requests, these in order
+    "default": _steps("y1 e2+1 e5 y6 y3+1 y4+1"),
+    # SCHEDULER_START_MEMORY_QUEUE = LIFO: only the start requests' order changes
+    "lifo_start": _steps("y1 e2+1 e5 y6 y4+1 y3+1"),
+    # SCHEDULER_START_MEMORY_QUEUE = None: one queue per priority, LIFO, start requests too
+    "shared_queues": _steps("y1 e7+1 e6+1 e13 e12 y11 y10 y5+1 y4+1 e3+1 e2+1 e9 e8"),
+}
+
+
+class StartOrderSpider(_Base):
+    """``-a order=NAME`` of :data:`START_ORDERS`: start() yields some pages and hands
+    others to the scheduler itself, as Scrapy's engine tests do."""
+
+    name = "start_order"
+
+    def __init__(self, order: str = "default", **kw: Any):
+        super().__init__(**kw)
+        self.steps = START_ORDERS[order]
+
+    async def start(self) -> Any:
+        scheduler = self.crawler.engine._slot.scheduler
+        for how, page, priority in self.steps:
+            request = scrapy.Request(f"{self.base}/item/{page}", priority=priority)
+            if how == "yield":
+                yield request
+            else:
+                scheduler.enqueue_request(request)
+
+    def parse(self, response: Any) -> Iterator[Any]:
+        yield {"url": response.url}
+
+
 class LazyDupesSpider(_Base):
     """Scrapy's lazy start whose later start requests are duplicates while a slow page is
     in flight: ``start()`` yields the slow page 1 and page 2, waits for page 2's answer,

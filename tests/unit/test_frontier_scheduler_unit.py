@@ -264,6 +264,38 @@ def test_buffer_is_bounded(sched: Scheduler) -> None:
     assert len({x.domain for x in list(sched.buffer)[:5]}) == 5
 
 
+def test_the_first_request_while_the_engine_waits_is_written_and_leased_at_once(sched: Scheduler) -> None:
+    """Scrapy's scheduler hands a request to an engine that waits for one the moment it is
+    enqueued: the frontier writes and leases it at once, so what is enqueued after it (a
+    callback's child while a lazy start() yields its next request) cannot go first
+    (Scrapy's engine test test_lazy: 1, 3, 2, 4 before). Once per time the engine asked."""
+    sched.enqueue_request(Request("http://a.test/1"))
+    assert len(sched.outbox) == 1 and not sched.buffer  # the engine has not asked: a sync writes it
+    sched.sync_blocking()
+    assert sched.next_request().url == "http://a.test/1"
+    assert sched.next_request() is None  # the engine waits for one
+    sched.enqueue_request(Request("http://a.test/2"))
+    assert len(sched.buffer) == 1 and not sched.outbox  # written and leased without a sync
+    assert sched.crawler.stats.get_value("scale/frontier/outbox_flushes") == 1
+    sched.enqueue_request(Request("http://a.test/3"))
+    assert len(sched.outbox) == 1  # once per ask: the next ones wait for a sync
+    assert sched.next_request().url == "http://a.test/2"
+    sched.sync_blocking()
+    assert sched.next_request().url == "http://a.test/3"
+    # an engine that was handed something since it asked does not wait: no write
+    assert sched.next_request() is None
+    sched.enqueue_request(Request("http://a.test/4"))
+    assert sched.next_request().url == "http://a.test/4"
+    sched.enqueue_request(Request("http://a.test/5"))
+    assert len(sched.outbox) == 1
+    # nor for a request not eligible yet
+    sched.sync_blocking()
+    assert sched.next_request().url == "http://a.test/5" and sched.next_request() is None
+    sched.enqueue_request(Request("http://a.test/6", meta={"scale_not_before": time.time() + 60}))
+    assert not sched.buffer and len(sched.outbox) == 1
+    assert sched.crawler.stats.get_value("scale/frontier/outbox_flushes") == 2
+
+
 def test_outbox_is_bounded_when_the_reactor_does_not_come_back(sched: Scheduler) -> None:
     """Scrapy may consume start() without yielding to the reactor: no sync can run,
     so enqueue_request itself writes the outbox once it holds OUTBOX_CAP batches."""
@@ -362,6 +394,9 @@ def test_a_late_higher_priority_request_is_served_before_the_buffered_ones(sched
     sched.sync_blocking()  # writes it and leases it although the buffer is more than half full
     served = _drain(sched)
     assert served == [5] + [0] * 7
+    # the engine asked and got None: the next request is written and leased at once
+    sched.enqueue_request(Request("http://a.test/first"))
+    assert sched.next_request().url == "http://a.test/first"
     # ties do not wait: the buffered one goes although a newer one of its priority is on its
     # way (within a site the store leases the newest first, as Scrapy's LIFO queue)
     sched.enqueue_request(Request("http://a.test/tie0"))
