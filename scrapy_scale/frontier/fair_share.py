@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from scrapy_scale.clock import Clock, wall
-from scrapy_scale.untrusted import as_finite
+from scrapy_scale.shared_values import finite as as_finite
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from scrapy_scale.shared_values import finite as as_finite
 from scrapy_scale.throttle.paces import check_paces, export_paces, rate_tied
-from scrapy_scale.untrusted import as_finite
 
 #: seconds a time read back from shared state may be ahead of ours (clocks of workers differ)
 FUTURE_SLACK = 60.0
