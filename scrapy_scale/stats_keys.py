@@ -21,6 +21,9 @@ RETRY_ABANDONED = "scale/retry/abandoned"
 RETRY_NOT_BEFORE_GUARD = "scale/retry/not_before_guard"
 WARNED = "scale/"  # + the kind of a counted warning: retry_after_negative, retry_after_huge
 RETRY_LATE = "scale/retry/late"  # late retries scheduled (SCALE_RETRY_LATE: after the quick budget)
+RETRY_BROKEN_PAGE = (
+    "scale/retry/broken_page"  # pages given up after their quick retries: their site answers well (outcomes/noise.py)
+)
 RETRY_CALM = "scale/retry/calm"  # quick retries sooner: their site answers well otherwise (outcomes/noise.py)
 # transient attempts with no answer through an egress that had not proved itself, retried as
 # the egress's failure (at once, through another egress, in the egress_failed budget)

@@ -33,7 +33,7 @@ from scrapy_scale.outcomes.classify import Verdict
 from scrapy_scale.outcomes.core import OutcomeCore
 from scrapy_scale.outcomes.model import FailureClass, Outcome
 from scrapy_scale.outcomes.parse_tracker import Pending
-from scrapy_scale.outcomes.policy import Decision
+from scrapy_scale.outcomes.policy import BROKEN_PAGE, Decision
 from scrapy_scale.outcomes.retry import count_attempt, retry_request, scrapy_retry_logger
 from scrapy_scale.outcomes.stats import scrapy_reason
 
@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("scrapy_scale.outcomes")
 
 C = FailureClass
+
+#: the give-up line's words for a ``Decision.why`` that needs more than its name
+_WHY = {BROKEN_PAGE: "broken page: its site answers well: a broken page, not an outage; no late retry"}
 
 
 class GaveUpError(IgnoreRequest, ScaleError):
@@ -193,7 +196,7 @@ class OutcomeDownloaderMiddleware:
             o.attempt,
             o.cls.value,
             o.reason or "-",
-            "" if decision.why == "budget" else f" [{decision.why}]",
+            "" if decision.why == "budget" else f" [{_WHY.get(decision.why, decision.why)}]",
             extra={"spider": self.core.crawler.spider},
         )
 

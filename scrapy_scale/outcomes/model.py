@@ -181,7 +181,8 @@ class Outcome:
     blame: Blame = Blame.NONE
     #: a final outcome of a retryable class whose retries were spent or refused
     gave_up: bool = False
-    #: why it was not retried when ``gave_up``: "budget", "deadline" (late retries), "dont_retry",
+    #: why it was not retried when ``gave_up``: "budget", "deadline" (late retries), "broken_page"
+    #: (its site answers well: no late retry), "dont_retry",
     #: "disabled", "not listed"
     gave_up_why: str = ""
     #: Scrapy's own downloads (robots.txt, media): not a crawl request of the frontier

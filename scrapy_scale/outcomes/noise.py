@@ -12,7 +12,19 @@ retry's backoff window is bounded by the class's ``calm`` (see
 and late retries are unchanged; a site whose failures rise (an outage, a limit that
 bites on every route) is not calm and backs off as before.
 
-Plain Python, no clock: the share moves with answers, not time.
+A page that fails alone is told from a site that fails as a whole the same way, by pages
+rather than answers: each worker keeps, per site, the latest answer of its
+:data:`PAGES_KEPT` most recently answered pages. While at least :data:`MIN_ANSWERS` *other*
+pages are kept and fewer than :data:`CALM_SHARE` of them failed their latest answer, a page
+that keeps failing fails *alone* (:meth:`SiteNoise.alone`): a broken page, given up after
+its quick retries instead of late retries (see
+:meth:`~scrapy_scale.outcomes.policy.RetryPolicy.decide`). By page, not by answer: a
+broken page's own retries (or those of two other broken pages) would otherwise fill the
+moving share once the site's good pages were done, and hold the crawl open with late
+retries for minutes. A site with no other answers yet (its entry page) or whose other
+pages fail too keeps its late retries.
+
+Plain Python, no clock: the shares move with answers, not time.
 """
 
 from __future__ import annotations
@@ -31,6 +43,8 @@ MIN_ANSWERS = 10
 CALM_SHARE = 0.2
 #: sites remembered; the one answered least recently is forgotten first
 MAX_SITES = 50_000
+#: pages per site whose latest answer is kept (besides the page being decided)
+PAGES_KEPT = 20
 
 #: the site's failures: it answered, and not well
 BAD = frozenset({C.TRANSIENT, C.RATE_LIMITED, C.BLOCKED})
@@ -44,10 +58,13 @@ class SiteNoise:
     def __init__(self, max_sites: int = MAX_SITES):
         self.max_sites = max_sites
         self._sites: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        #: per site, page -> whether its latest answer failed, least recently answered first
+        self._pages: OrderedDict[str, OrderedDict[str, bool]] = OrderedDict()
 
-    def note(self, site: str, cls: FailureClass) -> None:
-        """An attempt to ``site`` ended with ``cls`` (an egress's failure or a fatal one
-        says nothing about the site and is not counted)."""
+    def note(self, site: str, cls: FailureClass, page: str | None = None) -> None:
+        """An attempt to ``site`` (of ``page``, any key of the page: its fingerprint) ended
+        with ``cls`` (an egress's failure or a fatal one says nothing about the site and is
+        not counted)."""
         if cls in GOOD:
             bad = 0.0
         elif cls in BAD:
@@ -60,6 +77,25 @@ class SiteNoise:
         self._sites[site] = (n + 1, w * bad + (1 - w) * share)
         if len(self._sites) > self.max_sites:
             self._sites.popitem(last=False)
+        if page is not None:
+            pages = self._pages.pop(site, None) or OrderedDict()
+            pages.pop(page, None)
+            pages[page] = bad > 0
+            if len(pages) > PAGES_KEPT + 1:  # + 1: the page being decided is not counted
+                pages.popitem(last=False)
+            self._pages[site] = pages
+            if len(self._pages) > self.max_sites:
+                self._pages.popitem(last=False)
+
+    def alone(self, site: str, page: str) -> bool:
+        """``page`` fails alone: :data:`MIN_ANSWERS` other pages of ``site`` at least among
+        the :data:`PAGES_KEPT` answered last, and fewer than :data:`CALM_SHARE` of them failed
+        their latest answer."""
+        pages = self._pages.get(site)
+        if not pages:
+            return False
+        others = [bad for p, bad in pages.items() if p != page][-PAGES_KEPT:]
+        return len(others) >= MIN_ANSWERS and sum(others) < CALM_SHARE * len(others)
 
     def calm(self, site: str) -> bool:
         """The site answered well apart from a few failures: :data:`MIN_ANSWERS` answers at

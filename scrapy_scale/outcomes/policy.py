@@ -63,6 +63,12 @@ DEFAULT_POLICIES: dict[FailureClass, ClassPolicy] = {
 
 #: classes that are never retried whatever the settings say
 NEVER_RETRIED = frozenset({C.OK, C.NOT_FOUND, C.PARSE_FAILED})
+#: classes whose failure can be a broken page (the site's own answer about that page): a
+#: refusal (``rate_limited``) is the pacer's business, a ``blocked`` or ``egress_failed``
+#: attempt blames the route, not the page; they keep their late retries
+BROKEN_PAGE_CLASSES = frozenset({C.TRANSIENT})
+#: why a retryable failure was given up as a broken page (``Decision.why``)
+BROKEN_PAGE = "broken_page"
 
 _KEYS = {f.name for f in fields(ClassPolicy)}
 
@@ -145,7 +151,8 @@ class Decision:
     not_before: float | None = None
     #: the class is retryable but its budget is spent (or retries were switched off)
     gave_up: bool = False
-    #: why it was not retried: "budget", "deadline" (``SCALE_RETRY_LATE``), "dont_retry",
+    #: why it was not retried: "budget", "deadline" (``SCALE_RETRY_LATE``), "broken_page"
+    #: (:data:`BROKEN_PAGE`: no late retries for a page that fails alone), "dont_retry",
     #: "disabled", "not listed" (the project's RETRY_HTTP_CODES / RETRY_EXCEPTIONS), ""
     #: (a class that is never retried)
     why: str = ""
@@ -240,6 +247,7 @@ class RetryPolicy:
         first_failed: float | None = None,
         late_ok: bool = True,
         calm: bool = False,
+        alone: bool = False,
     ) -> Decision:
         """Retry the attempt number ``attempt`` (1-based) that failed with ``cls``?
 
@@ -251,6 +259,10 @@ class RetryPolicy:
         otherwise, so a quick retry's window is at most the class's ``calm`` bound, and the
         late retries' windows double from that bound instead of the late ``base`` (a
         Retry-After stays a floor; the count and the deadline are unchanged).
+        ``alone``: the site answered this attempt and answers its other pages well (see
+        :meth:`scrapy_scale.outcomes.noise.SiteNoise.alone`): once the quick budget is spent,
+        a failure of :data:`BROKEN_PAGE_CLASSES` is a broken page, not an outage, and gets
+        no late retry (``why`` = :data:`BROKEN_PAGE`).
         """
         p = self.policies[cls]
         if cls in NEVER_RETRIED or (cls is C.FATAL and p.retries <= 0):
@@ -265,6 +277,8 @@ class RetryPolicy:
             # Scrapy's get_retry_request does: logged at the give-up level and counted;
             # a request that sets its own budget (max_retry_times) gets no late retries
             if late_ok and max_retries is None and self.late.applies(cls, late_done):
+                if alone and cls in BROKEN_PAGE_CLASSES:
+                    return Decision(False, gave_up=True, why=BROKEN_PAGE)
                 return self._late(cls, late_done, retry_after, first_failed, where, p.calm if calm else 0.0)
             return Decision(False, gave_up=True, why="budget")
         bounded = calm and 0 < p.calm < self.window(cls, attempt)

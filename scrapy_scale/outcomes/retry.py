@@ -25,7 +25,7 @@ from scrapy_scale import stats_keys as K
 from scrapy_scale.outcomes.classify import Verdict
 from scrapy_scale.outcomes.model import FailureClass, Outcome
 from scrapy_scale.outcomes.noise import SiteNoise
-from scrapy_scale.outcomes.policy import NO_RETRY, Decision, RetryPolicy
+from scrapy_scale.outcomes.policy import BROKEN_PAGE, NO_RETRY, Decision, RetryPolicy
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -51,7 +51,7 @@ class RetryDecider:
     def observe_ok(self, request: Request, cls: FailureClass) -> None:
         """An attempt of ``request`` got an answer the classifier took as good (``cls``:
         ok, not_found): counted for its host's noise. Failures are counted by :meth:`decide`."""
-        self.noise.note(urlparse_cached(request).hostname or "", cls)
+        self.noise.note(urlparse_cached(request).hostname or "", cls, _page(request))
 
     def decide(self, request: Request, verdict: Verdict, late_ok: bool = True, answered: bool = True) -> Decision:
         """``late_ok``: False for Scrapy's own downloads (robots.txt), retried at once.
@@ -80,8 +80,12 @@ class RetryDecider:
             # while it learns its limit, with 5% of 503s, took a host past the calm share and a
             # page's late retries waited 10 s then 14 s while the rest of its site was done
             # (the chaos benchmark's trace: a 37 s crawl of a 17 s plan)
-            self.noise.note(where, cls)
+            self.noise.note(where, cls, _page(request))
         calm = self.noise.calm(where) and (not limited or paced_refusal)
+        # the site's own answer about this page while its other pages answer well: a broken
+        # page (the policy gives it no late retry); an attempt without an answer may be the
+        # route's fault and keeps them
+        alone = late_ok and answered and self.noise.alone(where, _page(request))
         d = self.policy.decide(
             cls,
             n,
@@ -94,6 +98,7 @@ class RetryDecider:
             first_failed=first_failed,
             late_ok=late_ok,
             calm=calm,
+            alone=alone,
         )
         if d.retry and not verdict.retryable:
             return Decision(False, gave_up=True, why="not listed")
@@ -128,7 +133,7 @@ class RetryDecider:
         """The level of the give-up line: the request's ``give_up_log_level`` meta key (as
         Scrapy's RetryMiddleware reads it), else the class policy's; DEBUG when the project
         asked for no retry (``dont_retry``, RETRY_ENABLED = False, not listed)."""
-        if decision.why not in ("budget", "deadline"):
+        if decision.why not in ("budget", "deadline", BROKEN_PAGE):
             return logging.DEBUG
         lv = request.meta.get("give_up_log_level")
         if lv is not None:
@@ -207,6 +212,12 @@ def _unproven_egress(m: dict[str, object], cls: FailureClass, answered: bool) ->
     (a re-probe, or no answer through it yet while others answered): retried as the egress's
     failure. Only ``True`` counts (one attempt's key, set by the egress middleware)."""
     return cls is FailureClass.TRANSIENT and not answered and m.get(meta.EGRESS_PROBE) is True
+
+
+def _page(request: Request) -> str:
+    """The key of a request's page for its site's noise: its chain's fingerprint."""
+    fp = request.meta.get(meta.FINGERPRINT)
+    return fp if isinstance(fp, str) else request.url
 
 
 def _a_time(v: object) -> bool:

@@ -22,11 +22,15 @@ from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.outcomes.model import FailureClass, Outcome
+from scrapy_scale.outcomes.policy import BROKEN_PAGE
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger("scrapy_scale.outcomes")
+
+#: why a chain was given up once its retries were spent (Scrapy's retry/max_reached)
+_SPENT = frozenset({"budget", "deadline", BROKEN_PAGE})
 
 #: how many (class, reason) groups are kept and reported at close
 TOP_ERRORS = 10
@@ -68,8 +72,10 @@ class OutcomeStats:
             inc(K.retry_depth(outcome.attempt))
             if outcome.gave_up:
                 inc(K.GAVE_UP + cls)
-                if outcome.gave_up_why in ("budget", "deadline"):  # as Scrapy: retries spent, not refused
+                if outcome.gave_up_why in _SPENT:  # as Scrapy: retries spent, not refused
                     inc(K.SCRAPY_RETRY_MAX_REACHED)
+                if outcome.gave_up_why == BROKEN_PAGE:
+                    inc(K.RETRY_BROKEN_PAGE)
             if outcome.fallback:
                 inc(K.FALLBACK)
         else:

@@ -46,6 +46,42 @@ def test_an_entry_page_that_fails_for_5_s_is_crawled_with_its_subtree(tmp_path):
     assert "Gave up retrying" not in res.log
 
 
+BROKEN = ("/item/5", "/item/17", "/item/29")
+
+
+def test_three_broken_pages_of_a_site_that_answers_well_do_not_hold_the_crawl_open(tmp_path):
+    """A site of 30 pages where three always answer 503: on the add-on's defaults (late
+    retries on), each broken page gives up after its quick retries (at most one late retry,
+    when its site had no other answers yet) and the crawl ends in seconds, not minutes."""
+    faults = ";".join(f"503:{path}" for path in BROKEN)
+    with Testbed(hosts=1, pages=30, seed=9, faults=faults) as tb:
+        res = run_crawl(tb, {"SCALE_RETRY_LATE": {}}, tmp_path, timeout=240)  # the defaults
+        requests = {path: tb.count(path=path) for path in BROKEN}
+        failed = {u for u in tb.detail_urls() if u.endswith(BROKEN)}
+        expected = tb.detail_urls() - failed
+    assert res.returncode == 0, res.tail()
+    assert all(3 <= n <= 4 for n in requests.values()), requests
+    assert res.duration < 60, res.duration
+    assert res.item_urls == expected  # the good pages, all of them
+    assert res.stats["scale/retry/broken_page"] == 3
+    assert res.stats["scale/gave_up/transient"] == 3
+    assert res.log.count("a broken page, not an outage") == 3
+
+
+def test_a_site_failing_as_a_whole_for_6_s_is_crawled_with_its_subtree_on_the_defaults(tmp_path):
+    """The chaos benchmark's host 4: every page of the site answers 503 for 6 s from its first
+    request; its entry page has no other answers to go by and keeps its late retries."""
+    with Testbed(hosts=2, pages=30, seed=9, faults="503@1,until=6") as tb:
+        res = run_crawl(tb, {"SCALE_RETRY_LATE": {}}, tmp_path, timeout=240)  # the defaults
+        failed = tb.count(host="shop1.example.test", path="/", kind="503")
+        expected = tb.detail_urls()
+    assert res.returncode == 0, res.tail()
+    assert failed >= 3  # the burst outlasted the entry page's quick retries
+    assert res.item_urls >= expected
+    assert res.stats.get("scale/retry/late", 0) >= 1
+    assert "scale/retry/broken_page" not in res.stats
+
+
 def _status(tmp_path: Path) -> dict[str, Any]:
     argv = [sys.executable, "-m", "scrapy", "scale", "status", "catalog", "--json"]
     argv += ["-s", f"SCALE_STATE_DIR={tmp_path / 'state'}"]

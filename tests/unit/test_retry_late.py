@@ -178,3 +178,56 @@ def test_retry_times_set_by_the_project_is_the_whole_budget_unless_late_retries_
     assert late_of({"RETRY_TIMES": 4}) == NO_LATE
     assert late_of({"RETRY_TIMES": 4, "SCALE_RETRY_LATE": {"retries": 1}}).retries == 1
     assert late_of({"SCALE_RETRY_LATE": 0}) == NO_LATE
+
+
+SHOP = "shop1.example.test"
+
+
+def site_with_good_pages(n: int = 30) -> RetryDecider:
+    p, _, _ = policy(late=LatePolicy())
+    d = RetryDecider(p)
+    for k in range(n):
+        d.observe_ok(Request(f"http://{SHOP}/item/{k}", meta={meta.FINGERPRINT: f"fp{k}"}), C.OK)
+    return d
+
+
+def chain(d: RetryDecider, url: str, verdict: Verdict, answered: bool = True) -> list:
+    """Attempts of one page until the decider stops retrying it (at most 12)."""
+    decisions = []
+    for attempt in range(1, 13):
+        late = sum(x.late for x in decisions)
+        m = {meta.FINGERPRINT: url, meta.ATTEMPT: attempt, meta.LATE: late, meta.FIRST_FAILED: NOW}
+        decisions.append(d.decide(Request(url, meta=m), verdict, answered=answered))
+        if not decisions[-1].retry:
+            break
+    return decisions
+
+
+def test_a_503_page_of_a_site_that_answers_well_gives_up_after_its_quick_retries():
+    d = site_with_good_pages()
+    got = chain(d, f"http://{SHOP}/item/broken", Verdict(C.TRANSIENT, "http_503"))
+    assert len(got) == 3 and not any(x.late for x in got)  # 3 requests: as Scrapy's RetryMiddleware
+    assert got[-1].gave_up and got[-1].why == "broken_page"
+
+
+def test_an_entry_page_keeps_its_late_retries_then_gives_up_as_broken_once_its_site_answers():
+    d = site_with_good_pages(0)
+    entry = f"http://{SHOP}/"
+    m = {meta.FINGERPRINT: entry, meta.ATTEMPT: 3, meta.FIRST_FAILED: NOW}
+    assert d.decide(Request(entry, meta=m), Verdict(C.TRANSIENT, "http_503")).late  # no other answers yet
+    for k in range(30):  # then the rest of its site answers well and it still fails
+        d.observe_ok(Request(f"http://{SHOP}/item/{k}"), C.OK)
+    m = {**m, meta.ATTEMPT: 4, meta.LATE: 1}
+    last = d.decide(Request(entry, meta=m), Verdict(C.TRANSIENT, "http_503"))
+    assert not last.retry and last.why == "broken_page"  # 4 requests in all
+
+
+def test_no_answer_or_a_site_that_fails_too_keeps_late_retries():
+    d = site_with_good_pages()
+    timeouts = chain(d, f"http://{SHOP}/item/slow", Verdict(C.TRANSIENT, "timeout"), answered=False)
+    assert timeouts[2].late  # maybe the route's fault, not the page's
+    for k in range(10):  # the site's other pages fail too: an outage
+        r = Request(f"http://{SHOP}/item/{k}", meta={meta.FINGERPRINT: f"fp{k}"})
+        d.decide(r, Verdict(C.TRANSIENT, "http_503"))
+    outage = chain(d, f"http://{SHOP}/item/x", Verdict(C.TRANSIENT, "http_503"))
+    assert outage[2].late and len(outage) > 4

@@ -14,7 +14,7 @@ from scrapy_scale.clock import FakeClock, Randomness
 from scrapy_scale.outcomes.classify import Verdict
 from scrapy_scale.outcomes.late import LatePolicy
 from scrapy_scale.outcomes.model import FailureClass as C
-from scrapy_scale.outcomes.noise import MIN_ANSWERS, SiteNoise
+from scrapy_scale.outcomes.noise import MIN_ANSWERS, PAGES_KEPT, SiteNoise
 from scrapy_scale.outcomes.policy import RetryPolicy, build_policies, parse_policy_overrides
 from scrapy_scale.outcomes.retry import RetryDecider
 
@@ -168,3 +168,48 @@ def test_refusals_a_pacer_spaces_do_not_take_a_site_out_of_calm() -> None:
     for k in range(20):  # nothing spaces the requests: refusals are the site's failures
         unpaced.decide(Request(f"http://{SITE}/item/{k}"), limited)
     assert not unpaced.noise.calm(SITE)
+
+
+def test_a_page_fails_alone_while_its_sites_other_pages_answer_well() -> None:
+    noise = SiteNoise()
+    broken = ("/item/7", "/item/8", "/item/9")
+    for k in range(30):
+        noise.note(SITE, C.OK, f"/item/{100 + k}")
+        if k < 3:
+            noise.note(SITE, C.TRANSIENT, broken[k])
+    for _ in range(3):  # their quick retries, once the good pages are done: no other answer left
+        for page in broken:
+            noise.note(SITE, C.TRANSIENT, page)
+    assert not noise.calm(SITE)  # the moving share of answers is full of their own retries
+    assert all(noise.alone(SITE, page) for page in broken)  # by page: 2 of the 20 others failed
+
+
+def test_an_entry_page_or_a_page_whose_site_fails_too_does_not_fail_alone() -> None:
+    entry = SiteNoise()
+    for _ in range(10):
+        entry.note(SITE, C.TRANSIENT, "/")
+    assert not entry.alone(SITE, "/")  # no other answers yet
+    few = SiteNoise()
+    for k in range(MIN_ANSWERS - 1):
+        few.note(SITE, C.OK, f"/item/{k}")
+    assert not few.alone(SITE, "/list/2")
+    outage = SiteNoise()
+    for k in range(PAGES_KEPT):
+        outage.note(SITE, C.OK, f"/item/{k}")
+    for k in range(PAGES_KEPT // 5):  # a fifth of the recently answered pages fail now
+        outage.note(SITE, C.TRANSIENT, f"/item/{PAGES_KEPT + k}")
+    assert not outage.alone(SITE, "/list/2")
+    outage.note(SITE, C.OK, f"/item/{PAGES_KEPT}")  # one of them recovers: its latest answer counts
+    assert outage.alone(SITE, "/list/2")
+
+
+def test_egress_failures_do_not_count_for_pages_and_pages_kept_are_bounded() -> None:
+    noise = SiteNoise(max_sites=2)
+    for k in range(3 * PAGES_KEPT):
+        noise.note(SITE, C.TRANSIENT if k < PAGES_KEPT else C.OK, f"/item/{k}")
+        noise.note(SITE, C.EGRESS_FAILED, f"/other/{k}")
+    assert noise.alone(SITE, "/list/2")  # the failed pages were forgotten, egress failures never kept
+    assert len(noise._pages[SITE]) == PAGES_KEPT + 1
+    noise.note("a.test", C.OK, "/")
+    noise.note("b.test", C.OK, "/")
+    assert SITE not in noise._pages  # the least recently answered site forgotten

@@ -12,8 +12,10 @@ from scrapy.settings import Settings
 
 from scrapy_scale import config
 from scrapy_scale.clock import FakeClock, Randomness
+from scrapy_scale.outcomes.late import NO_LATE, LatePolicy
 from scrapy_scale.outcomes.model import FailureClass as C
 from scrapy_scale.outcomes.policy import (
+    BROKEN_PAGE,
     DEFAULT_POLICIES,
     ClassPolicy,
     RetryPolicy,
@@ -207,3 +209,35 @@ def test_a_budget_of_zero_is_a_give_up():
     p = RetryPolicy(build_policies(retry_times=0))
     d = p.decide(C.TRANSIENT, 1)
     assert not d.retry and d.gave_up and d.why == "budget"
+
+
+ALL_LATE = LatePolicy(classes=frozenset({C.TRANSIENT, C.RATE_LIMITED, C.BLOCKED, C.EGRESS_FAILED}))
+
+
+def test_a_page_that_fails_alone_gives_up_after_its_quick_retries_a_site_that_fails_keeps_late_ones():
+    p, _, _ = policy(late=ALL_LATE)
+    # within the quick budget a broken page is still retried (it may be a stray 503)
+    assert p.decide(C.TRANSIENT, 1, alone=True).retry and p.decide(C.TRANSIENT, 2, alone=True).retry
+    broken = p.decide(C.TRANSIENT, 3, alone=True)  # quick budget (2) spent, its site answers well
+    assert not broken.retry and broken.gave_up and broken.why == BROKEN_PAGE
+    # after a late retry (its site had no other answers yet, then answered well): no more
+    later = p.decide(C.TRANSIENT, 4, late_done=1, first_failed=NOW, alone=True)
+    assert not later.retry and later.why == BROKEN_PAGE
+    outage = p.decide(C.TRANSIENT, 3)  # its site fails as a whole, or has no other answers yet
+    assert outage.retry and outage.late
+
+
+def test_a_refusal_a_block_or_an_egress_failure_is_not_a_broken_page():
+    p, _, _ = policy(late=ALL_LATE)
+    for cls in (C.RATE_LIMITED, C.BLOCKED, C.EGRESS_FAILED):
+        quick = p.policies[cls].retries
+        d = p.decide(cls, quick + 1, alone=True)
+        assert d.retry and d.late, cls  # pacing's or the route's business: late retries kept
+
+
+def test_without_late_retries_a_broken_page_gives_up_on_its_budget_as_before():
+    p, _, _ = policy(late=NO_LATE)
+    d = p.decide(C.TRANSIENT, 3, alone=True)
+    assert not d.retry and d.why == "budget"
+    own, _, _ = policy(late=ALL_LATE)  # a request with its own budget gets no late retry anyway
+    assert own.decide(C.TRANSIENT, 2, max_retries=1, alone=True).why == "budget"
