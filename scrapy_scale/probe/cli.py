@@ -135,5 +135,11 @@ def main(settings: Any, urls: list[str], opts: argparse.Namespace) -> int:
             print(f"scrapy scale probe: error: --save {opts.save}: {e}", file=sys.stderr)
             return 1
         print(f"saved {len(added)} profile(s) to {opts.save} (crawl with -s SCALE_PROBE_PROFILES={opts.save})")
+        for site in sites:
+            if site.host not in added:
+                why = site.skipped or (
+                    "client-bound: no knee of the site" if site.result.client_bound else "no good step"
+                )
+                print(f"not saved: {site.host} ({why})")
     sys.stdout.flush()
     return code

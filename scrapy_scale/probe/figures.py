@@ -20,6 +20,16 @@ BLOCKED = "blocked"
 OK = "ok"
 #: answers that count as goodput (a 404 is a good answer of the site, not a failure of load)
 GOOD = frozenset({"ok", "not_found"})
+#: the statuses that refuse a request: with one of them, and only then, ``Retry-After`` asks
+#: the probe to slow down (a 200 that carries one is a good answer; some servers add it to
+#: every answer)
+REFUSAL_STATUSES = frozenset({429, 503})
+
+
+def refusal(cls: str, status: int | None, retry_after: bool) -> bool:
+    """Is an answer the site refusing the load: a ``rate_limited`` one, a 429, or a 503 with
+    ``Retry-After`` (a ``Retry-After`` on any other status is not a refusal)?"""
+    return cls == RATE_LIMITED or status == 429 or (retry_after and status in REFUSAL_STATUSES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +74,7 @@ class StepFigures:
     offered: float = 0.0
     #: the rate ceiling the step ran under (requests/s), None when none
     rate_ceiling: float | None = None
-    #: a 429 or Retry-After was seen (at any time in the step)
+    #: a refusal was seen (at any time in the step): a 429, or a 503 with Retry-After
     rate_limited: bool = False
     #: seconds the server asked to wait (largest Retry-After), 0 when none
     retry_after: float = 0.0
@@ -137,6 +147,6 @@ def summarise(
         offered=requests / max(end - start, 1e-9),
         rate_ceiling=rate_ceiling,
         loop_lag=loop_lag,
-        rate_limited=any(a.cls == RATE_LIMITED or a.status == 429 or a.retry_after for a in answers),
+        rate_limited=any(refusal(a.cls, a.status, a.retry_after) for a in answers),
         retry_after=retry_after,
     )

@@ -31,7 +31,7 @@ from scrapy.http import Headers, Request
 from scrapy.responsetypes import responsetypes
 
 from scrapy_scale.outcomes.classify import Classifier
-from scrapy_scale.probe.figures import RATE_LIMITED, Answer, StepFigures, percentile, summarise
+from scrapy_scale.probe.figures import Answer, StepFigures, percentile, refusal, summarise
 from scrapy_scale.probe.policy import Limits, step_done
 
 
@@ -109,6 +109,9 @@ class _Step:
     last: float = 0.0
     retry_after: float = 0.0
     stop: asyncio.Event = field(default_factory=asyncio.Event)
+    #: (when, area) at the send that spent the step's request budget: from then on the
+    #: probe sends no more and its requests in flight drain, its own doing, not the site's
+    full: tuple[float, float] | None = None
 
     def change(self, now: float, delta: int) -> None:
         self.area += self.in_flight * (now - self.last)
@@ -130,7 +133,7 @@ async def run_step(
     deadline: float | None = None,
 ) -> StepFigures:
     """Run one step: ``concurrency`` requests in flight (at most ``max_rate``/s), held as
-    the policy says, stopped at once on a 429 or Retry-After; its figures. The workers'
+    the policy says, stopped at once on a refusal (a 429, a 503 with Retry-After); its figures. The workers'
     first requests are spread over ``stagger`` seconds (a latency of the site), as they
     are in a steady state, instead of all at once: a burst of N at the step's start would
     meet a site's burst limit, which a crawl at that concurrency never does. At
@@ -158,6 +161,8 @@ async def run_step(
             st.sent += 1
             sent = now()
             st.change(sent, +1)
+            if st.sent >= request_budget:
+                st.full = (sent, st.area)
             status: int | None = None
             ra: float | None = None
             has_ra = False
@@ -174,7 +179,7 @@ async def run_step(
             done = now()
             st.change(done, -1)
             st.answers.append(Answer(sent, done, cls, status, has_ra))
-            if cls == RATE_LIMITED or status == 429 or has_ra:
+            if refusal(cls, status, has_ra):
                 st.retry_after = max(st.retry_after, ra or 0.0)
                 st.stop.set()  # at once: the site said so
 
@@ -200,7 +205,9 @@ async def run_step(
             t = now()
             if deadline is not None and t >= deadline:
                 break
-            if cut is None and t >= t0 + lim.warmup:
+            if cut is None and t >= t0 + lim.warmup and st.full is None:
+                # (a budget spent within the warm-up: the step is judged on all its answers;
+                # a cut after it measured only the drain, "in flight 0.0 of 1")
                 st.change(t, 0)
                 cut, area_at_cut, busy_at_cut = t, st.area, _run_time()
             kept = [a.done for a in st.answers if cut is not None and a.sent >= cut]
@@ -216,7 +223,10 @@ async def run_step(
     if cut is None:  # stopped within the warm-up: judged on all its answers
         cut, area_at_cut = t0, 0.0
     window = max(end - cut, 1e-9)
-    in_flight = (st.area - area_at_cut) / window
+    # requests in flight while the step was sending: the drain after its last request (the
+    # probe stopped, the poll ends the step up to 20 ms later) is not the site's doing
+    sending_end, area_end = st.full if st.full is not None else (end, st.area)
+    in_flight = (area_end - area_at_cut) / max(sending_end - cut, 1e-9)
     busy = (busy_end - busy_at_cut) / window
     lag = percentile([late for t, late in lags if t >= cut], 0.95)
     return summarise(

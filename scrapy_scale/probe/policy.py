@@ -6,8 +6,8 @@ only runs the steps this decides and hands back their answers.
 - **ramp**: concurrency 1, 2, 4, 8, ... up to ``cap``; each step is held until it has
   ``min_answers`` answers after its warm-up, lasted ``min_seconds`` and is steady (as
   many answers in the second half as in the first, within ``steady``), or ``max_seconds``
-  passed; it stops at once on a 429 or ``Retry-After``;
-- **judge** (:func:`judge`): a step is *bad* with no answer at all, on a 429 or ``Retry-After``, blocks above 1%,
+  passed; it stops at once on a refusal (a 429, a 503 with ``Retry-After``);
+- **judge** (:func:`judge`): a step is *bad* with no answer at all, on a refusal (429, 503 + ``Retry-After``), blocks above 1%,
   success below 98%, p95 latency above twice step 1's, or goodput lower than the last
   good step's; it is *client-bound* when the probe, not the site, was the limit (requests
   in flight well below the step's concurrency, the probe's process saturated, its event

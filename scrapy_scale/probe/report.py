@@ -7,6 +7,7 @@ import math
 import os
 import re
 import tempfile
+import textwrap
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -58,14 +59,20 @@ def summary(site: SiteProbe, lim: Limits) -> str:
         return f"{site.host}: {site.skipped}"
     r = site.result
     out = [f"{site.host}: {r.ended}"]
-    if r.client_bound:
-        out.append(
-            f"{site.host}: CLIENT-BOUND: this machine, not the site, was the limit; the site takes at least "
-            + (f"concurrency {r.knee.concurrency} ({r.knee.goodput:.1f}/s)" if r.knee else "what was sent")
-            + " (probe from a bigger machine or several to find its knee)"
-        )
     rec = site.recommendation(lim.margin)
-    if rec is None:
+    if r.client_bound:
+        took = f"concurrency {r.knee.concurrency} ({r.knee.goodput:.1f}/s)" if r.knee else "what was sent"
+        out.append(
+            f"{site.host}: CLIENT-BOUND: this machine, not the site, was the limit: the site took {took} "
+            "without a sign of strain, and its knee is above what this probe could send"
+        )
+        out.append(
+            f"{site.host}: no recommendation: a profile from this probe would pace the site at this machine's "
+            "limit, not at the site's. To find its knee, probe again from a bigger machine (a CPU free of other "
+            "work) or from several at once; until then crawl it on the throttle's adaptive defaults, or set "
+            f"SCALE_DOMAIN_PROFILES by hand at no more than {took}"
+        )
+    elif rec is None:
         out.append(f"{site.host}: no recommendation (no good step)")
     else:
         out.append(f"recommended (knee x {lim.margin:g}): SCALE_DOMAIN_PROFILES = {json.dumps(rec)}")
@@ -96,6 +103,16 @@ def write_json(site: SiteProbe, lim: Limits, folder: str) -> str:
     with open(path, "w") as f:
         json.dump(as_json(site, lim), f, indent=2, sort_keys=True)
     return path
+
+
+#: characters per line of the plot's title (at its font size, the width of the plot)
+TITLE_WIDTH = 90
+
+
+def plot_title(site: SiteProbe) -> str:
+    """The plot's title: the host and why the probe ended, whole, wrapped to the plot's width
+    (cut at 110 characters it read "...at 4 at th")."""
+    return textwrap.fill(f"{site.host}: {site.result.ended}", TITLE_WIDTH)
 
 
 def plot(site: SiteProbe, folder: str) -> str:
@@ -146,7 +163,7 @@ def plot(site: SiteProbe, folder: str) -> str:
         if knee is not None and not site.result.client_bound:
             label = f"knee: {x_of(knee):.3g}/s" if by_rate else f"knee: {knee.concurrency}"
             ax.axvline(x_of(knee), color=KNEE_COLOR, lw=3, label=label)
-        ax.set_title(f"{site.host}: {site.result.ended}"[:110], fontsize=9)
+        ax.set_title(plot_title(site), fontsize=9)
         handles = ax.get_legend_handles_labels()
         more = lx.get_legend_handles_labels()
         ax.legend(handles[0] + more[0], handles[1] + more[1], loc="upper left", fontsize=8)

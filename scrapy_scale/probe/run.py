@@ -43,7 +43,12 @@ class SiteProbe:
     disallowed: list[str] = field(default_factory=list)
 
     def recommendation(self, margin: float) -> dict[str, dict[str, Any]] | None:
-        return None if self.skipped else self.result.recommendation(self.host, margin)
+        """The profile to pace the site with; None when it was not probed, had no good step,
+        or the probe ended client-bound (its last good step is this machine's limit, not the
+        site's knee)."""
+        if self.skipped or self.result.client_bound:
+            return None
+        return self.result.recommendation(self.host, margin)
 
 
 def group_by_host(urls: Sequence[str]) -> dict[str, list[str]]:

@@ -179,6 +179,9 @@ def test_a_host_that_is_never_the_limit_is_flagged_client_bound(tmp_path: Path) 
         last = {(s["phase"], s["concurrency"]): s["verdict"] for s in res["steps"]}
         assert "bad" not in last.values(), text
         assert probed.read(str(saved)) == {}  # no knee of the site to start pacing from
+        # nothing recommended, and it says what to do instead
+        assert "recommended" not in text and "no recommendation" in text, text
+        assert f"not saved: {tb.hosts[0]} (client-bound" in text and fig["recommendation"] is None
         answers = sum(n for (host, k), n in tb.counters.items() if isinstance(k, int))
         assert answers > 0 and tb.counters[(tb.hosts[0], 200)] == answers  # no error caused
         png = tmp_path / f"probe-{tb.hosts[0]}.png"

@@ -1,9 +1,12 @@
-"""The probe requests only the hosts it is given: a robots.txt redirect is followed on its
-own host only (real HTTP servers on loopback)."""
+"""The probe against real HTTP servers on loopback: it requests only the hosts it is given
+(a robots.txt redirect is followed on its own host only), a Retry-After on a good answer
+is no refusal, a step's requests in flight are measured while it sends."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -11,7 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from scrapy_scale.outcomes.classify import Classifier, SignatureBlockDetector
-from scrapy_scale.probe.policy import Limits
+from scrapy_scale.probe import load
+from scrapy_scale.probe.policy import Limits, judge
 from scrapy_scale.probe.run import run
 
 pytestmark = pytest.mark.crawl
@@ -78,3 +82,60 @@ def test_a_robots_redirect_loop_is_not_probed() -> None:
         skipped = probe(port)
     assert skipped == "robots.txt redirects more than 5 times: not probed"
     assert seen == ["/robots.txt"] * 6
+
+
+def test_a_retry_after_on_every_good_answer_is_not_a_refusal() -> None:
+    with server({"/item/1": (200, {"Retry-After": "5"}, b"ok")}) as (port, seen):
+        lim = Limits(max_requests=400, max_time=10, min_seconds=0.3, min_answers=10, cap=2)
+        (site,) = run([f"http://site.test:{port}/item/1"], lim, Classifier([], []), names=NAMES)
+    steps = site.result.steps
+    assert steps and not any(s.rate_limited for s in steps), [s.reasons for s in steps]
+    assert seen.count("/item/1") > 20  # the Retry-After was sent with each answer, not heeded
+    assert site.result.knee is not None and "refuses" not in site.result.ended, site.result.ended
+
+
+class JumpingClassifier(Classifier):
+    """A real classifier; at the step's last answer the step's clock jumps past its warm-up
+    (a machine that stalled the probe for a moment as its last request ended)."""
+
+    def __init__(self, at: int, jump: float, offset: list[float]):
+        super().__init__([], [])
+        self.at, self.jump, self.offset, self.seen = at, jump, offset, 0
+
+    def classify_response(self, response, request):  # type: ignore[no-untyped-def]
+        self.seen += 1
+        if self.seen == self.at:
+            self.offset[0] += self.jump
+        return super().classify_response(response, request)
+
+
+def test_a_step_whose_budget_ends_as_its_warm_up_does_is_not_read_as_in_flight_0() -> None:
+    """Against `python3 -m http.server` the first step read "in flight 0.0 of 1 ...
+    client_bound": its request budget was spent just before the warm-up ended, so the warm-up
+    cut came after the last answer and measured only the drain (nothing in flight)."""
+    budget = 20
+    offset = [0.0]
+    clf = JumpingClassifier(budget, 1.0, offset)
+    lim = Limits(warmup=0.5)
+
+    async def step():  # type: ignore[no-untyped-def]
+        async with load.session(NAMES, 10, "probe-test") as sess:
+            return await load.run_step(
+                sess,
+                [f"http://site.test:{port}/item/1"],
+                1,
+                "ramp",
+                None,
+                lim,
+                clf,
+                budget,
+                now=lambda: time.monotonic() + offset[0],
+            )
+
+    with server({}) as (port, seen):
+        fig = asyncio.run(step())
+    assert clf.seen == budget and offset[0] == 1.0  # the jump came with the last answer
+    assert fig.requests == budget and fig.answers == budget  # judged on all its answers
+    assert fig.in_flight > 0.9, fig.in_flight  # one request at a time, always one in flight
+    judge(fig, None, None, lim)  # (the stall itself is seen: the event loop was late)
+    assert not any(r.startswith("in flight") for r in fig.reasons), fig.reasons

@@ -23,6 +23,10 @@ pytestmark = pytest.mark.pure
 Site = Callable[[int], tuple[float, str]]  # concurrency -> (latency, class of every answer)
 
 
+#: the status of an answer of a class in these synthetic steps (others: 200)
+STATUS = {"rate_limited": 429, "transient": 503}
+
+
 def step(
     c: int,
     latency: float,
@@ -39,7 +43,7 @@ def step(
     while t + latency <= 4.0:
         for _ in range(c):
             cls = classes[k % len(classes)]
-            answers.append(Answer(t, t + latency, cls, 429 if cls == "rate_limited" else 200, retry_after))
+            answers.append(Answer(t, t + latency, cls, STATUS.get(cls, 200), retry_after))
             k += 1
         t += latency
     return summarise(
@@ -145,9 +149,11 @@ def test_a_429_stops_the_ramp_and_bisection_stays_below_it() -> None:
     assert [c for c, _ in ran] == [1, 2, 4, 8, 6, 5]
     assert plan.result.knee is not None and plan.result.knee.concurrency == 5
     assert plan.result.steps[3].reasons[0] == "429 / Retry-After"
-    # a Retry-After alone (a 503 with it) stops too
-    f = judge(step(4, 0.05, ["ok"], retry_after=True), 0.05, None, Limits())
-    assert f.verdict == BAD
+    # a Retry-After with a 503 stops too (one in a hundred answers, success still 99%)
+    f = judge(step(4, 0.05, ["ok"] * 99 + ["transient"], retry_after=True), 0.05, None, Limits())
+    assert f.verdict == BAD and f.reasons == ["429 / Retry-After"]
+    # a Retry-After on a 200 is no refusal (some servers send it with every answer)
+    assert judge(step(4, 0.05, ["ok"], retry_after=True), 0.05, None, Limits()).verdict == GOOD
 
 
 @pytest.mark.parametrize(

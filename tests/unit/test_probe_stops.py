@@ -9,7 +9,7 @@ import math
 import pytest
 
 from scrapy_scale.clock import FakeClock
-from scrapy_scale.probe.figures import Answer, StepFigures, summarise
+from scrapy_scale.probe.figures import Answer, StepFigures, refusal, summarise
 from scrapy_scale.probe.policy import BAD, MAX_WAIT, Limits, Plan
 from scrapy_scale.probe.run import ProbeError, group_by_host
 
@@ -101,3 +101,19 @@ def test_a_step_without_an_answer_is_not_good_and_the_ramp_does_not_climb_on_it(
     plan.record(unanswered(8))
     nxt = plan.next_step()
     assert nxt is not None and nxt[0] == 6 and plan.result.knee is not None and plan.result.knee.concurrency == 4
+
+
+def test_only_a_refusal_status_with_retry_after_is_a_refusal() -> None:
+    """Some servers add Retry-After to every answer: a 200 that carries one is a good answer
+    (the probe read it as a refusal: "the site refuses even 0.0889 request/s", exit 1, with
+    every answer a 200)."""
+    assert not refusal("ok", 200, True) and not refusal("not_found", 404, True)
+    assert refusal("transient", 503, True) and refusal("ok", 429, False) and refusal("rate_limited", 503, True)
+    assert not refusal("transient", 503, False)  # a 503 alone is a failure, not a refusal
+    ok_with_ra = [Answer(0.1 * i, 0.1 * i + 0.05, "ok", 200, True) for i in range(60)]
+    fig = summarise(ok_with_ra, concurrency=1, phase="ramp", start=0.0, end=6.1, warmup=0.5, requests=60, in_flight=1)
+    assert not fig.rate_limited
+    plan = Plan(Limits())
+    assert plan.record(fig).verdict != BAD and plan.result.knee is fig
+    refused = [*ok_with_ra, Answer(6.0, 6.05, "rate_limited", 503, True)]
+    assert summarise(refused, concurrency=1, phase="ramp", start=0.0, end=6.1, warmup=0.5, requests=61).rate_limited
