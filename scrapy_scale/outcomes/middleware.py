@@ -46,7 +46,7 @@ logger = logging.getLogger("scrapy_scale.outcomes")
 C = FailureClass
 
 #: the give-up line's words for a ``Decision.why`` that needs more than its name
-_WHY = {BROKEN_PAGE: "broken page: its site answers well: a broken page, not an outage; no late retry"}
+_WHY = {BROKEN_PAGE: "broken page: its site answers well: a broken page, not an outage; no more late retries"}
 
 
 class GaveUpError(IgnoreRequest, ScaleError):

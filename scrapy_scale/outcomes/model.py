@@ -182,7 +182,7 @@ class Outcome:
     #: a final outcome of a retryable class whose retries were spent or refused
     gave_up: bool = False
     #: why it was not retried when ``gave_up``: "budget", "deadline" (late retries), "broken_page"
-    #: (its site answers well: no late retry), "dont_retry",
+    #: (its site answers well: no more late retries), "dont_retry",
     #: "disabled", "not listed"
     gave_up_why: str = ""
     #: Scrapy's own downloads (robots.txt, media): not a crawl request of the frontier

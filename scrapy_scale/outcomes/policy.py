@@ -69,6 +69,10 @@ NEVER_RETRIED = frozenset({C.OK, C.NOT_FOUND, C.PARSE_FAILED})
 BROKEN_PAGE_CLASSES = frozenset({C.TRANSIENT})
 #: why a retryable failure was given up as a broken page (``Decision.why``)
 BROKEN_PAGE = "broken_page"
+#: late retries a page that fails alone still gets: one, so that a page whose three tries
+#: all met noise (a site's random 503s, a 429 on the way) is not lost with the listing's
+#: subtree behind it; a broken page then costs 4 requests, not 3
+BROKEN_PAGE_LATE = 1
 
 _KEYS = {f.name for f in fields(ClassPolicy)}
 
@@ -152,7 +156,7 @@ class Decision:
     #: the class is retryable but its budget is spent (or retries were switched off)
     gave_up: bool = False
     #: why it was not retried: "budget", "deadline" (``SCALE_RETRY_LATE``), "broken_page"
-    #: (:data:`BROKEN_PAGE`: no late retries for a page that fails alone), "dont_retry",
+    #: (:data:`BROKEN_PAGE`: no more late retries for a page that fails alone), "dont_retry",
     #: "disabled", "not listed" (the project's RETRY_HTTP_CODES / RETRY_EXCEPTIONS), ""
     #: (a class that is never retried)
     why: str = ""
@@ -262,7 +266,7 @@ class RetryPolicy:
         ``alone``: the site answered this attempt and answers its other pages well (see
         :meth:`scrapy_scale.outcomes.noise.SiteNoise.alone`): once the quick budget is spent,
         a failure of :data:`BROKEN_PAGE_CLASSES` is a broken page, not an outage, and gets
-        no late retry (``why`` = :data:`BROKEN_PAGE`).
+        no more than :data:`BROKEN_PAGE_LATE` late retries (then ``why`` = :data:`BROKEN_PAGE`).
         """
         p = self.policies[cls]
         if cls in NEVER_RETRIED or (cls is C.FATAL and p.retries <= 0):
@@ -277,7 +281,7 @@ class RetryPolicy:
             # Scrapy's get_retry_request does: logged at the give-up level and counted;
             # a request that sets its own budget (max_retry_times) gets no late retries
             if late_ok and max_retries is None and self.late.applies(cls, late_done):
-                if alone and cls in BROKEN_PAGE_CLASSES:
+                if alone and cls in BROKEN_PAGE_CLASSES and late_done >= BROKEN_PAGE_LATE:
                     return Decision(False, gave_up=True, why=BROKEN_PAGE)
                 return self._late(cls, late_done, retry_after, first_failed, where, p.calm if calm else 0.0)
             return Decision(False, gave_up=True, why="budget")

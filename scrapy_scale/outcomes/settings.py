@@ -62,7 +62,7 @@ RETRY_LATE = declare(
     '2.5, "cap": 600, "deadline": 3600, "classes": ["transient", "egress_failed"]}`): the k-th '
     "waits `base*2^(k-1)` s capped at `cap`, jittered between half and all of it, none past "
     "`deadline` s after the first failure (`0` = none); at a host that answers well otherwise "
-    "the window doubles from the class's `calm` bound instead of `base`; none for a page whose host "
+    "the window doubles from the class's `calm` bound instead of `base`; one at most for a page whose host "
     "answers its other pages well (a broken page, `scale/retry/broken_page`); `0` = no late retries "
     "(also when your project sets `RETRY_TIMES` and not this). The crawl stays open while one is due.",
     COMPONENT,
