@@ -48,6 +48,15 @@ def redis_server(tmp_path: Path) -> Iterator[services.Process]:
     p.kill()
 
 
+@pytest.fixture
+def redis_cluster(tmp_path: Path) -> Iterator[services.RedisCluster]:
+    """A private Redis Cluster (3 primaries with a replica each, AOF on), stopped after.
+    Several server processes: a test that asks for it is marked ``serial``."""
+    c = services.private_cluster(tmp_path / "cluster")
+    yield c
+    c.stop()
+
+
 @pytest.fixture(scope="session")
 def mongo_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """MONGO_URI when set (a real mongod), else a SecantusDB server for the session."""
@@ -110,7 +119,9 @@ def folder_problem(nodeid: str, tier: str, path: Path, tests: Path = TESTS) -> s
     return f"{nodeid}: marked {tier} but in {where}: move the module to tests/{want}/"
 
 
-SERVICE_FIXTURES = frozenset({"redis_url", "redis_prefix", "redis_server", "mongo_uri", "mongo_server"})
+SERVICE_FIXTURES = frozenset(
+    {"redis_url", "redis_prefix", "redis_server", "redis_cluster", "mongo_uri", "mongo_server"}
+)
 
 
 def tier_problem(item: pytest.Item) -> str | None:

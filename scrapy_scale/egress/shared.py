@@ -132,10 +132,12 @@ def newer(old: Any, new: dict[str, Any], now: float, longest: float) -> bool:
 
 class RedisState(StateStore):
     def __init__(self, url: str, job: str, client: Any = None):
-        import redis
+        from scrapy_scale.redis_open import is_cluster, open_redis
 
         self.where = redact_url(url)
-        self.r = client or redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=10)
+        self.r = client or open_redis(url, socket_timeout=10, socket_connect_timeout=10)
+        #: a Cluster's pipeline cannot load a script a node lacks (NOSCRIPT): the script is called alone
+        self._script_in_pipe = not is_cluster(self.r)
         p = f"scale:{{{job}}}:egress"
         self.k_health, self.k_counts, self.k_live, self.k_pool = (
             f"{p}:{s}" for s in ("health", "counts", "live", "pool")
@@ -186,7 +188,7 @@ class RedisState(StateStore):
         if dirty:
             args = [repr(float(now + self.longest))]
             args += [x for k, v in dirty.items() for x in (k, json.dumps(v))]
-            self._put_health(keys=[self.k_health], args=args, client=pipe)
+            self._put_health(keys=[self.k_health], args=args, client=pipe if self._script_in_pipe else None)
         pipe.hset(self.k_counts, worker, json.dumps(counts))
         pipe.hset(self.k_live, worker, str(now))
         pipe.hgetall(self.k_health)

@@ -61,9 +61,9 @@ class Sink:
 
 class RedisSink(Sink):
     def __init__(self, url: str, job: str):
-        import redis
+        from scrapy_scale.redis_open import open_redis
 
-        self.r = redis.Redis.from_url(url, socket_timeout=5)
+        self.r = open_redis(url, socket_timeout=5)
         self.key = f"scale:{{{job}}}:monitor"
 
     def write(self, worker: str, doc: dict[str, Any]) -> None:

@@ -98,9 +98,9 @@ class RedisShared:
     shared_limiter = True
 
     def __init__(self, url: str, job: str):
-        import redis
+        from scrapy_scale.redis_open import open_redis
 
-        self.client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self.client = open_redis(url, socket_timeout=5, socket_connect_timeout=5)
         self.prefix = f"scale:{{{job}}}:throttle:"
         self._acquire = self.client.register_script(ACQUIRE)
         self._pause = self.client.register_script(PAUSE)

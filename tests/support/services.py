@@ -109,12 +109,11 @@ def redis_ping(url: str) -> bool:
     return bool(redis.Redis.from_url(url, socket_timeout=1).ping())
 
 
-def private_redis(workdir: Path, appendonly: bool = True, password: str | None = None) -> Process:
-    """A Redis server of the test's own, on a free port, data in ``workdir``
-    (``password``: clients must give it, e.g. ``redis://:PASSWORD@host:port/0``)."""
+def redis_argv(port: int, workdir: Path, appendonly: bool = True) -> list[str]:
+    """The command line of a redis-server on ``port`` of loopback, its data in ``workdir``
+    (AOF written at every command when ``appendonly``, no RDB snapshots)."""
     exe = system_tools.need("redis-server")
-    port = free_port()
-    argv = [
+    return [
         exe,
         "--port",
         str(port),
@@ -129,6 +128,13 @@ def private_redis(workdir: Path, appendonly: bool = True, password: str | None =
         "--appendfsync",
         "always",
     ]
+
+
+def private_redis(workdir: Path, appendonly: bool = True, password: str | None = None) -> Process:
+    """A Redis server of the test's own, on a free port, data in ``workdir``
+    (``password``: clients must give it, e.g. ``redis://:PASSWORD@host:port/0``)."""
+    port = free_port()
+    argv = redis_argv(port, workdir, appendonly)
     auth = ""
     if password is not None:
         argv += ["--requirepass", password]
@@ -190,3 +196,112 @@ def private_mongo_with_users(workdir: Path, users: dict[str, tuple[str, list[dic
     p.argv = p.argv + ["--auth"]
     p.start(timeout=60)
     return p
+
+
+# ---- Redis Cluster -----------------------------------------------------------------
+
+
+def cluster_state_ok(port: int, nodes: int) -> bool:
+    """Does the node on ``port`` say ``cluster_state:ok`` and know ``nodes`` nodes?"""
+    import redis
+
+    r = redis.Redis(host=LOOPBACK, port=port, socket_timeout=1)
+    try:
+        info = r.cluster("info")
+        return info.get("cluster_state") == "ok" and int(info.get("cluster_known_nodes", 0)) == nodes
+    finally:
+        r.close()
+
+
+class RedisCluster:
+    """A private Redis Cluster: ``primaries`` primaries with ``replicas`` replica each,
+    every node a :class:`Process` (kill -9 and restart one alone) on a free port (its
+    cluster bus on another), its data
+    (AOF on) and cluster config file in its own folder under ``workdir``."""
+
+    def __init__(self, workdir: Path, primaries: int = 3, replicas: int = 1, node_timeout_ms: int = 2000):
+        self.cli = system_tools.need("redis-cli")
+        self.nodes: list[Process] = []
+        for i in range(primaries * (1 + replicas)):
+            port = free_port()
+            folder = workdir / f"node{i}"
+            argv = redis_argv(port, folder) + [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                str(folder / "nodes.conf"),
+                "--cluster-node-timeout",
+                str(node_timeout_ms),
+                # the bus port is the port + 10000 unless given: a free port may be past 55535
+                "--cluster-port",
+                str(free_port()),
+            ]
+            self.nodes.append(
+                Process(f"redis-{port}", argv, port, folder, lambda p=port: redis_ping(f"redis://{LOOPBACK}:{p}/0"))
+            )
+        self.replicas = replicas
+        self.workdir = workdir
+
+    def start(self, timeout: float = 60) -> None:
+        for node in self.nodes:
+            node.start()
+        create = subprocess.run(
+            [self.cli, "--cluster", "create", *(f"{LOOPBACK}:{n.port}" for n in self.nodes)]
+            + ["--cluster-replicas", str(self.replicas), "--cluster-yes"],
+            capture_output=True,
+            text=True,
+            timeout=hang_guard(timeout),
+            check=False,
+        )
+        if create.returncode != 0:
+            pytest.fail(f"redis-cli --cluster create failed ({create.returncode}): {create.stdout[-2000:]}")
+        for node in self.nodes:
+            wait_until(
+                lambda n=node: cluster_state_ok(n.port, len(self.nodes)), timeout, f"cluster_state:ok on {node.port}"
+            )
+
+    @property
+    def url(self) -> str:
+        """The URL of one node (the first): a client finds the others from it."""
+        return f"redis://{LOOPBACK}:{self.nodes[0].port}/0"
+
+    def primaries(self) -> list[int]:
+        """The ports of the nodes that are primaries now."""
+        import redis
+
+        ports = []
+        for node in self.nodes:
+            if node.proc is None or node.proc.poll() is not None:
+                continue
+            r = redis.Redis(host=LOOPBACK, port=node.port, socket_timeout=2)
+            try:
+                if r.info("replication").get("role") == "master":
+                    ports.append(node.port)
+            finally:
+                r.close()
+        return ports
+
+    def node_keys(self, port: int, pattern: str) -> list[str]:
+        """The keys matching ``pattern`` stored on the node at ``port`` (SCAN is per node)."""
+        import redis
+
+        r = redis.Redis(host=LOOPBACK, port=port, socket_timeout=5, decode_responses=True)
+        try:
+            return list(r.scan_iter(match=pattern, count=1000))
+        finally:
+            r.close()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.kill()
+
+
+def private_cluster(workdir: Path, primaries: int = 3, replicas: int = 1) -> RedisCluster:
+    """A private Redis Cluster, started and ``cluster_state:ok`` on every node."""
+    c = RedisCluster(workdir, primaries, replicas)
+    try:
+        c.start()
+    except BaseException:
+        c.stop()
+        raise
+    return c

@@ -20,6 +20,7 @@ from scrapy_scale.frontier.backends.redis import lua
 from scrapy_scale.frontier.store import FrontierError, FrontierStore, RunInfo
 from scrapy_scale.frontier.workers_read import pid_of
 from scrapy_scale.redact import redact_url
+from scrapy_scale.redis_open import RedisOpenError, is_cluster, open_redis
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -65,23 +66,16 @@ class RedisBase(FrontierStore):
     def open(self) -> None:
         if self._r is not None:
             return
-        opts: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 5, "decode_responses": True}
         try:
-            r: Any = redis.Redis.from_url(self.url, health_check_interval=15, **opts)
-            r.ping()
-            if str(r.info("cluster").get("cluster_enabled", 0)) == "1":
-                # a Cluster node: talk to the cluster (every key of a job is in one slot)
-                from redis.cluster import RedisCluster
-
-                r.close()
-                r = RedisCluster.from_url(self.url, **opts)
-                r.ping()
-                self.cluster = True
-        except (redis.RedisError, ValueError) as e:
+            r = open_redis(
+                self.url, socket_timeout=30, socket_connect_timeout=5, decode_responses=True, health_check_interval=15
+            )
+        except RedisOpenError as e:
             raise FrontierError(
-                f"cannot reach Redis for the frontier at {redact_url(self.url)} ({type(e).__name__}: {e}); "
+                f"cannot reach Redis for the frontier at {redact_url(self.url)} ({e.reason}); "
                 "start Redis there, or fix SCALE_FRONTIER_URL"
             ) from None
+        self.cluster = is_cluster(r)
         self._r = r
         for name in lua.SCRIPTS:
             self._scripts[name] = r.register_script(lua.script(name))

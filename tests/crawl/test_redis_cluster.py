@@ -1,0 +1,187 @@
+"""A private Redis Cluster (3 primaries, a replica each, AOF on): every Redis client of the
+project opens it from the URL of one node (scrapy_scale/redis_open.py) and finds the
+others, and three workers crawl a whole job on it with egresses and shared pacing on.
+
+Each job is named so that its hash tag's slot is served by another primary than the node
+of the URL: a single-node client of that node is answered ``MOVED`` (asserted), which is
+what the limiter, the egress health and the watch snapshots got before they used the
+opener."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import redis
+from redis.exceptions import MovedError
+
+from scrapy_scale.egress.shared import RedisState
+from scrapy_scale.frontier import open_store
+from scrapy_scale.monitor.worker_status import RedisSink
+from scrapy_scale.redis_open import RedisOpenError, is_cluster, open_redis
+from scrapy_scale.testbed import ProxySpec, Testbed
+from scrapy_scale.throttle.shared import RedisShared
+from tests.support.crash_support import all_paths, check_items_exact, expected_requests, stored_items
+from tests.support.crawling import start_crawl
+from tests.support.services import LOOPBACK, RedisCluster, free_port
+
+pytestmark = pytest.mark.crawl
+
+
+def _slot_owner(cluster: RedisCluster, key: str) -> int:
+    """The port of the primary that serves ``key``'s slot (asked of the first node)."""
+    node = redis.Redis(host=LOOPBACK, port=cluster.nodes[0].port, decode_responses=True)
+    try:
+        slot = int(node.cluster("keyslot", key))
+        for start, end, primary, *_ in node.cluster("slots"):
+            if int(start) <= slot <= int(end):
+                return int(primary[1])
+    finally:
+        node.close()
+    raise AssertionError(f"no node serves the slot of {key}")
+
+
+def _job_elsewhere(cluster: RedisCluster) -> str:
+    """A job name whose keys live on another primary than the URL's node."""
+    for _ in range(100):
+        job = f"cl-{uuid.uuid4().hex[:8]}"
+        if _slot_owner(cluster, f"scale:{{{job}}}:run") != cluster.nodes[0].port:
+            return job
+    raise AssertionError("every job name hashed to the first node")
+
+
+def _moved_for_single_node(cluster: RedisCluster, key: str) -> bool:
+    """Does a plain single-node client of the URL's node get MOVED for ``key``?"""
+    node = redis.Redis.from_url(cluster.url)
+    try:
+        node.exists(key)
+    except MovedError:
+        return True
+    finally:
+        node.close()
+    return False
+
+
+@pytest.mark.serial
+@pytest.mark.timeout(120)
+def test_every_component_opens_the_cluster_from_one_node_and_finds_the_keys_elsewhere(
+    redis_cluster: RedisCluster,
+) -> None:
+    job = _job_elsewhere(redis_cluster)
+    assert _moved_for_single_node(redis_cluster, f"scale:{{{job}}}:monitor")
+    client = open_redis(redis_cluster.url)
+    assert is_cluster(client)
+    client.close()
+
+    # the shared limiter: a grant, then a wait, both through the Lua script on the other node
+    shared = RedisShared(redis_cluster.url, job)
+    try:
+        assert is_cluster(shared.client)
+        assert shared.acquire("example.com", 10.0) == 0.0
+        assert shared.acquire("example.com", 10.0) > 5.0
+        shared.save({"example.com": {"d": 1.5}})
+        assert shared.load() == {"example.com": {"d": 1.5}}
+    finally:
+        shared.close()
+
+    # the egress health: the script and the pipeline of a sync
+    state = RedisState(redis_cluster.url, job)
+    try:
+        assert is_cluster(state.r) and not state._script_in_pipe
+        health, live = state.sync("w0", {"127.0.0.1:1": {"state": "ok", "c": 1.0}}, {"ok": 1}, 100.0)
+        assert "127.0.0.1:1" in health and live == {"w0": 100.0}
+        state.set_pool({"127.0.0.1:1": "g"})
+        assert set(state.read_all()["pool"]) == {"127.0.0.1:1"}
+    finally:
+        state.close()
+
+    # the worker snapshots that watch and status read
+    sink = RedisSink(redis_cluster.url, job)
+    try:
+        sink.write("w0", {"worker": "w0"})
+        assert sink.read() == [{"worker": "w0"}]
+    finally:
+        sink.close()
+
+    # the frontier, its seed feed included
+    store = open_store(redis_cluster.url, job)
+    try:
+        assert store.cluster
+        store.begin_run()
+        assert store.counts()["pending"] == 0
+    finally:
+        store.close()
+
+    owner = _slot_owner(redis_cluster, f"scale:{{{job}}}:run")
+    on_owner = set(redis_cluster.node_keys(owner, f"scale:{{{job}}}:*"))
+    assert {f"scale:{{{job}}}:{k}" for k in ("monitor", "egress:health", "throttle:learned")} <= on_owner
+    assert any(":throttle:rate:" in k for k in on_owner), on_owner
+    assert not redis_cluster.node_keys(redis_cluster.nodes[0].port, f"scale:{{{job}}}:*")
+
+
+def test_a_node_that_cannot_be_reached_is_one_line_without_the_password() -> None:
+    url = f"redis://:hunter2@{LOOPBACK}:{free_port()}/0"
+    with pytest.raises(RedisOpenError) as got:
+        open_redis(url, socket_connect_timeout=2)
+    msg = str(got.value)
+    assert "\n" not in msg and "hunter2" not in msg and "***@" in msg, msg
+
+
+@pytest.mark.serial
+@pytest.mark.timeout(420)
+def test_three_workers_crawl_a_whole_job_on_a_cluster_with_egresses_and_shared_pacing(
+    tmp_path: Path, redis_cluster: RedisCluster, mongo_uri: str
+) -> None:
+    job = _job_elsewhere(redis_cluster)
+    store_url = f"{mongo_uri.rstrip('/')}/cluster_{uuid.uuid4().hex[:8]}"
+    with Testbed(hosts=3, pages=60, seed=34, proxies=[ProxySpec("a"), ProxySpec("b")]) as tb:
+        total = expected_requests(tb)
+        base = {
+            "SCALE_JOB": job,
+            "SCALE_FRONTIER_URL": redis_cluster.url,
+            "SCALE_STORE_URL": store_url,
+            "SCALE_EGRESSES": tb.proxy_urls,
+            "SCALE_EGRESS_SYNC": 0.5,
+            "SCALE_FRONTIER_BATCH": 8,
+            "CONCURRENT_REQUESTS": 8,
+            "LOG_LEVEL": "INFO",
+            "SCALE_DOMAIN_PROFILES": {"default": {"max_rate": 20.0, "start_delay": 0.0}},
+        }
+        procs = [start_crawl(tb, {**base, "SCALE_FRONTIER_WORKER": f"w{i}"}, tmp_path / f"w{i}") for i in range(3)]
+        results = [p.finish(360) for p in procs]
+        served = Counter((r.host, r.path) for r in tb.log if r.status == 200 and r.kind == "ok")
+        paths = all_paths(tb)
+        check_items_exact(tb, stored_items(store_url))
+        owner = _slot_owner(redis_cluster, f"scale:{{{job}}}:run")
+        keys = set(redis_cluster.node_keys(owner, f"scale:{{{job}}}:*"))
+        node = redis.Redis(host=LOOPBACK, port=owner)
+        try:
+            in_slot = int(node.cluster("countkeysinslot", int(node.cluster("keyslot", f"scale:{{{job}}}:run"))))
+        finally:
+            node.close()
+        store = open_store(redis_cluster.url, job)
+        try:
+            counts = store.counts()
+        finally:
+            store.close()
+    for r in results:
+        assert r.returncode == 0, r.tail()  # every worker exited by itself
+        assert r.stats.get("scale/frontier/acked", 0) > 0, r.tail()  # and did a share of the work
+        # no component failed on the Cluster (a single-node client logs its MOVED as an error,
+        # or pacing warns that its learned delays cannot be read and goes on alone)
+        assert "] ERROR:" not in r.log and "CROSSSLOT" not in r.log, r.tail()
+        for failed in ("cannot be read", "shared limiter failed", "publishing failed", "sync with"):
+            assert failed not in r.log, r.tail()
+    assert set(served) == paths, f"{len(paths - set(served))} pages never crawled"
+    assert max(served.values()) == 1, [p for p, n in served.items() if n > 1][:5]  # every page once
+    assert counts == {"pending": 0, "delayed": 0, "leased": 0, "done": total, "failed": 0}, counts
+    # the state really was on the Cluster, on the primary of the job's slot, not the URL's node
+    assert owner != redis_cluster.nodes[0].port
+    assert _moved_for_single_node(redis_cluster, f"scale:{{{job}}}:run")
+    assert f"scale:{{{job}}}:egress:health" in keys or f"scale:{{{job}}}:egress:live" in keys, keys
+    assert any(":throttle:rate:" in k for k in keys), keys  # the shared limiter's GCRA keys
+    assert in_slot == len(keys) > 0
+    # the requests went through the egresses
+    assert sum(r.stats.get("scale/egress/requests", 0) for r in results) >= total
