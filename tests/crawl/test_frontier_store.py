@@ -47,66 +47,15 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A private 3-node Redis Cluster (no replicas) on loopback, for the whole session."""
-    import subprocess
+    """A private 3-node Redis Cluster (no replicas, no AOF) on loopback, for the whole session;
+    the URL of its second node."""
+    from tests.support import services
 
-    from tests.support import services, system_tools
-
-    exe = system_tools.need("redis-server")
-    cli = system_tools.need("redis-cli")
-    root = tmp_path_factory.mktemp("cluster")
-    nodes: list[services.Process] = []
+    cluster = services.private_cluster(tmp_path_factory.mktemp("cluster"), primaries=3, replicas=0, appendonly=False)
     try:
-        while len(nodes) < 3:
-            port = services.free_port()
-            if port + 10000 > 65535 or services.port_open(port + 10000):
-                continue  # the cluster bus port must be free too
-            work = root / str(port)
-            argv = [
-                exe,
-                "--port",
-                str(port),
-                "--bind",
-                services.LOOPBACK,
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ]
-            node = services.Process(
-                "redis-cluster", argv, port, work, lambda port=port: services.redis_ping(f"redis://127.0.0.1:{port}/0")
-            )
-            node.start()
-            nodes.append(node)
-        subprocess.run(
-            [
-                cli,
-                "--cluster",
-                "create",
-                *[f"127.0.0.1:{n.port}" for n in nodes],
-                "--cluster-replicas",
-                "0",
-                "--cluster-yes",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
-        import redis
-
-        def ok() -> bool:
-            info = redis.Redis(port=nodes[0].port).cluster("info")
-            return info.get("cluster_state") == "ok"
-
-        services.wait_until(ok, 30, "the Redis Cluster")
-        yield f"redis://127.0.0.1:{nodes[1].port}/0"
+        yield f"redis://127.0.0.1:{cluster.nodes[1].port}/0"
     finally:
-        for n in nodes:
-            n.kill()
+        cluster.stop()
 
 
 @pytest.fixture

@@ -219,13 +219,15 @@ class RedisCluster:
     cluster bus on another), its data
     (AOF on) and cluster config file in its own folder under ``workdir``."""
 
-    def __init__(self, workdir: Path, primaries: int = 3, replicas: int = 1, node_timeout_ms: int = 2000):
+    def __init__(
+        self, workdir: Path, primaries: int = 3, replicas: int = 1, node_timeout_ms: int = 2000, appendonly: bool = True
+    ):
         self.cli = system_tools.need("redis-cli")
         self.nodes: list[Process] = []
         for i in range(primaries * (1 + replicas)):
             port = free_port()
             folder = workdir / f"node{i}"
-            argv = redis_argv(port, folder) + [
+            argv = redis_argv(port, folder, appendonly) + [
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
@@ -296,9 +298,9 @@ class RedisCluster:
             node.kill()
 
 
-def private_cluster(workdir: Path, primaries: int = 3, replicas: int = 1) -> RedisCluster:
+def private_cluster(workdir: Path, primaries: int = 3, replicas: int = 1, appendonly: bool = True) -> RedisCluster:
     """A private Redis Cluster, started and ``cluster_state:ok`` on every node."""
-    c = RedisCluster(workdir, primaries, replicas)
+    c = RedisCluster(workdir, primaries, replicas, appendonly=appendonly)
     try:
         c.start()
     except BaseException:
