@@ -9,6 +9,7 @@ opener."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -25,6 +26,7 @@ from scrapy_scale.testbed import ProxySpec, Testbed
 from scrapy_scale.throttle.shared import RedisShared
 from tests.support.crash_support import all_paths, check_items_exact, expected_requests, stored_items
 from tests.support.crawling import start_crawl
+from tests.support.hang import hang_guard
 from tests.support.services import LOOPBACK, RedisCluster, free_port
 
 pytestmark = pytest.mark.crawl
@@ -50,6 +52,18 @@ def _job_elsewhere(cluster: RedisCluster) -> str:
         if _slot_owner(cluster, f"scale:{{{job}}}:run") != cluster.nodes[0].port:
             return job
     raise AssertionError("every job name hashed to the first node")
+
+
+def _replica_of(cluster: RedisCluster, primary: int) -> redis.Redis:
+    """A client of the replica of the primary on port ``primary``."""
+    node = redis.Redis(host=LOOPBACK, port=cluster.nodes[0].port)
+    try:
+        for _start, _end, owner, *replicas in node.cluster("slots"):
+            if int(owner[1]) == primary and replicas:
+                return redis.Redis(host=LOOPBACK, port=int(replicas[0][1]))
+    finally:
+        node.close()
+    raise AssertionError(f"the primary on {primary} has no replica")
 
 
 def _moved_for_single_node(cluster: RedisCluster, key: str) -> bool:
@@ -185,3 +199,71 @@ def test_three_workers_crawl_a_whole_job_on_a_cluster_with_egresses_and_shared_p
     assert in_slot == len(keys) > 0
     # the requests went through the egresses
     assert sum(r.stats.get("scale/egress/requests", 0) for r in results) >= total
+
+
+@pytest.mark.serial
+@pytest.mark.timeout(420)
+def test_the_jobs_primary_killed_mid_crawl_its_replica_takes_over_and_the_workers_finish(
+    tmp_path: Path, redis_cluster: RedisCluster, mongo_uri: str
+) -> None:
+    """kill -9 of the primary that holds the job's slot, a third into the crawl (chosen from
+    the frontier's done count). Its replica takes over once a worker has logged that the
+    frontier is unreachable (its automatic failover is held back until then with
+    cluster-replica-no-failover, then CLUSTER FAILOVER TAKEOVER: left alone it can be
+    promoted within redis-py's own silent retries, and the outage would not always be
+    seen); the workers wait meanwhile, reconnect to the new primary and finish the job."""
+    job = _job_elsewhere(redis_cluster)
+    store_url = f"{mongo_uri.rstrip('/')}/cluster_{uuid.uuid4().hex[:8]}"
+    owner = _slot_owner(redis_cluster, f"scale:{{{job}}}:run")
+    primary = next(n for n in redis_cluster.nodes if n.port == owner)
+    with Testbed(hosts=3, pages=150, seed=35, proxies=[ProxySpec("a"), ProxySpec("b")]) as tb:
+        total = expected_requests(tb)
+        base = {
+            "SCALE_JOB": job,
+            "SCALE_FRONTIER_URL": redis_cluster.url,
+            "SCALE_STORE_URL": store_url,
+            "SCALE_EGRESSES": tb.proxy_urls,
+            "SCALE_EGRESS_SYNC": 0.5,
+            "SCALE_FRONTIER_BATCH": 8,
+            "CONCURRENT_REQUESTS": 8,
+            "LOG_LEVEL": "INFO",
+            "SCALE_DOMAIN_PROFILES": {"default": {"max_rate": 20.0, "start_delay": 0.0}},
+        }
+        procs = [start_crawl(tb, {**base, "SCALE_FRONTIER_WORKER": f"w{i}"}, tmp_path / f"w{i}") for i in range(3)]
+        store = open_store(redis_cluster.url, job)
+        try:
+            deadline = time.monotonic() + hang_guard(120)
+            while store.counts()["done"] < total // 3:
+                dead = [p for p in procs if p.poll() is not None]
+                assert not dead, dead[0].result().tail()
+                assert time.monotonic() < deadline, "no progress a third into the crawl"
+                time.sleep(0.05)
+            replica = _replica_of(redis_cluster, owner)
+            replica.config_set("cluster-replica-no-failover", "yes")
+            primary.kill()
+            deadline = time.monotonic() + hang_guard(60)
+            while not any("unreachable" in p.result().log for p in procs):
+                dead = [p for p in procs if p.poll() is not None]
+                assert not dead, dead[0].result().tail()
+                assert time.monotonic() < deadline, "no worker saw the primary go"
+                time.sleep(0.05)
+            assert replica.execute_command("CLUSTER FAILOVER", "TAKEOVER") in (b"OK", "OK", True)
+            replica.close()
+            results = [p.finish(300) for p in procs]
+            counts = store.counts()
+        finally:
+            store.close()
+            for p in procs:  # a worker left running by a failed assertion
+                if p.poll() is None:
+                    p.kill()
+        served = Counter((r.host, r.path) for r in tb.log if r.status == 200 and r.kind == "ok")
+        paths = all_paths(tb)
+        check_items_exact(tb, stored_items(store_url))
+        new_owner = _slot_owner(redis_cluster, f"scale:{{{job}}}:run")
+    for r in results:
+        assert r.returncode == 0, r.tail()  # every worker exited by itself
+    assert new_owner != owner  # the replica was promoted
+    logs = "".join(r.log for r in results)
+    assert "unreachable" in logs and "is back" in logs, [r.tail() for r in results]
+    assert set(served) == paths, f"{len(paths - set(served))} pages never crawled"
+    assert counts == {"pending": 0, "delayed": 0, "leased": 0, "done": total, "failed": 0}, counts

@@ -261,6 +261,21 @@ class RedisCluster:
             wait_until(
                 lambda n=node: cluster_state_ok(n.port, len(self.nodes)), timeout, f"cluster_state:ok on {node.port}"
             )
+            # a replica is in CLUSTER SLOTS (and can take over) once its first sync is done
+            wait_until(lambda n=node: self.replication_up(n.port), timeout, f"the replication of {node.port}")
+
+    def replication_up(self, port: int) -> bool:
+        """A primary has all its replicas connected, a replica its link to its primary up."""
+        import redis
+
+        r = redis.Redis(host=LOOPBACK, port=port, socket_timeout=1)
+        try:
+            info = r.info("replication")
+        finally:
+            r.close()
+        if info.get("role") == "master":
+            return int(info.get("connected_slaves", 0)) >= self.replicas
+        return info.get("master_link_status") == "up"
 
     @property
     def url(self) -> str:
