@@ -25,7 +25,7 @@ from scrapy_scale.redis_open import RedisOpenError, is_cluster, open_redis
 from scrapy_scale.testbed import ProxySpec, Testbed
 from scrapy_scale.throttle.shared import RedisShared
 from tests.support.crash_support import all_paths, check_items_exact, expected_requests, stored_items
-from tests.support.crawling import start_crawl
+from tests.support.crawling import CrawlProcess, start_crawl
 from tests.support.hang import hang_guard
 from tests.support.services import LOOPBACK, RedisCluster, free_port
 
@@ -76,6 +76,23 @@ def _moved_for_single_node(cluster: RedisCluster, key: str) -> bool:
     finally:
         node.close()
     return False
+
+
+def _start_workers(tb: Testbed, cluster: RedisCluster, job: str, store_url: str, tmp_path: Path) -> list[CrawlProcess]:
+    """Three workers w0..w2 of ``job`` on the Cluster (the URL of its first node), through
+    the testbed's egresses, every site paced by a ``max_rate`` profile."""
+    base = {
+        "SCALE_JOB": job,
+        "SCALE_FRONTIER_URL": cluster.url,
+        "SCALE_STORE_URL": store_url,
+        "SCALE_EGRESSES": tb.proxy_urls,
+        "SCALE_EGRESS_SYNC": 0.5,
+        "SCALE_FRONTIER_BATCH": 8,
+        "CONCURRENT_REQUESTS": 8,
+        "LOG_LEVEL": "INFO",
+        "SCALE_DOMAIN_PROFILES": {"default": {"max_rate": 20.0, "start_delay": 0.0}},
+    }
+    return [start_crawl(tb, {**base, "SCALE_FRONTIER_WORKER": f"w{i}"}, tmp_path / f"w{i}") for i in range(3)]
 
 
 @pytest.mark.serial
@@ -152,18 +169,7 @@ def test_three_workers_crawl_a_whole_job_on_a_cluster_with_egresses_and_shared_p
     store_url = f"{mongo_uri.rstrip('/')}/cluster_{uuid.uuid4().hex[:8]}"
     with Testbed(hosts=3, pages=60, seed=34, proxies=[ProxySpec("a"), ProxySpec("b")]) as tb:
         total = expected_requests(tb)
-        base = {
-            "SCALE_JOB": job,
-            "SCALE_FRONTIER_URL": redis_cluster.url,
-            "SCALE_STORE_URL": store_url,
-            "SCALE_EGRESSES": tb.proxy_urls,
-            "SCALE_EGRESS_SYNC": 0.5,
-            "SCALE_FRONTIER_BATCH": 8,
-            "CONCURRENT_REQUESTS": 8,
-            "LOG_LEVEL": "INFO",
-            "SCALE_DOMAIN_PROFILES": {"default": {"max_rate": 20.0, "start_delay": 0.0}},
-        }
-        procs = [start_crawl(tb, {**base, "SCALE_FRONTIER_WORKER": f"w{i}"}, tmp_path / f"w{i}") for i in range(3)]
+        procs = _start_workers(tb, redis_cluster, job, store_url, tmp_path)
         results = [p.finish(360) for p in procs]
         served = Counter((r.host, r.path) for r in tb.log if r.status == 200 and r.kind == "ok")
         paths = all_paths(tb)
@@ -218,18 +224,7 @@ def test_the_jobs_primary_killed_mid_crawl_its_replica_takes_over_and_the_worker
     primary = next(n for n in redis_cluster.nodes if n.port == owner)
     with Testbed(hosts=3, pages=150, seed=35, proxies=[ProxySpec("a"), ProxySpec("b")]) as tb:
         total = expected_requests(tb)
-        base = {
-            "SCALE_JOB": job,
-            "SCALE_FRONTIER_URL": redis_cluster.url,
-            "SCALE_STORE_URL": store_url,
-            "SCALE_EGRESSES": tb.proxy_urls,
-            "SCALE_EGRESS_SYNC": 0.5,
-            "SCALE_FRONTIER_BATCH": 8,
-            "CONCURRENT_REQUESTS": 8,
-            "LOG_LEVEL": "INFO",
-            "SCALE_DOMAIN_PROFILES": {"default": {"max_rate": 20.0, "start_delay": 0.0}},
-        }
-        procs = [start_crawl(tb, {**base, "SCALE_FRONTIER_WORKER": f"w{i}"}, tmp_path / f"w{i}") for i in range(3)]
+        procs = _start_workers(tb, redis_cluster, job, store_url, tmp_path)
         store = open_store(redis_cluster.url, job)
         try:
             deadline = time.monotonic() + hang_guard(120)
