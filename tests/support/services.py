@@ -224,8 +224,16 @@ class RedisCluster:
     ):
         self.cli = system_tools.need("redis-cli")
         self.nodes: list[Process] = []
+        taken: set[int] = set()
+
+        def fresh_port() -> int:  # the nodes' and buses' ports, all chosen before any starts
+            while (port := free_port()) in taken:
+                pass
+            taken.add(port)
+            return port
+
         for i in range(primaries * (1 + replicas)):
-            port = free_port()
+            port = fresh_port()
             folder = workdir / f"node{i}"
             argv = redis_argv(port, folder, appendonly) + [
                 "--cluster-enabled",
@@ -236,7 +244,7 @@ class RedisCluster:
                 str(node_timeout_ms),
                 # the bus port is the port + 10000 unless given: a free port may be past 55535
                 "--cluster-port",
-                str(free_port()),
+                str(fresh_port()),
             ]
             self.nodes.append(
                 Process(f"redis-{port}", argv, port, folder, lambda p=port: redis_ping(f"redis://{LOOPBACK}:{p}/0"))
