@@ -46,6 +46,18 @@ class FeedFile:
     def record(self) -> dict[str, Any]:
         return {"feed": self.path, "start": self.start, "dev": self.dev, "ino": self.ino}
 
+    @property
+    def to_create(self) -> bool:
+        """A record made before this process created the file (no inode yet): an empty
+        file at that path after a kill is one it created and wrote nothing to."""
+        return self.ino == 0
+
+
+def will_create(path: str) -> FeedFile:
+    """The record a process makes before it creates a feed file at ``path`` (inode 0, which
+    no file has), so a kill between creating it and recording it leaves no file unknown."""
+    return FeedFile(path, 0, 0, 0)
+
 
 def _count(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63 else None
@@ -107,6 +119,8 @@ def cut_back(files: Iterable[FeedFile]) -> CutReport:
             report.left.append((path, f"cannot read it: {e.strerror}"))
             continue
         mine = [r.start for r in records if (r.dev, r.ino) == (st.st_dev, st.st_ino)]
+        if not mine and stat.S_ISREG(st.st_mode) and st.st_size == 0 and any(r.to_create for r in records):
+            mine = [0]  # created by the killed run, killed before it said which file: empty
         if not stat.S_ISREG(st.st_mode) or not mine:
             report.left.append((path, "another file than the killed run wrote"))
             continue
@@ -134,6 +148,8 @@ class JournaledFileFeedStorage(FileFeedStorage):
     on_open: Callable[[FeedFile], None]
 
     def open(self, spider: Any) -> IO[bytes]:
+        if not os.path.exists(self.path):
+            self.on_open(will_create(os.path.abspath(self.path)))
         f = super().open(spider)
         try:
             st = os.fstat(f.fileno())

@@ -146,3 +146,17 @@ def test_cut_back_keeps_older_output_and_removes_files_a_killed_run_began(tmp_pa
     assert [p for p, _ in report.left] == [str(replaced), str(shorter)]
     assert "shorter (4 bytes)" in report.text() and "may appear twice" in report.text()
     assert not cut_back([older]) and not CutReport()  # done already: nothing to say
+
+
+def test_an_empty_file_a_killed_run_created_before_it_said_which_is_removed(tmp_path: Path) -> None:
+    """A kill between creating a feed file and recording its inode (CI saw a %(time)s file of
+    0 bytes kept beside the resumed run's): the record made before creating it lets the cut
+    remove an empty file there, and only an empty one."""
+    from scrapy_scale.storage.feed_files import will_create
+
+    empty, written = tmp_path / "stamped-1-a.csv", tmp_path / "stamped-1-b.csv"
+    empty.write_bytes(b"")
+    written.write_bytes(b"sku\n1\n")  # not empty: not a file it wrote nothing to
+    report = cut_back([will_create(str(empty)), will_create(str(written)), will_create(str(tmp_path / "never"))])
+    assert not empty.exists() and report.removed == [(str(empty), 0)]
+    assert written.read_bytes() == b"sku\n1\n" and [p for p, _ in report.left] == [str(written)]
