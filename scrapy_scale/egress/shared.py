@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import sqlite3
+import threading
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -132,18 +133,37 @@ def newer(old: Any, new: dict[str, Any], now: float, longest: float) -> bool:
 
 class RedisState(StateStore):
     def __init__(self, url: str, job: str, client: Any = None):
-        from scrapy_scale.redis_open import is_cluster, open_redis
-
-        self.where = redact_url(url)
-        self.r = client or open_redis(url, socket_timeout=10, socket_connect_timeout=10)
-        #: a Cluster's pipeline cannot load a script a node lacks (NOSCRIPT): the script is called alone
-        self._script_in_pipe = not is_cluster(self.r)
+        self.url, self.where = url, redact_url(url)
+        self._r: Any = None
+        self._opening = threading.Lock()
         p = f"scale:{{{job}}}:egress"
         self.k_health, self.k_counts, self.k_live, self.k_pool = (
             f"{p}:{s}" for s in ("health", "counts", "live", "pool")
         )
-        self._put_health = self.r.register_script(_PUT_HEALTH)
         self.warnings = Warnings(logger)
+        if client is not None:
+            self._adopt(client)
+
+    @property
+    def r(self) -> Any:
+        """The client, opened at its first use, in the thread that uses it: opening asks the
+        node whether it is a Cluster, and a Redis down when the spider opens must not stop
+        the sync loop from starting (each sync tries again, and says so once)."""
+        if self._r is None:
+            from scrapy_scale.redis_open import open_redis
+
+            with self._opening:
+                if self._r is None:
+                    self._adopt(open_redis(self.url, socket_timeout=10, socket_connect_timeout=10))
+        return self._r
+
+    def _adopt(self, client: Any) -> None:
+        from scrapy_scale.redis_open import is_cluster
+
+        #: a Cluster's pipeline cannot load a script a node lacks (NOSCRIPT): the script is called alone
+        self._script_in_pipe = not is_cluster(client)
+        self._put_health = client.register_script(_PUT_HEALTH)
+        self._r = client
 
     def _retyped(self, op: Callable[[], Any]) -> Any:
         """``op``; when a key of the job's pool state holds another type (WRONGTYPE: a

@@ -98,14 +98,28 @@ class RedisShared:
     shared_limiter = True
 
     def __init__(self, url: str, job: str):
-        from scrapy_scale.redis_open import open_redis
-
-        self.client = open_redis(url, socket_timeout=5, socket_connect_timeout=5)
+        self.url = url
+        self._client: Any = None
+        self._opening = threading.Lock()
         self.prefix = f"scale:{{{job}}}:throttle:"
-        self._acquire = self.client.register_script(ACQUIRE)
-        self._pause = self.client.register_script(PAUSE)
         self.learned_key = self.prefix + "learned"
         self.warnings = Warnings(logger)
+
+    @property
+    def client(self) -> Any:
+        """The client, opened at its first use (opening asks the node whether it is a
+        Cluster): a Redis down when the spider opens leaves the shared limiter on, each
+        call trying again, instead of pacing this worker alone for the whole crawl."""
+        if self._client is None:
+            from scrapy_scale.redis_open import open_redis
+
+            with self._opening:
+                if self._client is None:
+                    client = open_redis(self.url, socket_timeout=5, socket_connect_timeout=5)
+                    self._acquire = client.register_script(ACQUIRE)
+                    self._pause = client.register_script(PAUSE)
+                    self._client = client
+        return self._client
 
     def rate_key(self, site: str) -> str:
         return f"{self.prefix}rate:{_key_part(site)}"
@@ -117,10 +131,12 @@ class RedisShared:
         than ``max_wait`` is brought back to now + ``max_wait``; the wait returned is the one
         found, so the caller can tell (and cap it). A key that is not a number is no key."""
         args = [f"{interval:.6f}", f"{tolerance:.6f}", f"{max_wait:.6f}"]
+        self.client  # noqa: B018 - opened at its first use, with the scripts
         return float(self._acquire(keys=[self.rate_key(site)], args=args))
 
     def pause(self, site: str, seconds: float) -> float:
         """Pause the site for every worker; returns the seconds it is paused from now."""
+        self.client  # noqa: B018 - opened at its first use, with the scripts
         return float(self._pause(keys=[self.rate_key(site)], args=[f"{seconds:.6f}"]))
 
     def load(self, repair: bool = True) -> dict[str, Any]:
@@ -170,7 +186,8 @@ class RedisShared:
             self.client.delete(*keys)
 
     def close(self) -> None:
-        self.client.close()
+        if self._client is not None:
+            self._client.close()
 
 
 def _setup_learned(db: sqlite3.Connection) -> None:

@@ -50,3 +50,21 @@ def test_a_redis_outage_logs_cannot_sync_once_then_once_on_recovery(tmp_path: Pa
     assert len(re.findall(r"egress: cannot sync", res.log)) == 1, res.log[-5000:]
     m = re.findall(r"egress: the pool's state syncs with .* again after (\d+) failed syncs", res.log)
     assert len(m) == 1 and int(m[0]) >= 5, m  # before: one WARNING line per failed sync
+
+
+def test_the_pools_redis_state_opens_while_redis_is_down_and_syncs_once_it_is_back(redis_server: Any) -> None:
+    """The opener asks the node whether it is a Cluster: done when the spider opened, a Redis
+    down at that moment raised in spider_opened and the sync loop never started, so the
+    outage was never logged nor the state shared (CI saw no "cannot sync" in 90 s with Redis
+    killed as the crawl started). The client is opened at its first use, by each sync."""
+    import redis
+
+    from scrapy_scale.egress.shared import RedisState
+
+    redis_server.kill()
+    state = RedisState(f"redis://127.0.0.1:{redis_server.port}/0", "outage-open")  # no error: nothing asked yet
+    with pytest.raises(redis.ConnectionError):  # the path that failed: the first use opens the client
+        state.sync("w1", {}, {"n": 1}, time.time())
+    redis_server.start()
+    health, live = state.sync("w1", {}, {"n": 1}, time.time())
+    assert health == {} and "w1" in live

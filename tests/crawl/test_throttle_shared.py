@@ -154,3 +154,18 @@ def test_a_failed_limiter_call_backs_off_that_site_only(redis_url: str, redis_pr
     assert th.hold_until("c.com") == 0.0 and not r.exists(sh.rate_key("c.com"))  # paced alone
     th.hold_until("d.com")
     assert r.exists(sh.rate_key("d.com"))  # the other sites keep the shared limiter
+
+
+@pytest.mark.serial
+def test_the_shared_limiter_opens_while_redis_is_down_and_paces_once_it_is_back(redis_server: Any) -> None:
+    """Opening asks the node whether it is a Cluster: done when the spider opened, a Redis
+    down at that moment left the worker pacing alone for the whole crawl. The client is
+    opened at its first use, and each limiter call tries again."""
+    redis_server.kill()
+    sh = RedisShared(f"redis://127.0.0.1:{redis_server.port}/0", "down-at-open")  # no error: nothing asked yet
+    with pytest.raises(redis.ConnectionError):  # the path that failed: the first use opens the client
+        sh.acquire("a.com", 0.5)
+    sh.close()  # nothing opened: nothing to close
+    redis_server.start()
+    assert sh.acquire("a.com", 0.5) == 0.0 and sh.acquire("a.com", 0.5) > 0.0  # the limiter spaces the next
+    sh.close()
