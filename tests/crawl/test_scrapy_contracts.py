@@ -38,14 +38,18 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
 def test_a_named_download_slot_keeps_its_download_slots_delay(tmp_path: Path, backend: dict[str, Any]) -> None:
     """Four pages in one slot named by ``meta["download_slot"]`` with a 2 s delay (three
     start requests, one found by a callback; robots.txt on with the add-on): they go out
-    2 s apart, as with Scrapy (1.99 s); issue 31 measured 4-5 s with the frontier."""
+    2 s apart on average, as with Scrapy (1.99 s); issue 31 measured 4-5 s with the frontier."""
     with Testbed(hosts=1, pages=4, seed=1) as tb:
         res = run_crawl(tb, backend, tmp_path, spider="slot_delay", timeout=120)
         assert res.returncode == 0, res.tail()
         sent = sorted(r.time for r in tb.log if r.path.startswith("/item/"))
     assert len(sent) == 4 and {i["slot"] for i in res.items} == {"shop-slot"}, res.tail()
     gaps = [round(b - a, 2) for a, b in zip(sent, sent[1:], strict=False)]
-    assert all(1.9 <= g <= 2.6 for g in gaps), gaps
+    # the delay is kept between sends: one send made late by a loaded machine widens its gap
+    # and narrows the next by as much (plain Scrapy in CI at load 27: 2.19 s then 1.83 s),
+    # so the mean gap holds the delay and each single gap only within that jitter
+    mean = (sent[-1] - sent[0]) / (len(sent) - 1)
+    assert 1.9 <= mean <= 2.6 and all(1.6 <= g <= 2.9 for g in gaps), gaps
 
 
 @pytest.mark.timeout(120)
