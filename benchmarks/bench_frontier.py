@@ -167,7 +167,8 @@ def _phase(n: int, fn: Callable[[], None], redis_url: str | None) -> dict[str, f
 def ops_ours(url: str, n: int, batch: int) -> dict[str, dict[str, float]]:
     from scrapy.utils.request import RequestFingerprinter
 
-    from scrapy_scale.frontier import NewRequest, codec, open_store
+    from scrapy_scale.frontier import NewRequest, open_store
+    from scrapy_scale.frontier.records import codec
     from scrapy_scale.frontier.store import domain_of
 
     sp = _Spider()
@@ -297,7 +298,8 @@ def fill(url: str, job: str, tb: TestbedProcess, pending: int, log: Callable[[st
     """Open a run of ``job`` holding ``pending`` pending detail-page requests of the testbed."""
     from scrapy import Request
 
-    from scrapy_scale.frontier import NewRequest, codec, open_store
+    from scrapy_scale.frontier import NewRequest, open_store
+    from scrapy_scale.frontier.records import codec
 
     sp = _Spider()
     port = tb.state["port"]

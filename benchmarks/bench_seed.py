@@ -116,7 +116,7 @@ def run_command(url_file: Path, frontier: str, job: str, workdir: str, use_file:
 def run_core(url_file: Path, frontier: str, job: str, workdir: str) -> dict[str, Any]:
     from scrapy.settings import Settings
 
-    from scrapy_scale.frontier import cli_ops
+    from scrapy_scale.frontier.ops import cli_ops
 
     settings = Settings({"SCALE_FRONTIER_URL": frontier, "SCALE_STATE_DIR": workdir})
     c0, t0 = time.process_time(), time.perf_counter()
@@ -134,7 +134,7 @@ def run_feed(url_file: Path, frontier: str, job: str, workdir: str) -> dict[str,
     from scrapy import Spider
     from scrapy.utils.test import get_crawler
 
-    from scrapy_scale.frontier.scheduler import Scheduler
+    from scrapy_scale.frontier.scheduling.scheduler import Scheduler
 
     class FeedSpider(Spider):
         name = "benchseed"

@@ -42,8 +42,8 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.bench_seed import make_urls  # noqa: E402
 from scrapy_scale.frontier.backends import open_store  # noqa: E402
-from scrapy_scale.frontier.codec import RecordRules  # noqa: E402
-from scrapy_scale.frontier.seeding import UrlSeeds  # noqa: E402
+from scrapy_scale.frontier.records.codec import RecordRules  # noqa: E402
+from scrapy_scale.frontier.records.seeding import UrlSeeds  # noqa: E402
 from scrapy_scale.frontier.store import FrontierStore  # noqa: E402
 
 JOB = "sizing"

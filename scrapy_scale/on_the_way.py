@@ -17,7 +17,7 @@ request object, weakly: nothing is written into its meta, a copy of it (a retry,
 request that copied ``response.meta``) holds nothing, another request arriving (Scrapy's
 own robots.txt download) frees nothing, and a request collected as garbage is forgotten.
 
-Used by the frontier (:mod:`scrapy_scale.frontier.transit`: on the way to a download
+Used by the frontier (:mod:`scrapy_scale.frontier.scheduling.transit`: on the way to a download
 slot) and the throttle (:class:`scrapy_scale.throttle.routing.RouteLearner`: on the way
 to the egress pool, holding one of its site's free routes).
 """

@@ -1,7 +1,7 @@
 """``scrapy scale``: look at and steer a job's persisted frontier from the shell.
 
 Thin glue: argument parsing and printing. The operations live in
-:mod:`scrapy_scale.frontier.cli_ops` so they are testable and reusable.
+:mod:`scrapy_scale.frontier.ops.cli_ops` so they are testable and reusable.
 
     scrapy scale status JOB [--json]
     scrapy scale watch JOB [--interval S] [--count N]
@@ -144,7 +144,7 @@ class Command(ScrapyCommand):
             self.exitcode = 1
 
     def _run(self, args: list[str], opts: argparse.Namespace) -> None:
-        from scrapy_scale.frontier import cli_ops
+        from scrapy_scale.frontier.ops import cli_ops
 
         if args and args[0] in QUALITY_SUBCOMMANDS:
             self._quality(args, opts)

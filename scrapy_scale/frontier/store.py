@@ -27,11 +27,11 @@ runs every store call in one dedicated thread, off the reactor). Several
 processes may share one store (that is the point of Redis; SQLite is shared by
 processes on one machine through its file lock).
 
-Requests are stored as data, never pickle: :mod:`scrapy_scale.frontier.codec`
+Requests are stored as data, never pickle: :mod:`scrapy_scale.frontier.records.codec`
 turns a :class:`scrapy.Request` into a versioned JSON string and back.
 
 The records and their states (:class:`NewRequest`, :class:`Leased`, :class:`Status`, ...)
-are in :mod:`scrapy_scale.frontier.records`, imported here for the store's users.
+are in :mod:`scrapy_scale.frontier.records.records`, imported here for the store's users.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_scale import clock as clock_mod
 from scrapy_scale.config.core_settings import job_name_problem
-from scrapy_scale.frontier.records import (
+from scrapy_scale.frontier.records.records import (
     AGAIN_SEP,
     COUNT_KEYS,
     DELAYED_SAMPLE,
@@ -64,7 +64,7 @@ from scrapy_scale.frontier.records import (
 if TYPE_CHECKING:
     from scrapy import Request
 
-    from scrapy_scale.frontier.codec import RecordRules
+    from scrapy_scale.frontier.records.codec import RecordRules
 
 
 class FrontierStore(abc.ABC):
@@ -160,7 +160,7 @@ class FrontierStore(abc.ABC):
     @abc.abstractmethod
     def beats(self) -> dict[str, tuple[Any, Any]]:
         """The current run's heartbeats as stored: worker id -> (last beat, alive until),
-        epoch seconds, read back unchecked (the caller checks them: :mod:`.fair_share`)."""
+        epoch seconds, read back unchecked (the caller checks them: :mod:`.scheduling.fair_share`)."""
 
     # ---- the hot path ----------------------------------------------------------
 
@@ -322,7 +322,7 @@ class FrontierStore(abc.ABC):
         deduplicated like any request. An ended run is reopened so workers pick
         the seeds up (a new ``scrapy crawl`` joins it instead of starting over).
         ``rules``: what a seed may be (default: http and https URLs)."""
-        from scrapy_scale.frontier.codec import new_request
+        from scrapy_scale.frontier.records.codec import new_request
 
         batch = [new_request(r, priority=priority, rules=rules) for r in requests]
         self.reopen_run()

@@ -29,7 +29,7 @@ class FrontierPoller:
         self.settings = settings
         self.job = job
         self.min_age = min_age
-        #: the last status read (``scrapy_scale.frontier.status.status_of`` data), None before the first
+        #: the last status read (``scrapy_scale.frontier.ops.status.status_of`` data), None before the first
         self.latest: dict[str, Any] | None = None
         self.latest_at = 0.0
         self._pool: ThreadPool | None = None
@@ -93,7 +93,7 @@ class FrontierPoller:
         """In the poller's thread: the status, or None (logged once) when it cannot be read."""
         try:
             if self._reader is None:
-                from scrapy_scale.frontier.status import StatusReader
+                from scrapy_scale.frontier.ops.status import StatusReader
 
                 self._reader = StatusReader(self.settings, self.job)
             return self._reader.read()  # type: ignore[no-any-return]

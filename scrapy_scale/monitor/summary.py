@@ -59,7 +59,7 @@ def read_frontier(crawler: Crawler, job: str) -> FrontierCounts | None:
     if not ScaleContext.of(crawler).frontier_on:
         return None
     try:
-        from scrapy_scale.frontier import status as frontier_status
+        from scrapy_scale.frontier.ops import status as frontier_status
 
         st = frontier_status.read_status(crawler.settings, job, must_exist=True)
         return (

@@ -116,7 +116,7 @@ class FileSink(Sink):
 def sink_for(settings: Any, job: str) -> Sink:
     """The sink next to the job's frontier (as a crawl with ``settings`` would use it)."""
     from scrapy_scale.frontier import settings as frontier_settings
-    from scrapy_scale.frontier import status as frontier_status
+    from scrapy_scale.frontier.ops import status as frontier_status
 
     url = frontier_settings.frontier_url(settings)
     scheme = urlsplit(url).scheme

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from scrapy_scale.frontier import open_store
-from scrapy_scale.frontier.cli_ops import JobOps
+from scrapy_scale.frontier.ops.cli_ops import JobOps
 from scrapy_scale.testbed import Testbed
 from tests.support.crash_support import (
     all_paths,
@@ -117,7 +117,7 @@ def test_three_workers_joining_a_job_of_300_pages_each_do_at_least_half_their_sh
     """Issue 31 part 6: shares of 79/0/21 on a job of a few hundred pages, one worker
     holding 163 leases while another got nothing. Three workers wait for seeds, as in
     examples/distributed/run.py; once all three beat, the job is seeded: each worker
-    finishes at least half of a third of it (frontier/fair_share.py: the worker that
+    finishes at least half of a third of it (frontier/scheduling/fair_share.py: the worker that
     writes the children of its listing pages leases its share of them, not a batch of
     256)."""
     job = redis_prefix

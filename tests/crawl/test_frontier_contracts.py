@@ -369,7 +369,7 @@ def test_a_second_ctrl_c_exits_and_what_was_acked_stays_acked(tmp_path: Path) ->
         try:
             from scrapy import Request
 
-            from scrapy_scale.frontier import codec
+            from scrapy_scale.frontier.records import codec
 
             done = {
                 (h, p)

@@ -11,7 +11,7 @@ import pytest
 from scrapy import Request
 
 from scrapy_scale.clock import FakeClock
-from scrapy_scale.frontier import codec
+from scrapy_scale.frontier.records import codec
 from scrapy_scale.frontier.store import EnqueueResult, FrontierStore, NewRequest, State
 from tests.crawl import test_frontier_store as conformance
 

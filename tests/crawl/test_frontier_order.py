@@ -13,9 +13,9 @@ from scrapy import Request
 from scrapy.settings import Settings
 
 from scrapy_scale.clock import FakeClock
-from scrapy_scale.frontier import codec
-from scrapy_scale.frontier import scrapy_scheduler_settings as scrapy_settings
-from scrapy_scale.frontier.identity import new_record
+from scrapy_scale.frontier.records import codec
+from scrapy_scale.frontier.records.identity import new_record
+from scrapy_scale.frontier.scheduling import scrapy_scheduler_settings as scrapy_settings
 from scrapy_scale.frontier.store import FrontierStore, NewRequest
 from tests.crawl import test_frontier_store as conformance
 

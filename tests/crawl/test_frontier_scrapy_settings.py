@@ -19,8 +19,8 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_scale import meta
 from scrapy_scale import signals as scale_signals
-from scrapy_scale.frontier import scrapy_scheduler_settings
-from scrapy_scale.frontier.scheduler import Scheduler
+from scrapy_scale.frontier.scheduling import scrapy_scheduler_settings
+from scrapy_scale.frontier.scheduling.scheduler import Scheduler
 from scrapy_scale.frontier.store import State
 from scrapy_scale.outcomes.model import FailureClass, Outcome
 from scrapy_scale.testbed import Testbed

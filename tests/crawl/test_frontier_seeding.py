@@ -1,4 +1,4 @@
-"""The fast seeding path (scrapy_scale/frontier/seeding.py, ``enqueue_new``, the feed's
+"""The fast seeding path (scrapy_scale/frontier/records/seeding.py, ``enqueue_new``, the feed's
 plain URLs) stores exactly what the request path stored: same fingerprints, same data,
 same records, counts, queue order and errors, on tricky URLs, duplicates and bad lines."""
 
@@ -18,10 +18,10 @@ from scrapy.utils.test import get_crawler
 from w3lib.url import canonicalize_url, safe_url_string
 
 from scrapy_scale.clock import FakeClock
-from scrapy_scale.frontier import codec
 from scrapy_scale.frontier.backends import open_store
-from scrapy_scale.frontier.cli_ops import JobOps, OpError
-from scrapy_scale.frontier.seeding import UrlSeeds
+from scrapy_scale.frontier.ops.cli_ops import JobOps, OpError
+from scrapy_scale.frontier.records import codec
+from scrapy_scale.frontier.records.seeding import UrlSeeds
 from scrapy_scale.frontier.store import FrontierStore
 from tests.support.hang import hang_guard
 
@@ -188,7 +188,7 @@ def test_seed_writes_what_the_request_path_wrote(two_stores: list[FrontierStore]
 
 
 def test_feed_enqueues_what_the_request_path_enqueued(redis_url: str, redis_prefix: str) -> None:
-    from scrapy_scale.frontier.scheduler import Scheduler
+    from scrapy_scale.frontier.scheduling.scheduler import Scheduler
 
     msgs = [json.dumps(u) for u in GOOD + BAD] + [json.dumps({"url": "http://f.test/", "priority": 4}), "not json"]
     msgs += [json.dumps(u) for u in GOOD[:3]] + [json.dumps({"url": "http://a.test/1", "dont_filter": True})]
@@ -230,7 +230,7 @@ def test_feed_enqueues_what_the_request_path_enqueued(redis_url: str, redis_pref
 
 
 def _feed_scheduler(redis_url: str, job: str) -> Any:
-    from scrapy_scale.frontier.scheduler import Scheduler
+    from scrapy_scale.frontier.scheduling.scheduler import Scheduler
 
     crawler = get_crawler(FeedSpider, {"SCALE_FRONTIER_URL": redis_url, "SCALE_JOB": job})
     sched = Scheduler.from_crawler(crawler)

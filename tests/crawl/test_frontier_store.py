@@ -23,8 +23,8 @@ import scrapy
 from scrapy import Request
 
 from scrapy_scale.clock import FakeClock
-from scrapy_scale.frontier import codec
 from scrapy_scale.frontier.backends import open_store
+from scrapy_scale.frontier.records import codec
 from scrapy_scale.frontier.store import (
     EnqueueResult,
     FrontierError,
@@ -1028,7 +1028,7 @@ def test_a_store_of_another_process_checks_nothing(redis_url: str, redis_prefix:
 def test_beats_read_back_every_workers_heartbeat_as_stored_a_bad_one_included(
     store: FrontierStore, clock: FakeClock
 ) -> None:
-    """What the fair lease share counts live workers from (frontier/fair_share.py checks
+    """What the fair lease share counts live workers from (frontier/scheduling/fair_share.py checks
     the values: this read passes a corrupt one on, unchecked, instead of failing)."""
     store.heartbeat("a/0", clock.now + 30)
     store.heartbeat("b/0", clock.now)

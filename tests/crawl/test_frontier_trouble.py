@@ -11,8 +11,8 @@ from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
 from scrapy_scale import exitcode
-from scrapy_scale.frontier.policy import SyncTrouble
-from scrapy_scale.frontier.scheduler import Scheduler
+from scrapy_scale.frontier.scheduling.scheduler import Scheduler
+from scrapy_scale.frontier.scheduling.trouble import SyncTrouble
 from tests.crawl.test_frontier_store import corruption_error
 
 pytestmark = pytest.mark.crawl

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from scrapy import Request
 
-from scrapy_scale.frontier import codec
 from scrapy_scale.frontier.backends import open_store
+from scrapy_scale.frontier.records import codec
 from scrapy_scale.frontier.store import NewRequest
 from scrapy_scale.testbed import ProxySpec, Testbed
 from tests.support.crawling import run_crawl

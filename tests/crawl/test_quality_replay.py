@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from scrapy_scale.frontier import cli_ops
+from scrapy_scale.frontier.ops import cli_ops
 from scrapy_scale.quality.raw_pages import SnapshotDir
 from scrapy_scale.storage.backends import open_store
 from scrapy_scale.testbed import Testbed

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_scale.frontier import cli_ops
+from scrapy_scale.frontier.ops import cli_ops
 from scrapy_scale.storage.backends import open_store
 from scrapy_scale.testbed import Testbed
 from tests.support.crawling import UNPACED, run_crawl

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_scale.frontier import codec
 from scrapy_scale.frontier.backends.redis import RedisStore, glob_escape
+from scrapy_scale.frontier.records import codec
 from scrapy_scale.frontier.store import FrontierError, NewRequest
 from scrapy_scale.testbed import Testbed
 from tests.crawl.test_commands import scale

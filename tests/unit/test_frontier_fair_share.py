@@ -1,4 +1,4 @@
-"""Fair leases among many workers (scrapy_scale/frontier/fair_share.py): the sizing rule
+"""Fair leases among many workers (scrapy_scale/frontier/scheduling/fair_share.py): the sizing rule
 with an injectable clock, the heartbeats it believes, and the store sync that asks it
 after its writes (a real SQLite store)."""
 
@@ -13,10 +13,10 @@ import pytest
 from scrapy import Request
 
 from scrapy_scale.clock import FakeClock
-from scrapy_scale.frontier import codec
 from scrapy_scale.frontier.backends import open_store
-from scrapy_scale.frontier.fair_share import MAX_WORKERS, REFRESH, FairShare
-from scrapy_scale.frontier.sync import StoreSync, SyncPlan
+from scrapy_scale.frontier.records import codec
+from scrapy_scale.frontier.scheduling.fair_share import MAX_WORKERS, REFRESH, FairShare
+from scrapy_scale.frontier.scheduling.sync import StoreSync, SyncPlan
 
 pytestmark = pytest.mark.pure
 
@@ -93,7 +93,7 @@ def test_a_heartbeat_that_is_not_two_finite_numbers_is_skipped_with_one_warning(
 ) -> None:
     clock = FakeClock()
     fair = FairShare("me", clock=clock)
-    with caplog.at_level(logging.WARNING, "scrapy_scale.frontier.fair_share"):
+    with caplog.at_level(logging.WARNING, "scrapy_scale.frontier.scheduling.fair_share"):
         assert fair.count({"bad": beat, "good": (clock.now, clock.now + 30)}) == 2
         assert fair.count({"bad": beat, "bad2": beat}) == 1
     assert len([r for r in caplog.records if "not two numbers" in r.getMessage()]) == 1
@@ -102,7 +102,7 @@ def test_a_heartbeat_that_is_not_two_finite_numbers_is_skipped_with_one_warning(
 def test_far_future_heartbeats_do_not_keep_a_worker_counted(caplog: pytest.LogCaptureFixture) -> None:
     clock = FakeClock()
     fair = FairShare("me", clock=clock)
-    with caplog.at_level(logging.WARNING, "scrapy_scale.frontier.fair_share"):
+    with caplog.at_level(logging.WARNING, "scrapy_scale.frontier.scheduling.fair_share"):
         # a beat from the far future: skipped, one warning
         assert fair.count({"f": (clock.now + 1e9, clock.now + 1e9), "g": (clock.now + 1e6, 2e9)}) == 1
         # an `until` far past its beat: clamped to the longest a beat holds, so a dead
@@ -117,7 +117,7 @@ def test_far_future_heartbeats_do_not_keep_a_worker_counted(caplog: pytest.LogCa
 def test_a_huge_worker_count_is_clamped_and_negative_counts_read_as_zero(caplog: pytest.LogCaptureFixture) -> None:
     clock = FakeClock()
     fair = FairShare("me", floor=16, clock=clock)
-    with caplog.at_level(logging.WARNING, "scrapy_scale.frontier.fair_share"):
+    with caplog.at_level(logging.WARNING, "scrapy_scale.frontier.scheduling.fair_share"):
         assert fair.count(live(clock, MAX_WORKERS + 500)) == MAX_WORKERS
         fair.count(live(clock, MAX_WORKERS + 500))
         # a share of ~0 still leaves the worker its concurrency: the crawl goes on

@@ -1,4 +1,4 @@
-"""The scheduler's side of pacing (scrapy_scale.frontier.pacing): plain Python, a fake pacer."""
+"""The scheduler's side of pacing (scrapy_scale.frontier.scheduling.pacing): plain Python, a fake pacer."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from scrapy_scale.frontier.local import LocalQueue
-from scrapy_scale.frontier.pacing import DEFER_AFTER, take_due
+from scrapy_scale.frontier.scheduling.local import LocalQueue
+from scrapy_scale.frontier.scheduling.pacing import DEFER_AFTER, take_due
 from scrapy_scale.frontier.store import Leased
 
 pytestmark = pytest.mark.pure
@@ -124,7 +124,7 @@ def test_requests_on_their_way_count_while_the_downloader_has_them_and_until_the
 
     from scrapy import Request
 
-    from scrapy_scale.frontier.transit import SlotTransit
+    from scrapy_scale.frontier.scheduling.transit import SlotTransit
 
     downloader: set[Request] = set()
     t = SlotTransit(in_downloader=lambda: downloader)
@@ -151,7 +151,7 @@ def test_requests_on_their_way_count_while_the_downloader_has_them_and_until_the
 def test_without_the_downloaders_view_a_request_counts_for_a_second_at_most() -> None:
     from scrapy import Request
 
-    from scrapy_scale.frontier.transit import TTL, SlotTransit
+    from scrapy_scale.frontier.scheduling.transit import TTL, SlotTransit
 
     now = [NOW]
     t = SlotTransit(in_downloader=lambda: None, clock=lambda: now[0])

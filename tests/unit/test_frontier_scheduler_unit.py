@@ -20,9 +20,9 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_scale import meta
 from scrapy_scale import signals as scale_signals
-from scrapy_scale.frontier.scheduler import Scheduler
+from scrapy_scale.frontier.scheduling.scheduler import Scheduler
+from scrapy_scale.frontier.scheduling.waiting import HELD_CAP
 from scrapy_scale.frontier.store import State
-from scrapy_scale.frontier.waiting import HELD_CAP
 from scrapy_scale.outcomes.model import FailureClass, Outcome
 
 pytestmark = pytest.mark.pure
@@ -299,7 +299,7 @@ def test_the_first_request_while_the_engine_waits_is_written_and_leased_at_once(
 def test_outbox_is_bounded_when_the_reactor_does_not_come_back(sched: Scheduler) -> None:
     """Scrapy may consume start() without yielding to the reactor: no sync can run,
     so enqueue_request itself writes the outbox once it holds OUTBOX_CAP batches."""
-    from scrapy_scale.frontier.rounds import OUTBOX_CAP
+    from scrapy_scale.frontier.scheduling.rounds import OUTBOX_CAP
 
     cap = OUTBOX_CAP * sched.batch
     for i in range(5 * cap):
@@ -632,7 +632,7 @@ def test_the_engine_backs_out_while_it_waits_for_a_sync_that_brings_it_work(sche
 
 
 def test_install_backout_answers_for_the_engine_and_comes_off() -> None:
-    from scrapy_scale.frontier.engine_glue import install_backout
+    from scrapy_scale.frontier.scheduling.engine_glue import install_backout
 
     class Engine:
         full = False

@@ -16,17 +16,17 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_scale import meta
 from scrapy_scale.clock import FakeClock
-from scrapy_scale.frontier import codec
 from scrapy_scale.frontier.backends import open_store
-from scrapy_scale.frontier.identity import RecordIdentity, new_record
-from scrapy_scale.frontier.lease_buffer import LeaseBuffer
-from scrapy_scale.frontier.ledger import OUTCOME_GRACE, OVERDUE_SLACK, InFlight, InFlightLedger
-from scrapy_scale.frontier.local import Outbox
-from scrapy_scale.frontier.scrapy_stats import ScrapyStats
-from scrapy_scale.frontier.stats import FrontierStats
+from scrapy_scale.frontier.records import codec
+from scrapy_scale.frontier.records.identity import RecordIdentity, new_record
+from scrapy_scale.frontier.scheduling.lease_buffer import LeaseBuffer
+from scrapy_scale.frontier.scheduling.ledger import OUTCOME_GRACE, OVERDUE_SLACK, InFlight, InFlightLedger
+from scrapy_scale.frontier.scheduling.local import Outbox
+from scrapy_scale.frontier.scheduling.scrapy_stats import ScrapyStats
+from scrapy_scale.frontier.scheduling.stats import FrontierStats
+from scrapy_scale.frontier.scheduling.sync import StoreSync, SyncPlan
+from scrapy_scale.frontier.scheduling.waiting import HELD_CAP, Waiting
 from scrapy_scale.frontier.store import EnqueueResult, FrontierStore, Leased, NewRequest
-from scrapy_scale.frontier.sync import StoreSync, SyncPlan
-from scrapy_scale.frontier.waiting import HELD_CAP, Waiting
 from scrapy_scale.outcomes.model import FailureClass, Outcome
 
 pytestmark = pytest.mark.pure

@@ -183,4 +183,4 @@ def test_the_frontier_interface_imports_no_backend_and_the_monitor_reads_its_pub
             continue
         used = all_imports(path, name, mods)
         backends = {m for m in used if m.startswith("scrapy_scale.frontier.backends")}
-        assert not backends and "scrapy_scale.frontier.cli_ops" not in used, (name, sorted(used))
+        assert not backends and "scrapy_scale.frontier.ops.cli_ops" not in used, (name, sorted(used))

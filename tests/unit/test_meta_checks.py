@@ -10,7 +10,7 @@ import math
 import pytest
 
 from scrapy_scale import meta
-from scrapy_scale.frontier import codec
+from scrapy_scale.frontier.records import codec
 
 pytestmark = pytest.mark.pure
 

@@ -9,7 +9,7 @@ import pytest
 from scrapy import Request
 
 from scrapy_scale.clock import FakeClock
-from scrapy_scale.frontier.transit import SlotTransit
+from scrapy_scale.frontier.scheduling.transit import SlotTransit
 from scrapy_scale.on_the_way import TTL, OnTheWay
 
 pytestmark = pytest.mark.pure

@@ -63,7 +63,7 @@ def test_urls_inside_a_message_are_masked() -> None:
 def test_no_other_copy_of_the_redaction() -> None:
     """Every module that prints URLs calls scrapy_scale.redact; the old private copies are gone."""
     import scrapy_scale.frontier.backends.redis.store as redis_store
-    import scrapy_scale.frontier.cli_ops as cli_ops
+    import scrapy_scale.frontier.ops.cli_ops as cli_ops
     import scrapy_scale.storage.backends as backends
 
     assert not hasattr(redis_store, "_safe_url")

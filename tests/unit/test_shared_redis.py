@@ -12,7 +12,7 @@ import scrapy
 from scrapy.http import FormRequest, JsonRequest
 
 from scrapy_scale import config
-from scrapy_scale.frontier import codec
+from scrapy_scale.frontier.records import codec
 
 pytestmark = pytest.mark.pure
 

@@ -17,8 +17,8 @@ import redis
 
 from scrapy_scale import clock as clock_mod
 from scrapy_scale.frontier.backends.redis import lua
+from scrapy_scale.frontier.backends.workers_read import pid_of
 from scrapy_scale.frontier.store import FrontierError, FrontierStore, RunInfo
-from scrapy_scale.frontier.workers_read import pid_of
 from scrapy_scale.redact import redact_url
 from scrapy_scale.redis_open import RedisOpenError, is_cluster, open_redis
 

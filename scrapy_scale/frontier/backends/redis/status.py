@@ -24,8 +24,8 @@ import json
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from scrapy_scale.frontier.backends.workers_read import beats, split_beat
 from scrapy_scale.frontier.store import COUNT_KEYS, DELAYED_SAMPLE, RunInfo, Status
-from scrapy_scale.frontier.workers_read import beats, split_beat
 from scrapy_scale.shared_values import decode_hash
 
 T = TypeVar("T")

@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 
 from scrapy_scale import clock as clock_mod
 from scrapy_scale.frontier.backends.sqlite.schema import LAYOUT, SCHEMA, STATE_NAMES, Tx
+from scrapy_scale.frontier.backends.workers_read import pid_of
 from scrapy_scale.frontier.store import FrontierError, FrontierStore, RunInfo
-from scrapy_scale.frontier.workers_read import pid_of
 from scrapy_scale.sqlite_open import setup_retrying, statements
 
 

@@ -13,6 +13,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from scrapy_scale.frontier.backends.ordering import fair_shares, interleave
 from scrapy_scale.frontier.backends.sqlite.base import SqliteBase
 from scrapy_scale.frontier.backends.sqlite.schema import (
     DELAYED,
@@ -25,7 +26,7 @@ from scrapy_scale.frontier.backends.sqlite.schema import (
     STATE_NAMES,
     unreadable,
 )
-from scrapy_scale.frontier.policy import fair_shares, interleave
+from scrapy_scale.frontier.backends.workers_read import beats as checked_beats
 from scrapy_scale.frontier.store import (
     COUNT_KEYS,
     DeadLetter,
@@ -34,7 +35,6 @@ from scrapy_scale.frontier.store import (
     NewRequest,
     Status,
 )
-from scrapy_scale.frontier.workers_read import beats as checked_beats
 
 
 class SqliteStore(SqliteBase):

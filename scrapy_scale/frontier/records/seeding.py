@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 from scrapy import Request
 from w3lib.url import canonicalize_url, safe_url_string
 
-from scrapy_scale.frontier import codec
+from scrapy_scale.frontier.records import codec
 from scrapy_scale.frontier.store import NewRequest
 
 #: a URL whose scheme and host urlsplit() reads as written: a scheme, "://", then a host

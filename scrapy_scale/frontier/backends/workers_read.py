@@ -23,7 +23,7 @@ warnings = Warnings(logger)
 #: seconds a heartbeat's own time may be ahead of ours (clocks of hosts differ)
 CLOCK_SKEW = 3600.0
 #: seconds a heartbeat may hold past its own time, at most (a worker writes its lease,
-#: at most HEARTBEAT_WINDOW = 30 s, scrapy_scale/frontier/sync.py: the margin is wide)
+#: at most HEARTBEAT_WINDOW = 30 s, scrapy_scale/frontier/scheduling/sync.py: the margin is wide)
 BEAT_HOLDS = 3600.0
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from scrapy_scale.frontier.local import Outbox, holds_back, lease_wanted, max_opt
+from scrapy_scale.frontier.scheduling.local import Outbox, holds_back, lease_wanted, max_opt
 
 #: with a pacer, the buffer holds at most this many batches (requests it holds included)
 HELD_CAP = 4

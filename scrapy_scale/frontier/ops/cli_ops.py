@@ -21,10 +21,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from scrapy_scale.frontier import status
-from scrapy_scale.frontier.codec import RecordRules
-from scrapy_scale.frontier.seeding import UrlSeeds
-from scrapy_scale.frontier.status import known_jobs, run_state
+from scrapy_scale.frontier.ops import status
+from scrapy_scale.frontier.ops.status import known_jobs, run_state
+from scrapy_scale.frontier.records.codec import RecordRules
+from scrapy_scale.frontier.records.seeding import UrlSeeds
 from scrapy_scale.frontier.store import COUNT_KEYS, FrontierStore
 from scrapy_scale.outcomes.model import DONE_CLASSES, FailureClass
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from scrapy_scale.frontier import scrapy_scheduler_settings
+from scrapy_scale.frontier.scheduling import scrapy_scheduler_settings
 from scrapy_scale.frontier.store import FrontierStore
 
 logger = logging.getLogger(__name__)

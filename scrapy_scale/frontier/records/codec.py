@@ -4,7 +4,7 @@ A shared store must not become a code-execution channel, so a stored request is
 plain JSON: ``{"v": 2, "r": <Request.to_dict(spider=...)>}`` without the fields left at
 ``Request``'s defaults, or only the URL as a JSON string (``"https://..."``) when that is
 all that differs (older records hold every field; both read back), with the values JSON
-has no type for tagged (:mod:`scrapy_scale.frontier.values`: bytes, dicts with
+has no type for tagged (:mod:`scrapy_scale.frontier.records.values`: bytes, dicts with
 non-string keys, tuples, sets, dates and times, decimals, items). Format 1 records
 (``{"v": 1, ...}``: only the bytes and dict tags) read back as they always did.
 Callbacks are stored by name and looked up on the spider when the request is rebuilt.
@@ -39,8 +39,8 @@ from scrapy.utils.request import RequestFingerprinter
 
 from scrapy_scale import meta, shared_values
 from scrapy_scale.frontier import settings as _settings  # noqa: F401 - declares SCALE_FRONTIER_*
-from scrapy_scale.frontier import values
-from scrapy_scale.frontier.record_rules import (
+from scrapy_scale.frontier.records import values
+from scrapy_scale.frontier.records.record_rules import (
     DEFAULT_SCHEMES,
     SCRAPY_CALLBACKS,
     SCRAPY_REQUEST_CLASSES,
@@ -53,7 +53,7 @@ from scrapy_scale.frontier.record_rules import (
     item_class,
     spider_method,
 )
-from scrapy_scale.frontier.records import NewRequest, domain_of
+from scrapy_scale.frontier.records.records import NewRequest, domain_of
 
 __all__ = [
     "DEFAULT_SCHEMES",

@@ -31,7 +31,7 @@ from scrapy_scale.context import Pacer
 from scrapy_scale.frontier.store import Leased, domain_of
 
 if TYPE_CHECKING:
-    from scrapy_scale.frontier.local import LocalQueue
+    from scrapy_scale.frontier.scheduling.local import LocalQueue
 
 #: a held request whose turn is further than this (seconds) goes back to the store, delayed
 DEFER_AFTER = 1.0

@@ -25,8 +25,8 @@ from scrapy import Request
 from scrapy_scale import meta
 from scrapy_scale import stats_keys as keys
 from scrapy_scale.errors import ItemDeadLettered, ItemNotStored
-from scrapy_scale.frontier.local import Outbox
-from scrapy_scale.frontier.stats import FrontierStats
+from scrapy_scale.frontier.scheduling.local import Outbox
+from scrapy_scale.frontier.scheduling.stats import FrontierStats
 from scrapy_scale.redact import redact_text
 
 if TYPE_CHECKING:

@@ -22,12 +22,13 @@ from scrapy import Request, Spider
 
 from scrapy_scale import meta
 from scrapy_scale import stats_keys as keys
-from scrapy_scale.frontier import codec, pacing
-from scrapy_scale.frontier.local import LocalQueue, Outbox
-from scrapy_scale.frontier.scrapy_stats import ScrapyStats
-from scrapy_scale.frontier.stats import FrontierStats
+from scrapy_scale.frontier.records import codec
+from scrapy_scale.frontier.scheduling import pacing
+from scrapy_scale.frontier.scheduling.local import LocalQueue, Outbox
+from scrapy_scale.frontier.scheduling.scrapy_stats import ScrapyStats
+from scrapy_scale.frontier.scheduling.stats import FrontierStats
+from scrapy_scale.frontier.scheduling.transit import SlotTransit
 from scrapy_scale.frontier.store import EnqueueResult, Leased, NewRequest, domain_of
-from scrapy_scale.frontier.transit import SlotTransit
 from scrapy_scale.redact import redact_text
 
 logger = logging.getLogger(__name__)

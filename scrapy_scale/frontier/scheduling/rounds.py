@@ -17,14 +17,14 @@ from collections.abc import Callable
 from typing import Any
 
 from scrapy_scale import stats_keys as keys
-from scrapy_scale.frontier.lease_buffer import LeaseBuffer
-from scrapy_scale.frontier.ledger import InFlightLedger
-from scrapy_scale.frontier.local import holds_back
-from scrapy_scale.frontier.scrapy_stats import ScrapyStats
-from scrapy_scale.frontier.stats import FrontierStats
+from scrapy_scale.frontier.scheduling.lease_buffer import LeaseBuffer
+from scrapy_scale.frontier.scheduling.ledger import InFlightLedger
+from scrapy_scale.frontier.scheduling.local import holds_back
+from scrapy_scale.frontier.scheduling.scrapy_stats import ScrapyStats
+from scrapy_scale.frontier.scheduling.stats import FrontierStats
+from scrapy_scale.frontier.scheduling.sync import StoreSync, SyncPlan, SyncResult
+from scrapy_scale.frontier.scheduling.waiting import Waiting
 from scrapy_scale.frontier.store import Leased
-from scrapy_scale.frontier.sync import StoreSync, SyncPlan, SyncResult
-from scrapy_scale.frontier.waiting import Waiting
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Feed messages into records, in the store thread (``SCALE_FRONTIER_FEED``, docs/frontier.md).
 
-Runs of plain URL seeds take the fast path (:class:`.seeding.UrlSeeds`: the records the
-codec would make); the others are decoded as requests (:func:`.codec.request_from_feed`)
+Runs of plain URL seeds take the fast path (:class:`..records.seeding.UrlSeeds`: the records the
+codec would make); the others are decoded as requests (:func:`..records.codec.request_from_feed`)
 and fingerprinted with a fingerprinter of the crawler's class built for this thread.
 """
 
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Spider
 from scrapy.utils.misc import build_from_crawler
 
-from scrapy_scale.frontier import codec
-from scrapy_scale.frontier.seeding import UrlSeeds
+from scrapy_scale.frontier.records import codec
+from scrapy_scale.frontier.records.seeding import UrlSeeds
 from scrapy_scale.frontier.store import EnqueueResult, FrontierStore, NewRequest
 from scrapy_scale.redact import redact_text
 

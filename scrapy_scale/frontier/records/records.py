@@ -1,7 +1,7 @@
 """The frontier's records and their states, as plain data: what the store interface
 (:mod:`scrapy_scale.frontier.store`) takes and gives, and the errors it raises.
 
-No I/O; the codec (:mod:`scrapy_scale.frontier.codec`) builds :class:`NewRequest` values
+No I/O; the codec (:mod:`scrapy_scale.frontier.records.codec`) builds :class:`NewRequest` values
 from requests.
 """
 
@@ -72,7 +72,7 @@ class NewRequest:
     """What :meth:`FrontierStore.enqueue` takes: one request, already encoded."""
 
     fingerprint: str
-    #: the request as data: :func:`scrapy_scale.frontier.codec.encode` output (versioned JSON)
+    #: the request as data: :func:`scrapy_scale.frontier.records.codec.encode` output (versioned JSON)
     data: str
     #: host of the request URL (fairness unit); see :func:`domain_of`
     domain: str

@@ -16,7 +16,7 @@ with non-string keys). Format 2 adds the values spiders commonly put in ``meta``
 
 A plain dict that has a key spelled like a tag is written as ``$d``, so user data
 never reads back as a tag. Item classes are looked up through
-:func:`scrapy_scale.frontier.codec.item_class` -- the one place a record's class
+:func:`scrapy_scale.frontier.records.codec.item_class` -- the one place a record's class
 names are checked -- so a record can only re-create an item class the project allows.
 Anything else (an open file, a lambda, a spider...) raises :class:`Unstorable`,
 naming the value's type.

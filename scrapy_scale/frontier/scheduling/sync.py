@@ -6,7 +6,7 @@ leases, finish the run, or pull feed messages) and gives one :class:`SyncResult`
 writes the ops in order (one SQLite transaction; Redis scripts in order), pulls the feed,
 keeps this worker's heartbeat, renews and reclaims leases and leases the next batch.
 Failed rounds back off, are logged at a bounded rate and stop the crawl past
-``SCALE_FRONTIER_ERROR_DEADLINE`` (:class:`.policy.SyncTrouble`). This module knows the
+``SCALE_FRONTIER_ERROR_DEADLINE`` (:class:`.trouble.SyncTrouble`). This module knows the
 store and nothing else of the scheduler: what a round brings back is handed to the
 callables given to :meth:`StoreSync.start`.
 """
@@ -24,9 +24,9 @@ from twisted.internet import defer, threads
 from twisted.python.threadpool import ThreadPool
 
 from scrapy_scale.daemon_pool import DaemonThreadPool
-from scrapy_scale.frontier.fair_share import FairShare
-from scrapy_scale.frontier.feed import FeedReader
-from scrapy_scale.frontier.policy import SyncTrouble
+from scrapy_scale.frontier.scheduling.fair_share import FairShare
+from scrapy_scale.frontier.scheduling.feed import FeedReader
+from scrapy_scale.frontier.scheduling.trouble import SyncTrouble
 from scrapy_scale.frontier.store import EnqueueResult, FrontierStore, Leased
 
 logger = logging.getLogger(__name__)

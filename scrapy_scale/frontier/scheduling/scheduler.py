@@ -15,7 +15,7 @@ owns its state and never calls back into it (the callables it is given are typed
   out per round (writes in order, feed, heartbeat, renew, reclaim, the next lease);
 - the sync rounds (:mod:`.rounds`): when a sync starts, its plan, what its result
   changes, whether the engine waits for one;
-- record identity (:mod:`.identity`), joining a run (:mod:`.joining`) and the stats
+- record identity (:mod:`..records.identity`), joining a run (:mod:`.joining`) and the stats
   (:mod:`.stats`, :mod:`.scrapy_stats`).
 
 A sync starts every 0.25 s, or at once when the buffer runs low or the outbox grows.
@@ -43,22 +43,23 @@ from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as keys
 from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
-from scrapy_scale.frontier import codec, scrapy_scheduler_settings
 from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.frontier.backends import open_store
-from scrapy_scale.frontier.engine_glue import install_backout, install_empty_gate
-from scrapy_scale.frontier.feed import FeedReader
-from scrapy_scale.frontier.identity import RecordIdentity, new_record
-from scrapy_scale.frontier.joining import join_run, pick_worker
-from scrapy_scale.frontier.lease_buffer import LeaseBuffer
-from scrapy_scale.frontier.ledger import InFlight, InFlightLedger
-from scrapy_scale.frontier.local import Outbox
-from scrapy_scale.frontier.rounds import Rounds
-from scrapy_scale.frontier.scrapy_stats import ScrapyStats
-from scrapy_scale.frontier.stats import FrontierStats
+from scrapy_scale.frontier.records import codec
+from scrapy_scale.frontier.records.identity import RecordIdentity, new_record
+from scrapy_scale.frontier.scheduling import scrapy_scheduler_settings
+from scrapy_scale.frontier.scheduling.engine_glue import install_backout, install_empty_gate
+from scrapy_scale.frontier.scheduling.feed import FeedReader
+from scrapy_scale.frontier.scheduling.joining import join_run, pick_worker
+from scrapy_scale.frontier.scheduling.lease_buffer import LeaseBuffer
+from scrapy_scale.frontier.scheduling.ledger import InFlight, InFlightLedger
+from scrapy_scale.frontier.scheduling.local import Outbox
+from scrapy_scale.frontier.scheduling.rounds import Rounds
+from scrapy_scale.frontier.scheduling.scrapy_stats import ScrapyStats
+from scrapy_scale.frontier.scheduling.stats import FrontierStats
+from scrapy_scale.frontier.scheduling.sync import StoreSync, SyncResult
+from scrapy_scale.frontier.scheduling.waiting import Waiting
 from scrapy_scale.frontier.store import FrontierError, FrontierStore
-from scrapy_scale.frontier.sync import StoreSync, SyncResult
-from scrapy_scale.frontier.waiting import Waiting
 from scrapy_scale.outcomes import send_fallback
 from scrapy_scale.pids import pid_alive
 
@@ -105,12 +106,12 @@ class Scheduler(BaseScheduler):
         self.spider: Spider | None = None
         #: what a record may name (classes, schemes); set from the settings at attach
         self.rules = codec.RecordRules()
-        #: Scrapy/scrapy-redis scheduler settings the project set (frontier/scrapy_scheduler_settings.py)
+        #: Scrapy/scrapy-redis scheduler settings the project set (frontier/scheduling/scrapy_scheduler_settings.py)
         self.scheduler_settings = scrapy_scheduler_settings.DEFAULT
         self.stats = crawler.stats
-        #: the scale/frontier/* stats (frontier/stats.py)
+        #: the scale/frontier/* stats (frontier/scheduling/stats.py)
         self.frontier_stats = FrontierStats(crawler.stats)
-        #: Scrapy's scheduler/* stats, with Scrapy's meaning (frontier/scrapy_stats.py)
+        #: Scrapy's scheduler/* stats, with Scrapy's meaning (frontier/scheduling/scrapy_stats.py)
         self.scrapy_stats = ScrapyStats(crawler.stats)
         self.identity = RecordIdentity(self.fingerprinter)
         self.outbox = Outbox()

@@ -22,7 +22,7 @@ from scrapy.utils.misc import load_object
 from scrapy_scale import compat
 from scrapy_scale.errors import ScaleError
 from scrapy_scale.frontier import settings as frontier_settings
-from scrapy_scale.frontier import values
+from scrapy_scale.frontier.records import values
 
 
 class CodecError(ScaleError, ValueError):

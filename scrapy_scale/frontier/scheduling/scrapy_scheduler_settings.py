@@ -34,7 +34,7 @@ from scrapy_scale import compat
 if TYPE_CHECKING:
     from scrapy_scale.frontier.store import FrontierStore
 
-logger = logging.getLogger("scrapy_scale.frontier.scheduler")
+logger = logging.getLogger("scrapy_scale.frontier.scheduling.scheduler")
 
 BASE_DUPEFILTER = "scrapy.dupefilters.BaseDupeFilter"
 RFP_DUPEFILTER = "scrapy.dupefilters.RFPDupeFilter"
@@ -77,7 +77,7 @@ class SchedulerSettings:
     start_fifo: bool = True
 
     def record_options(self) -> dict[str, bool]:
-        """What :func:`scrapy_scale.frontier.identity.new_record` needs of these settings."""
+        """What :func:`scrapy_scale.frontier.records.identity.new_record` needs of these settings."""
         return {"dedup": self.dedup, "fifo": self.fifo, "start_fifo": self.start_fifo}
 
 
