@@ -13,7 +13,7 @@ from prometheus_client.core import (
     Metric,
 )
 
-from scrapy_scale.monitor.metrics import _FAILURES, DEPTH_BUCKETS, PREFIX
+from scrapy_scale.monitor.metric_names import DEPTH_BUCKETS, FAILURE_CLASSES, PREFIX
 from scrapy_scale.outcomes.model import FailureClass
 
 
@@ -61,7 +61,7 @@ def families(base: dict[str, str], s: dict[str, Any]) -> Iterator[Metric]:
         "Attempts that were retried, by the class of the failed attempt.",
         "class",
         s["retries"],
-        tuple(c.value for c in _FAILURES),
+        tuple(c.value for c in FAILURE_CLASSES),
     )
     yield counter(
         "gave_up", "Requests of a retryable class not retried further (budget spent or refused).", "class", s["gave_up"]

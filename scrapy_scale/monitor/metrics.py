@@ -25,18 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_scale.errors import ItemDeadLettered
 from scrapy_scale.monitor.domains import TopDomains
-from scrapy_scale.outcomes.model import DONE_CLASSES, FailureClass, Outcome
+from scrapy_scale.monitor.metric_names import FAILURE_CLASSES, QUEUE_STATES
+from scrapy_scale.outcomes.model import FailureClass, Outcome
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
     from prometheus_client.registry import CollectorRegistry
-
-PREFIX = "scrapy_scale_"
-#: upper bounds of the attempts-per-request histogram (retry depth)
-DEPTH_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10)
-#: frontier states exported as ``scrapy_scale_queue_requests{state=...}``
-QUEUE_STATES = ("pending", "delayed", "leased", "done", "failed")
-_FAILURES = frozenset(c for c in FailureClass if c not in DONE_CLASSES)
 
 
 class CrawlMetrics:
@@ -98,7 +92,7 @@ class CrawlMetrics:
                     self.domain_rate_limited[d] += 1
             if outcome.egress is not None:
                 self.egress_attempts += 1
-                if cls in _FAILURES:
+                if cls in FAILURE_CLASSES:
                     self.egress_failures[cls.value] += 1
 
     def on_item_stored(self, **kwargs: Any) -> None:

@@ -7,18 +7,8 @@ from typing import Any
 
 import scrapy_scale.config.core_settings  # noqa: F401 - SCALE_STATE_DIR and SCALE_JOB, read here too
 from scrapy_scale.config import as_bool, as_dict, as_float, as_int, as_list, as_str, as_url, declare
+from scrapy_scale.storage.layout import META_FIELDS, SCHEMES, sqlite_path
 
-#: names of the bookkeeping fields stored next to the item's own fields
-META_FIELDS: dict[str, str] = {
-    "first_seen": "_first_seen",
-    "last_seen": "_last_seen",
-    "run_id": "_run_id",
-    "job": "_job",
-    "source_url": "_source_url",
-    "item_type": "_item_type",
-}
-
-SCHEMES = ("sqlite", "mongodb", "mongodb+srv")
 #: the SCALE_ITEM_KEY entry that keys every item type not listed by name
 ANY_TYPE = "*"
 
@@ -75,8 +65,6 @@ def as_store_url(v: Any) -> str:
     """A store URL; an ``sqlite:`` one must name a file (checked here, at startup)."""
     url: str = as_url(*SCHEMES)(v)
     if url.startswith("sqlite:"):
-        from scrapy_scale.storage.backends import sqlite_path
-
         sqlite_path(url)  # ValueError "no file in ..." when it names none
     return url
 

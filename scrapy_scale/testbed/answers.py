@@ -92,7 +92,7 @@ class Answering:
         self._buckets[key] = (tokens - 1, now)
         return True
 
-    def _answer(self, host_no: int, target: str, egress: str | None, client: str, conn: int, method: str) -> Answer:
+    def answer(self, host_no: int, target: str, egress: str | None, client: str, conn: int, method: str) -> Answer:
         now = time.time()
         host = self.hosts[host_no - 1]
         path = target.split("?", 1)[0]

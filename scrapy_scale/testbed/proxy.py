@@ -19,15 +19,13 @@ import asyncio
 import base64
 import ipaddress
 import time
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from scrapy_scale.testbed.catalog import unit
 from scrapy_scale.testbed.faults import ProxySpec
+from scrapy_scale.testbed.hosting import ProxyHost
 from scrapy_scale.testbed.log import ProxyEvent
-
-if TYPE_CHECKING:
-    from scrapy_scale.testbed.server import Testbed
+from scrapy_scale.testbed.wire import http_response, reset_mid_answer
 
 _HOP = {"proxy-authorization", "proxy-connection", "connection", "keep-alive"}
 
@@ -41,13 +39,13 @@ async def _until_closed(reader: asyncio.StreamReader) -> None:
         pass
 
 
-async def start_proxy(tb: Testbed, spec: ProxySpec, source_ip: str, port: int = 0) -> asyncio.Server:
+async def start_proxy(tb: ProxyHost, spec: ProxySpec, source_ip: str, port: int = 0) -> asyncio.Server:
     proxy = _Proxy(tb, spec, source_ip)
     return await asyncio.start_server(proxy.handle, host="127.0.0.1", port=port, backlog=1024, reuse_address=True)
 
 
 class _Proxy:
-    def __init__(self, tb: Testbed, spec: ProxySpec, source_ip: str):
+    def __init__(self, tb: ProxyHost, spec: ProxySpec, source_ip: str):
         self.tb = tb
         self.spec = spec
         self.source_ip = source_ip
@@ -56,8 +54,7 @@ class _Proxy:
         self.auth = "Basic " + base64.b64encode(want).decode()
 
     def _event(self, method: str, target: str, client: str, outcome: str) -> None:
-        if self.tb.keep_log:
-            self.tb._proxy_log.append(ProxyEvent(time.time(), self.spec.id, method, target, client, outcome))
+        self.tb.log_proxy_event(ProxyEvent(time.time(), self.spec.id, method, target, client, outcome))
 
     def _resolve(self, host: str) -> str | None:
         host = host.lower()
@@ -70,9 +67,7 @@ class _Proxy:
         return str(ip) if ip.is_loopback else None  # nothing ever leaves loopback
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        from scrapy_scale.testbed.server import http_response, reset_mid_answer
-
-        self.tb._proxy_writers.add(writer)
+        self.tb.open_connections.stream_opened(writer)
         peer = writer.get_extra_info("peername")
         client = peer[0] if peer else "?"
         upstreams: dict[tuple[str, int], tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
@@ -194,7 +189,7 @@ class _Proxy:
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             return  # CancelledError: the testbed is stopping
         finally:
-            self.tb._proxy_writers.discard(writer)
+            self.tb.open_connections.stream_closed(writer)
             for _r, w in upstreams.values():
                 w.close()
             if not writer.is_closing():
@@ -203,8 +198,6 @@ class _Proxy:
     async def _tunnel(
         self, target: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client: str
     ) -> None:
-        from scrapy_scale.testbed.server import http_response
-
         host, _, port_s = target.rpartition(":")
         ip = self._resolve(host.strip("[]"))
         if ip is None or not port_s.isdigit():
@@ -222,7 +215,7 @@ class _Proxy:
         self._event("CONNECT", target, client, "tunnel")
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await writer.drain()
-        self.tb._proxy_writers.add(uw)
+        self.tb.open_connections.stream_opened(uw)
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
@@ -238,7 +231,7 @@ class _Proxy:
         try:
             await asyncio.gather(pipe(reader, uw), pipe(ur, writer))
         finally:
-            self.tb._proxy_writers.discard(uw)
+            self.tb.open_connections.stream_closed(uw)
 
 
 #: the pieces a trickling proxy sends a body in

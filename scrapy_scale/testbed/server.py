@@ -25,7 +25,9 @@ from scrapy_scale.testbed.answers import Answering
 from scrapy_scale.testbed.capacity import Capacity, CapacityPlan
 from scrapy_scale.testbed.catalog import Catalog, robots_txt
 from scrapy_scale.testbed.faults import Fault, ProxySpec, parse_faults
+from scrapy_scale.testbed.hosting import OpenConnections
 from scrapy_scale.testbed.log import ProxyEvent, Served
+from scrapy_scale.testbed.proxy import start_proxy
 from scrapy_scale.testbed.target import TargetProtocol
 from scrapy_scale.testbed.wire import (
     HOST_NAME,
@@ -37,7 +39,7 @@ from scrapy_scale.testbed.wire import (
     reset_transport,
 )
 
-#: re-exported: proxy.py and older callers import these from here
+#: re-exported: older callers import these from here (they live in wire.py)
 __all__ = [
     "HOST_NAME",
     "RESET_PREFIX",
@@ -107,15 +109,14 @@ class Testbed(Answering):
         self._buckets: dict[tuple[int, str], tuple[float, float]] = {}
         self._capacity = CapacityPlan(capacity, self._host_no) if capacity else None  # testbed/capacity.py
         self._lock = threading.Lock()
-        self._conn_ids = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._servers: list[asyncio.AbstractServer] = []
-        self._transports: set[asyncio.BaseTransport] = set()
+        #: the servers' connections open now (testbed/hosting.py)
+        self.open_connections = OpenConnections()
         self._dead_sockets: list[socket.socket] = []
-        self._proxy_writers: set[asyncio.StreamWriter] = set()
 
     @classmethod
     def view(cls, state: dict[str, Any] | str | os.PathLike[str]) -> Testbed:
@@ -196,10 +197,7 @@ class Testbed(Answering):
     def _shutdown(self) -> None:
         for s in self._servers:
             s.close()
-        for t in list(self._transports):
-            t.abort()  # type: ignore[attr-defined]
-        for w in list(self._proxy_writers):
-            w.transport.abort()
+        self.open_connections.abort_all()
         for sock in self._dead_sockets:
             sock.close()
         assert self._loop is not None
@@ -238,8 +236,6 @@ class Testbed(Answering):
             break
         else:
             raise OSError("no port free on every host address")
-        from scrapy_scale.testbed.proxy import start_proxy
-
         for i, spec in enumerate(self.proxy_specs):
             if spec.mode == "dead":
                 sock = socket.socket()
@@ -337,12 +333,13 @@ class Testbed(Answering):
 
     # ---- serving ------------------------------------------------------------------
 
-    def _next_conn(self) -> int:
-        self._conn_ids += 1
-        return self._conn_ids
+    def log_proxy_event(self, event: ProxyEvent) -> None:
+        """A proxy's event, kept for :attr:`proxy_log` when the testbed keeps its log."""
+        if self.keep_log:
+            self._proxy_log.append(event)
 
     @property
     def connections(self) -> int:
         """How many connections the target hosts accepted (a client that reuses its
         keep-alive connections opens few)."""
-        return self._conn_ids
+        return self.open_connections.accepted

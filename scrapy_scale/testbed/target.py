@@ -3,29 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
 from urllib.parse import urlsplit
 
-from scrapy_scale.testbed.answers import Answer
+from scrapy_scale.testbed.hosting import TargetHost
 from scrapy_scale.testbed.wire import http_response, reset_mid_answer, reset_transport
-
-
-class Host(Protocol):
-    """What the protocol needs of the Testbed (typed here so that the two modules do not
-    import each other)."""
-
-    _transports: set[asyncio.BaseTransport]
-    egress_by_ip: dict[str, str]
-
-    def _next_conn(self) -> int: ...
-
-    def _answer(self, host_no: int, target: str, egress: str | None, client: str, conn: int, method: str) -> Answer: ...
 
 
 class TargetProtocol(asyncio.Protocol):
     """HTTP/1.1 with keep-alive, one request at a time per connection (pipelining queues)."""
 
-    def __init__(self, tb: Host, host_no: int):
+    def __init__(self, tb: TargetHost, host_no: int):
         self.tb = tb
         self.host_no = host_no
         self.buf = b""
@@ -36,16 +23,15 @@ class TargetProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self.tb._transports.add(transport)
         peer = transport.get_extra_info("peername")
         self.client = peer[0] if peer else "?"
         self.egress = self.tb.egress_by_ip.get(self.client)
-        self.conn = self.tb._next_conn()
+        self.conn = self.tb.open_connections.target_opened(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self.transport is not None:
-            self.tb._transports.discard(self.transport)
+            self.tb.open_connections.target_closed(self.transport)
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
@@ -79,7 +65,7 @@ class TargetProtocol(asyncio.Protocol):
                 target = (u.path or "/") + (f"?{u.query}" if u.query else "")
             conn_hdr = headers.get("connection", "").lower()
             close = conn_hdr == "close" or (version == "HTTP/1.0" and conn_hdr != "keep-alive")
-            ans = self.tb._answer(self.host_no, target, self.egress, self.client, self.conn, method)
+            ans = self.tb.answer(self.host_no, target, self.egress, self.client, self.conn, method)
             if ans.kind == "reset":
                 self.closed = True
                 assert self.transport is not None

@@ -1,8 +1,9 @@
 """The import graph of ``scrapy_scale``, built from the source (AST, nothing imported):
-no import loops, and no package imports another package's private (``_x``) names.
+no import circle, and no package imports another package's private (``_x``) names.
 
-Only module-level imports count (an import inside a function runs late, on purpose);
-imports under ``if TYPE_CHECKING:`` count too (a loop there is a loop of the design).
+Every import statement counts, at any depth: one inside a function closes a circle as
+surely as one at the top (it only runs later), and imports under ``if TYPE_CHECKING:``
+count too (a circle there is a circle of the design, though it never runs).
 ``from a.b import c`` is an edge to ``a.b.c`` when that is a module, else to ``a.b``.
 """
 
@@ -21,16 +22,16 @@ pytestmark = pytest.mark.pure
 ROOT = Path(__file__).resolve().parents[2] / "scrapy_scale"
 
 
-def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT.parent).with_suffix("")
+def module_name(path: Path, root: Path = ROOT) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in ROOT.rglob("*.py")}
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    return {module_name(p, root): p for p in root.rglob("*.py")}
 
 
 def is_package(name: str, mods: dict[str, Path]) -> bool:
@@ -48,54 +49,46 @@ def resolve(node: ast.ImportFrom, here: str, mods: dict[str, Path]) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    """Imports at module level, including those under module-level if/try blocks."""
-    found: list[ast.Import | ast.ImportFrom] = []
+def import_statements(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of a module, at any depth (functions, classes, if/try)."""
+    return [n for n in walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
 
-    def walk(body: list[ast.stmt]) -> None:
-        for stmt in body:
-            if isinstance(stmt, ast.Import | ast.ImportFrom):
-                found.append(stmt)
-            elif isinstance(stmt, ast.If):
-                walk(stmt.body)
-                walk(stmt.orelse)
-            elif isinstance(stmt, ast.Try):
-                walk(stmt.body)
-                for h in stmt.handlers:
-                    walk(h.body)
-                walk(stmt.orelse)
-                walk(stmt.finalbody)
 
-    walk(tree.body)
-    return found
+def imported(path: Path, here: str, mods: dict[str, Path]) -> list[tuple[str, str | None]]:
+    """(module read from, name taken or None) for each import of ``path``, absolute; any
+    module, in the package or not (``prometheus_client``, ``scrapy``...)."""
+    out: list[tuple[str, str | None]] = []
+    for node in import_statements(parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out.extend((a.name, None) for a in node.names)
+        else:
+            src = resolve(node, here, mods)
+            out.extend((src, a.name) for a in node.names)
+    return out
+
+
+def build(root: Path) -> tuple[dict[str, set[str]], list[str]]:
+    """(module -> modules of the package it imports, private names imported across its
+    sub-packages) for the package at ``root``."""
+    mods = modules(root)
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    private: list[str] = []
+    for name, path in mods.items():
+        for src, taken in imported(path, name, mods):
+            if src not in mods:
+                continue
+            sub = f"{src}.{taken}"
+            target = sub if taken is not None and sub in mods else src
+            if target != name:
+                edges[name].add(target)
+            if taken and taken.startswith("_") and not taken.startswith("__") and package_of(src) != package_of(name):
+                private.append(f"{name} imports {src}.{taken}")
+    return edges, private
 
 
 @functools.cache  # read once for the tests below (they do not change it)
 def graph() -> tuple[dict[str, set[str]], list[str]]:
-    """(module -> modules of scrapy_scale it imports at module level, private names
-    imported across packages)."""
-    mods = modules()
-    edges: dict[str, set[str]] = {m: set() for m in mods}
-    private: list[str] = []
-    for name, path in mods.items():
-        tree = parse(path.read_text(encoding="utf-8"), str(path))
-        for node in module_level_imports(tree):
-            if isinstance(node, ast.Import):
-                for a in node.names:
-                    if a.name in mods:
-                        edges[name].add(a.name)
-                continue
-            src = resolve(node, name, mods)
-            if src not in mods:
-                continue
-            for a in node.names:
-                sub = f"{src}.{a.name}"
-                target = sub if sub in mods else src
-                if target != name:
-                    edges[name].add(target)
-                if a.name.startswith("_") and not a.name.startswith("__") and package_of(src) != package_of(name):
-                    private.append(f"{name} imports {src}.{a.name}")
-    return edges, private
+    return build(ROOT)
 
 
 def package_of(module: str) -> str:
@@ -141,11 +134,11 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def test_the_package_has_no_import_loops() -> None:
+def test_the_package_has_no_import_circle() -> None:
     edges, _ = graph()
     assert len(edges) > 100  # the whole package was read
     loops = cycles(edges)
-    assert not loops, "import loops (module-level imports):\n" + "\n".join(" <-> ".join(c) for c in loops)
+    assert not loops, "import circles (imports at any depth):\n" + "\n".join(" <-> ".join(c) for c in loops)
 
 
 def test_no_package_imports_another_packages_private_names() -> None:
@@ -158,20 +151,38 @@ def test_the_checks_see_a_loop_and_a_private_import() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
     tree = parse("from scrapy_scale.frontier.store import _x\nif X:\n    import os\ndef f():\n    import sys\n")
-    got = module_level_imports(tree)
-    assert [type(n).__name__ for n in got] == ["ImportFrom", "Import"]
+    got = import_statements(tree)
+    assert [type(n).__name__ for n in got] == ["ImportFrom", "Import", "Import"]
 
 
-def all_imports(path: Path, here: str, mods: dict[str, Path]) -> set[str]:
-    """Every module ``path`` imports, at any level (inside functions too)."""
-    out: set[str] = set()
-    for node in walk(parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            src = resolve(node, here, mods)
-            out.update(f"{src}.{a.name}" if f"{src}.{a.name}" in mods else src for a in node.names)
-    return out
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return root / "pkg"
+
+
+def test_a_circle_closed_by_an_import_inside_a_function_is_found(tmp_path: Path) -> None:
+    """A tiny package where ``a`` imports ``b`` at the top and ``b`` imports ``a`` only
+    inside a function (the way the three former circles were broken): one circle. The
+    same package with ``b``'s import gone has none."""
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from pkg import b\n",
+        "pkg/b.py": "def late():\n    from pkg.a import thing\n    return thing\n",
+        "pkg/sub/__init__.py": "",
+        "pkg/sub/c.py": "from pkg.sub import d\n",
+        "pkg/sub/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import c\n",
+    }
+    root = write_package(tmp_path / "circle", files)
+    edges, _ = build(root)
+    assert edges["pkg.b"] == {"pkg.a"}  # the function-level import is an edge
+    assert cycles(edges) == [["pkg.a", "pkg.b"], ["pkg.sub.c", "pkg.sub.d"]]
+    files["pkg/b.py"] = "def late():\n    return 1\n"
+    files["pkg/sub/d.py"] = ""
+    edges, _ = build(write_package(tmp_path / "none", files))
+    assert cycles(edges) == []
 
 
 def test_the_frontier_interface_imports_no_backend_and_the_monitor_reads_its_public_status() -> None:
@@ -181,6 +192,9 @@ def test_the_frontier_interface_imports_no_backend_and_the_monitor_reads_its_pub
     for name, path in mods.items():
         if not name.startswith("scrapy_scale.monitor"):
             continue
-        used = all_imports(path, name, mods)
+        used = {
+            src if taken is None else (f"{src}.{taken}" if f"{src}.{taken}" in mods else src)
+            for src, taken in imported(path, name, mods)
+        }
         backends = {m for m in used if m.startswith("scrapy_scale.frontier.backends")}
         assert not backends and "scrapy_scale.frontier.ops.cli_ops" not in used, (name, sorted(used))

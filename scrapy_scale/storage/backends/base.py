@@ -9,7 +9,7 @@ from typing import Any
 
 from scrapy_scale.errors import ItemNotStored
 from scrapy_scale.redact import redact_url
-from scrapy_scale.storage.settings import META_FIELDS
+from scrapy_scale.storage.layout import META_FIELDS
 
 
 class StoreUnavailable(ItemNotStored):

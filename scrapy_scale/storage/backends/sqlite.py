@@ -10,7 +10,6 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from scrapy_scale.sqlite_open import setup_retrying
 from scrapy_scale.storage.backends.base import (
@@ -25,6 +24,7 @@ from scrapy_scale.storage.backends.base import (
     row_id,
 )
 from scrapy_scale.storage.encode import to_json
+from scrapy_scale.storage.layout import sqlite_path
 
 logger = logging.getLogger(__name__)
 
@@ -46,18 +46,6 @@ def sqlite_error(path: str, e: sqlite3.Error) -> Exception:
     if isinstance(e, sqlite3.DatabaseError):
         return StoreBroken(f"sqlite {path}: {type(e).__name__}: {msg}")
     return e
-
-
-def sqlite_path(url: str) -> str:
-    """As the frontier reads its URL: ``sqlite:///abs/path`` (or ``sqlite:////abs/path``) is
-    absolute, ``sqlite://rel/path`` relative to the working directory."""
-    parts = urlsplit(url)
-    path = (parts.netloc or "") + parts.path
-    if path.startswith("//"):
-        path = path[1:]
-    if path in ("", "/"):
-        raise ValueError(f"no file in {url!r}; use sqlite:///path/to/items.sqlite")
-    return path
 
 
 class SQLiteStore(Store):

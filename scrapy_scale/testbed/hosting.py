@@ -1,0 +1,67 @@
+"""What the testbed's servers share with the Testbed that runs them: the connections they
+hold open (aborted when the testbed stops), the count of target connections accepted,
+and what the target hosts' and the proxies' protocols may ask of the Testbed.
+
+Its own module so that the protocols (:mod:`.target`, :mod:`.proxy`) and the Testbed
+(:mod:`.server`) read one public interface instead of importing each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from scrapy_scale.testbed.answers import Answer
+from scrapy_scale.testbed.log import ProxyEvent
+
+
+class OpenConnections:
+    """The target hosts' transports and the proxies' streams open now, and how many
+    connections the target hosts accepted. Used on the testbed's event loop only."""
+
+    def __init__(self) -> None:
+        self._transports: set[asyncio.BaseTransport] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.accepted = 0
+
+    def target_opened(self, transport: asyncio.BaseTransport) -> int:
+        """Track a target host's new connection; its number (1, 2, ...)."""
+        self._transports.add(transport)
+        self.accepted += 1
+        return self.accepted
+
+    def target_closed(self, transport: asyncio.BaseTransport) -> None:
+        self._transports.discard(transport)
+
+    def stream_opened(self, writer: asyncio.StreamWriter) -> None:
+        """Track a proxy's stream (a client's or the one to a target)."""
+        self._writers.add(writer)
+
+    def stream_closed(self, writer: asyncio.StreamWriter) -> None:
+        self._writers.discard(writer)
+
+    def abort_all(self) -> None:
+        """Abort every connection open now (the testbed is stopping)."""
+        for t in list(self._transports):
+            t.abort()  # type: ignore[attr-defined]
+        for w in list(self._writers):
+            w.transport.abort()
+
+
+class TargetHost(Protocol):
+    """What a target host's protocol asks of the Testbed."""
+
+    open_connections: OpenConnections
+    egress_by_ip: dict[str, str]
+
+    def answer(self, host_no: int, target: str, egress: str | None, client: str, conn: int, method: str) -> Answer: ...
+
+
+class ProxyHost(Protocol):
+    """What a proxy asks of the Testbed."""
+
+    open_connections: OpenConnections
+    addresses: dict[str, str]
+    seed: int
+
+    def log_proxy_event(self, event: ProxyEvent) -> None: ...
