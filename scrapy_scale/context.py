@@ -14,7 +14,9 @@ The fields are the whole contract; docs/architecture.md lists who writes and who
 What one component offers another is a typed field whose type is a Protocol below (what
 the readers may use, no more); an object one package shares among its own components
 is reached by its class through :meth:`ScaleContext.shared`. Nothing is found by a
-string key.
+string key, and this is the one per-crawler registry: what a component keeps per crawler
+lives here (the outcome wiring ``OutcomeCore`` as a shared object, the crawl's exit
+status request as a field), not in a map of its own.
 """
 
 from __future__ import annotations
@@ -140,6 +142,8 @@ class ScaleContext:
     quality_figures: QualityFigures | None = None
     #: the quality report extension, when on
     quality_report: QualityReportView | None = None
+    #: the highest (exit status, why) requested for this crawl (:mod:`scrapy_scale.exitcode`)
+    exit_request: tuple[int, str] | None = None
     #: objects a package shares among its own components, one per class (:meth:`shared`)
     _shared: dict[type, Any] = field(default_factory=dict, repr=False)
 

@@ -9,8 +9,8 @@ of Scrapy's own wins, and so does an earlier request with a higher status.
 
 Scripts that drive ``CrawlerProcess`` themselves read :func:`requested` after the crawl.
 
-A request belongs to the crawl that made it (``crawler``): :func:`requested` with a
-crawler answers for that crawl alone, so the run summary of a later crawl in the same
+A request belongs to the crawl that made it (``crawler``; kept in the crawler's
+``ScaleContext``): :func:`requested` with a crawler answers for that crawl alone, so the run summary of a later crawl in the same
 process (a ``CrawlerProcess`` running several spiders, a test run) does not report an
 earlier crawl's status. The process exit status is the highest over all its crawls.
 Used for dead letters (``SCALE_EXIT_CODE_DEAD_LETTERS``) and for a frontier that had to
@@ -23,15 +23,14 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import weakref
 from typing import Any, NoReturn
+
+from scrapy_scale.context import ScaleContext
 
 logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _requested: tuple[int, str] | None = None
-#: crawler -> the highest (status, why) requested for that crawl
-_by_crawl: weakref.WeakKeyDictionary[Any, tuple[int, str]] = weakref.WeakKeyDictionary()
 _original_exit = sys.exit
 
 
@@ -49,7 +48,8 @@ def request(status: int, why: str, crawler: Any = None) -> None:
     with _lock:
         _requested = _higher(_requested, status, why)
         if crawler is not None:
-            _by_crawl[crawler] = _higher(_by_crawl.get(crawler), status, why)
+            ctx = ScaleContext.of(crawler)
+            ctx.exit_request = _higher(ctx.exit_request, status, why)
         if sys.exit is not _exit:
             sys.exit = _exit
     logger.debug("exit status %d requested: %s", status, why)
@@ -59,16 +59,16 @@ def requested(crawler: Any = None) -> tuple[int, str] | None:
     """``(status, why)`` requested so far for ``crawler``'s crawl, or (no crawler) in
     this process; None when none was."""
     if crawler is not None:
-        return _by_crawl.get(crawler)
+        return ScaleContext.of(crawler).exit_request
     return _requested
 
 
 def reset() -> None:
-    """Forget any request and restore :func:`sys.exit` (tests, or a process running several crawls)."""
+    """Forget the process's request and restore :func:`sys.exit` (tests, or a process
+    running several crawls); a crawl's own request goes with its crawler."""
     global _requested
     with _lock:
         _requested = None
-        _by_crawl.clear()
         if sys.exit is _exit:
             sys.exit = _original_exit
 

@@ -10,7 +10,6 @@ It reacts to nothing itself: every reactor is a subscriber of the outcome signal
 from __future__ import annotations
 
 import logging
-import weakref
 from typing import TYPE_CHECKING, Any
 
 from scrapy.settings import BaseSettings
@@ -102,14 +101,10 @@ def _give_up_level(settings: BaseSettings) -> int | None:
 
 
 class OutcomeCore:
-    _cores: weakref.WeakKeyDictionary[Any, OutcomeCore] = weakref.WeakKeyDictionary()
-
     @classmethod
     def of(cls, crawler: Crawler) -> OutcomeCore:
-        core = cls._cores.get(crawler)
-        if core is None:
-            core = cls._cores[crawler] = cls(crawler)
-        return core
+        """The crawler's one core, kept in its ``ScaleContext`` (made on first use)."""
+        return ScaleContext.of(crawler).shared(cls, lambda: cls(crawler))
 
     def __init__(self, crawler: Crawler, clock: Clock = wall, rng: Randomness | None = None):
         self.crawler = crawler
