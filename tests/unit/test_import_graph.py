@@ -185,9 +185,7 @@ def test_a_circle_closed_by_an_import_inside_a_function_is_found(tmp_path: Path)
     assert cycles(edges) == []
 
 
-def test_the_frontier_interface_imports_no_backend_and_the_monitor_reads_its_public_status() -> None:
-    edges, _ = graph()
-    assert not {m for m in edges["scrapy_scale.frontier.store"] if m.startswith("scrapy_scale.frontier.backends")}
+def test_the_monitor_reads_the_frontiers_public_status() -> None:
     mods = modules()
     for name, path in mods.items():
         if not name.startswith("scrapy_scale.monitor"):
@@ -198,3 +196,62 @@ def test_the_frontier_interface_imports_no_backend_and_the_monitor_reads_its_pub
         }
         backends = {m for m in used if m.startswith("scrapy_scale.frontier.backends")}
         assert not backends and "scrapy_scale.frontier.ops.cli_ops" not in used, (name, sorted(used))
+
+
+# ---- the claims docs/architecture.md makes about imports ---------------------------------
+
+
+def importers(target: str) -> set[str]:
+    """The modules of scrapy_scale that import ``target`` or anything under it (a module of
+    the package, or another distribution's: ``prometheus_client``), at any depth."""
+    mods = modules()
+    out = set()
+    for name, path in mods.items():
+        for src, taken in imported(path, name, mods):
+            full = f"{src}.{taken}" if taken else src
+            if any(m == target or m.startswith(target + ".") for m in (src, full)):
+                out.add(name)
+    return out
+
+
+def test_prometheus_client_is_imported_by_the_four_monitor_modules_the_map_names() -> None:
+    assert importers("prometheus_client") == {
+        "scrapy_scale.monitor.exposition",
+        "scrapy_scale.monitor.export",
+        "scrapy_scale.monitor.metrics",
+        "scrapy_scale.monitor.extension",
+    }
+
+
+def test_the_store_interfaces_import_no_backend() -> None:
+    edges, _ = graph()
+    assert not {m for m in edges["scrapy_scale.frontier.store"] if m.startswith("scrapy_scale.frontier.backends")}
+    assert edges["scrapy_scale.storage.backends.base"].isdisjoint(
+        {"scrapy_scale.storage.backends", "scrapy_scale.storage.backends.sqlite", "scrapy_scale.storage.backends.mongo"}
+    )
+    assert "scrapy_scale.storage.backends" not in str(edges["scrapy_scale.storage.settings"])
+
+
+def test_on_the_way_serves_the_frontier_transit_and_the_throttle_routes() -> None:
+    assert importers("scrapy_scale.on_the_way") == {
+        "scrapy_scale.frontier.scheduling.transit",
+        "scrapy_scale.throttle.routing",
+    }
+
+
+def test_the_scheduling_units_never_import_the_scheduler() -> None:
+    users = importers("scrapy_scale.frontier.scheduling.scheduler")
+    assert users == {"scrapy_scale.frontier"}  # the lazy Scheduler of the package
+
+
+def test_only_redis_open_makes_a_redis_client() -> None:
+    makers = {"Redis", "RedisCluster", "StrictRedis", "from_url"}
+    found: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        for node in walk(parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Call):
+                func = ast.unparse(node.func)
+                if func.split(".")[-1] in makers and (func.startswith("redis") or func in makers):
+                    found.setdefault(name, []).append(func)
+    assert "scrapy_scale.redis_open" in found  # the check sees the calls it looks for
+    assert set(found) == {"scrapy_scale.redis_open"}, found
