@@ -6,7 +6,7 @@
 ``bench_suite --profile VARIANT`` writes such a file (py-spy ``--gil --threads``: only the
 samples of the thread holding the GIL, so every sample is CPU spent in the process's Python).
 Each sample is charged to the innermost frame that belongs to an *owner*: a module of
-scrapy_scale (by sub-package, ``scrapy_scale/frontier/records/codec.py`` -> ``frontier.codec``),
+scrapy_scale (by sub-package, ``scrapy_scale/frontier/records/codec.py`` -> ``frontier.records.codec``),
 the example project's spider, Scrapy, Twisted, parsel/lxml-wrapping libraries, asyncio. Frames
 of the standard library and C extensions count for the owner that called them, so ``json``
 work called from the frontier codec is the codec's. Inclusive shares are also given for a
@@ -38,7 +38,7 @@ INCLUSIVE = [
     ("store pipeline process_item", r"^StorePipeline\.process_item"),
     ("frontier enqueue_request", r"^Scheduler\.enqueue_request \(scrapy_scale"),
     ("frontier next_request", r"^Scheduler\.next_request \(scrapy_scale"),
-    ("frontier codec", r"scrapy_scale/frontier/codec\.py"),
+    ("frontier codec", r"scrapy_scale/frontier/records/codec\.py"),
     ("outcome signal send", r"^OutcomeEmitter\.|outcomes/emit\.py"),
     ("outcome downloader middleware", r"^OutcomeDownloaderMiddleware\."),
     ("spider callbacks", r"example_project/"),
