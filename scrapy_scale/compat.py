@@ -1,4 +1,4 @@
-"""Every use of Scrapy's private API, in one place (tests/unit/test_compat.py and tests/crawl/test_compat.py check each).
+"""Every use of Scrapy's private API, in one place (tests/unit/test_compat_signatures.py and tests/crawl/test_compat.py check each).
 
 Scrapy gives a scheduler no public way to know whether the engine still holds a
 request, nor to wake the engine after the scheduler got new work (the engine polls

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.pure
 
 class FakeHandler:
     """The parts of scrapy-playwright's handler the pool uses: context_wrappers, its
-    launch lock and _create_browser_context (tests/unit/test_compat.py pins them)."""
+    launch lock and _create_browser_context (tests/unit/test_compat_signatures.py pins them)."""
 
     def __init__(self) -> None:
         self.context_wrappers: dict[str, SimpleNamespace] = {}

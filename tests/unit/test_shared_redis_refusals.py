@@ -1,6 +1,7 @@
 """What a record, a seed or a job name in a shared Redis can do to a worker: nothing but
 be crawled or be refused (docs/frontier.md, "What a shared Redis can and cannot do to a
-worker"). Real Redis (the shared one, keys under the test's unique prefix)."""
+worker"). Plain Python, no Redis: the checks a worker applies to a job name, a record or
+a seed before it uses them (tests/crawl/test_shared_redis.py runs a real Redis at them)."""
 
 from __future__ import annotations
 
