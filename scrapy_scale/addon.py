@@ -71,7 +71,7 @@ class Addon:
 
     def update_settings(self, settings: BaseSettings) -> None:
         with startup.reporting():
-            config._load_declarations()  # SCALE_ENABLED lives in a declaring module
+            config.load_declarations()  # SCALE_ENABLED lives in a declaring module
             if not core_settings.ENABLED.get(settings):
                 return
             config.validate_all(settings)

@@ -108,7 +108,7 @@ def validate_all(settings: BaseSettings | Mapping[str, Any], read_sources: bool 
     """Parse every declared setting and reject unknown SCALE_* names (typos).
     ``read_sources=False`` (commands that only read state): a setting that names a
     source (an egress file, a provider class) is checked for its shape, not opened."""
-    _load_declarations()
+    load_declarations()
     values = {name: get(settings, name, shallow=not read_sources) for name in sorted(REGISTRY)}
     names: Iterable[str] = settings.keys() if hasattr(settings, "keys") else []
     for key in names:
@@ -119,8 +119,9 @@ def validate_all(settings: BaseSettings | Mapping[str, Any], read_sources: bool 
     return values
 
 
-def _load_declarations() -> None:
-    """Import every module that declares settings, so the registry is complete."""
+def load_declarations() -> None:
+    """Import every module that declares settings, so the registry is complete: call it
+    before reading REGISTRY whole (validate_all, the settings reference, the add-on do)."""
     import importlib
 
     for mod in DECLARING_MODULES:

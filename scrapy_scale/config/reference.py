@@ -86,7 +86,7 @@ def cell(text: str) -> str:
 
 
 def render() -> str:
-    config._load_declarations()
+    config.load_declarations()
     by_component: dict[str, list[config.Setting]] = {}
     for s in config.REGISTRY.values():
         by_component.setdefault(s.component, []).append(s)

@@ -38,14 +38,14 @@ def _jsonable(value: Any) -> Any:
 
 def record(settings: Any) -> dict[str, Any]:
     """The parsed values of the judging settings, as JSON carries them."""
-    config._load_declarations()
+    config.load_declarations()
     return {name: _jsonable(config.get(settings, name)) for name in JUDGING}
 
 
 def read(raw: Any) -> dict[str, Any]:
     """The record's values (JSON-able, each accepted by its setting's parser); ValueError
     says what is wrong with it. Names the record does not hold are not judged by it."""
-    config._load_declarations()
+    config.load_declarations()
     if not isinstance(raw, Mapping):
         raise ValueError(f"not a JSON object but {type(raw).__name__}")
     unknown = sorted(str(k) for k in raw if k not in JUDGING)

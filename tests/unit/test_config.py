@@ -38,7 +38,7 @@ def test_addon_off_switch_changes_nothing():
 
 
 def test_every_setting_is_in_the_readme_table():
-    config._load_declarations()
+    config.load_declarations()
     readme = (Path(__file__).parents[2] / "docs" / "settings.md").read_text()
     rows = set(re.findall(r"^\| `(SCALE_[A-Z0-9_]+)` \|", readme, flags=re.M))
     missing = sorted(set(config.REGISTRY) - rows)
@@ -106,7 +106,7 @@ def _normal(name, value):
 @pytest.mark.parametrize("name", sorted(LIST_SETTINGS))
 def test_list_settings_take_what_scrapys_getlist_takes(name):
     """A list, a tuple, a comma-separated string (as `-s NAME=a,b` gives), one name, a JSON list."""
-    config._load_declarations()  # run alone (or first on an xdist worker) the registry is not complete yet
+    config.load_declarations()  # run alone (or first on an xdist worker) the registry is not complete yet
     a, b = LIST_SETTINGS[name]
     for value in ([a, b], (a, b), f"{a},{b}", f" {a} , {b} ", f'["{a}", "{b}"]'):
         assert _normal(name, value) == [a, b], value
@@ -115,7 +115,7 @@ def test_list_settings_take_what_scrapys_getlist_takes(name):
 
 
 def test_every_list_setting_is_covered():
-    config._load_declarations()
+    config.load_declarations()
     lists = {n for n, s in config.REGISTRY.items() if isinstance(s.default, list)}
     assert lists - NOT_NAME_LISTS <= set(LIST_SETTINGS), "a new list setting: add it to LIST_SETTINGS"
 
@@ -135,7 +135,7 @@ def test_item_key_per_type_and_for_every_type():
 
 def test_every_dict_setting_takes_its_json_from_the_command_line():
     """`-s NAME={...}` gives a string: every dict-valued setting parses it as JSON."""
-    config._load_declarations()
+    config.load_declarations()
     dicts = sorted(n for n, s in config.REGISTRY.items() if isinstance(s.default, dict))
     assert dicts, "no dict setting?"
     for name in dicts:
@@ -168,7 +168,7 @@ def _literal(text: str) -> object:
 
 def test_every_readme_default_is_the_registry_default():
     """docs/settings.md: the default column says what a crawl gets when the setting is unset."""
-    config._load_declarations()
+    config.load_declarations()
     cells = readme_defaults()
     assert set(cells) == set(config.REGISTRY)  # (names: test_every_setting_is_in_the_readme_table)
     wrong = []
@@ -207,7 +207,7 @@ def test_derived_defaults_are_what_the_readme_describes(tmp_path):
     from scrapy_scale.storage.pipeline import StorePipeline
     from scrapy_scale.throttle.settings import throttle_url
 
-    config._load_declarations()
+    config.load_declarations()
     state, jobdir = tmp_path / "state", tmp_path / "jobdir"
     s = Settings({"SCALE_STATE_DIR": str(state)})
     assert frontier_url(s) == f"sqlite:///{state}/frontier.db"
@@ -231,6 +231,6 @@ def test_derived_defaults_are_what_the_readme_describes(tmp_path):
 
 def test_a_non_finite_retry_after_max_stops_the_crawl_at_startup() -> None:
     """Review of issue 19 item 4: SCALE_RETRY_AFTER_MAX = inf passed and capped nothing."""
-    config._load_declarations()
+    config.load_declarations()
     with pytest.raises(config.ScaleSettingError, match="SCALE_RETRY_AFTER_MAX.*finite"):
         config.validate_all({"SCALE_RETRY_AFTER_MAX": "inf"}, read_sources=False)

@@ -22,7 +22,7 @@ def test_settings_page_is_generated_from_the_registry():
 
 
 def test_every_setting_has_a_row_once():
-    config._load_declarations()
+    config.load_declarations()
     rows = re.findall(r"^\| `(SCALE_[A-Z0-9_]+)` \|", PAGE.read_text(), flags=re.M)
     assert sorted(rows) == sorted(config.REGISTRY)
 
@@ -30,13 +30,13 @@ def test_every_setting_has_a_row_once():
 def test_described_defaults_name_settings_the_registry_leaves_unset():
     """A default described in words must be one the code derives (the registry holds None
     or an empty value); a literal default is printed as it is."""
-    config._load_declarations()
+    config.load_declarations()
     for name, (_words, unset) in settings_reference.DESCRIBED_DEFAULTS.items():
         assert config.REGISTRY[name].default == unset, name
 
 
 def test_a_component_without_a_section_is_refused(monkeypatch):
-    config._load_declarations()
+    config.load_declarations()
     monkeypatch.setitem(config.REGISTRY, "SCALE_X_TEST", config.Setting("SCALE_X_TEST", 1, int, "test", "nowhere"))
     with pytest.raises(ValueError, match="nowhere"):
         settings_reference.render()

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.pure
 
 def test_a_bad_url_setting_names_the_setting_but_not_its_password():
     """A typo in a store URL must not print the database password into the log."""
-    config._load_declarations()
+    config.load_declarations()
     settings = {"SCALE_STORE_URL": "mongo://app:s3cret@db.example:27017/shop"}
     with pytest.raises(config.ScaleSettingError) as e:
         config.validate_all(settings)
@@ -24,7 +24,7 @@ def test_a_bad_url_setting_names_the_setting_but_not_its_password():
 
 
 def test_a_bad_url_setting_masks_a_password_in_the_query():
-    config._load_declarations()
+    config.load_declarations()
     with pytest.raises(config.ScaleSettingError) as e:
         config.get({"SCALE_FRONTIER_URL": "redis+x://127.0.0.1:6379/0?password=s3cret"}, "SCALE_FRONTIER_URL")
     assert "s3cret" not in str(e.value)
@@ -47,7 +47,7 @@ def test_an_outcome_log_that_cannot_be_opened_names_the_setting(tmp_path):
 @pytest.mark.parametrize("url", ["sqlite://", "sqlite:///"])
 def test_a_store_url_without_a_file_fails_at_startup_with_the_setting_name(url):
     """It was a bare ValueError from open_spider, after the crawl had started."""
-    config._load_declarations()
+    config.load_declarations()
     with pytest.raises(config.ScaleSettingError) as e:
         config.validate_all({"SCALE_STORE_URL": url})
     assert e.value.setting == "SCALE_STORE_URL"
@@ -58,7 +58,7 @@ def test_a_store_url_without_a_file_fails_at_startup_with_the_setting_name(url):
 def test_an_empty_worker_id_fails_at_startup(value):
     """`-s SCALE_FRONTIER_WORKER=$UNSET_VAR` gave every such worker the id "": they took
     each other's leases back as their own. An id must say something."""
-    config._load_declarations()
+    config.load_declarations()
     with pytest.raises(config.ScaleSettingError) as e:
         config.validate_all({"SCALE_FRONTIER_WORKER": value})
     assert e.value.setting == "SCALE_FRONTIER_WORKER"

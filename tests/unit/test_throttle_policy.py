@@ -380,7 +380,7 @@ def test_a_bad_profile_setting_fails_naming_the_setting() -> None:
     from scrapy_scale import config
     from scrapy_scale.config import ScaleSettingError
 
-    config._load_declarations()
+    config.load_declarations()
     with pytest.raises(ScaleSettingError, match="SCALE_DOMAIN_PROFILES.*max_rate must be > 0"):
         config.get({"SCALE_DOMAIN_PROFILES": '{"a.com": {"max_rate": -5}}'}, "SCALE_DOMAIN_PROFILES")
     assert (
