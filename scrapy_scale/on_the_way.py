@@ -80,6 +80,12 @@ class OnTheWay:
         self._by_key.clear()
         self._of.clear()
 
+    @property
+    def counted_keys(self) -> frozenset[str]:
+        """The keys that count a request now, as last pruned (``pending`` prunes a key): an
+        empty set once every request has arrived, ended or expired (nothing kept per key)."""
+        return frozenset(self._by_key)
+
     def _forget(self, key: str, n: int) -> None:
         held = self._by_key.get(key)
         if held is not None:

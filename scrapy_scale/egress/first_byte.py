@@ -75,6 +75,21 @@ class FirstByteTimeout:
         self._undo: Callable[[], bool] | None = None
         self.closed = False
 
+    @property
+    def clocks(self) -> int:
+        """First-byte clocks running now (one per attempt waiting for its headers)."""
+        return len(self._timers)
+
+    @property
+    def waiting(self) -> int:
+        """Attempts started and not yet answered or ended."""
+        return len(self._started)
+
+    @property
+    def cutting(self) -> int:
+        """Attempts cut for want of a first byte whose download has not ended yet."""
+        return len(self._late)
+
     def install(self) -> None:
         """Wrap the downloader's handlers (once the engine exists: at spider_opened), through
         :func:`scrapy_scale.compat.wrap_downloads`; :meth:`uninstall` at spider_closed."""

@@ -57,6 +57,11 @@ class SiteTimes:
         self.max_sites = max_sites
         self._sites: OrderedDict[str, Any] = OrderedDict()
 
+    @property
+    def sites(self) -> list[str]:
+        """The sites kept, least recently observed first (the next one dropped past ``max_sites``)."""
+        return list(self._sites)
+
     def _site(self, site: str, new: Callable[[], Any]) -> Any:
         """What is kept for ``site`` (``new()`` the first time), now the most recently seen."""
         kept = self._sites.get(site)

@@ -141,6 +141,10 @@ class EgressPool:
         self.bodies.forget(removed)
         return added, removed
 
+    def sticky(self, domain: str) -> Sticky | None:
+        """The egress ``domain`` sticks to now (with its uses and since when), None if none."""
+        return self._sticky.get(domain)
+
     def groups(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for e in self.egresses.values():

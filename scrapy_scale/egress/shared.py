@@ -165,6 +165,13 @@ class RedisState(StateStore):
         self._put_health = client.register_script(_PUT_HEALTH)
         self._r = client
 
+    @property
+    def script_in_pipeline(self) -> bool:
+        """A sync calls the health script inside its pipeline (not on a Redis Cluster: its
+        pipeline cannot load a script a node lacks); opens the client when not open yet."""
+        _ = self.r
+        return self._script_in_pipe
+
     def _retyped(self, op: Callable[[], Any]) -> Any:
         """``op``; when a key of the job's pool state holds another type (WRONGTYPE: a
         string where a hash should be), that key holds nothing a worker wrote: it is

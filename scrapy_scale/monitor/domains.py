@@ -29,6 +29,11 @@ class TopDomains:
         self.named: set[str] = set()
         self._traffic: Counter[str] = Counter()
 
+    @property
+    def counted(self) -> int:
+        """Unnamed domains whose traffic is counted now (``cap`` at most)."""
+        return len(self._traffic)
+
     def label(self, domain: str) -> str:
         """The label value for one event of ``domain`` (and count its traffic)."""
         if domain in self.named:

@@ -121,6 +121,12 @@ class OutcomeTally:
         #: fingerprint -> [items expected, items seen, class counted] after a done outcome
         self._waiting: dict[str, list[Any]] = {}
 
+    @property
+    def followed(self) -> int:
+        """Requests followed now: items seen before their final outcome, or a done outcome
+        waiting for the items it announced (0 once every request is accounted for)."""
+        return len(self._early) + len(self._waiting)
+
     def on_outcome(self, outcome: Outcome, **kwargs: Any) -> None:
         if outcome.internal:
             return

@@ -87,6 +87,15 @@ class SiteNoise:
             if len(self._pages) > self.max_sites:
                 self._pages.popitem(last=False)
 
+    def pages(self, site: str) -> list[str]:
+        """The pages of ``site`` kept, least recently answered first (none: site forgotten)."""
+        return list(self._pages.get(site, ()))
+
+    @property
+    def page_sites(self) -> list[str]:
+        """The sites whose pages are kept, least recently answered first."""
+        return list(self._pages)
+
     def alone(self, site: str, page: str) -> bool:
         """``page`` fails alone: :data:`MIN_ANSWERS` other pages of ``site`` at least among
         the :data:`PAGES_KEPT` answered last, and fewer than :data:`CALM_SHARE` of them failed

@@ -150,6 +150,10 @@ class FeedJournal:
         os.replace(tmp, self.path)
         self._fd = fd
 
+    def fileno(self) -> int | None:
+        """The descriptor of this process's journal, locked while it is open (None: closed)."""
+        return self._fd
+
     def add(self, entries: Iterable[Entry]) -> None:
         """Append ``entries`` in full (survives a kill -9 of this process once it returns).
         Raises :class:`JournalWriteError` when they could not all be written."""

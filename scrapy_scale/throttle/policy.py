@@ -239,6 +239,10 @@ class Pacing:
         """The spacing requests go out at now."""
         return max(s.delay, s.gap or 0.0, self.interval(s))
 
+    def spacing(self, host: str) -> float:
+        """The spacing requests to ``host`` go out at now."""
+        return self._spacing(self.site(host))
+
     def sent_spacing(self, host: str, latency: float | None) -> float:
         """The spacing the request to ``host`` answered now (``latency`` after it went out)
         was sent at."""

@@ -120,7 +120,7 @@ def test_every_component_opens_the_cluster_from_one_node_and_finds_the_keys_else
     # the egress health: the script and the pipeline of a sync
     state = RedisState(redis_cluster.url, job)
     try:
-        assert is_cluster(state.r) and not state._script_in_pipe
+        assert is_cluster(state.r) and not state.script_in_pipeline
         health, live = state.sync("w0", {"127.0.0.1:1": {"state": "ok", "c": 1.0}}, {"ok": 1}, 100.0)
         assert "127.0.0.1:1" in health and live == {"w0": 100.0}
         state.set_pool({"127.0.0.1:1": "g"})

@@ -48,7 +48,7 @@ def test_bad_values_and_the_site_bound():
     assert not b.observe("shop", "e", math.nan) and not b.observe("shop", "e", -1.0) and not b.observe("", "e", 1.0)
     for site in ("a", "b", "c"):
         b.observe(site, "e", 0.1)
-    assert list(b._sites) == ["b", "c"]
+    assert b.sites == ["b", "c"]
 
 
 def test_the_pool_counts_slow_bodies_against_the_route_then_the_egress():

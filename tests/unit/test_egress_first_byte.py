@@ -33,7 +33,7 @@ def test_an_attempt_without_headers_in_time_is_cancelled_as_a_download_timeout()
     with pytest.raises(DownloadTimeoutError, match="SCALE_EGRESS_FIRST_BYTE_TIMEOUT"):
         asyncio.run(fb.wrap(never)(_req()))
     assert len(cancelled) == 1 and fb.expired == 1  # the download itself was cancelled
-    assert not fb._timers and not fb._late
+    assert not fb.clocks and not fb.cutting
 
 
 def test_headers_stop_the_clock_and_direct_or_browser_requests_are_left_alone():
@@ -66,7 +66,7 @@ def test_a_cancel_from_outside_stays_a_cancel():
             await t
 
     asyncio.run(main())
-    assert fb.expired == 0 and not fb._timers
+    assert fb.expired == 0 and not fb.clocks
 
 
 def test_install_without_an_engine_warns_and_leaves_downloads_alone(caplog):
@@ -117,9 +117,9 @@ def test_install_wraps_each_crawlers_handlers_and_close_gives_them_back(monkeypa
 
         t = asyncio.ensure_future(fb1.wrap(hang)(_req()))
         await started.wait()
-        assert len(fb1._timers) == 1  # a clock runs for the pending attempt
+        assert fb1.clocks == 1  # a clock runs for the pending attempt
         fb1.uninstall()
-        assert not fb1._timers  # stopped, not left to fire after the close
+        assert not fb1.clocks  # stopped, not left to fire after the close
         t.cancel()
 
     asyncio.run(main())
@@ -155,7 +155,7 @@ def test_an_unproven_egress_is_bound_by_what_its_site_showed_through_the_others(
     assert p95 is not None and fb.times.bound("shop.test", 60) == max(0.05, 4 * p95) < 1
     with pytest.raises(DownloadTimeoutError, match="not proven yet"):
         asyncio.run(fb.wrap(never)(_req(**{meta.EGRESS_PROBE: True})))
-    assert fb.expired == fb.expired_unproven == 1 and not fb._started
+    assert fb.expired == fb.expired_unproven == 1 and not fb.waiting
     # a proven egress keeps the configured bound (it would wait 60 s here: cancelled from outside)
 
     async def proven():

@@ -354,11 +354,11 @@ def test_stickiness_with_a_use_limit_and_a_maximum_age():
     picks = [p.choose("d").egress.id for _ in range(5)]
     assert len(set(picks)) == 1
     sixth = p.choose("d").egress.id  # the use limit ends the stickiness: a new pick (maybe the same)
-    assert p._sticky["d"].uses == 1 and p._sticky["d"].egress == sixth
+    assert p.sticky("d").uses == 1 and p.sticky("d").egress == sixth
     clock.advance(31)
     p.choose("d")
-    assert p._sticky["d"].since == clock.now  # too old: a new pick
-    stuck = p._sticky["d"].egress
+    assert p.sticky("d").since == clock.now  # too old: a new pick
+    stuck = p.sticky("d").egress
     assert p.choose("d", avoid=[stuck]).egress.id != stuck  # a retry leaves the sticky egress
 
 

@@ -58,7 +58,7 @@ def test_job_names_that_clean_alike_get_folders_of_their_own(tmp_path: Path) -> 
 def test_a_failed_write_raises_and_a_short_write_is_completed(tmp_path: Path) -> None:
     j = FeedJournal(tmp_path / "j", token="1-1")
     j.open()
-    os.dup2(os.open("/dev/full", os.O_WRONLY), j._fd)  # type: ignore[arg-type]  # the disk is full
+    os.dup2(os.open("/dev/full", os.O_WRONLY), j.fileno())  # type: ignore[arg-type]  # the disk is full
     with pytest.raises(JournalWriteError, match="No space left"):
         j.add([("k", None)])
     j.close()

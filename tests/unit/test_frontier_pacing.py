@@ -141,7 +141,7 @@ def test_requests_on_their_way_count_while_the_downloader_has_them_and_until_the
     downloader.discard(c)
     del c, r
     gc.collect()  # the request is gone: its entry too, though its host was not asked again
-    assert not t._by_host
+    assert not t.counted_keys
     other = Request("http://a.test/4", meta={"download_slot": "pool"})
     t.sent(other)  # its slot is not its host's: not counted against the host
     downloader.add(other)
@@ -159,4 +159,4 @@ def test_without_the_downloaders_view_a_request_counts_for_a_second_at_most() ->
     t.sent(r)
     assert t.pending("a.test") == 1
     now[0] += TTL + 0.01
-    assert t.pending("a.test") == 0 and not t._by_host
+    assert t.pending("a.test") == 0 and not t.counted_keys

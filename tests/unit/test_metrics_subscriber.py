@@ -157,7 +157,7 @@ def test_per_domain_series_stay_bounded_over_50000_domains() -> None:
     assert len(attempts) <= 21 and OTHER in attempts
     assert sum(attempts.values()) == total  # nothing lost, nothing counted twice
     assert set(attempts) - {OTHER} <= {f"d{i}.test" for i in range(30)}  # the named ones are busy ones
-    assert len(top._traffic) <= top.cap
+    assert top.counted <= top.cap
 
 
 def test_a_named_domain_keeps_its_series_and_counters_never_decrease() -> None:

@@ -29,9 +29,9 @@ def test_a_request_counts_under_its_key_until_it_arrives_and_only_its_own_arriva
     w.sent(b, "site-b")  # handed out again under another key: counted once, there
     assert w.pending("site-a") == 1 and w.pending("site-b") == 1
     w.sent(a, None)  # handed out again, counted under no key: its count ends
-    assert w.pending("site-a") == 0 and set(w._by_key) == {"site-b"}
+    assert w.pending("site-a") == 0 and set(w.counted_keys) == {"site-b"}
     w.arrived(b, spider=None)  # as a signal handler: keyword arguments are ignored
-    assert w.pending("site-b") == 0 and not w._by_key  # an empty key is deleted
+    assert w.pending("site-b") == 0 and not w.counted_keys  # an empty key is deleted
     assert w.left_downloader == 0 and w.expired == 0  # every count ended by its arrival
 
 
@@ -59,13 +59,13 @@ def test_without_the_downloaders_view_a_count_ends_after_the_grace_or_a_clock_st
     clock.advance(TTL - 0.01)
     assert w.pending("a") == 1
     clock.advance(0.02)
-    assert w.pending("a") == 0 and w.expired == 1 and not w._by_key
+    assert w.pending("a") == 0 and w.expired == 1 and not w.counted_keys
     w.sent(r, "a")
     clock.now -= TTL + 0.01  # the clock stepped back: a count from "the future" ends
     assert w.pending("a") == 0 and w.expired == 2
     w.sent(r, "a")
     w.clear()  # the worker stops
-    assert w.pending("a") == 0 and not w._by_key
+    assert w.pending("a") == 0 and not w.counted_keys
     w.arrived(r)  # forgotten by clear(): nothing left to end
 
 
@@ -73,10 +73,10 @@ def test_a_request_collected_as_garbage_is_forgotten_without_being_asked_about()
     w = OnTheWay()
     r = Request("http://a.test/1")
     w.sent(r, "a")
-    assert w._by_key
+    assert w.counted_keys
     del r
     gc.collect()
-    assert not w._by_key
+    assert not w.counted_keys
 
 
 def test_the_frontiers_slot_transit_keys_by_host_unless_the_request_names_its_slot() -> None:
@@ -88,6 +88,6 @@ def test_the_frontiers_slot_transit_keys_by_host_unless_the_request_names_its_sl
     ]
     for r in kept:
         t.sent(r)
-    assert t.pending("a.test") == 2 and set(t._by_host) == {"a.test"}
+    assert t.pending("a.test") == 2 and set(t.counted_keys) == {"a.test"}
     t.sent(kept[0], "elsewhere")  # a key given is used as it is
     assert t.pending("a.test") == 1 and t.pending("elsewhere") == 1

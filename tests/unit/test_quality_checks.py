@@ -108,7 +108,7 @@ def test_a_verdict_waits_for_the_final_figures_of_every_live_process_of_the_run(
     h.put_figures(figures("1"), "dead", 1.0, final=False, host="here", pid=13)
     h.put_figures(figures("1"), "old", 1.0)  # written before parts said who they are: not waited for
     for n, (host, pid) in enumerate([("", 5), ("here", -1), ("here", True), (None, 5), ("here", "11")]):
-        h._put("j", "1", "figures", f"bad{n}", figures("1").to_json(), 1.0, final=False, host=host, pid=pid)
+        h.put_figures(figures("1"), f"bad{n}", 1.0, final=False, host=host, pid=pid)  # type: ignore[arg-type]
     now = [0.0]
     sleeps: list[float] = []
 

@@ -209,7 +209,7 @@ def test_egress_failures_do_not_count_for_pages_and_pages_kept_are_bounded() -> 
         noise.note(SITE, C.TRANSIENT if k < PAGES_KEPT else C.OK, f"/item/{k}")
         noise.note(SITE, C.EGRESS_FAILED, f"/other/{k}")
     assert noise.alone(SITE, "/list/2")  # the failed pages were forgotten, egress failures never kept
-    assert len(noise._pages[SITE]) == PAGES_KEPT + 1
+    assert len(noise.pages(SITE)) == PAGES_KEPT + 1
     noise.note("a.test", C.OK, "/")
     noise.note("b.test", C.OK, "/")
-    assert SITE not in noise._pages  # the least recently answered site forgotten
+    assert SITE not in noise.page_sites  # the least recently answered site forgotten

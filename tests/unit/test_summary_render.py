@@ -102,7 +102,7 @@ def test_a_request_whose_item_was_dead_lettered_counts_as_parse_failed_either_or
     tally.on_outcome(Outcome("c", "http://a.test/c", "a.test", ok, items=1))
     tally.on_item({}, response("c"))
     assert tally.ordered(tally.outcomes) == {"ok": 1, "parse_failed": 2}
-    assert not tally._early and not tally._waiting
+    assert not tally.followed
 
 
 def test_under_scrapyd_the_summary_says_a_new_scrapyd_job_resumes_and_names_the_state_folder(

@@ -13,6 +13,7 @@ from scrapy import Request, signals
 from scrapy.utils.test import get_crawler
 
 from scrapy_scale import meta
+from scrapy_scale import signals as scale_signals
 from scrapy_scale.egress.routes import RouteLimiter
 from scrapy_scale.outcomes.model import FailureClass, Outcome
 from scrapy_scale.throttle.pacer import Throttle
@@ -35,6 +36,10 @@ def _throttle(tmp_path) -> Throttle:
 
 def _schedule(t: Throttle, request: Request) -> None:
     t.crawler.signals.send_catch_log(signals.request_scheduled, request=request, spider=None)
+
+
+def _outcome(t: Throttle, outcome: Outcome, request: Request) -> None:
+    t.crawler.signals.send_catch_log(scale_signals.outcome, outcome=outcome, request=request)
 
 
 def test_a_request_sent_back_to_the_scheduler_frees_its_sites_concurrency(tmp_path):
@@ -63,7 +68,7 @@ def test_an_attempt_is_ended_once_however_many_copies_go_to_the_scheduler(tmp_pa
     _schedule(t, Request("http://shop.test/x", meta=dict(parent.meta)))
     _schedule(t, Request("http://shop.test/y", meta=dict(parent.meta)))
     o = Outcome(fingerprint=FP, url=parent.url, domain="shop.test", cls=FailureClass.OK)
-    t._on_outcome(o, parent)
+    _outcome(t, o, parent)
     assert t.pacing.site("shop.test").inflight == 1  # `other` is still in flight
 
 
@@ -93,12 +98,12 @@ def test_a_route_held_by_a_request_is_let_go_when_it_goes_back_or_ends(tmp_path)
     t.handed_out(b, "other.test", "b" * 40)
     assert _held(learner, t, "other.test") == 1
     o = Outcome(fingerprint="b" * 40, url=b.url, domain="other.test", cls=FailureClass.FATAL)
-    t._on_outcome(o, b)  # dropped before the egress pool saw it (an exception, a disallow)
+    _outcome(t, o, b)  # dropped before the egress pool saw it (an exception, a disallow)
     assert _held(learner, t, "other.test") == 0
     own = Request("http://other.test/c", meta={"proxy": "http://127.0.0.1:3128"})
     t.handed_out(own, "other.test", None)
     assert set(own.meta) == {"proxy"} and _held(learner, t, "other.test") == 0
-    assert not learner.holds._by_key  # nothing kept per site
+    assert not learner.holds.counted_keys  # nothing kept per site
 
 
 def test_a_route_is_held_while_the_downloader_has_the_request_and_until_the_pool_sees_it(tmp_path):
@@ -127,4 +132,4 @@ def test_a_route_is_held_while_the_downloader_has_the_request_and_until_the_pool
     assert _held(learner, t, "other.test") == 1
     limiter.release(routed)  # the egress middleware's process_request: it takes its route
     assert _held(learner, t, "other.test") == 0 and learner.holds.left_downloader == 1
-    assert not learner.holds._by_key
+    assert not learner.holds.counted_keys

@@ -474,19 +474,19 @@ def test_a_request_handed_out_holds_a_free_route_until_the_pool_gives_it_one() -
     learner.release(b)  # twice: no other hold is freed
     clock.advance(1.0)
     assert learner.hold_until(HOST, two) == 0.0
-    assert learner.holds.expired == 0 and not learner.holds._by_key  # nothing kept per site
+    assert learner.holds.expired == 0 and not learner.holds.counted_keys  # nothing kept per site
     c, d = Request(f"http://{HOST}/c"), Request(f"http://{HOST}/d")
     learner.reserve(c, HOST)
     learner.reserve(d, HOST)  # neither reaches the pool, and the downloader's view is unknown
     assert learner.hold_until(HOST, two) > clock()
     clock.advance(TTL + 0.01)
     assert learner.hold_until(HOST, two) == 0.0  # no route stays spoken for
-    assert learner.holds.expired == 2 and not learner.holds._by_key
+    assert learner.holds.expired == 2 and not learner.holds.counted_keys
     learner.reserve(c, HOST)
     learner.reserve(d, HOST)
     clock.now -= 3600  # the clock stepped back: holds from "the future" are dropped
     assert learner.holds.pending(site.site(HOST).key) == 0
-    assert learner.holds.expired == 4 and not learner.holds._by_key  # nothing kept per site
+    assert learner.holds.expired == 4 and not learner.holds.counted_keys  # nothing kept per site
 
 
 def test_a_request_a_middleware_answered_or_dropped_holds_no_route_at_once() -> None:
@@ -515,4 +515,4 @@ def test_a_request_a_middleware_answered_or_dropped_holds_no_route_at_once() -> 
     assert learner.hold_until(HOST, one) > clock()
     downloader.discard(disallowed)  # robots.txt disallowed it
     assert learner.hold_until(HOST, one) == 0.0
-    assert learner.holds.left_downloader == 2 and not learner.holds._by_key
+    assert learner.holds.left_downloader == 2 and not learner.holds.counted_keys

@@ -134,7 +134,7 @@ def test_idle_gaps_and_long_pauses_do_not_make_the_learned_pace_slow() -> None:
         clk.advance(0.005)
         pc.on_success("h", 0.005)
         clk.advance(0.2)
-    spacing = pc._spacing(s)
+    spacing = pc.spacing("h")
     pc.handed_out("h")
     assert s.cycle_time / s.cycle_sent > 10
     clk.advance(0.005)
@@ -156,7 +156,7 @@ def test_an_isolated_refusal_is_not_forgiven_when_answers_by_pace_tie_refusals_t
             clk.advance(0.3)
             pc.on_success("h", latency=0.01)
         assert s.proven
-        assert paces.rate_tied(s.paces, pc._spacing(s)) is (True if tied else None)
+        assert paces.rate_tied(s.paces, pc.spacing("h")) is (True if tied else None)
         before = s.delay
         clk.advance(0.3)
         pc.on_rate_limited("h", latency=0.01, retry_after=1.0)

@@ -21,8 +21,6 @@ follow it too), keyed here by host. A request whose download slot is keyed other
 
 from __future__ import annotations
 
-from typing import Any
-
 from scrapy import Request
 from scrapy.utils.httpobj import urlparse_cached
 
@@ -42,8 +40,3 @@ class SlotTransit(OnTheWay):
             if slot is not None and slot != key:
                 key = None  # its slot is not its host's
         super().sent(request, key)
-
-    @property
-    def _by_host(self) -> dict[str, Any]:
-        """The requests counted, per host (the keys here are hosts; tests read it)."""
-        return self._by_key
