@@ -39,6 +39,11 @@ def unregister(mapping: Mapping[str, str]) -> None:
             _REGISTRY.pop(name, None)
 
 
+def registered() -> list[str]:
+    """The host names testbeds running in this process answer for now."""
+    return list(_REGISTRY)
+
+
 def parse_hosts(raw: Any) -> dict[str, str]:
     if not raw:
         return {}

@@ -309,7 +309,7 @@ def test_resolver_answers_testbed_names_from_setting_and_registry() -> None:
         with b:
             assert resolve(fixed, "shop2.example.test") == "127.0.0.3"
         assert resolve(fixed, "shop1.example.test") == "127.0.0.2"  # still registered by a
-    assert "shop1.example.test" not in resolver._REGISTRY
+    assert "shop1.example.test" not in resolver.registered()
 
 
 def test_restart_keeps_ports_and_down_host_refuses() -> None:
