@@ -17,7 +17,7 @@ from scrapy_scale.testbed import Testbed
 from tests.crawl.test_outcome_bus import PLAN
 from tests.crawl.test_retry_crawl import FAST
 from tests.support.crawling import run_crawl
-from tests.unit.test_metrics import C, by_label, samples
+from tests.unit.test_metrics_subscriber import C, by_label, samples
 
 pytestmark = pytest.mark.crawl
 

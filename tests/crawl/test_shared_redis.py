@@ -16,7 +16,7 @@ from scrapy_scale.frontier.store import FrontierError, NewRequest
 from scrapy_scale.testbed import Testbed
 from tests.crawl.test_commands import scale
 from tests.support.crawling import run_crawl
-from tests.unit.test_shared_redis import Shop, record
+from tests.unit.test_shared_redis_refusals import Shop, record
 
 pytestmark = pytest.mark.crawl
 

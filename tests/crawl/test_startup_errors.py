@@ -23,7 +23,7 @@ from scrapy_scale.testbed import Testbed
 from tests.support.crawling import ROOT, run_crawl
 from tests.support.hang import hang_guard
 from tests.support.services import free_port
-from tests.unit.test_startup_errors import ADDON_CHECKED
+from tests.unit.test_startup_errors_addon_checks import ADDON_CHECKED
 
 pytestmark = pytest.mark.crawl
 

@@ -17,7 +17,7 @@ from scrapy_scale.storage.writer import DeadLettered, Stored
 from scrapy_scale.testbed import Testbed
 from tests.crawl.test_storage_crawl import kill_store_once_stored
 from tests.support.crawling import run_crawl, start_crawl
-from tests.unit.test_storage_permanent import Collect, batch_with_one_poisoned, broken_items_table
+from tests.unit.test_storage_permanent_writer import Collect, batch_with_one_poisoned, broken_items_table
 
 pytestmark = pytest.mark.crawl
 
