@@ -7,7 +7,6 @@ Connection drops (a Redis restart) are retried with backoff for as long as
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from typing import Any, TypeVar
 import redis
 
 from scrapy_scale import clock as clock_mod
+from scrapy_scale.frontier.backends import read_back
 from scrapy_scale.frontier.backends.redis import lua
 from scrapy_scale.frontier.backends.workers_read import pid_of
 from scrapy_scale.frontier.store import FrontierError, FrontierStore, RunInfo
@@ -114,6 +114,25 @@ class RedisBase(FrontierStore):
     def call_script(self, script: str, *args: Any) -> Any:
         return self.retrying(lambda: self._scripts[script](keys=[self.key], args=list(args)))
 
+    def call_script_bytes(self, script: str, *args: Any) -> Any:
+        """:meth:`call_script` with the reply left as bytes: a reply that carries what
+        another program wrote (a field name that is not UTF-8) must not fail the read."""
+        s = self._scripts[script]
+
+        def call() -> Any:
+            argv = ("EVALSHA", s.sha, 1, self.key, *args)
+            try:
+                return self.r.execute_command(*argv, NEVER_DECODE=True)
+            except redis.exceptions.NoScriptError:
+                self.r.script_load(s.script)
+                return self.r.execute_command(*argv, NEVER_DECODE=True)
+
+        return self.retrying(call)
+
+    def hget_bytes(self, key: str, field: str) -> bytes | None:
+        """One field of a hash as bytes (see :meth:`call_script_bytes`)."""
+        return self.retrying(lambda: self.r.execute_command("HGET", key, field, NEVER_DECODE=True))
+
     def run_prefix(self) -> str:
         run = self.retrying(lambda: self.r.hget(f"{self.key}:run", "id")) or "0"
         return f"{self.key}:{run}"
@@ -149,16 +168,22 @@ class RedisBase(FrontierStore):
         if not res:
             return None
         self._run_id = None  # ended: a later run of the job is no loss of state
-        counts = json.loads(res[4]) if len(res) > 4 else self._run_counts(res[1])
-        return RunInfo(int(res[1]), float(res[2]), float(res[3]), False, counts)
+        info = read_back.run_of(self.job, res[1], res[2], res[3], {}, self.clock())
+        if info is None:
+            return None
+        if len(res) > 4:  # the counts this call wrote (the script's own JSON)
+            counts = read_back.counts(self.job, read_back.run_counts(self.job, res[4], res[1]) or {})
+            return RunInfo(info.run_id, info.started_at, info.ended_at, False, {k: int(v) for k, v in counts.items()})
+        return self.run_info(str(res[1])) or info
 
-    def _run_counts(self, rid: str) -> dict[str, int]:
-        raw = self.retrying(lambda: self.r.hget(f"{self.key}:runs", rid))
-        return dict(json.loads(raw).get("counts") or {}) if raw else {}
+    def run_info(self, rid: str) -> RunInfo | None:
+        """Run ``rid``'s document read back, checked (None: none, or unreadable)."""
+        raw = self.hget_bytes(f"{self.key}:runs", rid)
+        return None if raw is None else read_back.run_doc(self.job, raw, self.clock())
 
     def runs(self) -> list[RunInfo]:
-        raw = self.retrying(lambda: self.r.hvals(f"{self.key}:runs"))
-        out = [run_from_json(x) for x in raw]
+        raw = self.retrying(lambda: self.r.execute_command("HVALS", f"{self.key}:runs", NEVER_DECODE=True))
+        out = [x for x in (read_back.run_doc(self.job, doc, self.clock()) for doc in raw or []) if x is not None]
         return sorted(out, key=lambda r: r.run_id)
 
     def reopen_run(self) -> None:
@@ -213,15 +238,3 @@ def field_of(name: str, value: str, kind: Callable[[str], T]) -> T:
         return kind(value)
     except (TypeError, ValueError):
         raise ValueError(f"field {name}={value[:50]!r} is not a number") from None
-
-
-def run_from_json(raw: str) -> RunInfo:
-    d = json.loads(raw)
-    counts = d.get("counts") or {}
-    return RunInfo(
-        int(d["run_id"]),
-        float(d["started_at"]),
-        None if d.get("ended_at") in (False, None) else float(d["ended_at"]),
-        False,
-        dict(counts) if isinstance(counts, dict) else {},
-    )

@@ -20,13 +20,13 @@ Worker heartbeats live in ``scale:{JOB}:alive`` (worker -> "last_beat until").
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from scrapy_scale.frontier.backends import read_back
 from scrapy_scale.frontier.backends.workers_read import beats, split_beat
 from scrapy_scale.frontier.store import COUNT_KEYS, DELAYED_SAMPLE, RunInfo, Status
-from scrapy_scale.shared_values import decode_hash
+from scrapy_scale.shared_values import Refused, decode_hash, loads, whole
 
 T = TypeVar("T")
 
@@ -46,6 +46,8 @@ class RedisStore(Protocol):
 
     def call_script(self, script: str, *args: Any) -> Any: ...
 
+    def call_script_bytes(self, script: str, *args: Any) -> Any: ...
+
     def retrying(self, fn: Callable[[], T]) -> T: ...
 
     def current_run(self) -> RunInfo | None: ...
@@ -60,29 +62,51 @@ STATUS_DOMAINS = 10_000
 
 
 def read_status(store: RedisStore) -> Status:
+    """The status, every value read back checked (read_back): a count that is no count, a
+    time that is not finite, a field name that is not UTF-8 is skipped with one warning."""
     now = store.clock()
-    doc = json.loads(store.call_script("status", now))
-    flat = doc["cnt"]
-    cnt = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
-    oldest, exact = _oldest_pending(store, doc["prios"] if isinstance(doc["prios"], list) else [])
+    # bytes: the reply carries the counts hash's field names as another program wrote them
+    doc = _script_json(store, store.call_script_bytes("status", now))
+    flat: list[Any] = doc["cnt"] if isinstance(doc.get("cnt"), list) else []
+    raw = {_raw(flat[i]): _raw(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+    cnt = read_back.counts(store.job, raw, floats=("wait_sum",))
+    oldest, exact = _oldest_pending(store, doc["prios"] if isinstance(doc.get("prios"), list) else [], now)
     wait_n = int(cnt.get("wait_n", 0))
-    leases = doc["leases"] if isinstance(doc["leases"], dict) else {}
+    leases: dict[Any, Any] = doc["leases"] if isinstance(doc.get("leases"), dict) else {}
     return Status(
         job=store.job,
         run=store.current_run(),
         counts={k: int(cnt.get(k, 0)) for k in COUNT_KEYS},
         failed_by_class={k[5:]: int(v) for k, v in cnt.items() if k.startswith("fail:") and int(v) > 0},
         oldest_pending_age=None if oldest is None else max(0.0, now - oldest),
-        average_wait=float(cnt.get("wait_sum", 0)) / wait_n if wait_n else None,
-        leases_by_worker={str(k): int(v) for k, v in leases.items()},
-        dead_letters=int(doc["dead"]),
+        average_wait=cnt.get("wait_sum", 0.0) / wait_n if wait_n else None,
+        leases_by_worker={
+            k: int(v) for k, v in read_back.counts(store.job, {_raw(w): n for w, n in leases.items()}).items()
+        },
+        dead_letters=read_back.count(store.job, "dead", doc.get("dead")),
         workers=read_beats(store),
         oldest_pending_exact=exact,
-        **_delayed(store),
+        **_delayed(store, now),
     )
 
 
-def _delayed(store: RedisStore) -> dict[str, Any]:
+def _raw(v: Any) -> Any:
+    """A string of the script's JSON reply back to the bytes Redis held (see _script_json)."""
+    return v.encode("utf-8", "surrogateescape") if isinstance(v, str) else v
+
+
+def _script_json(store: RedisStore, reply: Any) -> dict[str, Any]:
+    """A status script's JSON reply, read as bytes: bytes that are not UTF-8 (a field name
+    another program wrote, passed through by cjson) are kept as surrogates for
+    :func:`_raw`, so that the decoder refuses that field alone, not the whole reply."""
+    try:
+        doc = loads(bytes(reply).decode("utf-8", "surrogateescape"))
+    except Refused:
+        doc = None
+    return doc if isinstance(doc, dict) else {}
+
+
+def _delayed(store: RedisStore, now: float) -> dict[str, Any]:
     """How many delayed records are retries (an estimate from the first DELAYED_SAMPLE by
     eligible time when there are more), and the latest eligible time."""
     p = store.run_prefix()
@@ -100,37 +124,47 @@ def _delayed(store: RedisStore) -> dict[str, Any]:
         return int(total), list(fps), attempts.execute() if fps else [], last
 
     total, fps, attempts, last = store.retrying(read)
-    tried = 0
-    for a in attempts:
-        try:
-            tried += int(a) > 0
-        except (TypeError, ValueError):
-            continue  # a record gone meanwhile (leased, or garbled): not counted
+    # a record gone meanwhile (leased), or garbled: not counted
+    tried = sum(1 for a in attempts if (whole(a, 0, read_back.MAX_COUNT) or 0) > 0)
     retries = round(tried * total / len(fps)) if fps else 0
-    return {"delayed_retries": retries, "last_eligible_at": float(last[0][1]) if last else None}
+    return {
+        "delayed_retries": retries,
+        "last_eligible_at": read_back.eligible_time(store.job, last[0][1], now) if last else None,
+    }
 
 
-def _oldest_pending(store: RedisStore, prios: list[list[object]]) -> tuple[float | None, bool]:
+def _oldest_pending(store: RedisStore, prios: list[Any], now: float) -> tuple[float | None, bool]:
     """The oldest eligible time among the ready records, looking at no more than
     STATUS_DOMAINS domains, CHUNK per script call (a domain's queue read whole when short,
-    at both ends when long); and whether that is exact (every domain, every record seen)."""
+    at both ends when long); and whether that is exact (every domain, every record seen).
+    A record's eligible time that is not a finite time >= 0 is skipped by the script, and
+    counted: one warning."""
     oldest: float | None = None
     exact = True
     budget = STATUS_DOMAINS
-    for p, ndom in prios:
+    for pair in prios:
+        p, ndom = (
+            (pair[0], whole(pair[1], 0, read_back.MAX_COUNT) or 0)
+            if isinstance(pair, list) and len(pair) == 2
+            else ("", 0)
+        )
         start = 0
-        while start < int(str(ndom)):
+        while start < ndom:
             if budget <= 0:
                 return oldest, False
             n = min(CHUNK, budget)
-            got = json.loads(store.call_script("heads", str(p), start, n))
-            if got["oldest"] is not False and (oldest is None or float(got["oldest"]) < oldest):
-                oldest = float(got["oldest"])
+            got = _script_json(store, store.call_script_bytes("heads", str(p), start, n))
+            if got.get("bad"):
+                read_back.eligible_time(store.job, f"{got['bad']} record(s) not finite or < 0", now)
+            at = None if got.get("oldest") is False else read_back.eligible_time(store.job, got.get("oldest"), now)
+            if at is not None and (oldest is None or at < oldest):
+                oldest = at
             exact = exact and got.get("exact") is not False
-            if not got["n"]:
+            seen = whole(got.get("n"), 0, n) or 0
+            if not seen:
                 break
-            start += int(got["n"])
-            budget -= int(got["n"])
+            start += seen
+            budget -= seen
     return oldest, exact
 
 

@@ -39,15 +39,15 @@ is a duplicate, and a lease whose reply was lost expires (it is not renewed).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 import redis
 
+from scrapy_scale.frontier.backends import read_back
 from scrapy_scale.frontier.backends.redis import status as redis_status
-from scrapy_scale.frontier.backends.redis.base import SEED_CALL, RedisBase, field_of, glob_escape, run_from_json
+from scrapy_scale.frontier.backends.redis.base import SEED_CALL, RedisBase, field_of, glob_escape
 from scrapy_scale.frontier.store import (
     COUNT_KEYS,
     DeadLetter,
@@ -60,7 +60,7 @@ from scrapy_scale.frontier.store import (
     Status,
 )
 from scrapy_scale.redact import redact_url
-from scrapy_scale.shared_values import Refused, text
+from scrapy_scale.shared_values import Refused, finite, loads, text
 
 __all__ = ["RedisStore", "glob_escape"]
 
@@ -186,9 +186,15 @@ class RedisStore(RedisBase):
                 return []
             out = []
             for fp, raw in zip(fps, self.r.hmget(f"{p}:dead", fps), strict=True):
-                if raw:
-                    d = json.loads(raw)
-                    out.append(DeadLetter(fp, d["reason"], d["data"], float(d["at"])))
+                try:
+                    d = loads(raw) if raw else None
+                except Refused:
+                    d = None
+                at = finite(d.get("at"), 0.0) if isinstance(d, dict) else None
+                if isinstance(d, dict) and at is not None:
+                    out.append(DeadLetter(fp, str(d.get("reason", "")), str(d.get("data", "")), at))
+                elif raw:
+                    read_back.warnings.warn(self.job, "dead", "frontier: skipping unreadable dead letter %r", fp)
             return out
 
         return self.retrying(read)
@@ -231,12 +237,16 @@ class RedisStore(RedisBase):
     # ---- observation -------------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:
-        run, *vals = self.call_script("counts")  # [''] when the job has no run at all
-        vals = vals or ["0"] * (len(COUNT_KEYS) + 2)
-        counts = {k: int(v) for k, v in zip(COUNT_KEYS, vals, strict=False)}
+        # read as bytes, checked: a count another program wrote ("lots", not UTF-8) is 0
+        # with one warning, not a worker's crash (read_back)
+        run, *vals = self.call_script_bytes("counts")  # [''] when the job has no run at all
+        vals = vals or [b"0"] * (len(COUNT_KEYS) + 2)
+        names = (*COUNT_KEYS, "dead", "bad_done")
+        got = read_back.counts(self.job, dict(zip(names, vals, strict=False)))
+        counts = {k: int(got.get(k, 0)) for k in COUNT_KEYS}
         if self._run_id is not None:
-            self._check_intact(run, sum(counts.values()) + int(vals[len(COUNT_KEYS)]))
-        self._warn_bad_done(vals[len(COUNT_KEYS) + 1 :])
+            self._check_intact(bytes(run).decode("utf-8", "replace"), sum(counts.values()) + int(got.get("dead", 0)))
+        self._warn_bad_done([str(int(got.get("bad_done", 0)))])
         return counts
 
     def _warn_bad_done(self, got: list[str]) -> None:
@@ -297,17 +307,14 @@ class RedisStore(RedisBase):
     def next_eligible_at(self) -> float | None:
         p = self.run_prefix()
         got = self.retrying(lambda: self.r.zrange(f"{p}:delayed", 0, 0, withscores=True))
-        return float(got[0][1]) if got else None
+        return read_back.eligible_time(self.job, got[0][1], self.clock()) if got else None
 
     def status(self) -> Status:
         return redis_status.read_status(self)
 
     def current_run(self) -> RunInfo | None:
         rid = self.retrying(lambda: self.r.hget(f"{self.key}:run", "id"))
-        if not rid:
-            return None
-        raw = self.retrying(lambda: self.r.hget(f"{self.key}:runs", rid))
-        return run_from_json(raw) if raw else None
+        return self.run_info(rid) if rid else None
 
     def get(self, fingerprint: str) -> dict[str, Any] | None:
         p = self.run_prefix()

@@ -7,6 +7,7 @@ method is one ``BEGIN IMMEDIATE`` transaction.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -15,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from scrapy_scale import clock as clock_mod
+from scrapy_scale.frontier.backends import read_back
 from scrapy_scale.frontier.backends.sqlite.schema import LAYOUT, SCHEMA, STATE_NAMES, Tx
 from scrapy_scale.frontier.backends.workers_read import pid_of
 from scrapy_scale.frontier.store import FrontierError, FrontierStore, RunInfo
@@ -168,7 +170,21 @@ class SqliteBase(FrontierStore):
         ).fetchone()
         if row is None:
             return None
-        return RunInfo(row[0], row[1], row[2], resumed, json.loads(row[3]))
+        info = read_back.run_of(
+            self.job, row[0], row[1], row[2], read_back.run_counts(self.job, row[3], row[0]), self.clock()
+        )
+        return None if info is None else dataclasses.replace(info, resumed=resumed)
+
+    def _run_kept(self, run_id: int | None) -> RunInfo | None:
+        """:meth:`_run` for the run's own changes: a row that exists but cannot be read
+        (another program wrote it) is taken as unfinished, since now: its records are kept,
+        never wiped as those of an ended run."""
+        info = self._run(run_id)
+        if info is None and run_id is not None:
+            row = self.db.execute("SELECT 1 FROM runs WHERE job=? AND run_id=?", (self.job, run_id)).fetchone()
+            if row is not None:
+                return RunInfo(run_id, self.clock())
+        return info
 
     def _current_run_id(self) -> int | None:
         row = self.db.execute("SELECT current_run FROM jobs WHERE job=?", (self.job,)).fetchone()
@@ -177,7 +193,7 @@ class SqliteBase(FrontierStore):
     def begin_run(self) -> RunInfo:
         with self._tx() as db:
             cur = self._current_run_id()
-            info = self._run(cur)
+            info = self._run_kept(cur)
             if info is not None and info.ended_at is None:
                 return RunInfo(info.run_id, info.started_at, None, True, {})
             self._wipe(db)
@@ -197,7 +213,7 @@ class SqliteBase(FrontierStore):
 
     def finish_run(self) -> RunInfo | None:
         with self._tx() as db:
-            info = self._run(self._current_run_id())
+            info = self._run_kept(self._current_run_id())
             if info is None:
                 return None
             if info.ended_at is not None:
@@ -216,11 +232,15 @@ class SqliteBase(FrontierStore):
         rows = self.db.execute(
             "SELECT run_id, started_at, ended_at, counts FROM runs WHERE job=? ORDER BY run_id", (self.job,)
         ).fetchall()
-        return [RunInfo(r[0], r[1], r[2], False, json.loads(r[3])) for r in rows]
+        now = self.clock()
+        runs = (
+            read_back.run_of(self.job, r[0], r[1], r[2], read_back.run_counts(self.job, r[3], r[0]), now) for r in rows
+        )
+        return [r for r in runs if r is not None]
 
     def reopen_run(self) -> None:
         with self._tx() as db:
-            info = self._run(self._current_run_id())
+            info = self._run_kept(self._current_run_id())
             if info is None:
                 self._new_run(db)
             elif info.ended_at is not None:

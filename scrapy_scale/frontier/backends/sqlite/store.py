@@ -13,6 +13,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from scrapy_scale.frontier.backends import read_back
 from scrapy_scale.frontier.backends.ordering import fair_shares, interleave
 from scrapy_scale.frontier.backends.sqlite.base import SqliteBase
 from scrapy_scale.frontier.backends.sqlite.schema import (
@@ -320,13 +321,16 @@ class SqliteStore(SqliteBase):
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(COUNT_KEYS, 0)
-        for state, n in self.db.execute("SELECT state, n FROM counts WHERE job=?", (self.job,)):
-            out[STATE_NAMES[state]] = n
+        rows = self.db.execute("SELECT state, n FROM counts WHERE job=?", (self.job,)).fetchall()
+        raw = {STATE_NAMES.get(state, f"state {str(state)[:20]}"): n for state, n in rows}
+        for k, n in read_back.counts(self.job, raw).items():
+            if k in out:  # a state the frontier does not write: not counted
+                out[k] = int(n)
         return out
 
     def next_eligible_at(self) -> float | None:
         (t,) = self.db.execute("SELECT MIN(eligible_at) FROM requests WHERE job=? AND state=1", (self.job,)).fetchone()
-        return t
+        return read_back.eligible_time(self.job, t, self.clock())
 
     def status(self) -> Status:
         db = self.db
@@ -350,18 +354,23 @@ class SqliteStore(SqliteBase):
             "SELECT COALESCE(SUM(attempts > 0), 0), MAX(eligible_at) FROM requests WHERE job=? AND state=1",
             (self.job,),
         ).fetchone()
+        # every value read back checked (read_back): a column of another type than the
+        # schema's (SQLite keeps what it is given) is skipped with one warning
+        sums = read_back.counts(self.job, {"wait_sum": wait_sum, "wait_n": wait_n}, floats=("wait_sum",))
+        oldest = read_back.eligible_time(self.job, oldest, now)
+        wait_n = int(sums.get("wait_n", 0))
         return Status(
             job=self.job,
             run=self._run(self._current_run_id()),
             counts=self.counts(),
-            failed_by_class={str(k): v for k, v in by_cls.items()},
+            failed_by_class={str(k): int(v) for k, v in read_back.counts(self.job, by_cls).items()},
             oldest_pending_age=None if oldest is None else max(0.0, now - oldest),
-            average_wait=(wait_sum / wait_n) if wait_n else None,
-            leases_by_worker={str(k): v for k, v in leases.items()},
-            dead_letters=dead,
+            average_wait=(sums.get("wait_sum", 0.0) / wait_n) if wait_n and "wait_sum" in sums else None,
+            leases_by_worker={str(k): int(v) for k, v in leases.items()},
+            dead_letters=int(dead),
             workers=checked_beats(beats, now),
-            delayed_retries=int(retries),
-            last_eligible_at=None if last is None else float(last),
+            delayed_retries=int(retries or 0),
+            last_eligible_at=read_back.eligible_time(self.job, last, now),
         )
 
     def get(self, fingerprint: str) -> dict[str, Any] | None:

@@ -4,7 +4,11 @@ local cur = redis.call('HMGET', K..':run', 'id', 'started', 'ended')
 local function counts(id)
   local all = redis.call('HGETALL', K..':'..id..':cnt')
   local c = {}
-  for i = 1, #all, 2 do c[all[i]] = tonumber(all[i + 1]) end
+  for i = 1, #all, 2 do
+    local n = tonumber(all[i + 1])
+    -- a count another program wrote that is no finite number: cjson cannot encode it
+    if n and n >= 0 and n < math.huge then c[all[i]] = n end
+  end
   return c
 end
 local function record(id, started, ended, c)

@@ -5,6 +5,7 @@
 local p, start, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local oldest = false
 local exact = true
+local bad = 0  -- eligible times that are no finite time >= 0 (written by another program)
 local doms = redis.call('ZRANGE', P..':dq:'..p, start, start + n - 1)
 -- the oldest of entries (all = true), or of the first ready one from the head (step 1) or
 -- the tail (step -1)
@@ -15,6 +16,7 @@ local function look(entries, step, all)
     local r = redis.call('HMGET', rk(qunpack(entries[i])), 'st', 'el', 'enq')
     if r[1] == '0' then
       local el = tonumber(r[2] or r[3])
+      if el and not (el >= 0 and el < math.huge) then el = nil bad = bad + 1 end
       if el and (oldest == false or el < oldest) then oldest = el end
       if not all then return end
     end
@@ -29,4 +31,4 @@ for _, dom in ipairs(doms) do
     look(redis.call('LRANGE', q, -20, -1), -1, false)
   end
 end
-return cjson.encode({oldest = oldest, n = #doms, exact = exact})
+return cjson.encode({oldest = oldest, n = #doms, exact = exact, bad = bad})

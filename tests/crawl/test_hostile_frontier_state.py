@@ -1,0 +1,208 @@
+"""Issue 35: hostile values in the frontier's own shared state, read by `scrapy scale status`
+and by the workers (their status and counts reads).
+
+The status counts, the run documents, the records' eligible times, the delayed set and (on
+SQLite) the runs, jobs, counts and requests tables are written into the real Redis keys and
+the real SQLite file the way another program (or a person with the password) could write
+them: not UTF-8, JSON nested 100,000 deep, not JSON, numbers that are not finite or far in the
+future, values of the wrong type. Each read skips or clamps them with ONE warning per kind
+(three reads, one warning), and `scrapy scale status` prints its status, text and JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from scrapy import Request
+
+from scrapy_scale.frontier import codec
+from scrapy_scale.frontier.backends import open_store
+from scrapy_scale.frontier.store import FrontierStore
+from tests.crawl.test_commands import scale
+
+pytestmark = pytest.mark.crawl
+
+#: JSON nested 100,000 deep: json.loads raises RecursionError
+DEEP = "[" * 100_000 + "]" * 100_000
+W = "host/0"
+
+
+class Said(logging.Handler):
+    """The warnings of the frontier's logger, while it is installed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def said() -> Iterator[Said]:
+    h = Said()
+    log = logging.getLogger("scrapy_scale.frontier")
+    log.addHandler(h)
+    try:
+        yield h
+    finally:
+        log.removeHandler(h)
+
+
+def _fill(store: FrontierStore) -> None:
+    """A run with 3 pending records on 2 sites, one leased, one failed."""
+    store.begin_run()
+    store.enqueue([codec.new_request(Request(f"http://{h}.test/{i}")) for h in ("a", "b") for i in range(3)])
+    leased = store.lease(W, 2, 60.0)
+    store.fail(W, [(leased[0].fingerprint, leased[0].token, "blocked", "403")])
+
+
+def _read_three_times(store: FrontierStore) -> list[Any]:
+    return [(store.status(), store.counts(), store.runs()) for _ in range(3)]
+
+
+def _status_cli(job: str, settings: dict[str, str]) -> dict[str, Any]:
+    """`scrapy scale status JOB` in text and JSON: both exit 0 with no traceback."""
+    text = scale("status", job, settings=settings)
+    assert text.returncode == 0 and "Traceback" not in text.stderr, text.stderr
+    p = scale("status", job, "--json", settings=settings)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    return dict(json.loads(p.stdout, parse_constant=_not_json))  # strict JSON: no NaN, no Infinity
+
+
+def _not_json(name: str) -> None:
+    raise AssertionError(f"{name} in the status JSON")
+
+
+# ---- Redis -----------------------------------------------------------------------------
+
+
+REDIS_CASES = {
+    # the status counts hash: a count that is no number, not finite, far too large, not UTF-8
+    "counts": "counts of job",
+    # the current run's document in the runs hash
+    "run-deep": "run document",
+    "run-not-utf8": "run document",
+    "run-not-json": "run document",
+    "run-wrong-types": "run document",
+    # a pending record's eligible time: not finite (the status script failed to encode it)
+    "record-inf": "eligible time",
+    # the delayed set's latest eligible time: +inf
+    "delayed-inf": "eligible time",
+}
+
+
+@pytest.mark.parametrize("hostile", sorted(REDIS_CASES))
+def test_hostile_frontier_state_in_redis_is_skipped_with_one_warning(
+    redis_url: str, redis_prefix: str, said: Said, hostile: str
+) -> None:
+    store = open_store(redis_url, redis_prefix)
+    r = redis.Redis.from_url(redis_url)
+    try:
+        _fill(store)
+        k = f"scale:{{{redis_prefix}}}"
+        rid = r.hget(f"{k}:run", "id").decode()
+        p = f"{k}:{rid}"
+        if hostile == "counts":
+            r.hset(f"{p}:cnt", mapping={"done": "lots", "fail:blocked": "1e300", "wait_n": "nan", b"\xff\xfe": b"1"})
+            r.hset(f"{p}:cnt", "fail:\xff", b"\xff")
+        elif hostile.startswith("run-"):
+            doc = {
+                "run-deep": DEEP,
+                "run-not-utf8": b'{"run_id": 1, "started_at": \xff}',
+                "run-not-json": "not json",
+                "run-wrong-types": json.dumps({"run_id": "x", "started_at": "inf", "counts": [1]}),
+            }[hostile]
+            r.hset(f"{k}:runs", rid, doc)
+            r.hset(f"{k}:runs", "99", json.dumps({"run_id": 99, "started_at": 1e300, "counts": {"done": "x"}}))
+        elif hostile == "record-inf":
+            for key in r.scan_iter(match=f"{p}:r:*"):
+                if r.hget(key, "st") == b"0":
+                    r.hset(key, "el", "inf")
+                    break
+        else:
+            r.zadd(f"{p}:delayed", {"ghost": float("inf")})
+        reads = _read_three_times(store)
+        st = _status_cli(redis_prefix, {"SCALE_FRONTIER_URL": redis_url})
+    finally:
+        store.close()
+        r.close()
+    status, counts, _ = reads[-1]
+    assert all(isinstance(v, int) and v >= 0 for v in counts.values()), counts
+    assert status.counts["pending"] >= 1
+    if hostile == "counts":
+        assert counts["done"] == 0 and status.failed_by_class == {}, (counts, status.failed_by_class)
+        assert status.average_wait is None
+    if hostile.startswith("run-"):
+        assert status.run is None and [x.run_id for x in reads[-1][2]] == [], reads[-1][2]
+    if hostile == "record-inf":
+        assert status.oldest_pending_age is not None and status.oldest_pending_age < 3600
+    if hostile == "delayed-inf":
+        assert status.last_eligible_at is None and st["last_eligible_at"] is None
+    warned = [line for line in said.lines if REDIS_CASES[hostile] in line]
+    assert len(warned) == 1, said.lines  # three reads (and two commands): one warning
+
+
+# ---- SQLite ----------------------------------------------------------------------------
+
+
+SQLITE_CASES = {
+    # the job's wait sums: text where numbers belong (the counts table is checked against
+    # the records when the file is opened: a count of text is reported as corruption there)
+    "counts": "counts of job",
+    # the current run's row: its counts JSON nested 100,000 deep, its start time text
+    "run-deep": "run document",
+    "run-wrong-types": "run document",
+    # the pending records' eligible times: text (MIN() returned it; `now - text` raised)
+    "record-text": "eligible time",
+    # a delayed record eligible at +inf
+    "delayed-inf": "eligible time",
+}
+
+
+@pytest.mark.parametrize("hostile", sorted(SQLITE_CASES))
+def test_hostile_frontier_state_in_sqlite_is_skipped_with_one_warning(tmp_path: Path, said: Said, hostile: str) -> None:
+    job = f"job-{hostile}"  # warnings are once per job and kind in a process: its own
+    url = f"sqlite:///{tmp_path / 'frontier.db'}"
+    store = open_store(url, job)
+    try:
+        _fill(store)
+        db = sqlite3.connect(tmp_path / "frontier.db", isolation_level=None)
+        if hostile == "counts":
+            db.execute("UPDATE jobs SET wait_sum='x', wait_n='y' WHERE job=?", (job,))
+        elif hostile == "run-deep":
+            db.execute("UPDATE runs SET counts=? WHERE job=?", (DEEP, job))
+        elif hostile == "run-wrong-types":
+            db.execute("UPDATE runs SET started_at='abc', counts='[1]' WHERE job=?", (job,))
+        elif hostile == "record-text":
+            db.execute("UPDATE requests SET eligible_at='soon' WHERE job=? AND state=0", (job,))
+        else:
+            db.execute(
+                "UPDATE requests SET state=1, eligible_at=9e999 WHERE job=? AND id=(SELECT MIN(id) FROM requests "
+                "WHERE job=? AND state=0)",
+                (job, job),
+            )
+        db.close()
+        reads = _read_three_times(store)
+        st = _status_cli(job, {"SCALE_FRONTIER_URL": url})
+    finally:
+        store.close()
+    status, counts, _ = reads[-1]
+    assert all(isinstance(v, int) and v >= 0 for v in counts.values()), counts
+    if hostile == "counts":
+        assert counts["failed"] == 1 and status.average_wait is None, (counts, status.average_wait)
+    if hostile.startswith("run-"):
+        assert status.run is None and reads[-1][2] == [], reads[-1][2]
+    if hostile == "record-text":
+        assert status.oldest_pending_age is None
+    if hostile == "delayed-inf":
+        assert status.last_eligible_at is None and st["last_eligible_at"] is None
+    warned = [line for line in said.lines if SQLITE_CASES[hostile] in line]
+    assert len(warned) == 1, said.lines  # three reads (and two commands): one warning
