@@ -11,8 +11,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from scrapy_scale.shared_values import whole
+
 #: done and parse_failed outcomes: the callback ran (a "completed" request of the report)
 COMPLETED_CLASSES = frozenset({"ok", "parse_failed"})
+#: the largest count read back from the history
+MAX_COUNT = 10**15
 
 
 @dataclass
@@ -54,14 +58,33 @@ class RunFigures:
         return out
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> RunFigures:
+    def from_json(cls, d: Any, bad: list[str] | None = None) -> RunFigures:
+        """Figures read back (the history is shared state: another program may have written
+        it): a field of another type than the figures', or a count that is no whole number,
+        is left at its default and its name added to ``bad``."""
         out = cls()
-        for k, v in d.items():
+        for k, v in d.items() if isinstance(d, dict) else ():
             cur = getattr(out, k, None)
+            if k not in out.__dataclass_fields__:
+                continue
             if isinstance(cur, Counter):
-                setattr(out, k, Counter({str(a): int(b) for a, b in (v or {}).items()}))
-            elif k in out.__dataclass_fields__:
+                got = {str(a): whole(b, 0, MAX_COUNT) for a, b in v.items()} if isinstance(v, dict) else None
+                if got is None or None in got.values():
+                    got = {a: n for a, n in (got or {}).items() if n is not None}
+                    (bad if bad is not None else []).append(k)
+                setattr(out, k, Counter(got))
+            elif isinstance(cur, int):
+                n = whole(v, 0, MAX_COUNT)
+                if n is None:
+                    (bad if bad is not None else []).append(k)
+                else:
+                    setattr(out, k, n)
+            elif isinstance(cur, list) and isinstance(v, list) and all(isinstance(x, str) for x in v):
+                setattr(out, k, list(v))
+            elif isinstance(cur, str) and isinstance(v, str):
                 setattr(out, k, v)
+            else:
+                (bad if bad is not None else []).append(k)
         return out
 
     @property

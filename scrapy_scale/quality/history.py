@@ -9,15 +9,20 @@ Blocking: call from a thread (or a command).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from scrapy_scale.quality.figures import RunFigures, merge
+from scrapy_scale.shared_values import Warnings, finite
 from scrapy_scale.storage.backends import DeadRow, Store, open_store
 
 SEP = "\x1f"
+logger = logging.getLogger(__name__)
+#: one warning per job for figures read back that are not what a worker writes
+warnings = Warnings(logger)
 
 
 @dataclass
@@ -102,14 +107,31 @@ class History:
             by_run.setdefault(str(r["run_id"]), []).append(r)
         out = []
         for run_id, rows in by_run.items():
-            figs = [RunFigures.from_json(r["data"]) for r in rows if r.get("kind") == "figures"]
-            rec = RunRecord(run_id, min(float(r.get("started") or 0) for r in rows), merge(figs), parts=len(figs))
+            bad: list[str] = []
+            figs = [RunFigures.from_json(r.get("data"), bad) for r in rows if r.get("kind") == "figures"]
+            starts = [finite(r.get("started"), 0.0) for r in rows]
+            if None in starts:
+                bad.append("started")
+            if bad:
+                warnings.warn(
+                    job,
+                    "fields",
+                    "quality history: skipping unreadable fields of job %r run %r (%s); shared state is untrusted",
+                    job,
+                    run_id,
+                    ", ".join(sorted(set(bad))[:5]),
+                )
+            started = min((t for t in starts if t is not None), default=0.0)
+            rec = RunRecord(run_id, started, merge(figs), parts=len(figs))
             rec.figures.job, rec.figures.run_id = job, run_id
             for r in rows:
+                data = r.get("data")
+                if not isinstance(data, dict):  # not what a worker writes: read as none
+                    continue
                 if r.get("kind") == "report":
-                    rec.report = r["data"]
+                    rec.report = data
                 elif r.get("kind") == "verdicts":
-                    rec.verdicts = r["data"]
+                    rec.verdicts = data
             out.append(rec)
         out.sort(key=lambda rec: (rec.started, run_order(rec.run_id)))
         return out

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from scrapy_scale.shared_values import Refused, Warnings, loads
 from scrapy_scale.sqlite_open import setup_retrying
 from scrapy_scale.storage.backends.base import (
     DeadRow,
@@ -27,6 +28,8 @@ from scrapy_scale.storage.encode import to_json
 from scrapy_scale.storage.layout import sqlite_path
 
 logger = logging.getLogger(__name__)
+#: one warning per table and kind for rows read back that are not JSON objects
+warnings = Warnings(logger)
 
 #: SQLite errors that may pass: another writer holds the lock, I/O trouble, file not there yet
 SQLITE_TRANSIENT = ("locked", "busy", "disk i/o", "unable to open", "disk is full", "interrupted")
@@ -179,10 +182,32 @@ class SQLiteStore(Store):
                 [(r.id, to_json(r.doc), now) for r in rows],
             )
 
+    def _doc(self, table: str, key: Any, raw: Any) -> dict[str, Any] | None:
+        """A row's document read back (another program may have written it): a JSON object,
+        else None with one warning per table (shared_values: size, depth, UTF-8 checked)."""
+        try:
+            doc = loads(raw)
+        except Refused as e:
+            why = str(e)
+        else:
+            if isinstance(doc, dict):
+                return doc
+            why = f"a JSON {type(doc).__name__}, not an object"
+        warnings.warn(
+            f"{self.path} {table}",
+            "row",
+            "item store %s: skipping unreadable row %r of %s (%s); shared state is untrusted",
+            self.describe(),
+            str(key)[:60],
+            table,
+            why,
+        )
+        return None
+
     def get(self, key: str) -> dict[str, Any] | None:
         with self._lock:
             row = self.conn.execute(f'SELECT doc FROM "{self.collection}" WHERE key = ?', (key,)).fetchone()
-        return None if row is None else json.loads(row[0])
+        return None if row is None else self._doc(self.collection, key, row[0])
 
     def get_many(self, keys: list[str], job: str | None = None) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
@@ -192,16 +217,17 @@ class SQLiteStore(Store):
             sql = f'SELECT key, doc FROM "{self.collection}" WHERE key IN ({",".join("?" * len(chunk))})'
             with self._lock:
                 rows = self.conn.execute(sql, chunk).fetchall()
-            out.update((k, json.loads(doc)) for k, doc in rows)
+            out.update((k, d) for k, doc in rows if (d := self._doc(self.collection, k, doc)) is not None)
         return pick_job_docs(keys, job, out, self.job_field) if job else out
 
     def documents(self) -> Iterator[dict[str, Any]]:
         with self._lock:
             rows = self.conn.execute(f'SELECT key, doc FROM "{self.collection}" ORDER BY key').fetchall()
         for key, doc in rows:
-            d = json.loads(doc)
-            d["_id"] = key
-            yield d
+            d = self._doc(self.collection, key, doc)
+            if d is not None:
+                d["_id"] = key
+                yield d
 
     def count(self) -> int:
         with self._lock:
@@ -212,9 +238,10 @@ class SQLiteStore(Store):
             rows = self.conn.execute(f'SELECT id, doc, at FROM "{self.dead_collection}" ORDER BY at, id').fetchall()
         out = []
         for id_, doc, at in rows:
-            d = json.loads(doc)
-            d.update(_id=id_, at=at)
-            out.append(d)
+            d = self._doc(self.dead_collection, id_, doc)
+            if d is not None:
+                d.update(_id=id_, at=at)
+                out.append(d)
         return out
 
     def delete_dead_letters(self, ids: list[str]) -> None:
