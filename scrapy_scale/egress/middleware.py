@@ -50,6 +50,7 @@ from scrapy_scale.egress.shared import StateStore, clean_live, live_workers, ope
 from scrapy_scale.egress.source_glue import SourceGlue
 from scrapy_scale.egress.sources import Refresher
 from scrapy_scale.egress.waits import Waits
+from scrapy_scale.outcomes.model import Outcome
 from scrapy_scale.redact import redact_text
 
 if TYPE_CHECKING:
@@ -240,7 +241,7 @@ class EgressMiddleware(SourceGlue):
 
     # ---- outcomes ------------------------------------------------------------------
 
-    def on_outcome(self, outcome: Any, request: Request, spider: Any = None) -> None:
+    def on_outcome(self, outcome: Outcome, request: Request, spider: Any = None) -> None:
         self._release(request.meta.pop(_TOKEN, None))
         self.browser.release(request.meta.pop(CONTEXT, None))
         # the attempt is over (its callback too): a retry gets a page of its own (on_scheduled)

@@ -54,7 +54,7 @@ class GaveUpError(IgnoreRequest, ScaleError):
     request without errback: the one log line was written already, and Scrapy does not
     log IgnoreRequest again with a traceback. ``original`` is the download exception."""
 
-    def __init__(self, original: BaseException, outcome: Any):
+    def __init__(self, original: BaseException, outcome: Outcome):
         super().__init__(f"{outcome.cls.value}: {outcome.reason}")
         self.original = original
         self.outcome = outcome

@@ -36,6 +36,7 @@ from scrapy_scale import stats_keys as K
 from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ItemDeadLettered
+from scrapy_scale.outcomes.model import Outcome
 from scrapy_scale.quality import judged, report_build
 from scrapy_scale.quality import settings as quality_settings
 from scrapy_scale.quality.pipeline import figures_of
@@ -247,7 +248,7 @@ class Snapshots:
         h = int(hashlib.sha1(url.encode("utf-8", "backslashreplace")).hexdigest()[:8], 16)
         return h / 0xFFFFFFFF < self.sample
 
-    def on_outcome(self, outcome: Any, request: Request | None = None, **kw: Any) -> None:
+    def on_outcome(self, outcome: Outcome, request: Request | None = None, **kw: Any) -> None:
         if not outcome.final or outcome.internal or request is None:
             return
         response = self._responses.pop(request, None)

@@ -36,6 +36,7 @@ from scrapy_scale import stats_keys as K
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.errors import ScaleError
 from scrapy_scale.outcomes import settings as outcomes_settings
+from scrapy_scale.outcomes.model import Outcome
 from scrapy_scale.quality import settings as quality_settings
 from scrapy_scale.quality.validate import Validator
 
@@ -144,7 +145,7 @@ class ReplayTracker:
     def _name(request: Request | None) -> str | None:
         return request.meta.get(SNAPSHOT_META) if request is not None else None
 
-    def on_outcome(self, outcome: Any, request: Request | None = None, **kw: Any) -> None:
+    def on_outcome(self, outcome: Outcome, request: Request | None = None, **kw: Any) -> None:
         name = self._name(request)
         if name and outcome.final and not outcome.internal:
             self.state.outcomes[name] = (str(outcome.cls), outcome.reason)

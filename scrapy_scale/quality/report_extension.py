@@ -26,6 +26,7 @@ from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
 from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
+from scrapy_scale.outcomes.model import Outcome
 from scrapy_scale.pids import pid_alive
 from scrapy_scale.quality import report_build
 from scrapy_scale.quality import settings as S
@@ -88,7 +89,7 @@ class QualityReport:
 
     # ---- counting (reactor thread, O(1)) ---------------------------------------------------
 
-    def on_outcome(self, outcome: Any, request: Request | None = None, **kw: Any) -> None:
+    def on_outcome(self, outcome: Outcome, request: Request | None = None, **kw: Any) -> None:
         if not outcome.final or outcome.internal:
             return
         f = self.figures
