@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from scrapy_scale.clock import Randomness
 
@@ -29,6 +29,22 @@ HEALTHY = "healthy"
 QUARANTINED = "quarantined"
 PROBING = "probing"
 STATES = (HEALTHY, QUARANTINED, PROBING)
+
+
+class HealthRecord(TypedDict, total=False):
+    """One key's health as stored in shared state (Redis or egress.db, JSON; one-letter
+    names keep the hash small). Written by :meth:`Health.to_record` only and read back by
+    :meth:`Health.from_record` only (the one decoder: every reader, the pool's sync and the
+    status rows, goes through it)."""
+
+    g: float  # decayed good outcomes
+    b: float  # decayed bad outcomes
+    at: float  # when g and b were last decayed
+    u: float  # quarantined until (0: healthy)
+    l: int  # quarantine backoff level  # noqa: E741 - the stored name
+    c: float  # last state change (quarantine or restore): shared state is merged by it
+    r: float  # last restore
+    s: float  # the score at the last quarantine (absent before any)
 
 
 #: bounds of the values taken from shared state (a record is untrusted input)
@@ -212,17 +228,29 @@ class Health:
 
     # ---- shared state ----------------------------------------------------------
 
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "g": round(self.good, 3),
-            "b": round(self.bad, 3),
-            "at": self.at,
-            "u": self.until,
-            "l": self.level,
-            "c": self.changed,
-            "r": self.restored,
-            **({} if self.evicted_score is None else {"s": self.evicted_score}),
-        }
+    def to_record(self) -> HealthRecord:
+        """The record stored in shared state (the one encoder of :class:`HealthRecord`)."""
+        rec = HealthRecord(
+            g=round(self.good, 3),
+            b=round(self.bad, 3),
+            at=self.at,
+            u=self.until,
+            l=self.level,
+            c=self.changed,
+            r=self.restored,
+        )
+        if self.evicted_score is not None:
+            rec["s"] = self.evicted_score
+        return rec
+
+    def shown_score(self, now: float) -> float | None:
+        """The score a status row shows: the one the pool weighs a healthy key by (its
+        counts as they stand, not decayed); for one quarantined or probing, the score it had
+        when it was quarantined (its counts start over then, so the live figure would read
+        1.00 for a dead proxy); None when the record did not say it."""
+        if self.state(now) != HEALTHY:
+            return self.evicted_score
+        return round((self.good + 1) / (self.good + self.bad + 1), 3)
 
     @classmethod
     def from_record(cls, rec: Any, now: float | None = None, longest: float = math.inf) -> Health:

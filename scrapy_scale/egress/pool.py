@@ -29,7 +29,7 @@ from typing import Any
 
 from scrapy_scale.clock import Clock, Randomness
 from scrapy_scale.egress.body_times import BodyTimes
-from scrapy_scale.egress.health import HEALTHY, PROBING, Health, HealthPolicy, clamp_note, score_note
+from scrapy_scale.egress.health import HEALTHY, PROBING, Health, HealthPolicy, HealthRecord, clamp_note, score_note
 from scrapy_scale.egress.identity import Egress
 from scrapy_scale.egress.routes import RouteLimiter
 from scrapy_scale.egress.suspects import Blame, Suspects
@@ -390,7 +390,7 @@ class EgressPool:
 
     # ---- shared state ----------------------------------------------------------
 
-    def take_dirty(self) -> dict[str, dict[str, Any]]:
+    def take_dirty(self) -> dict[str, HealthRecord]:
         out = {k: self.health[k].to_record() for k in self.dirty if k in self.health}
         self.dirty.clear()
         return out

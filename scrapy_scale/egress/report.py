@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 from scrapy_scale import stats_keys as K
-from scrapy_scale.egress.health import HEALTHY, PROBING, QUARANTINED, Health, clamp_note, score_note
+from scrapy_scale.egress.health import HEALTHY, Health, clamp_note, score_note
 
 
 def when(t: float, now: float | None = None) -> str:
@@ -29,22 +29,6 @@ def when(t: float, now: float | None = None) -> str:
         return f"{t!r} (epoch seconds)"
 
 
-def _state(rec: dict[str, Any], now: float) -> str:
-    u = float(rec.get("u", 0) or 0)
-    return HEALTHY if not u else (QUARANTINED if now < u else PROBING)
-
-
-def _score(rec: dict[str, Any], now: float) -> float | None:
-    """The score the pool weighs a healthy egress by; for one quarantined or probing, the
-    score it had when it was quarantined (its counts start over then, so the live figure
-    would read 1.00 for a dead proxy); None when the record does not say it."""
-    if _state(rec, now) != HEALTHY:
-        s = rec.get("s")
-        return None if s is None else round(float(s), 3)
-    g, b = float(rec.get("g", 0)), float(rec.get("b", 0))
-    return round((g + 1) / (g + b + 1), 3)
-
-
 def _blamed_on_egress(cls: str) -> bool:
     """Does this class count against the egress (its blame is ``egress`` or
     ``egress_domain``)? A parse failure, a 404 or a site's 429 is not the proxy's fault."""
@@ -58,15 +42,15 @@ def _blamed_on_egress(cls: str) -> bool:
 
 def clean_health(
     health: dict[str, Any], now: float, longest: float = math.inf, problems: list[str] | None = None
-) -> dict[str, Any]:
+) -> dict[str, Health]:
     """The health records that decode (:meth:`Health.from_record` with ``now`` and
     ``longest``, the SCALE_EGRESS_QUARANTINE_MAX, as a crawl reads them: a quarantine
-    that ends too far ahead is clamped), as records; each one skipped or clamped is named
-    in ``problems``."""
-    out = {}
+    that ends too far ahead is clamped), as :class:`Health`; each one skipped or clamped is
+    named in ``problems``."""
+    out: dict[str, Health] = {}
     for k, rec in health.items():
         try:
-            out[k] = Health.from_record(rec, now, longest).to_record()
+            out[k] = Health.from_record(rec, now, longest)
         except ValueError as e:
             if problems is not None:
                 problems.append(f"health record {k!r} skipped: {e}")
@@ -92,7 +76,7 @@ def describe(
     skipped, and quarantines ending more than ``longest`` s after ``now`` clamped, as a
     crawl does (each named in ``problems``)."""
     now = time.time() if now is None else now
-    health: dict[str, Any] = clean_health(state.get("health", {}), now, longest, problems)
+    health = clean_health(state.get("health", {}), now, longest, problems)
     pool: dict[str, Any] = {e: g if isinstance(g, dict) else {} for e, g in state.get("pool", {}).items()}
     requests: Counter[str] = Counter()
     failures: dict[str, Counter[str]] = {}
@@ -108,33 +92,26 @@ def describe(
     ids = set(pool) | {k.partition("|")[0] for k in health} | set(requests)
     rows = []
     for e in sorted(ids, key=lambda i: (-requests[i], i)):
-        rec = health.get(e, {})
+        rec = health.get(e) or Health()
         domains: list[dict[str, Any]] = []
         for k, r in health.items():
             eg, _, dom = k.partition("|")
-            if eg == e and dom and (bans[k] or _state(r, now) != HEALTHY):
-                domains.append(
-                    {
-                        "domain": dom,
-                        "blocks": bans[k],
-                        "state": _state(r, now),
-                        "until": float(r.get("u", 0) or 0) or None,
-                    }
-                )
+            if eg == e and dom and (bans[k] or r.state(now) != HEALTHY):
+                domains.append({"domain": dom, "blocks": bans[k], "state": r.state(now), "until": r.until or None})
         domains.sort(key=lambda d: (-d["blocks"], d["domain"]))
         rows.append(
             {
                 "egress": e,
                 "group": (pool.get(e) or {}).get("group"),
                 "in_pool": e in pool if pool else True,
-                "state": _state(rec, now),
-                "score": _score(rec, now),
+                "state": rec.state(now),
+                "score": rec.shown_score(now),
                 "requests": requests[e],
                 # the egress's own failures; other_outcomes: the rest (the site's, the parser's)
                 "failures": {c: n for c, n in failures.get(e, {}).items() if _blamed_on_egress(c)},
                 "other_outcomes": {c: n for c, n in failures.get(e, {}).items() if not _blamed_on_egress(c)},
-                "until": float(rec.get("u", 0) or 0) or None,
-                "level": int(rec.get("l", 0) or 0),
+                "until": rec.until or None,
+                "level": rec.level,
                 "banned_for": domains[:top],
                 "routes_at_cap": [
                     {"domain": d, "capped": n, "sent": sent[e][d]}

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from scrapy_scale.egress.health import Health
+from scrapy_scale.egress.health import Health, HealthRecord
 from scrapy_scale.redact import redact_url
 from scrapy_scale.shared_values import Warnings, decode_hash, is_wrongtype
 from scrapy_scale.sqlite_open import setup_retrying
@@ -52,7 +52,7 @@ class StateStore:
         raise NotImplementedError
 
     def sync(
-        self, worker: str, dirty: dict[str, dict[str, Any]], counts: dict[str, Any], now: float
+        self, worker: str, dirty: dict[str, HealthRecord], counts: dict[str, Any], now: float
     ) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
         """Write this worker's changes; (every health record, last sync per worker as
         stored: check it with :func:`clean_live`)."""

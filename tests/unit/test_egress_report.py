@@ -88,3 +88,28 @@ def test_a_route_at_its_cap_says_what_that_means() -> None:
         "route to shop1.test: 120 sent; 6 time(s) a request found it at its cap (SCALE_EGRESS_ROUTE_RATE, "
         "or the pace the site set for it) and took another egress or waited: more egresses would help"
     ) in text
+
+
+#: health records as the version before the typed record (HealthRecord) wrote them to Redis
+#: and egress.db: a quarantined egress (with its score at the quarantine) and a healthy one
+OLD_RECORDS = {
+    IA: '{"g": 0.0, "b": 0.0, "at": 1000.0, "u": 1030.0, "l": 2, "c": 1000.0, "r": 900.0, "s": 0.25}',
+    IB: '{"g": 4.5, "b": 0.5, "at": 990.0, "u": 0.0, "l": 0, "c": 0.0, "r": 0.0}',
+}
+
+
+def test_health_records_in_the_previous_written_form_read_back_the_same() -> None:
+    """The typed record changes no stored byte: each old record decodes to the state it
+    says and encodes back to the same JSON fields, and `scrapy scale egress` shows it."""
+    import json
+
+    for text in OLD_RECORDS.values():
+        old = json.loads(text)
+        assert Health.from_record(old, 1000.0).to_record() == old
+    rows = {r["egress"]: r for r in describe({"health": {k: json.loads(v) for k, v in OLD_RECORDS.items()}}, 1000.0)}
+    a = rows[IA]
+    assert (a["state"], a["score"], a["until"], a["level"]) == ("quarantined", 0.25, 1030.0, 2)
+    b = rows[IB]
+    # a healthy egress is shown with the score of its stored counts: (good + 1) / (good + bad + 1)
+    assert (b["state"], b["score"], b["until"], b["level"]) == ("healthy", round(5.5 / 6.0, 3), None, 0)
+    assert rows[IA]["banned_for"] == [] and rows[IB]["banned_for"] == []
