@@ -30,7 +30,7 @@ from scrapy_scale.monitor.progress import (
     remaining,
     waiting,
 )
-from scrapy_scale.monitor.worker_status import Sink, merge, valid
+from scrapy_scale.monitor.worker_status import Merged, Sink, merge, valid
 from scrapy_scale.throttle.status import format_paused
 
 #: domains shown in each "top" table
@@ -38,9 +38,10 @@ TOP = 5
 
 
 def view(
-    status: Mapping[str, Any], docs: list[dict[str, Any]], rate: RateWindow | None = None, now: float | None = None
+    status: Mapping[str, Any], docs: list[Any], rate: RateWindow | None = None, now: float | None = None
 ) -> dict[str, Any]:
-    """One refresh: the frontier's status, the workers' merged snapshots, rates and ETA."""
+    """One refresh: the frontier's status, the workers' merged snapshots (``docs`` as a
+    sink reads them: decoded and checked here, by :func:`valid`), rates and ETA."""
     now = time.time() if now is None else now
     merged = merge(valid(docs, now))
     counts = dict(status.get("counts") or {})
@@ -67,11 +68,11 @@ def view(
     }
 
 
-def top_domains(merged: Mapping[str, Any], key: str, n: int = TOP) -> list[tuple[str, int, int, float]]:
+def top_domains(merged: Merged, key: str, n: int = TOP) -> list[tuple[str, int, int, float]]:
     """(domain, count of ``key``, attempts, ratio) for the domains with the most ``key``."""
     rows = []
     for name, d in merged["domains"].items():
-        k, attempts = int(d.get(key, 0)), int(d.get("attempts", 0))
+        k, attempts = d[key], d["attempts"]
         if k:
             rows.append((name, k, attempts, k / attempts if attempts else 0.0))
     rows.sort(key=lambda r: (-r[3], -r[1], r[0]))

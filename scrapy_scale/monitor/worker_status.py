@@ -17,7 +17,6 @@ removes its document. :func:`merge` sums the documents of the workers still vali
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -26,7 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import urlsplit
 
 from scrapy import signals
@@ -34,10 +33,11 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task, threads
 
-from scrapy_scale.monitor import live_metrics
+from scrapy_scale.monitor import live_metrics, snapshot
 from scrapy_scale.monitor import settings as S
 from scrapy_scale.monitor.progress import DONE_VALUES, WINDOW, RateWindow
-from scrapy_scale.shared_values import Refused, Warnings, decode_hash, finite, loads
+from scrapy_scale.monitor.snapshot import WorkerSnapshot
+from scrapy_scale.shared_values import Refused, Warnings, decode_hash, loads
 
 logger = logging.getLogger(__name__)
 warnings = Warnings(logger)
@@ -46,7 +46,7 @@ warnings = Warnings(logger)
 class Sink:
     """Where one job's snapshots live (a Redis hash, or a folder of JSON files)."""
 
-    def write(self, worker: str, doc: dict[str, Any]) -> None:
+    def write(self, worker: str, doc: WorkerSnapshot) -> None:
         raise NotImplementedError
 
     def remove(self, worker: str) -> None:
@@ -66,8 +66,8 @@ class RedisSink(Sink):
         self.r = open_redis(url, socket_timeout=5)
         self.key = f"scale:{{{job}}}:monitor"
 
-    def write(self, worker: str, doc: dict[str, Any]) -> None:
-        self.r.hset(self.key, worker, json.dumps(doc))
+    def write(self, worker: str, doc: WorkerSnapshot) -> None:
+        self.r.hset(self.key, worker, snapshot.encode(doc))
 
     def remove(self, worker: str) -> None:
         self.r.hdel(self.key, worker)
@@ -88,11 +88,11 @@ class FileSink(Sink):
     def _path(self, worker: str) -> Path:
         return self.folder / (re.sub(r"[^A-Za-z0-9._-]+", "_", worker) + ".json")
 
-    def write(self, worker: str, doc: dict[str, Any]) -> None:
+    def write(self, worker: str, doc: WorkerSnapshot) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self._path(worker)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(doc))
+        tmp.write_text(snapshot.encode(doc))
         os.replace(tmp, path)
 
     def remove(self, worker: str) -> None:
@@ -128,65 +128,82 @@ def sink_for(settings: Any, job: str) -> Sink:
 
 
 #: seconds a snapshot may hold from now, at most (a worker writes 3 intervals ahead)
-HOLDS_AT_MOST = 86_400.0
+HOLDS_AT_MOST = snapshot.HOLDS_AT_MOST
 
 
-def valid(docs: Iterable[Any], now: float) -> list[dict[str, Any]]:
-    """The snapshots that still hold at ``now``: shared state is untrusted, so one that is
-    not a record, whose ``until`` is not a finite time or holds more than HOLDS_AT_MOST
-    ahead (``1e300``: a ghost worker for ever), or that does not add up, is skipped with
-    one warning per worker."""
+def valid(docs: Iterable[Any], now: float) -> list[WorkerSnapshot]:
+    """The snapshots that still hold at ``now``, decoded (:func:`snapshot.decode`, the one
+    decoder): shared state is untrusted, so one that is not a record, whose ``until`` is
+    not a finite time or holds more than HOLDS_AT_MOST ahead (``1e300``: a ghost worker for
+    ever), or with a count that is not a number, is skipped with one warning per worker."""
     out = []
     for d in docs:
         name = str(d.get("worker", "?"))[:60] if isinstance(d, dict) else "?"
-        until = finite(d.get("until", 0)) if isinstance(d, dict) else None
         try:
-            if until is None or until > now + HOLDS_AT_MOST:
-                raise ValueError(f"until {str(d.get('until') if isinstance(d, dict) else d)[:30]!r}")
-            merge([d])  # one that does not add up (a count that is not a number) is skipped
-        except (AttributeError, KeyError, OverflowError, TypeError, ValueError) as e:
+            doc = snapshot.decode(d, now)
+        except Refused as e:
             warnings.warn(name, "bad", "watch: skipping the snapshot of worker %s: %s", name, str(e)[:80])
             continue
-        if until is not None and until >= now:
-            out.append(d)
+        if doc["until"] >= now:
+            out.append(doc)
     return out
 
 
-def merge(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """The sum of the workers' documents: counts, rates, domains, pools."""
-    out: dict[str, Any] = {
-        "workers": [],
-        "requests": Counter(),
-        "retries": Counter(),
-        "items_stored": 0,
-        "items_dead_lettered": 0,
-        "pages_per_min": 0.0,
-        "items_per_min": 0.0,
-        "finished_per_min": 0.0,
-        "domains": {},
-        "egress_pool": Counter(),
-        "browser_contexts": 0,
-        "download_slots": 0,
-    }
-    rates_known = False
+class Merged(TypedDict):
+    """The sum of the workers' snapshots (:func:`merge`), as the watch view shows it."""
+
+    workers: list[str]
+    requests: Counter[str]
+    retries: Counter[str]
+    items_stored: int
+    items_dead_lettered: int
+    #: None when no worker knows its rates yet
+    pages_per_min: float | None
+    items_per_min: float | None
+    finished_per_min: float | None
+    domains: dict[str, Counter[str]]
+    egress_pool: Counter[str]
+    browser_contexts: int
+    download_slots: int
+
+
+def merge(docs: Iterable[WorkerSnapshot]) -> Merged:
+    """The sum of the workers' snapshots (decoded by :func:`valid`): counts, rates,
+    domains, pools."""
+    out = Merged(
+        workers=[],
+        requests=Counter(),
+        retries=Counter(),
+        items_stored=0,
+        items_dead_lettered=0,
+        pages_per_min=None,
+        items_per_min=None,
+        finished_per_min=None,
+        domains={},
+        egress_pool=Counter(),
+        browser_contexts=0,
+        download_slots=0,
+    )
+    rates: dict[str, float] = {}
     for d in docs:
-        out["workers"].append(d.get("worker", "?"))
-        out["requests"].update(d.get("requests", {}))
-        out["retries"].update(d.get("retries", {}))
-        out["items_stored"] += int(d.get("items_stored", 0))
-        out["items_dead_lettered"] += int(d.get("items_dead_lettered", 0))
-        for k in ("pages_per_min", "items_per_min", "finished_per_min"):
-            if d.get(k) is not None:
-                out[k] += float(d[k])
-                rates_known = True
-        for name, v in (d.get("domains") or {}).items():
-            dom = out["domains"].setdefault(name, Counter())
-            dom.update(v)
-        out["egress_pool"].update(d.get("egress_pool") or {})
-        out["browser_contexts"] += int(d.get("browser_contexts") or 0)
-        out["download_slots"] += int(d.get("download_slots") or 0)
-    if not rates_known:
-        out["pages_per_min"] = out["items_per_min"] = out["finished_per_min"] = None
+        out["workers"].append(d["worker"])
+        out["requests"].update(d["requests"])
+        out["retries"].update(d["retries"])
+        out["items_stored"] += d["items_stored"]
+        out["items_dead_lettered"] += d["items_dead_lettered"]
+        for k in snapshot.RATES:
+            v = d[k]  # type: ignore[literal-required]
+            if v is not None:
+                rates[k] = rates.get(k, 0.0) + v
+        for name, v in d["domains"].items():
+            out["domains"].setdefault(name, Counter()).update(v)
+        out["egress_pool"].update(d["egress_pool"])
+        out["browser_contexts"] += d["browser_contexts"]
+        out["download_slots"] += d["download_slots"]
+    if rates:  # a rate some worker knows: the others count as 0
+        out["pages_per_min"] = rates.get("pages_per_min", 0.0)
+        out["items_per_min"] = rates.get("items_per_min", 0.0)
+        out["finished_per_min"] = rates.get("finished_per_min", 0.0)
     return out
 
 
@@ -226,7 +243,7 @@ class SnapshotPublisher:
             lambda f: logger.error("watch snapshot failed: %s", f.getErrorMessage())
         )
 
-    def document(self, now: float) -> dict[str, Any]:
+    def document(self, now: float) -> WorkerSnapshot:
         live_metrics.refresh(self.crawler, self.metrics)
         s = self.metrics.snapshot()
         finals = sum(s["requests"].values())
@@ -235,34 +252,34 @@ class SnapshotPublisher:
         done = sum(v for k, v in s["requests"].items() if k in DONE_VALUES)
         pages, items = self.pages.rate(), self.items.rate()
         domains = {
-            d: {
-                "attempts": n,
-                "blocked": s["domain_blocked"].get(d, 0),
-                "rate_limited": s["domain_rate_limited"].get(d, 0),
-            }
+            d: snapshot.DomainCounts(
+                attempts=n,
+                blocked=s["domain_blocked"].get(d, 0),
+                rate_limited=s["domain_rate_limited"].get(d, 0),
+            )
             for d, n in s["domain_attempts"].items()
         }
-        return {
-            "worker": self.metrics.base["worker"],
-            "job": self.metrics.base["job"],
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "at": time.time(),
-            "until": time.time() + 3 * self.interval,
-            "started": s["started"],
-            "requests": s["requests"],
-            "retries": s["retries"],
-            "done": done,
-            "items_stored": s["items_stored"],
-            "items_dead_lettered": s["items_dead_lettered"],
-            "pages_per_min": None if pages is None else pages * 60,
-            "items_per_min": None if items is None else items * 60,
-            "finished_per_min": None if pages is None else pages * 60,
-            "domains": domains,
-            "egress_pool": s["egress_pool"],
-            "browser_contexts": s["browser_contexts"],
-            "download_slots": s["download_slots"],
-        }
+        return WorkerSnapshot(
+            worker=self.metrics.base["worker"],
+            job=self.metrics.base["job"],
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            at=time.time(),
+            until=time.time() + 3 * self.interval,
+            started=s["started"],
+            requests=s["requests"],
+            retries=s["retries"],
+            done=done,
+            items_stored=s["items_stored"],
+            items_dead_lettered=s["items_dead_lettered"],
+            pages_per_min=None if pages is None else pages * 60,
+            items_per_min=None if items is None else items * 60,
+            finished_per_min=None if pages is None else pages * 60,
+            domains=domains,
+            egress_pool=s["egress_pool"],
+            browser_contexts=s["browser_contexts"],
+            download_slots=s["download_slots"],
+        )
 
     def tick(self) -> None:
         if self.sink is None or self._writing is not None:

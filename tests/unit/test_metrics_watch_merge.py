@@ -70,3 +70,41 @@ def test_file_sink_round_trip(tmp_path: Path) -> None:
     assert [d["worker"] for d in sink.read()] == ["host/0"]
     sink.remove("host/0")
     assert sink.read() == []
+
+
+#: a snapshot file as the version before the typed record (monitor/snapshot.py) wrote it
+OLD_SNAPSHOT = (
+    '{"worker": "host/0", "job": "catalog", "host": "host", "pid": 4242, "at": 1000.0, "until": 1015.0, '
+    '"started": 900.0, "requests": {"ok": 7, "blocked": 1}, "retries": {"blocked": 2}, "done": 7, '
+    '"items_stored": 6, "items_dead_lettered": 0, "pages_per_min": 42.0, "items_per_min": 36.0, '
+    '"finished_per_min": 42.0, "domains": {"a.test": {"attempts": 8, "blocked": 1, "rate_limited": 0}}, '
+    '"egress_pool": {"healthy": 2}, "browser_contexts": 0, "download_slots": 1}'
+)
+
+
+def test_a_snapshot_in_the_previous_written_form_reads_back_the_same(tmp_path: Path) -> None:
+    """The typed record changes no stored byte: a snapshot file written by the previous
+    version decodes to the same fields (and encodes back to them), and the view sums it."""
+    import json
+
+    from scrapy_scale.monitor import snapshot
+
+    old = json.loads(OLD_SNAPSHOT)
+    assert snapshot.decode(OLD_SNAPSHOT, 1000.0) == old
+    assert json.loads(snapshot.encode(snapshot.decode(OLD_SNAPSHOT, 1000.0))) == old
+    folder = tmp_path / "monitor" / "catalog"
+    folder.mkdir(parents=True)
+    (folder / "host_0.json").write_text(OLD_SNAPSHOT)
+    m = worker_status.merge(worker_status.valid(worker_status.FileSink(folder).read(), now=1000.0))
+    assert m["workers"] == ["host/0"] and m["requests"] == old["requests"] and m["items_stored"] == 6
+    assert m["pages_per_min"] == 42.0 and m["domains"] == {"a.test": old["domains"]["a.test"]}
+
+
+def test_a_snapshot_with_a_field_of_the_wrong_type_is_skipped() -> None:
+    """The one decoder refuses what a worker does not write (one warning per worker)."""
+    from scrapy_scale.monitor import snapshot
+
+    for bad in ({"items_stored": "many"}, {"domains": {"a.test": {"blocked": -1}}}, {"pages_per_min": "nan"}):
+        with pytest.raises(snapshot.Refused):
+            snapshot.decode(doc("w", 100, **bad), 50.0)
+        assert worker_status.valid([doc("w", 100, **bad), doc("ok", 100)], 50.0)[0]["worker"] == "ok"
