@@ -7,16 +7,52 @@ far in the future is repaired or not used, and the caller warns once.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 from scrapy_scale.shared_values import finite as as_finite
-from scrapy_scale.throttle.paces import check_paces, export_paces, rate_tied
+from scrapy_scale.throttle.paces import Paces, check_paces, export_paces, rate_tied
 
 #: seconds a time read back from shared state may be ahead of ours (clocks of workers differ)
 FUTURE_SLACK = 60.0
 
 
-def check_learned(raw: Any, now: float, max_spacing: float = math.inf) -> tuple[dict[str, Any] | None, str | None]:
+class LearnedRecord(TypedDict, total=False):
+    """A site's or a route's (``"<site> via <egress>"``) learned pacing as stored in shared
+    state (Redis or ``throttle.db``, JSON). Written by :func:`export_state` only and read
+    back by :func:`check_learned` only (the one decoder: the workers' restore and
+    `scrapy scale status` go through it). Fields missing from an older record read as
+    their defaults."""
+
+    delay: float
+    too_fast: float
+    too_fast_at: float
+    proven: float
+    settled: float
+    fastest_ok: float
+    #: answers by pace: bucket -> [answers, refusals] (throttle/paces.py)
+    paces: dict[str, list[float]]
+    #: when it was learned
+    at: float
+    #: paused by a Retry-After until then (0: not paused); shown by status, not restored
+    paused_until: float
+
+
+class LearnedState(TypedDict):
+    """A :class:`LearnedRecord` read back and checked (:func:`check_learned`)."""
+
+    paces: Paces
+    delay: float
+    at: float
+    too_fast: float
+    too_fast_at: float
+    proven: float
+    settled: float
+    fastest_ok: float
+    #: None when the stored value is not a finite time (status warns about it)
+    paused_until: float | None
+
+
+def check_learned(raw: Any, now: float, max_spacing: float = math.inf) -> tuple[LearnedState | None, str | None]:
     """A site's learned state as read back from shared state (a file, Redis), checked.
 
     Returns ``(state, None)`` when usable; ``(state, why)`` when something was repaired
@@ -59,35 +95,37 @@ def check_learned(raw: Any, now: float, max_spacing: float = math.inf) -> tuple[
         why, fastest = why or f"fastest good spacing {raw.get('fastest_ok')!r} is unusable; dropped", 0.0
     by_pace, paces_why = check_paces(raw.get("paces"))
     why = why or paces_why
-    state = {
-        "paces": by_pace,
-        "delay": delay,
-        "at": at,
-        "too_fast": tf,
-        "too_fast_at": tf_at,
-        "proven": proven,
-        "settled": settled,
-        "fastest_ok": fastest,
-    }
+    state = LearnedState(
+        paces=by_pace,
+        delay=delay,
+        at=at,
+        too_fast=tf,
+        too_fast_at=tf_at,
+        proven=proven,
+        settled=settled,
+        fastest_ok=fastest,
+        paused_until=as_finite(raw.get("paused_until", 0.0)),
+    )
     return state, why
 
 
-def export_state(pacing: Any, since: float = 0.0) -> dict[str, dict[str, Any]]:
-    """The learned state of sites changed after ``since``, as plain data."""
+def export_state(pacing: Any, since: float = 0.0) -> dict[str, LearnedRecord]:
+    """The learned state of sites changed after ``since``, as stored (the one encoder of
+    :class:`LearnedRecord`)."""
     return {
-        k: {
-            "delay": s.delay,
-            "too_fast": s.too_fast,
-            "too_fast_at": s.too_fast_at,
-            "proven": s.proven,
-            "settled": s.settled,
-            "fastest_ok": s.fastest_ok,
-            "paces": export_paces(s.paces),
-            "at": s.changed_at,
+        k: LearnedRecord(
+            delay=s.delay,
+            too_fast=s.too_fast,
+            too_fast_at=s.too_fast_at,
+            proven=s.proven,
+            settled=s.settled,
+            fastest_ok=s.fastest_ok,
+            paces=export_paces(s.paces),
+            at=s.changed_at,
             # for `scrapy scale status` / `watch` (which sites are paused, until when);
             # restore() does not adopt it: a pause is shared by the limiter, if at all
-            "paused_until": s.paused_until,
-        }
+            paused_until=s.paused_until,
+        )
         for k, s in pacing.sites.items()
         if (s.learned and s.changed_at > since) or s.paused_at > since
     }

@@ -50,7 +50,7 @@ from typing import Any
 
 from scrapy_scale import clock as clock_mod
 from scrapy_scale.throttle import paces
-from scrapy_scale.throttle.learned import export_state, restore_state
+from scrapy_scale.throttle.learned import LearnedRecord, export_state, restore_state
 from scrapy_scale.throttle.profiles import Profiles
 from scrapy_scale.throttle.state import FORGIVE_EVERY, SiteState
 
@@ -437,8 +437,8 @@ class Pacing:
 
     # ---- persistence and sharing ----------------------------------------------------------
 
-    def export(self, since: float = 0.0) -> dict[str, dict[str, Any]]:
-        """The learned state of sites changed after ``since``, as plain data."""
+    def export(self, since: float = 0.0) -> dict[str, LearnedRecord]:
+        """The learned state of sites changed after ``since``, as stored."""
         return export_state(self, since)
 
     def restore(self, learned: dict[str, dict[str, Any]]) -> int:

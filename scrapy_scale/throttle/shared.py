@@ -155,7 +155,7 @@ class RedisShared:
         raw = self._on_hash(lambda: self.client.hgetall(self.learned_key))
         return _decode_all(raw or {}, self.learned_key, self.warnings)
 
-    def save(self, learned: dict[str, dict[str, float]]) -> None:
+    def save(self, learned: Mapping[str, Mapping[str, Any]]) -> None:
         if learned:
             mapping: dict[Any, Any] = {k: json.dumps(v) for k, v in learned.items()}
             self._on_hash(lambda: self.client.hset(self.learned_key, mapping=mapping))
@@ -226,7 +226,7 @@ class SqliteShared:
             rows = self.db.execute("SELECT site, state FROM learned WHERE job = ?", (self.job,)).fetchall()
         return _decode_all(dict(rows), f"throttle.db (job {self.job})", self.warnings)
 
-    def save(self, learned: dict[str, dict[str, float]]) -> None:
+    def save(self, learned: Mapping[str, Mapping[str, Any]]) -> None:
         if not learned:
             return
         with self._lock:

@@ -52,10 +52,8 @@ def read(settings: Any, job: str) -> list[dict[str, Any]]:
         route = split_route(site)
         if route is not None:  # a route's own capacity (site via egress)
             row["route"] = {"site": route[0], "egress": route[1]}
-        try:
-            row["paused_until"] = float(raw.get("paused_until", 0.0))
-        except (TypeError, ValueError, OverflowError):  # an int of 400 digits: OverflowError
-            row["paused_until"] = math.nan  # paused() skips it, with a warning
+        # not a finite time (an int of 400 digits, text): paused() skips it, with a warning
+        row["paused_until"] = math.nan if v["paused_until"] is None else v["paused_until"]
         rows.append(row)
     return sorted(rows, key=lambda r: (-r["delay"], r["site"]))
 

@@ -18,6 +18,7 @@ from scrapy_scale.config import core_settings
 from scrapy_scale.daemon_pool import DaemonThreadPool
 from scrapy_scale.redact import redact_url
 from scrapy_scale.throttle import settings as throttle_settings
+from scrapy_scale.throttle.learned import LearnedRecord
 from scrapy_scale.throttle.routing import split_route
 from scrapy_scale.throttle.shared import open_shared
 
@@ -137,7 +138,7 @@ class PacerUpkeep:
             pacing.rejected.clear()
         return n
 
-    def _export(self, since: float = 0.0) -> dict[str, dict[str, float]]:
+    def _export(self, since: float = 0.0) -> dict[str, LearnedRecord]:
         """Learned state to save: the sites', and the routes' (keyed ``"<site> via <egress>"``)."""
         return {**self.pacing.export(since), **self.route_pacing.export(since)}
 

@@ -53,3 +53,30 @@ def test_status_names_the_paused_sites_and_until_when(tmp_path: Path, caplog: py
     text = status.format_paused(paused, clk.now)
     assert text.startswith("paused sites (Retry-After): shop1.test until ") and "(in 30 s)" in text, text
     assert status.paused(rows, clk.now + 31, 3600.0)[0]["site"] == "far.test"
+
+
+#: a learned-pacing record as the version before the typed record (LearnedRecord) wrote it
+OLD_LEARNED = (
+    '{"delay": 0.8, "too_fast": 0.5, "too_fast_at": 990.0, "proven": 0.6, "settled": 0.0, "fastest_ok": 0.7, '
+    '"paces": {"3": [12.0, 0.0], "5": [4.0, 2.0]}, "at": 995.0, "paused_until": 0.0}'
+)
+
+
+def test_a_learned_record_in_the_previous_written_form_reads_back_the_same() -> None:
+    """The typed record changes no stored byte: a record written by the previous version is
+    decoded by the one decoder, adopted, and written back with the same fields."""
+    import json
+
+    from scrapy_scale.clock import FakeClock
+    from scrapy_scale.throttle.learned import check_learned
+    from scrapy_scale.throttle.policy import Pacing
+    from scrapy_scale.throttle.profiles import Profiles
+
+    old = json.loads(OLD_LEARNED)
+    state, why = check_learned(old, 1000.0)
+    assert why is None and state is not None
+    assert {k: v for k, v in state.items() if k != "paces"} == {k: v for k, v in old.items() if k != "paces"}
+    assert state["paces"] == {int(b): c for b, c in old["paces"].items()}
+    pc = Pacing(Profiles.parse({}), FakeClock(1000.0))
+    assert pc.restore({"shop.test": old}) == 1
+    assert json.loads(json.dumps(pc.export()["shop.test"])) == old
