@@ -206,3 +206,38 @@ def test_hostile_frontier_state_in_sqlite_is_skipped_with_one_warning(tmp_path: 
         assert status.last_eligible_at is None and st["last_eligible_at"] is None
     warned = [line for line in said.lines if SQLITE_CASES[hostile] in line]
     assert len(warned) == 1, said.lines  # three reads (and two commands): one warning
+
+
+def test_a_hostile_run_marker_in_redis_is_clamped_or_stops_the_worker_cleanly(
+    redis_url: str, redis_prefix: str, said: Said
+) -> None:
+    """The run marker (scale:{JOB}:run: id, started, ended) read back by a worker joining
+    the run: a start time of text raised ValueError in begin_run (a traceback at every
+    worker's start); now it is taken as now, with one warning. An id that is no run number
+    names no run a worker can join: the worker stops with one clear error (FrontierFatal),
+    and `status` still prints."""
+    from scrapy_scale.frontier.store import FrontierFatal
+
+    store = open_store(redis_url, redis_prefix)
+    r = redis.Redis.from_url(redis_url)
+    k = f"scale:{{{redis_prefix}}}"
+    try:
+        first = store.begin_run()
+        r.hset(f"{k}:run", "started", "soon")
+        joined = [open_store(redis_url, redis_prefix) for _ in range(3)]
+        infos = [s.begin_run() for s in joined]
+        for s in joined:
+            s.close()
+        r.hset(f"{k}:run", "id", "abc")
+        late = open_store(redis_url, redis_prefix)
+        with pytest.raises(FrontierFatal, match="run marker"):
+            late.begin_run()
+        late.close()
+        _status_cli(redis_prefix, {"SCALE_FRONTIER_URL": redis_url})
+    finally:
+        store.close()
+        r.close()
+    assert [(i.run_id, i.resumed) for i in infos] == [(first.run_id, True)] * 3
+    assert all(i.started_at >= first.started_at for i in infos)  # taken as now
+    warned = [line for line in said.lines if "run document" in line]
+    assert len(warned) == 1, said.lines

@@ -107,6 +107,21 @@ def run_of(job: str, run_id: Any, started: Any, ended: Any, run_counts: Any, now
     return RunInfo(rid, at, end, False, good)
 
 
+def run_kept(job: str, run_id: Any, started: Any, ended: Any, now: float) -> RunInfo | None:
+    """A run a worker works on (the run marker's fields): a start or end time that is not
+    a time is taken as ``now`` (with :func:`run_of`'s one warning) rather than failing
+    the worker; None only when ``run_id`` is no run number (no run can be named by it)."""
+    info = run_of(job, run_id, started, ended, {}, now)
+    if info is not None:
+        return info
+    rid = whole(run_id, 1, MAX_RUN)
+    if rid is None:
+        return None
+    at = finite(started, 0.0, now + FAR_FUTURE)
+    end = None if ended in (None, False, "") else finite(ended, 0.0, now + FAR_FUTURE)
+    return RunInfo(rid, now if at is None else at, None if ended in (None, False, "") else end or now)
+
+
 def run_doc(job: str, raw: Any, now: float) -> RunInfo | None:
     """A run document of the Redis runs hash (JSON) read back; None with one warning."""
     try:

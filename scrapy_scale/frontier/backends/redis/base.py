@@ -18,7 +18,7 @@ from scrapy_scale import clock as clock_mod
 from scrapy_scale.frontier.backends import read_back
 from scrapy_scale.frontier.backends.redis import lua
 from scrapy_scale.frontier.backends.workers_read import pid_of
-from scrapy_scale.frontier.store import FrontierError, FrontierStore, RunInfo
+from scrapy_scale.frontier.store import FrontierError, FrontierFatal, FrontierStore, RunInfo
 from scrapy_scale.redact import redact_url
 from scrapy_scale.redis_open import RedisOpenError, is_cluster, open_redis
 
@@ -158,18 +158,25 @@ class RedisBase(FrontierStore):
 
     def begin_run(self) -> RunInfo:
         kind, rid, started, old = self.call_script("run", "begin", self.clock())
+        info = read_back.run_kept(self.job, rid, started, None, self.clock())
+        if info is None:
+            raise FrontierFatal(
+                f"job {self.job!r}'s run marker {self.key}:run names run {str(rid)[:30]!r}, which is no run "
+                "number a worker writes (another program wrote it): no run can be joined. Reset the job "
+                "(`scrapy scale reset`) to start it over"
+            )
         if kind == "new":
             self._unlink_run(old)
         self._run_id, self._high = str(rid), 0
-        return RunInfo(int(rid), float(started), None, kind == "resumed", {})
+        return RunInfo(info.run_id, info.started_at, None, kind == "resumed", {})
 
     def finish_run(self) -> RunInfo | None:
         res = self.call_script("run", "finish", self.clock())
         if not res:
             return None
         self._run_id = None  # ended: a later run of the job is no loss of state
-        info = read_back.run_of(self.job, res[1], res[2], res[3], {}, self.clock())
-        if info is None:
+        info = read_back.run_kept(self.job, res[1], res[2], res[3], self.clock())
+        if info is None:  # no run number: nothing this worker can have finished
             return None
         if len(res) > 4:  # the counts this call wrote (the script's own JSON)
             counts = read_back.counts(self.job, read_back.run_counts(self.job, res[4], res[1]) or {})
