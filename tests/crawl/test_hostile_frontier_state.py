@@ -241,3 +241,31 @@ def test_a_hostile_run_marker_in_redis_is_clamped_or_stops_the_worker_cleanly(
     assert all(i.started_at >= first.started_at for i in infos)  # taken as now
     warned = [line for line in said.lines if "run document" in line]
     assert len(warned) == 1, said.lines
+
+
+def test_eligible_times_that_are_not_finite_do_not_fail_the_lease(redis_url: str, redis_prefix: str) -> None:
+    """A ready record's eligible time of "-inf" made the lease script's wait sum infinite,
+    and Redis refused the HINCRBYFLOAT: every lease call of every worker failed, for ever.
+    "-1e308" twice did the same (their sum overflows). Now a time that is not finite is an
+    unreadable record (dead-lettered alone, as other corrupt fields are), and a wait is
+    counted as at most MAX_WAIT: the other records are leased and the average wait stays
+    finite."""
+    store = open_store(redis_url, redis_prefix)
+    r = redis.Redis.from_url(redis_url)
+    try:
+        store.begin_run()
+        store.enqueue([codec.new_request(Request(f"http://a.test/{i}")) for i in range(6)])
+        p = f"scale:{{{redis_prefix}}}:{r.hget(f'scale:{{{redis_prefix}}}:run', 'id').decode()}"
+        keys = sorted(r.scan_iter(match=f"{p}:r:*"))
+        for key, el in zip(keys, ["-inf", "nan", "-1e308", "-1e308"], strict=False):
+            r.hset(key, "el", el)
+        got = store.lease(W, 10, 60.0)
+        status = store.status()
+    finally:
+        store.close()
+        r.close()
+    leased = [x for x in got if x.error is None]
+    dead = [x for x in got if x.error is not None]
+    assert len(leased) == 4 and len(dead) == 2, got
+    assert all("is not a finite number" in x.error for x in dead), dead  # type: ignore[operator]
+    assert status.average_wait is not None and status.average_wait < 1e10

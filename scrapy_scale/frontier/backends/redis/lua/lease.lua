@@ -4,6 +4,9 @@ local out = {}
 local bad = {}
 local left = n
 local wait_sum, wait_n = 0, 0
+-- the longest wait counted for one lease: an eligible time far in the past (another program
+-- wrote it) must not make the sum infinite, which HINCRBYFLOAT refuses (every lease failed)
+local MAX_WAIT = 31536000
 local prios = redis.call('ZREVRANGE', P..':prios', 0, -1)
 for _, p in ipairs(prios) do
   if left <= 0 then break end
@@ -45,7 +48,7 @@ for _, p in ipairs(prios) do
         local r = redis.call('HMGET', key, 'd', 'a', 'enq', 'el', 'fc', 'fr')
         if not r[4] then r[4] = r[3] end  -- no el: eligible since it was enqueued
         local el = tonumber(r[4])
-        if now > el then wait_sum = wait_sum + (now - el) end
+        if now > el then wait_sum = wait_sum + math.min(now - el, MAX_WAIT) end
         wait_n = wait_n + 1
         out[#out + 1] = {got, r[1], dom, p, r[2], r[3], r[4], t, r[5] or '', r[6] or '', ''}
         left = left - 1

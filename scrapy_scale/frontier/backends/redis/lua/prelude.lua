@@ -106,6 +106,10 @@ local function unreadable(fp)
     if (i == 3 or i == 4) and (not tonumber(v) or string.find(v, '[xX]')) then
       return 'field '..names[i]..'='..string.format('%q', string.sub(v, 1, 50))..' is not a number'
     end
+    local x = tonumber(v)
+    if (i == 3 or i == 4) and not (x > -math.huge and x < math.huge) then  -- inf, -inf, nan
+      return 'field '..names[i]..'='..string.format('%q', string.sub(v, 1, 50))..' is not a finite number'
+    end
   end
   return nil
 end
