@@ -19,6 +19,7 @@ import os
 import threading
 import time
 import weakref
+import zlib
 from collections import deque
 from typing import Any
 
@@ -40,10 +41,14 @@ from scrapy_scale.outcomes.model import Outcome
 from scrapy_scale.quality import judged, report_build
 from scrapy_scale.quality import settings as quality_settings
 from scrapy_scale.quality.pipeline import figures_of
+from scrapy_scale.shared_values import loads
 
 logger = logging.getLogger(__name__)
 
 SUFFIX = ".json.gz"
+#: the largest snapshot read back, in characters (the write bound, SCALE_QUALITY_SNAPSHOT_MAX_BYTES,
+#: is of the compressed file)
+READ_MAX_CHARS = 256 << 20
 #: meta keys of one download, not of the request (a replay gets its own)
 TRANSIENT_META = (Downloader.DOWNLOAD_SLOT, "download_latency", "download_timeout", "_scale_", "proxy")
 
@@ -106,8 +111,14 @@ class SnapshotDir:
         return dropped
 
     def read(self, name: str) -> dict[str, Any]:
+        """A snapshot file read back (state on disk: untrusted): JSON of bounded nesting
+        (shared_values.loads; ValueError when not), a JSON object (ValueError when not);
+        a file that is not gzip raises OSError, a truncated one EOFError or zlib.error."""
         with open(os.path.join(self.folder, name), "rb") as f:
-            return json.loads(gzip.decompress(f.read()))  # type: ignore[no-any-return]
+            doc = loads(gzip.decompress(f.read()), max_chars=READ_MAX_CHARS)
+        if not isinstance(doc, dict):
+            raise ValueError(f"not a snapshot: a JSON {type(doc).__name__}")
+        return doc
 
     def entries(self, cls: str | None = None) -> list[str]:
         return [n for n in self.files() if cls is None or self.parse_name(n)[0] == cls]
@@ -117,9 +128,9 @@ class SnapshotDir:
         out = {}
         for n in self.files():
             try:
-                out[self.read(n)["url"]] = os.path.join(self.folder, n)
-            except (OSError, ValueError, KeyError):
-                continue
+                out[str(self.read(n)["url"])] = os.path.join(self.folder, n)
+            except (OSError, EOFError, zlib.error, ValueError, KeyError):
+                continue  # unreadable: the replay names it (replay_plan), the report skips it
         return out
 
 

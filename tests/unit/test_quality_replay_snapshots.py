@@ -168,3 +168,20 @@ def test_snapshots_record_the_settings_that_judged_them() -> None:
     rec = judged.record(s)
     assert rec["SCALE_CRITICAL_FIELDS"] == {"*": ["sku", "price"]} and rec["SCALE_ITEM_KEY"] == {"*": ["sku"]}
     assert judged.read(json.loads(json.dumps(rec))) == rec, "a record reads back as written"
+
+
+def test_the_reports_snapshot_index_skips_unreadable_files(tmp_path: Path) -> None:
+    """The snapshot folder is state read back: a file of JSON nested 100,000 deep raised
+    RecursionError out of SnapshotDir.index (the report's sample), a truncated gzip EOFError
+    and a JSON list TypeError. Each is skipped; the good snapshot is indexed."""
+    d = SnapshotDir(str(tmp_path / "snaps"))
+    d.write({"url": "http://a.test/good", "fingerprint": "fpgood", "cls": "parse_failed", "body": ""})
+    bad = {
+        "fpdeep": gzip.compress(("[" * 100_000 + "]" * 100_000).encode()),
+        "fpcut": gzip.compress(b'{"url": "http://a.test/cut"}')[:-12],
+        "fplist": gzip.compress(b'["http://a.test/list"]'),
+        "fpnotgz": b"not gzip",
+    }
+    for i, (fp, data) in enumerate(bad.items()):
+        (tmp_path / "snaps" / f"{i:020d}-parse_failed-{fp}.json.gz").write_bytes(data)
+    assert list(d.index()) == ["http://a.test/good"]
