@@ -269,3 +269,59 @@ def test_eligible_times_that_are_not_finite_do_not_fail_the_lease(redis_url: str
     assert len(leased) == 4 and len(dead) == 2, got
     assert all("is not a finite number" in x.error for x in dead), dead  # type: ignore[operator]
     assert status.average_wait is not None and status.average_wait < 1e10
+
+
+def test_heartbeats_not_utf8_written_during_the_run_are_skipped(redis_url: str, redis_prefix: str, said: Said) -> None:
+    """The heartbeats hash is read by every worker's sync (its fair share of the job): a
+    field or value that is not UTF-8, written while the run goes on (a new run deletes the
+    hash), raised UnicodeDecodeError out of RedisStore.beats at every sync. Now it is
+    skipped with one warning, and the workers' own heartbeats are read."""
+    store = open_store(redis_url, redis_prefix)
+    r = redis.Redis.from_url(redis_url)
+    try:
+        store.begin_run()
+        store.heartbeat(W, store.clock() + 30)
+        r.hset(f"scale:{{{redis_prefix}}}:alive", mapping={b"\xff\xfe": b"1 2", "ghost/1": b"\xff"})
+        reads = [store.beats() for _ in range(3)]
+    finally:
+        store.close()
+        r.close()
+    assert sorted(reads[-1]) == [W] and len(reads[-1][W]) == 2, reads[-1]
+    warned = [line for line in said.lines if "unreadable field(s)" in line]
+    assert len(warned) == 1 and "2 unreadable" in warned[0], said.lines
+
+
+@pytest.mark.parametrize("backend", ["redis", "sqlite"])
+def test_an_unreadable_record_is_not_shown_by_get(
+    tmp_path: Path, redis_url: str, redis_prefix: str, said: Said, backend: str
+) -> None:
+    """`scrapy scale replay` asks the frontier for the state of each replayed request
+    (store.get): a record with a state no frontier writes raised KeyError (SQLite) or
+    IndexError (Redis), a count of text ValueError, a field not UTF-8 UnicodeDecodeError.
+    Now get() returns None for it (no record: its snapshot is kept), with one warning."""
+    url = redis_url if backend == "redis" else f"sqlite:///{tmp_path / 'frontier.db'}"
+    job = redis_prefix if backend == "redis" else f"job-get-{redis_prefix}"
+    store = open_store(url, job)
+    try:
+        _fill(store)
+        fps = [codec.default_fingerprint(Request(f"http://b.test/{i}")) for i in range(3)]
+        if backend == "redis":
+            r = redis.Redis.from_url(redis_url)
+            p = f"scale:{{{job}}}:{r.hget(f'scale:{{{job}}}:run', 'id').decode()}"
+            r.hset(f"{p}:r:{fps[0]}", "st", "9")
+            r.hset(f"{p}:r:{fps[1]}", "a", "many")
+            r.hset(f"{p}:r:{fps[2]}", "dom", b"\xff")
+            r.close()
+        else:
+            db = sqlite3.connect(tmp_path / "frontier.db", isolation_level=None)
+            db.execute("PRAGMA ignore_check_constraints = 1")
+            for fp in fps:
+                db.execute("UPDATE requests SET state=9 WHERE job=? AND fp=?", (job, fp))
+            db.close()
+        got = [[store.get(fp) for fp in fps] for _ in range(3)]
+        good = store.get(codec.default_fingerprint(Request("http://a.test/2")))
+    finally:
+        store.close()
+    assert got[-1] == [None, None, None] and good is not None and good["state"] == "pending"
+    warned = [line for line in said.lines if "unreadable record" in line]
+    assert len(warned) == 1, said.lines

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from scrapy_scale.frontier.records.records import RunInfo
+from scrapy_scale.frontier.records.records import RunInfo, State
 from scrapy_scale.shared_values import Refused, Warnings, decode_hash, finite, loads, whole
 
 logger = logging.getLogger("scrapy_scale.frontier")
@@ -152,3 +152,46 @@ def _refused(job: str, run_id: Any, why: str) -> RunInfo | None:
         why,
     )
     return None
+
+
+#: the Redis record's state field ("st") as the public state
+REDIS_STATES = (State.PENDING, State.PENDING, State.LEASED, State.DONE, State.FAILED)
+
+
+def redis_record(job: str, fingerprint: str, h: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A Redis record hash read back (``RedisStore.get``, for `scrapy scale replay`); None
+    with one warning when a field is not what the frontier writes."""
+    st = whole(h.get("st"), 0, len(REDIS_STATES) - 1)
+    p, a, t = whole(h.get("p"), -(2**63), 2**63), whole(h.get("a"), 0, MAX_COUNT), whole(h.get("t"), 0, 2**63)
+    enq = finite(h.get("enq"))
+    el = finite(h.get("el", h.get("enq")))
+    le = finite(h["le"]) if h.get("le") else None
+    if st is None or p is None or a is None or t is None or enq is None or el is None or (h.get("le") and le is None):
+        unreadable_record(job, fingerprint, "a field is not what the frontier writes")
+        return None
+    return {
+        "fingerprint": fingerprint,
+        "state": REDIS_STATES[st],
+        "data": str(h.get("d", "")),
+        "domain": str(h.get("dom", "")),
+        "priority": p,
+        "attempts": a,
+        "eligible_at": el,
+        "enqueued_at": enq,
+        "last_failure": (str(h["fc"]), str(h.get("fr", ""))) if h.get("fc") else None,
+        "owner": h.get("o"),
+        "lease_expires": le,
+        "token": t,
+    }
+
+
+def unreadable_record(job: str, fingerprint: str, why: str) -> None:
+    """One warning per job: a record that cannot be read back is not shown."""
+    warnings.warn(
+        job,
+        "record",
+        "frontier: skipping unreadable record %s of job %r (%s); shared state is untrusted",
+        fingerprint[:40],
+        job,
+        why,
+    )

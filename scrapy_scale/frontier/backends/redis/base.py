@@ -21,6 +21,7 @@ from scrapy_scale.frontier.backends.workers_read import pid_of
 from scrapy_scale.frontier.store import FrontierError, FrontierFatal, FrontierStore, RunInfo
 from scrapy_scale.redact import redact_url
 from scrapy_scale.redis_open import RedisOpenError, is_cluster, open_redis
+from scrapy_scale.shared_values import decode_hash
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -226,11 +227,15 @@ class RedisBase(FrontierStore):
         self.retrying(lambda: self.r.hset(self.alive_key, worker, f"{now!r} {until!r}"))
 
     def beats(self) -> dict[str, tuple[Any, Any]]:
-        raw = self.retrying(lambda: self.r.hgetall(self.alive_key))
+        # read as bytes: a field or value that is not UTF-8 (another program wrote it while
+        # the run goes on) is skipped with one warning, not a UnicodeDecodeError at every sync
+        raw = self.retrying(lambda: self.r.execute_command("HGETALL", self.alive_key, NEVER_DECODE=True))
+        good, bad = decode_hash(raw or {}, as_json=False)
+        read_back.warnings.refused(self.alive_key, bad, "frontier: heartbeats")
         out: dict[str, tuple[Any, Any]] = {}
-        for worker, value in raw.items():
-            parts = str(value).split()
-            out[str(worker)] = (parts[0], parts[1]) if len(parts) == 2 else (value, None)
+        for worker, value in good.items():
+            parts = value.split()
+            out[worker] = (parts[0], parts[1]) if len(parts) == 2 else (value, None)
         return out
 
 

@@ -318,7 +318,11 @@ class RedisStore(RedisBase):
 
     def get(self, fingerprint: str) -> dict[str, Any] | None:
         p = self.run_prefix()
-        h = self.retrying(lambda: self.r.hgetall(f"{p}:r:{fingerprint}"))
+        try:
+            h = self.retrying(lambda: self.r.hgetall(f"{p}:r:{fingerprint}"))
+        except UnicodeDecodeError:  # a field another program wrote that is not UTF-8
+            read_back.unreadable_record(self.job, fingerprint, "a field is not UTF-8")
+            return None
         if not h:
             if not int(self.call_script("isdone", fingerprint)):
                 return None
@@ -337,21 +341,7 @@ class RedisStore(RedisBase):
                 "lease_expires": None,
                 "token": 0,
             }
-        st = int(h["st"])
-        return {
-            "fingerprint": fingerprint,
-            "state": (State.PENDING, State.PENDING, State.LEASED, State.DONE, State.FAILED)[st],
-            "data": h.get("d", ""),
-            "domain": h["dom"],
-            "priority": int(h["p"]),
-            "attempts": int(h["a"]),
-            "eligible_at": float(h.get("el", h["enq"])),
-            "enqueued_at": float(h["enq"]),
-            "last_failure": (h["fc"], h.get("fr", "")) if h.get("fc") else None,
-            "owner": h.get("o"),
-            "lease_expires": float(h["le"]) if h.get("le") else None,
-            "token": int(h["t"]),
-        }
+        return read_back.redis_record(self.job, fingerprint, h)
 
     def give_up_after(self, seconds: float) -> None:
         self.retry_for = seconds

@@ -384,6 +384,11 @@ class SqliteStore(SqliteBase):
             return None
         d = dict(zip([c[0] for c in cur.description], row, strict=True))
         d["fingerprint"] = d.pop("fp")
+        if d["state"] not in PUBLIC_STATES:  # another program wrote it: not shown, one warning
+            read_back.unreadable_record(
+                self.job, fingerprint, f"state {str(d['state'])[:20]!r} is none the frontier writes"
+            )
+            return None
         d["state"] = PUBLIC_STATES[d["state"]]
         cls, reason = d.pop("fail_cls"), d.pop("fail_reason")
         d["last_failure"] = (cls, reason or "") if cls else None
