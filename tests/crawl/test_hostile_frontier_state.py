@@ -232,13 +232,16 @@ def test_a_hostile_run_marker_in_redis_is_clamped_or_stops_the_worker_cleanly(
         late = open_store(redis_url, redis_prefix)
         with pytest.raises(FrontierFatal, match="run marker"):
             late.begin_run()
-        late.close()
         _status_cli(redis_prefix, {"SCALE_FRONTIER_URL": redis_url})
+        late.reset()  # what the error says to do: the job starts over
+        again = late.begin_run()
+        late.close()
     finally:
         store.close()
         r.close()
     assert [(i.run_id, i.resumed) for i in infos] == [(first.run_id, True)] * 3
     assert all(i.started_at >= first.started_at for i in infos)  # taken as now
+    assert again.run_id > first.run_id and not again.resumed
     warned = [line for line in said.lines if "run document" in line]
     assert len(warned) == 1, said.lines
 
@@ -325,3 +328,34 @@ def test_an_unreadable_record_is_not_shown_by_get(
     assert got[-1] == [None, None, None] and good is not None and good["state"] == "pending"
     warned = [line for line in said.lines if "unreadable record" in line]
     assert len(warned) == 1, said.lines
+
+
+def test_a_current_run_of_text_in_sqlite_stops_the_worker_and_keeps_the_records(tmp_path: Path, said: Said) -> None:
+    """SQLite's jobs.current_run of text named no run row, so begin_run took the job as
+    having no run, wiped its records and began run 1 again: every pending request lost.
+    Now the worker stops with one clear error, and the records stay; `status` prints (no
+    run, one warning) and `reset` still starts the job over."""
+    from scrapy_scale.frontier.store import FrontierFatal
+
+    url = f"sqlite:///{tmp_path / 'frontier.db'}"
+    store = open_store(url, "job")
+    try:
+        _fill(store)
+    finally:
+        store.close()
+    db = sqlite3.connect(tmp_path / "frontier.db", isolation_level=None)
+    db.execute("UPDATE jobs SET current_run='abc' WHERE job='job'")
+    db.close()
+    late = open_store(url, "job")
+    try:
+        with pytest.raises(FrontierFatal, match="run marker"):
+            late.begin_run()
+        counts = late.counts()
+        st = _status_cli("job", {"SCALE_FRONTIER_URL": url})
+        late.reset()
+        again = late.begin_run()
+    finally:
+        late.close()
+    assert counts["pending"] == 4 and counts["leased"] == 1 and counts["failed"] == 1, counts
+    assert st["run"] is None and again.run_id >= 1 and not again.resumed
+    assert len([line for line in said.lines if "run document" in line]) == 1, said.lines

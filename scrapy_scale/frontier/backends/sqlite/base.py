@@ -19,7 +19,8 @@ from scrapy_scale import clock as clock_mod
 from scrapy_scale.frontier.backends import read_back
 from scrapy_scale.frontier.backends.sqlite.schema import LAYOUT, SCHEMA, STATE_NAMES, Tx
 from scrapy_scale.frontier.backends.workers_read import pid_of
-from scrapy_scale.frontier.store import FrontierError, FrontierStore, RunInfo
+from scrapy_scale.frontier.store import FrontierError, FrontierFatal, FrontierStore, RunInfo
+from scrapy_scale.shared_values import whole
 from scrapy_scale.sqlite_open import setup_retrying, statements
 
 
@@ -186,13 +187,27 @@ class SqliteBase(FrontierStore):
                 return RunInfo(run_id, self.clock())
         return info
 
-    def _current_run_id(self) -> int | None:
+    def _current_run_id(self, strict: bool = False) -> int | None:
+        """The job's current run number; one that is no run number (another program wrote
+        it) is None with one warning, or with ``strict`` (begin_run, which would take the
+        job as having no run and wipe its records) a :class:`FrontierFatal`."""
         row = self.db.execute("SELECT current_run FROM jobs WHERE job=?", (self.job,)).fetchone()
-        return row[0] if row else None
+        if not row or row[0] is None:
+            return None
+        rid = whole(row[0], 1, read_back.MAX_RUN)
+        if rid is None and not strict:
+            read_back.run_of(self.job, row[0], 0.0, None, {}, self.clock())  # its one warning
+        elif rid is None:
+            raise FrontierFatal(
+                f"job {self.job!r}'s run marker (jobs.current_run in {self.path}) is {str(row[0])[:30]!r}, "
+                "which is no run number a worker writes (another program wrote it): no run can be joined. "
+                "Reset the job (`scrapy scale reset`) to start it over"
+            )
+        return rid
 
     def begin_run(self) -> RunInfo:
         with self._tx() as db:
-            cur = self._current_run_id()
+            cur = self._current_run_id(strict=True)
             info = self._run_kept(cur)
             if info is not None and info.ended_at is None:
                 return RunInfo(info.run_id, info.started_at, None, True, {})

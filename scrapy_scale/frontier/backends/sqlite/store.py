@@ -405,6 +405,8 @@ class SqliteStore(SqliteBase):
             self._wipe(db)
             db.execute("DELETE FROM workers WHERE job=?", (self.job,))
             db.execute("DELETE FROM beats WHERE job=?", (self.job,))
+            # a run marker that is no run number (another program wrote it) is forgotten too
+            db.execute("UPDATE jobs SET current_run=NULL WHERE job=? AND typeof(current_run)!='integer'", (self.job,))
             info = self._run(self._current_run_id())
             if info is not None and info.ended_at is None:
                 db.execute(
