@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -169,7 +170,7 @@ SQLITE_CASES = {
 
 @pytest.mark.parametrize("hostile", sorted(SQLITE_CASES))
 def test_hostile_frontier_state_in_sqlite_is_skipped_with_one_warning(tmp_path: Path, said: Said, hostile: str) -> None:
-    job = f"job-{hostile}"  # warnings are once per job and kind in a process: its own
+    job = f"job-{hostile}-{uuid.uuid4().hex[:8]}"  # warnings are once per job and kind in a process: its own
     url = f"sqlite:///{tmp_path / 'frontier.db'}"
     store = open_store(url, job)
     try:
@@ -338,20 +339,21 @@ def test_a_current_run_of_text_in_sqlite_stops_the_worker_and_keeps_the_records(
     from scrapy_scale.frontier.store import FrontierFatal
 
     url = f"sqlite:///{tmp_path / 'frontier.db'}"
-    store = open_store(url, "job")
+    job = f"job-{uuid.uuid4().hex[:8]}"  # warnings are once per job and kind in a process: its own
+    store = open_store(url, job)
     try:
         _fill(store)
     finally:
         store.close()
     db = sqlite3.connect(tmp_path / "frontier.db", isolation_level=None)
-    db.execute("UPDATE jobs SET current_run='abc' WHERE job='job'")
+    db.execute("UPDATE jobs SET current_run='abc' WHERE job=?", (job,))
     db.close()
-    late = open_store(url, "job")
+    late = open_store(url, job)
     try:
         with pytest.raises(FrontierFatal, match="run marker"):
             late.begin_run()
         counts = late.counts()
-        st = _status_cli("job", {"SCALE_FRONTIER_URL": url})
+        st = _status_cli(job, {"SCALE_FRONTIER_URL": url})
         late.reset()
         again = late.begin_run()
     finally:

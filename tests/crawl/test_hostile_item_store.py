@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,21 +73,22 @@ def test_hostile_item_rows_are_skipped_with_one_warning(tmp_path: Path, said: Sa
 
 def test_hostile_rows_in_the_quality_history_are_skipped_with_one_warning(tmp_path: Path, said: Said) -> None:
     url = f"sqlite:///{tmp_path / 'items.db'}"
+    job = f"j-{uuid.uuid4().hex[:8]}"  # warnings are once per job in a process: its own
     hist = History(url, "items", "items_quality_runs")
     hist.open()
     try:
-        good = RunFigures(job="j", run_id="1", classes={"ok": 3}, validated=3)  # type: ignore[arg-type]
+        good = RunFigures(job=job, run_id="1", classes={"ok": 3}, validated=3)  # type: ignore[arg-type]
         hist.put_figures(good, "a", 100.0, final=True)
         # a second part of run 1 with counts of text and of the wrong type, a start of text
-        bad = {"job": "j", "run_id": "1", "kind": "figures", "part": "b", "started": "soon", "final": True}
+        bad = {"job": job, "run_id": "1", "kind": "figures", "part": "b", "started": "soon", "final": True}
         bad["data"] = {"classes": {"ok": "many", "blocked": 2}, "validated": "x", "content_fields": 5}
         db = sqlite3.connect(tmp_path / "items.db", isolation_level=None)
-        rows = [(SEP.join(("j", "1", "figures", "b")), json.dumps(bad), 1.0)]
-        rows += [(SEP.join(("j", "1", "figures", k)), v, 1.0) for k, v in BAD_ROWS.items()]
+        rows = [(SEP.join((job, "1", "figures", "b")), json.dumps(bad), 1.0)]
+        rows += [(SEP.join((job, "1", "figures", k)), v, 1.0) for k, v in BAD_ROWS.items()]
         db.executemany("INSERT INTO items_quality_runs (id, doc, at) VALUES (?, ?, ?)", rows)
         db.close()
         for _ in range(3):
-            runs = hist.runs("j")
+            runs = hist.runs(job)
     finally:
         hist.close()
     (run,) = runs
