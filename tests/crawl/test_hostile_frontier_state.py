@@ -361,3 +361,54 @@ def test_a_current_run_of_text_in_sqlite_stops_the_worker_and_keeps_the_records(
     assert counts["pending"] == 4 and counts["leased"] == 1 and counts["failed"] == 1, counts
     assert st["run"] is None and again.run_id >= 1 and not again.resumed
     assert len([line for line in said.lines if "run document" in line]) == 1, said.lines
+
+
+def test_a_run_sequence_that_is_no_number_lets_the_next_run_begin_after_the_highest(
+    redis_url: str, redis_prefix: str, said: Said
+) -> None:
+    """The job's run sequence (scale:{JOB}:meta runseq) set to text by another program: the
+    run script's HINCRBY failed on it, so no run of the job could begin again (every
+    worker's start raised). Now the next run follows the highest run recorded, with one
+    warning; later runs count on from there."""
+    store = open_store(redis_url, redis_prefix)
+    r = redis.Redis.from_url(redis_url)
+    k = f"scale:{{{redis_prefix}}}"
+    try:
+        first = store.begin_run().run_id
+        store.reset()
+        second = store.begin_run().run_id
+        r.hset(f"{k}:meta", "runseq", "lots")
+        store.reset()
+        third = store.begin_run().run_id
+        store.reset()
+        fourth = store.begin_run().run_id
+    finally:
+        store.close()
+        r.close()
+    assert (second, third, fourth) == (first + 1, first + 2, first + 3)
+    warned = [line for line in said.lines if "run sequence" in line]
+    assert len(warned) == 1, said.lines
+
+
+def test_a_run_marker_not_utf8_stops_the_worker_cleanly_and_status_prints(
+    redis_url: str, redis_prefix: str, said: Said
+) -> None:
+    """A run marker id that is not UTF-8: the run script's reply and every read of the run's
+    keys raised UnicodeDecodeError (a traceback in every worker and in `status`). A worker
+    now stops with the marker's clear error, and `status` prints."""
+    from scrapy_scale.frontier.store import FrontierFatal
+
+    store = open_store(redis_url, redis_prefix)
+    r = redis.Redis.from_url(redis_url)
+    k = f"scale:{{{redis_prefix}}}"
+    try:
+        _fill(store)
+        r.hset(f"{k}:run", "id", b"\xff\xfe")
+        late = open_store(redis_url, redis_prefix)
+        with pytest.raises(FrontierFatal, match="run marker"):
+            late.begin_run()
+        late.close()
+        _status_cli(redis_prefix, {"SCALE_FRONTIER_URL": redis_url})
+    finally:
+        store.close()
+        r.close()

@@ -135,8 +135,18 @@ class RedisBase(FrontierStore):
         return self.retrying(lambda: self.r.execute_command("HGET", key, field, NEVER_DECODE=True))
 
     def run_prefix(self) -> str:
-        run = self.retrying(lambda: self.r.hget(f"{self.key}:run", "id")) or "0"
+        # read back as bytes: an id another program made no UTF-8 names keys no run wrote (a
+        # worker stops at begin_run on it; `status` shows no counts), never a traceback
+        raw = self.hget_bytes(f"{self.key}:run", "id")
+        run = "0" if not raw else bytes(raw).decode("utf-8", "replace")
         return f"{self.key}:{run}"
+
+    def _bad_marker(self, rid: Any) -> FrontierFatal:
+        return FrontierFatal(
+            f"job {self.job!r}'s run marker {self.key}:run names run {str(rid)[:30]!r}, which is no run "
+            "number a worker writes (another program wrote it): no run can be joined. Reset the job "
+            "(`scrapy scale reset`) to start it over"
+        )
 
     def _unlink_run(self, run_id: str) -> None:
         if not run_id:
@@ -158,13 +168,21 @@ class RedisBase(FrontierStore):
     # ---- runs ------------------------------------------------------------------------
 
     def begin_run(self) -> RunInfo:
-        kind, rid, started, old = self.call_script("run", "begin", self.clock())
+        # as bytes: the marker's id is read back, and another program may have made it no text
+        reply = self.call_script_bytes("run", "begin", self.clock())
+        kind, rid, started, old = (bytes(x).decode("utf-8", "replace") for x in reply[:4])
         info = read_back.run_kept(self.job, rid, started, None, self.clock())
         if info is None:
-            raise FrontierFatal(
-                f"job {self.job!r}'s run marker {self.key}:run names run {str(rid)[:30]!r}, which is no run "
-                "number a worker writes (another program wrote it): no run can be joined. Reset the job "
-                "(`scrapy scale reset`) to start it over"
+            raise self._bad_marker(rid)
+        if len(reply) > 4 and reply[4]:
+            read_back.warnings.warn(
+                self.job,
+                "runseq",
+                "frontier: job %r's run sequence %s:meta runseq was no whole number (another program "
+                "wrote it); run %s follows the highest run recorded",
+                self.job,
+                self.key,
+                rid,
             )
         if kind == "new":
             self._unlink_run(old)

@@ -313,8 +313,8 @@ class RedisStore(RedisBase):
         return redis_status.read_status(self)
 
     def current_run(self) -> RunInfo | None:
-        rid = self.retrying(lambda: self.r.hget(f"{self.key}:run", "id"))
-        return self.run_info(rid) if rid else None
+        raw = self.hget_bytes(f"{self.key}:run", "id")  # read back: bytes (see run_prefix)
+        return self.run_info(bytes(raw).decode("utf-8", "replace")) if raw else None
 
     def get(self, fingerprint: str) -> dict[str, Any] | None:
         p = self.run_prefix()

@@ -15,19 +15,37 @@ local function record(id, started, ended, c)
   redis.call('HSET', K..':runs', id, cjson.encode({run_id = tonumber(id), started_at = tonumber(started),
     ended_at = ended or false, counts = c}))
 end
+local MAX_RUN = 9007199254740992  -- 2^53, read_back.MAX_RUN
+local function whole(v)  -- a run number read back, or nil
+  local n = tonumber(v)
+  if n and n >= 0 and n < MAX_RUN and n == math.floor(n) then return n end
+  return nil
+end
 local function new_run()
   redis.call('DEL', K..':alive')
-  local id = redis.call('HINCRBY', K..':meta', 'runseq', 1)
+  -- the run sequence read back: one another program made no whole number (HINCRBY
+  -- failed on it: no run could begin) restarts after the highest run recorded
+  local seq = redis.call('HGET', K..':meta', 'runseq')
+  local n, bad = whole(seq), ''
+  if seq and not n then
+    n, bad = 0, 'runseq'
+    for _, rid in ipairs(redis.call('HKEYS', K..':runs')) do
+      local r = whole(rid)
+      if r and r > n then n = r end
+    end
+  end
+  local id = (n or 0) + 1
+  redis.call('HSET', K..':meta', 'runseq', id)
   redis.call('HSET', K..':run', 'id', id, 'started', now, 'ended', '')
   record(id, now, nil, {})
-  return id
+  return id, bad
 end
 local running = cur[1] and cur[3] == ''
 if op == 'begin' then
   if running then return {'resumed', cur[1], cur[2], ''} end
   local old = cur[1] or ''
-  local id = new_run()
-  return {'new', tostring(id), tostring(now), old}
+  local id, bad = new_run()
+  return {'new', tostring(id), tostring(now), old, bad}
 elseif op == 'finish' then
   if not cur[1] then return {} end
   if not running then return {'ended', cur[1], cur[2], cur[3]} end
