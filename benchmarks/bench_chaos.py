@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_chaos                  # the plan below, the three stacks, one round
     python -m benchmarks.bench_chaos --rounds 2 --pages 200 --rate 4
+    python -m benchmarks.bench_chaos --plan real     # nginx, tinyproxy, Squid: benchmarks/chaos_real.py
 
 The plan (a fresh in-process testbed per crawl, same seed, so every stack meets the same
 faults and full rate buckets): ``--hosts`` hosts (default 5) of ``--pages`` detail pages
@@ -55,6 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import chaos_real  # noqa: E402
 from scrapy_scale.testbed import ProxySpec, Testbed  # noqa: E402
 from tests.support.crawling import start_crawl  # noqa: E402
 
@@ -77,11 +79,13 @@ WINDOW = 2.0  # seconds of the window the Crawl-delay host's rate is measured ov
 
 class CountProxies:
     """Downloader middleware (order 950, next to the downloader): per proxy, attempts sent,
-    and how many had been sent when its MIN_FAILURES-th failure (an exception) came back;
-    written as JSON to BENCH_PROXY_COUNTS when the spider closes."""
+    and how many had been sent when its MIN_FAILURES-th failure (an exception, or any
+    answer of a proxy in BENCH_SELF_ANSWERING: one that answers every request itself) came
+    back; written as JSON to BENCH_PROXY_COUNTS when the spider closes."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, self_answering: list[str] | tuple[str, ...] = ()):
         self.path, self.t0 = path, time.monotonic()
+        self.self_answering = set(self_answering)
         self.sent: Counter[str] = Counter()
         self.failed: Counter[str] = Counter()
         self.evictable: dict[str, tuple[int, float]] = {}  # proxy -> (sent then, seconds into the crawl)
@@ -90,7 +94,7 @@ class CountProxies:
     def from_crawler(cls, crawler: Any) -> CountProxies:
         from scrapy import signals
 
-        mw = cls(crawler.settings.get("BENCH_PROXY_COUNTS"))
+        mw = cls(crawler.settings.get("BENCH_PROXY_COUNTS"), crawler.settings.getlist("BENCH_SELF_ANSWERING"))
         crawler.signals.connect(mw.closed, signal=signals.spider_closed)
         return mw
 
@@ -102,7 +106,15 @@ class CountProxies:
     def process_request(self, request: Any, spider: Any = None) -> None:
         self.sent[self.key(request)] += 1
 
+    def process_response(self, request: Any, response: Any, spider: Any = None) -> Any:
+        if self.key(request) in self.self_answering:
+            self.failure(request)
+        return response
+
     def process_exception(self, request: Any, exception: BaseException, spider: Any = None) -> None:
+        self.failure(request)
+
+    def failure(self, request: Any) -> None:
         k = self.key(request)
         self.failed[k] += 1
         if self.failed[k] == MIN_FAILURES:
@@ -311,38 +323,51 @@ def report(rows: list[dict[str, Any]], plan: Plan, cmd: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--plan", choices=("testbed", "real"), default="testbed", help="real: benchmarks/chaos_real.py")
     ap.add_argument("--hosts", type=int, default=5, help="at least 5 (host 5 has the Crawl-delay)")
-    ap.add_argument("--pages", type=int, default=120, help="detail pages per host")
+    ap.add_argument("--pages", type=int, help="detail pages per host (testbed 120, real 200 on each limited host)")
+    ap.add_argument("--cd-pages", type=int, default=25, help="real plan: detail pages of the Crawl-delay host")
     ap.add_argument("--rate", type=float, default=4.0, help="requests/s each host allows per client address")
     ap.add_argument("--slow", type=float, default=0.3, help="host 3's latency, seconds")
     ap.add_argument("--burst", type=float, default=6.0, help="seconds host 4 fails from its first request")
-    ap.add_argument("--crawl-delay", type=float, default=0.1, help="host 5's robots.txt Crawl-delay")
+    ap.add_argument("--crawl-delay", type=float, help="the Crawl-delay host's robots.txt (testbed 0.1, real 1)")
     ap.add_argument("--noise", type=float, default=0.05, help="share of random 503s")
-    ap.add_argument("--timeout", type=float, default=10.0, help="DOWNLOAD_TIMEOUT of every stack")
-    ap.add_argument("--max-seconds", type=float, default=90.0, help="CLOSESPIDER_TIMEOUT of every stack")
+    ap.add_argument("--timeout", type=float, default=10.0, help="DOWNLOAD_TIMEOUT of every stack (real: the add-on's)")
+    ap.add_argument("--max-seconds", type=float, help="CLOSESPIDER_TIMEOUT of every stack (testbed 90, real 120)")
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--stacks", default="1,2,3", help="which stacks, by number (1,2,3)")
+    ap.add_argument("--stacks", help="which stacks, by number (testbed 1,2,3; real 1,2,3,4,5)")
     ap.add_argument("--seed", type=int, default=21)
     ap.add_argument(
         "--keep", metavar="DIR", help="keep every crawl's folder (log, stats, the testbed's request log) under DIR"
     )
     a = ap.parse_args(argv)
+    real = a.plan == "real"
     if a.hosts < 5:
         ap.error("--hosts must be at least 5")
-    plan = Plan(a.hosts, a.pages, a.rate, a.slow, a.burst, a.crawl_delay, a.noise, a.seed)
-    names = list(STACKS)
-    chosen = [names[int(i) - 1] for i in a.stacks.split(",") if i.strip()]
+    if a.pages is None:
+        a.pages = 200 if real else 120
+    if a.crawl_delay is None:
+        a.crawl_delay = 1.0 if real else 0.1
+    if a.max_seconds is None:
+        a.max_seconds = 120.0 if real else 90.0
+    names = list(chaos_real.STACKS if real else STACKS)
+    chosen = [
+        names[int(i) - 1] for i in (a.stacks or ",".join(str(i + 1) for i in range(len(names)))).split(",") if i.strip()
+    ]
     cmd = "python -m benchmarks.bench_chaos " + " ".join(sys.argv[1:] if argv is None else argv)
+    plan = Plan(a.hosts, a.pages, a.rate, a.slow, a.burst, a.crawl_delay, a.noise, a.seed)
+    real_plan = chaos_real.RealPlan(a.pages, a.cd_pages, a.crawl_delay, a.noise)
     rows, t0, load0 = [], time.monotonic(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-chaos-") as tmp_dir:
         tmp = a.keep or tmp_dir
         for r in range(a.rounds):
             order = chosen if r % 2 == 0 else list(reversed(chosen))
             for name in order:
-                rows.append(crawl(name, plan, a, Path(tmp) / f"r{r}-{names.index(name) + 1}"))
+                work = Path(tmp) / f"r{r}-{names.index(name) + 1}"
+                rows.append(chaos_real.crawl(name, real_plan, a, work, r) if real else crawl(name, plan, a, work))
                 print(json.dumps(rows[-1]), flush=True)
     print(f"\n{time.monotonic() - t0:.0f} s in all; load average {load0:.1f} -> {os.getloadavg()[0]:.1f}\n")
-    print(report(rows, plan, cmd.strip()))
+    print(chaos_real.report(rows, real_plan, cmd.strip()) if real else report(rows, plan, cmd.strip()))
     return 0
 
 

@@ -22,7 +22,7 @@ from scrapy_scale.outcomes.classify import Classifier
 from tests.crawl.test_egress_crawl import FAST
 from tests.support.crawling import start_crawl
 from tests.support.hang import hang_guard
-from tests.support.real_servers import RealSites, Site, Squid, Tinyproxy
+from tests.support.real_servers import Blackhole, RealSites, Site, Squid, Tinyproxy
 
 pytestmark = pytest.mark.crawl
 
@@ -115,18 +115,30 @@ def _verdict(url: str, answer: tuple[int, dict[str, str], bytes], proxy: str | N
 def test_the_real_servers_answer_as_the_tests_and_the_classifier_expect(tmp_path: Path):
     """What the unit tests take for tinyproxy's, Squid's and nginx's answers is what the
     programs installed here send: nginx's limit_req refusals (429 with Retry-After, its
-    503), Crawl-delay, deny, the access log's client addresses; the proxies' own pages."""
+    503), Crawl-delay, deny, the access log's client addresses; the proxies' own pages;
+    the random 503s of a site with ``noise``; the blackhole, which never answers."""
     _, _, c, d = SITES
     # one request a minute: the second is refused whatever the machine's speed
     a = Site("a1", "127.0.1.5", pages=1, rate=1 / 60, burst=0, retry_after=1)
     b = Site("b1", "127.0.1.6", pages=1, rate=1 / 60, burst=0, limit_status=503)
+    noisy = Site("n1", "127.0.1.7", pages=1, noise=0.5)
     with (
-        RealSites(tmp_path / "nginx", [*SITES, a, b]) as web,
+        RealSites(tmp_path / "nginx", [*SITES, a, b, noisy]) as web,
         Tinyproxy(tmp_path / "tp-ok", out="127.0.2.1") as tp_ok,
         Squid(tmp_path / "sq-ok", out=SQUID_OUT) as sq_ok,
         Tinyproxy(tmp_path / "tp-dead", out="127.0.2.3", dead_upstream=True) as tp_dead,
         Squid(tmp_path / "sq-dead", out="127.0.2.4", dead_upstream=True) as sq_dead,
+        Blackhole() as hole,
     ):
+        # half of the noisy site's answers are nginx's own 503 (40 tries: both kinds, but for 2^-39)
+        noise = [_get(web.url(noisy, "/item/1.html")) for _ in range(40)]
+        assert {s for s, _, _ in noise} == {200, 503}
+        assert not [h for s, h, _ in noise if s == 503 and "Retry-After" in h]
+        with pytest.raises(OSError, match="timed out"):  # the blackhole takes the request, never answers
+            urllib.request.build_opener(urllib.request.ProxyHandler({"http": hole.url})).open(
+                web.url(c, "/item/1.html"), timeout=1
+            )
+        assert hole.accepted == 1
         item = web.url(a, "/item/1.html")
         assert _get(item)[0] == 200
         refused = _get(item)

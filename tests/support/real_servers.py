@@ -19,8 +19,11 @@ dead (``dead_upstream``: a port nothing listens on).
 from __future__ import annotations
 
 import os
+import selectors
 import shutil
+import socket
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -49,6 +52,9 @@ class Site:
     crawl_delay: float | None = None
     #: client addresses nginx answers 403
     deny: tuple[str, ...] = ()
+    #: share of requests (robots.txt aside) nginx answers its own 503 at random, before
+    #: the rate limit sees them (``split_clients`` on the request id)
+    noise: float = 0.0
 
 
 def _write_site(root: Path, site: Site) -> None:
@@ -110,9 +116,13 @@ class RealSites:
             denies = "".join(f"deny {a}; " for a in s.deny)
             refused = f"error_page {s.limit_status} = @refused;" if s.rate is not None else ""
             retry = f"add_header Retry-After {s.retry_after} always;" if s.retry_after is not None else ""
+            noise = ""
+            if s.noise > 0:
+                zones.append(f'split_clients "$request_id" $noise_{s.name} {{ {100 * s.noise:g}% 1; * ""; }}')
+                noise = f"if ($noise_{s.name}) {{ return 503; }}"
             servers.append(
                 f"server {{ listen {s.addr}:{self.port}; root {root}; {denies}"
-                f"location / {{ {limit} {refused} }} location = /robots.txt {{ }} "
+                f"location / {{ {noise} {limit} {refused} }} location = /robots.txt {{ }} "
                 f"location @refused {{ {retry} return {s.limit_status} 'slow down\\n'; }} }}"
             )
         temps = " ".join(
@@ -285,3 +295,60 @@ class Squid(_Proxy):
             if (self.home / name).exists():
                 shutil.copy(self.home / name, self.workdir / name)
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+class Blackhole:
+    """An egress that accepts connections, reads what it is sent and never answers nor
+    closes (what no installed proxy does on demand): a thread in this process."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.accepted = 0
+        self._stop = threading.Event()
+        self._sock: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def __enter__(self) -> Blackhole:
+        self._sock = socket.create_server((LOOPBACK, self.port), backlog=512)
+        self._thread = threading.Thread(target=self._serve, name="blackhole", daemon=True)
+        self._thread.start()
+        return self
+
+    def _serve(self) -> None:
+        assert self._sock is not None
+        sel = selectors.DefaultSelector()
+        self._sock.setblocking(False)
+        sel.register(self._sock, selectors.EVENT_READ)
+        held: list[socket.socket] = []
+        while not self._stop.is_set():
+            for key, _ in sel.select(timeout=0.2):
+                conn = key.fileobj
+                assert isinstance(conn, socket.socket)
+                if conn is self._sock:
+                    c, _addr = conn.accept()
+                    c.setblocking(False)
+                    self.accepted += 1
+                    held.append(c)
+                    sel.register(c, selectors.EVENT_READ)
+                else:
+                    try:
+                        gone = not conn.recv(65536)
+                    except OSError:  # reset by the client
+                        gone = True
+                    if gone:  # the client closed: let it go
+                        sel.unregister(conn)
+                        conn.close()
+        for c in held:
+            c.close()
+        sel.close()
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        if self._sock is not None:
+            self._sock.close()
