@@ -40,6 +40,16 @@ LEASE = declare(
     "Seconds a lease lasts unless renewed; a dead worker's requests return to pending after it.",
     COMPONENT,
 )
+PARTITIONS = declare(
+    "SCALE_FRONTIER_PARTITIONS",
+    None,
+    as_int(1, 1024),
+    "Partitions of a job's Redis frontier, split by site, each its own Cluster hash tag so one "
+    "job spreads over a Redis Cluster's shards. Default: 1 on a single Redis node, 4 per primary "
+    "on a Cluster. Fixed for a job's life (stored at its first start; a worker with another count "
+    "refuses to start). Not used by the SQLite frontier. See docs/distributed.md.",
+    COMPONENT,
+)
 WAIT_FOR_SEEDS = declare(
     "SCALE_FRONTIER_WAIT_FOR_SEEDS",
     False,

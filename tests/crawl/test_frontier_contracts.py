@@ -43,11 +43,24 @@ def _wait(pred, timeout: float, what: str, proc: CrawlProcess | None = None) -> 
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+#: the mark of a Redis frontier URL whose job is split into 3 partitions on one node
+S3 = "#partitions=3"
+
+
+@pytest.fixture(params=["sqlite", "redis", "redis-s3"])
 def frontier_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "redis":
         return str(request.getfixturevalue("redis_url"))
+    if request.param == "redis-s3":
+        return str(request.getfixturevalue("redis_url")) + S3
     return f"sqlite:///{tmp_path}/state/frontier.db"
+
+
+def frontier_conf(url: str) -> dict[str, Any]:
+    """The settings of a frontier_url: the URL, and 3 partitions when it has the S3 mark."""
+    if url.endswith(S3):
+        return {"SCALE_FRONTIER_URL": url[: -len(S3)], "SCALE_FRONTIER_PARTITIONS": 3}
+    return {"SCALE_FRONTIER_URL": url}
 
 
 @pytest.fixture
@@ -71,7 +84,7 @@ def test_start_requests_are_served_in_priority_order_on_every_backend(
     first one (which plain Scrapy too sends before it has read the others), pages are
     served highest priority first, in start order within one priority. The SQLite store
     interleaved priority levels within a lease batch (0,2,1,0,2,1,...)."""
-    settings = {**SPIDERS, "CONCURRENT_REQUESTS": 1, "SCALE_JOB": job, "SCALE_FRONTIER_URL": frontier_url}
+    settings = {**SPIDERS, "CONCURRENT_REQUESTS": 1, "SCALE_JOB": job, **frontier_conf(frontier_url)}
     with Testbed(hosts=1, pages=len(PRIORITIES), seed=1) as tb:
         res = run_crawl(tb, settings, tmp_path, spider="priorities", timeout=90)
         assert res.returncode == 0, res.tail()
@@ -118,7 +131,7 @@ def test_scrapys_lazy_start_fetches_in_order_on_every_backend(tmp_path: Path, fr
         **SPIDERS,
         "CONCURRENT_REQUESTS": 1,
         "SCALE_JOB": job,
-        "SCALE_FRONTIER_URL": frontier_url,
+        **frontier_conf(frontier_url),
         "SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue",
     }
     with Testbed(hosts=1, pages=6, seed=2, faults="slow:/item/*,delay=0.2") as tb:
@@ -128,16 +141,18 @@ def test_scrapys_lazy_start_fetches_in_order_on_every_backend(tmp_path: Path, fr
     assert served == [f"/item/{i}" for i in (1, 2, 3, 4)], served
 
 
-@pytest.fixture(params=["sqlite", "redis", "plain-scrapy"])
+@pytest.fixture(params=["sqlite", "redis", "redis-s3", "plain-scrapy"])
 def scheduler_settings(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
     """The frontier on each backend, or Scrapy's own scheduler (what the contract is)."""
     if request.param == "plain-scrapy":
         return {"ADDONS": {}}
-    if request.param == "redis":
+    if request.param.startswith("redis"):
         url, job = str(request.getfixturevalue("redis_url")), str(request.getfixturevalue("redis_prefix"))
+        if request.param == "redis-s3":
+            url += S3
     else:
         url, job = f"sqlite:///{tmp_path}/state/frontier.db", "contracts"
-    return {"SCALE_JOB": job, "SCALE_FRONTIER_URL": url}
+    return {"SCALE_JOB": job, **frontier_conf(url)}
 
 
 def _served(tb: Testbed) -> list[int]:
@@ -210,7 +225,7 @@ def test_a_lazy_start_is_answered_at_once_about_a_duplicate(tmp_path: Path, fron
     """A lazy start() whose next requests are duplicates while a slow page is in flight:
     the scheduler answers each duplicate at its sync, so page 3 is asked for at once. The engine was woken only by its 5 s heartbeat after a
     sync that leased nothing: page 3 went out 5 s after page 2."""
-    settings = {**SPIDERS, "SCALE_JOB": job, "SCALE_FRONTIER_URL": frontier_url}
+    settings = {**SPIDERS, "SCALE_JOB": job, **frontier_conf(frontier_url)}
     with Testbed(hosts=1, pages=6, seed=2, faults="slow:/item/1,delay=6") as tb:
         res = run_crawl(tb, settings, tmp_path, spider="lazy_dupes", timeout=90)
         assert res.returncode == 0, res.tail()
@@ -231,7 +246,7 @@ def test_dont_filter_re_requests_are_all_fetched(tmp_path: Path, frontier_url: s
     leased (or just finished) into its record."""
     if plain and frontier_url.startswith("redis"):
         pytest.skip("plain Scrapy has no frontier backend")
-    settings: dict[str, Any] = {**SPIDERS, "SCALE_JOB": job, "SCALE_FRONTIER_URL": frontier_url}
+    settings: dict[str, Any] = {**SPIDERS, "SCALE_JOB": job, **frontier_conf(frontier_url)}
     if plain:
         settings = {**SPIDERS, "ADDONS": {}}
     with Testbed(hosts=1, pages=4, seed=1) as tb:
@@ -266,7 +281,7 @@ def test_scrapys_scheduler_stats_are_written_as_scrapys_scheduler_writes_them(
             "scheduler/dequeued": pages,
             "scheduler/dequeued/disk": pages,
         }, expected
-        frontier = run_crawl(tb, {"SCALE_JOB": job, "SCALE_FRONTIER_URL": frontier_url}, tmp_path, timeout=120)
+        frontier = run_crawl(tb, {"SCALE_JOB": job, **frontier_conf(frontier_url)}, tmp_path, timeout=120)
         assert frontier.returncode == 0, frontier.tail()
     assert _scheduler_stats(frontier.stats) == expected
 

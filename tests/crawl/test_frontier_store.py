@@ -40,7 +40,7 @@ W = "host/0"
 LEASE = 60.0
 
 
-@pytest.fixture(params=["sqlite", "redis", "redis-cluster"])
+@pytest.fixture(params=["sqlite", "redis", "redis-s3", "redis-cluster"])
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -66,9 +66,11 @@ def clock() -> FakeClock:
 @pytest.fixture
 def make_store(backend: str, tmp_path: Path, clock: FakeClock, request: pytest.FixtureRequest):
     opened: list[FrontierStore] = []
-    if backend == "redis":
+    parts = None
+    if backend in ("redis", "redis-s3"):
         url = request.getfixturevalue("redis_url")
         job = request.getfixturevalue("redis_prefix")
+        parts = 3 if backend == "redis-s3" else None  # one job in 3 partitions on one node
     elif backend == "redis-cluster":
         url = request.getfixturevalue("redis_cluster_url")
         job = f"job-{uuid.uuid4().hex[:8]}"
@@ -77,9 +79,12 @@ def make_store(backend: str, tmp_path: Path, clock: FakeClock, request: pytest.F
         job = "job"
 
     def make(job_name: str | None = None) -> FrontierStore:
-        s = open_store(url, job_name or job, clock=clock)
+        s = open_store(url, job_name or job, clock=clock, partitions=parts)
         if backend == "redis-cluster":  # really talking to a cluster, not to one node
             assert getattr(s, "cluster", False)
+            assert getattr(s, "parts", 0) == 12  # the default: 4 per primary
+        if backend == "redis-s3":
+            assert getattr(s, "parts", 0) == 3
         opened.append(s)
         return s
 
@@ -778,7 +783,12 @@ def _corrupt(store: FrontierStore, fingerprint: str, field: str, value: str) -> 
         db.commit()
         db.close()
     else:
-        store.r.hset(f"{store.run_prefix()}:r:{fingerprint}", field, value)  # type: ignore[attr-defined]
+        for part in range(store.parts):  # type: ignore[attr-defined]
+            key = f"{store.run_prefix(part)}:r:{fingerprint}"  # type: ignore[attr-defined]
+            if store.r.exists(key):  # type: ignore[attr-defined]
+                store.r.hset(key, field, value)  # type: ignore[attr-defined]
+                return
+        raise AssertionError(f"no record {fingerprint} in any partition")
 
 
 @pytest.mark.parametrize("field", ["a", "el", "t"])

@@ -20,6 +20,7 @@ from redis.exceptions import MovedError
 
 from scrapy_scale.egress.shared import RedisState
 from scrapy_scale.frontier import open_store
+from scrapy_scale.frontier.backends.redis import partitions as P
 from scrapy_scale.monitor.worker_status import RedisSink
 from scrapy_scale.redis_open import RedisOpenError, is_cluster, open_redis
 from scrapy_scale.testbed import ProxySpec, Testbed
@@ -54,6 +55,28 @@ def _job_elsewhere(cluster: RedisCluster) -> str:
     raise AssertionError("every job name hashed to the first node")
 
 
+def _job_spread(cluster: RedisCluster, hosts: list[str]) -> str:
+    """A job name whose run keys live on another primary than the URL's node, and whose
+    sites' partitions (the Cluster default: 4 per primary) are on more than one primary."""
+    parts = P.default_parts(3)
+    for _ in range(200):
+        job = _job_elsewhere(cluster)
+        owners = {_slot_owner(cluster, f"{P.key_of(job, P.partition_of(h, parts))}:run") for h in hosts}
+        if len(owners) > 1:
+            return job
+    raise AssertionError("no job name spread its sites over two primaries")
+
+
+def _job_keys_by_node(cluster: RedisCluster, job: str) -> dict[int, set[str]]:
+    """The keys of ``job`` (every partition) on each primary."""
+    out: dict[int, set[str]] = {}
+    for port in cluster.primaries():
+        keys = set(cluster.node_keys(port, f"scale:{{{job}}}:*")) | set(cluster.node_keys(port, f"scale:{{{job}/p*"))
+        if keys:
+            out[port] = keys
+    return out
+
+
 def _replica_of(cluster: RedisCluster, primary: int) -> redis.Redis:
     """A client of the replica of the primary on port ``primary``."""
     node = redis.Redis(host=LOOPBACK, port=cluster.nodes[0].port)
@@ -78,9 +101,11 @@ def _moved_for_single_node(cluster: RedisCluster, key: str) -> bool:
     return False
 
 
-def _start_workers(tb: Testbed, cluster: RedisCluster, job: str, store_url: str, tmp_path: Path) -> list[CrawlProcess]:
+def _start_workers(
+    tb: Testbed, cluster: RedisCluster, job: str, store_url: str, tmp_path: Path, rate: float = 20.0
+) -> list[CrawlProcess]:
     """Three workers w0..w2 of ``job`` on the Cluster (the URL of its first node), through
-    the testbed's egresses, every site paced by a ``max_rate`` profile."""
+    the testbed's egresses, every site paced by a ``max_rate`` profile (``rate`` a second)."""
     base = {
         "SCALE_JOB": job,
         "SCALE_FRONTIER_URL": cluster.url,
@@ -90,7 +115,7 @@ def _start_workers(tb: Testbed, cluster: RedisCluster, job: str, store_url: str,
         "SCALE_FRONTIER_BATCH": 8,
         "CONCURRENT_REQUESTS": 8,
         "LOG_LEVEL": "INFO",
-        "SCALE_DOMAIN_PROFILES": {"default": {"max_rate": 20.0, "start_delay": 0.0}},
+        "SCALE_DOMAIN_PROFILES": {"default": {"max_rate": rate, "start_delay": 0.0}},
     }
     return [start_crawl(tb, {**base, "SCALE_FRONTIER_WORKER": f"w{i}"}, tmp_path / f"w{i}") for i in range(3)]
 
@@ -165,9 +190,9 @@ def test_a_node_that_cannot_be_reached_is_one_line_without_the_password() -> Non
 def test_three_workers_crawl_a_whole_job_on_a_cluster_with_egresses_and_shared_pacing(
     tmp_path: Path, redis_cluster: RedisCluster, mongo_uri: str
 ) -> None:
-    job = _job_elsewhere(redis_cluster)
     store_url = f"{mongo_uri.rstrip('/')}/cluster_{uuid.uuid4().hex[:8]}"
     with Testbed(hosts=3, pages=60, seed=34, proxies=[ProxySpec("a"), ProxySpec("b")]) as tb:
+        job = _job_spread(redis_cluster, tb.hosts)
         total = expected_requests(tb)
         procs = _start_workers(tb, redis_cluster, job, store_url, tmp_path)
         results = [p.finish(360) for p in procs]
@@ -181,9 +206,11 @@ def test_three_workers_crawl_a_whole_job_on_a_cluster_with_egresses_and_shared_p
             in_slot = int(node.cluster("countkeysinslot", int(node.cluster("keyslot", f"scale:{{{job}}}:run"))))
         finally:
             node.close()
+        by_node = _job_keys_by_node(redis_cluster, job)
         store = open_store(redis_cluster.url, job)
         try:
             counts = store.counts()
+            parts = store.parts
         finally:
             store.close()
     for r in results:
@@ -203,6 +230,12 @@ def test_three_workers_crawl_a_whole_job_on_a_cluster_with_egresses_and_shared_p
     assert f"scale:{{{job}}}:egress:health" in keys or f"scale:{{{job}}}:egress:live" in keys, keys
     assert any(":throttle:rate:" in k for k in keys), keys  # the shared limiter's GCRA keys
     assert in_slot == len(keys) > 0
+    # one job across the shards: the Cluster default of 4 partitions per primary, and the
+    # sites' partitions (each its own slot) on more than one primary
+    assert parts == 12
+    assert len(by_node) > 1, by_node
+    used = {P.key_of(job, P.partition_of(h, parts)) for h in tb.hosts}
+    assert all(any(k.startswith(f"{u}:") for ks in by_node.values() for k in ks) for u in used), (used, by_node)
     # the requests went through the egresses
     assert sum(r.stats.get("scale/egress/requests", 0) for r in results) >= total
 

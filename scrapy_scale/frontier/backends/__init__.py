@@ -32,6 +32,7 @@ def open_store(
     state_dir: str = ".scale",
     clock: clock_mod.Clock = clock_mod.wall,
     connect: bool = True,
+    partitions: int | None = None,
 ) -> FrontierStore:
     """The store for ``url`` and ``job``, opened (``connect=False``: not yet).
 
@@ -39,8 +40,9 @@ def open_store(
       ``sqlite://rel/path.db`` relative to the current directory (the item
       store reads its URL the same way); ``sqlite://`` alone =
       ``{state_dir}/frontier.db``. One file holds every job.
-    - ``redis://host:port/db`` (``rediss://`` for TLS): keys ``scale:{job}:...``,
-      hash-tagged per job so one job lives in one Redis Cluster slot.
+    - ``redis://host:port/db`` (``rediss://`` for TLS): keys ``scale:{job}:...``, split
+      into ``partitions`` by site, each its own hash tag (Cluster slot); None: the job's
+      stored count, else 1 on a single node and 4 per primary on a Cluster.
 
     Raises :class:`FrontierError` for an unknown scheme, an unreachable server or
     an incompatible file.
@@ -52,7 +54,7 @@ def open_store(
     elif scheme in ("redis", "rediss"):
         from scrapy_scale.frontier.backends.redis import RedisStore  # redis is an optional extra
 
-        store = RedisStore(url, job, clock=clock)
+        store = RedisStore(url, job, clock=clock, partitions=partitions)
     else:
         raise FrontierError(
             f"SCALE_FRONTIER_URL: unknown URL scheme {scheme!r} in {url!r}; "

@@ -153,6 +153,7 @@ class Scheduler(BaseScheduler):
         # every setting is read (and so checked) before the store is opened: a bad value
         # must not leave a new file or an open connection behind
         url, state_dir = frontier_settings.frontier_url(s), core_settings.STATE_DIR.get(s)
+        partitions = frontier_settings.PARTITIONS.get(s)
         options = {
             "batch": frontier_settings.BATCH.get(s),
             "lease_seconds": frontier_settings.LEASE.get(s),
@@ -161,7 +162,7 @@ class Scheduler(BaseScheduler):
             "error_deadline": frontier_settings.ERROR_DEADLINE.get(s),
         }
         try:
-            store = open_store(url, job, state_dir=state_dir)
+            store = open_store(url, job, state_dir=state_dir, partitions=partitions)
         except FrontierError as e:
             startup.cannot_start(e, str(e))
             raise

@@ -1,5 +1,7 @@
 """The Redis frontier's connection, runs and workers (:class:`RedisBase`); the records
-themselves are :class:`.store.RedisStore` (its key layout is described there).
+themselves are :class:`.store.RedisStore` (its key layout is described there), split into
+partitions by site (:mod:`.partitions`): the run-level keys live in partition 0, every
+partition keeps a copy of the run id so that its scripts find the run's keys in their own slot.
 
 Connection drops (a Redis restart) are retried with backoff for as long as
 ``retry_for`` allows (forever by default: the worker waits).
@@ -7,6 +9,7 @@ Connection drops (a Redis restart) are retried with backoff for as long as
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -17,6 +20,7 @@ import redis
 from scrapy_scale import clock as clock_mod
 from scrapy_scale.frontier.backends import read_back
 from scrapy_scale.frontier.backends.redis import lua
+from scrapy_scale.frontier.backends.redis import partitions as parts_mod
 from scrapy_scale.frontier.backends.workers_read import pid_of
 from scrapy_scale.frontier.store import FrontierError, FrontierFatal, FrontierStore, RunInfo
 from scrapy_scale.redact import redact_url
@@ -36,6 +40,8 @@ try:  # a Cluster that is failing over or resharding
     RETRYABLE += (ClusterDownError, TryAgainError)
 except ImportError:  # pragma: no cover
     pass
+#: RETRYABLE, and the error of a script refused while its slot moves (see slot_moving)
+WAITABLE: tuple[type[Exception], ...] = (*RETRYABLE, redis.ResponseError)
 
 
 class RedisBase(FrontierStore):
@@ -46,19 +52,30 @@ class RedisBase(FrontierStore):
     #: seconds to keep retrying when Redis is unreachable after open(); None = forever
     retry_for: float | None = None
 
-    def __init__(self, url: str, job: str, clock: clock_mod.Clock = clock_mod.wall):
+    def __init__(
+        self, url: str, job: str, clock: clock_mod.Clock = clock_mod.wall, partitions: int | None = None
+    ) -> None:
         super().__init__(job, clock)
         self.url = url
-        self.key = f"scale:{{{job}}}"
+        self.key = parts_mod.key_of(job, 0)
+        #: the partition count asked for (SCALE_FRONTIER_PARTITIONS; None: the job's stored
+        #: one, else the default), and the one in use once open
+        self.want_parts = partitions
+        self.parts = 1
+        #: the key prefix of each partition (partition 0 first)
+        self.keys = [self.key]
+        self.lease_plan = parts_mod.LeasePlan(1)
+        #: partition of each record this worker holds (leased, or held in its memory)
+        self._held: dict[str, int] = {}
         self._r: Any = None
         self._scripts: dict[str, Any] = {}
         self.sleep: Callable[[float], None] = time.sleep
         #: True when the URL points at a Redis Cluster node
         self.cluster = False
         #: the run this store began (begin_run) and the most records (+ dead letters) it
-        #: has seen in it: a Redis that lost the job's state is caught by counts()
+        #: has seen in it, per partition: a Redis that lost the job's state is caught by counts()
         self._run_id: str | None = None
-        self._high = 0
+        self._highs: dict[int, int] = {}
         #: the one warning about done-set keys of another type was given
         self._warned_bad_done = False
 
@@ -80,6 +97,51 @@ class RedisBase(FrontierStore):
         self._r = r
         for name in lua.SCRIPTS:
             self._scripts[name] = r.register_script(lua.script(name))
+        try:
+            self.use_parts(self._choose_parts())
+        except FrontierError:
+            self.close()
+            raise
+
+    def use_parts(self, n: int) -> None:
+        self.parts = n
+        self.keys = [parts_mod.key_of(self.job, i) for i in range(n)]
+        self.lease_plan = parts_mod.LeasePlan(n)
+
+    def _choose_parts(self) -> int:
+        """The job's stored partition count (checked: a bad one is refused), else the one
+        asked for, else the default (1 on a single node, 4 per primary on a Cluster). A
+        worker that asks for another count than the stored one is refused."""
+        got = self.retrying(
+            lambda: self.r.execute_command("HMGET", f"{self.key}:run", "id", parts_mod.FIELD, NEVER_DECODE=True)
+        )
+        rid, raw = (list(got) + [None, None])[:2]
+        stored: int | None = None
+        if raw == b"":
+            pass  # reset: the next start chooses
+        elif raw is not None:
+            try:
+                stored = parts_mod.stored_parts(raw)
+            except ValueError as e:
+                raise FrontierError(
+                    f"job {self.job!r}'s partition count ({self.key}:run field {parts_mod.FIELD}) is unusable: {e} "
+                    "(written by another program?); set it back to the SCALE_FRONTIER_PARTITIONS its workers "
+                    "were started with, or `scrapy scale reset` the job after deleting that field"
+                ) from None
+        elif rid is not None:
+            stored = 1  # started before a job had partitions: one
+        if stored is not None and self.want_parts is not None and stored != self.want_parts:
+            raise FrontierError(
+                f"job {self.job!r} was started with SCALE_FRONTIER_PARTITIONS = {stored} and this worker has "
+                f"{self.want_parts}: the partitions are fixed for a job's life; start it with {stored} "
+                "(or leave the setting out), or `scrapy scale reset` the job first"
+            )
+        if stored is not None:
+            return stored
+        if self.want_parts is not None:
+            return self.want_parts
+        primaries = len(self.r.get_primaries()) if self.cluster else None
+        return parts_mod.default_parts(primaries)
 
     def close(self) -> None:
         if self._r is not None:
@@ -93,7 +155,9 @@ class RedisBase(FrontierStore):
         return self._r
 
     def retrying(self, fn: Callable[[], T]) -> T:
-        """Run ``fn``; on a dropped connection wait (backoff up to 5 s) and retry."""
+        """Run ``fn``; on a dropped connection wait (backoff up to 5 s) and retry; a script
+        refused while its Cluster slot moves (a reshard) is retried the same way (up to 0.5 s
+        apart: a slot moves in well under a second)."""
         delay = 0.1
         start = time.monotonic()
         warned = False
@@ -103,25 +167,48 @@ class RedisBase(FrontierStore):
                 if warned:
                     logger.warning("Redis frontier at %s is back", redact_url(self.url))
                 return result
-            except RETRYABLE as e:
+            except WAITABLE as e:
+                moving = not isinstance(e, RETRYABLE)
+                if moving and not slot_moving(e):
+                    raise
                 if self.retry_for is not None and time.monotonic() - start > self.retry_for:
                     raise FrontierError(f"Redis at {redact_url(self.url)} unreachable: {e}") from None
                 if not warned:
-                    logger.warning("Redis frontier at %s unreachable (%s); waiting for it", redact_url(self.url), e)
+                    if moving:
+                        logger.warning(
+                            "Redis frontier at %s: a slot of job %r is moving to another Cluster node; "
+                            "waiting for the move to end",
+                            redact_url(self.url),
+                            self.job,
+                        )
+                    else:
+                        logger.warning("Redis frontier at %s unreachable (%s); waiting for it", redact_url(self.url), e)
                     warned = True
                 self.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, 0.5 if moving else 5.0)
 
     def call_script(self, script: str, *args: Any) -> Any:
-        return self.retrying(lambda: self._scripts[script](keys=[self.key], args=list(args)))
+        """Run ``script`` on partition 0 (the run-level keys)."""
+        return self.call_at(0, script, *args)
+
+    def call_at(self, part: int, script: str, *args: Any) -> Any:
+        """Run ``script`` on partition ``part``: every key it touches has that partition's
+        hash tag (one slot)."""
+        key = self.keys[part]
+        return self.retrying(lambda: self._scripts[script](keys=[key], args=list(args)))
 
     def call_script_bytes(self, script: str, *args: Any) -> Any:
         """:meth:`call_script` with the reply left as bytes: a reply that carries what
         another program wrote (a field name that is not UTF-8) must not fail the read."""
+        return self.call_at_bytes(0, script, *args)
+
+    def call_at_bytes(self, part: int, script: str, *args: Any) -> Any:
+        """:meth:`call_at` with the reply left as bytes (see :meth:`call_script_bytes`)."""
         s = self._scripts[script]
+        key = self.keys[part]
 
         def call() -> Any:
-            argv = ("EVALSHA", s.sha, 1, self.key, *args)
+            argv = ("EVALSHA", s.sha, 1, key, *args)
             try:
                 return self.r.execute_command(*argv, NEVER_DECODE=True)
             except redis.exceptions.NoScriptError:
@@ -134,12 +221,13 @@ class RedisBase(FrontierStore):
         """One field of a hash as bytes (see :meth:`call_script_bytes`)."""
         return self.retrying(lambda: self.r.execute_command("HGET", key, field, NEVER_DECODE=True))
 
-    def run_prefix(self) -> str:
+    def run_prefix(self, part: int = 0) -> str:
         # read back as bytes: an id another program made no UTF-8 names keys no run wrote (a
         # worker stops at begin_run on it; `status` shows no counts), never a traceback
-        raw = self.hget_bytes(f"{self.key}:run", "id")
+        key = self.keys[part]
+        raw = self.hget_bytes(f"{key}:run", "id")
         run = "0" if not raw else bytes(raw).decode("utf-8", "replace")
-        return f"{self.key}:{run}"
+        return f"{key}:{run}"
 
     def _bad_marker(self, rid: Any) -> FrontierFatal:
         return FrontierFatal(
@@ -148,10 +236,13 @@ class RedisBase(FrontierStore):
             "(`scrapy scale reset`) to start it over"
         )
 
-    def _unlink_run(self, run_id: str) -> None:
+    def _unlink_run(self, run_id: str, part: int | None = None) -> None:
         if not run_id:
             return
-        pattern = f"{glob_escape(self.key)}:{glob_escape(run_id)}:*"
+        for i in range(self.parts) if part is None else (part,):
+            self._unlink_keys(f"{glob_escape(self.keys[i])}:{glob_escape(run_id)}:*")
+
+    def _unlink_keys(self, pattern: str) -> None:
 
         def unlink() -> None:
             batch: list[str] = []
@@ -169,7 +260,7 @@ class RedisBase(FrontierStore):
 
     def begin_run(self) -> RunInfo:
         # as bytes: the marker's id is read back, and another program may have made it no text
-        reply = self.call_script_bytes("run", "begin", self.clock())
+        reply = self.call_script_bytes("run", "begin", self.clock(), self.parts)
         kind, rid, started, old = (bytes(x).decode("utf-8", "replace") for x in reply[:4])
         info = read_back.run_kept(self.job, rid, started, None, self.clock())
         if info is None:
@@ -184,14 +275,52 @@ class RedisBase(FrontierStore):
                 self.key,
                 rid,
             )
+        stored = bytes(reply[5]).decode("utf-8", "replace") if len(reply) > 5 else ""
+        if stored != str(self.parts):  # another worker stored another count meanwhile
+            raise FrontierError(
+                f"job {self.job!r} was started with SCALE_FRONTIER_PARTITIONS = {stored[:20]} and this "
+                f"worker has {self.parts}: the partitions are fixed for a job's life"
+            )
+        for i in range(1, self.parts):  # every partition's scripts find the run in their own slot
+            before = str(self.call_at(i, "run", "follow", self.clock(), rid))
+            if before and before not in (str(rid), str(old)):
+                self._unlink_run(before, i)  # a start that stopped half way
         if kind == "new":
             self._unlink_run(old)
-        self._run_id, self._high = str(rid), 0
+        self._run_id, self._highs = str(rid), {}
         return RunInfo(info.run_id, info.started_at, None, kind == "resumed", {})
 
+    def open_counts(self, part: int) -> dict[str, int] | None:
+        """The counts of one partition (None: it has no run)."""
+        run, *vals = self.call_at_bytes(part, "counts")
+        if not run:
+            return None
+        names = ("pending", "delayed", "leased", "done", "failed")
+        got = read_back.counts(self.job, dict(zip(names, vals, strict=False)))  # checked: a bad count is 0
+        return {k: int(got.get(k, 0)) for k in names}
+
+    def _others_open(self) -> dict[str, int] | None:
+        """The summed counts of partitions 1..S-1, or None when one has work left."""
+        total = {"pending": 0, "delayed": 0, "leased": 0, "done": 0, "failed": 0}
+        for i in range(1, self.parts):
+            c = self.open_counts(i) or {}
+            if c.get("pending") or c.get("delayed") or c.get("leased"):
+                return None
+            for k in total:
+                total[k] += c.get(k, 0)
+        return total
+
     def finish_run(self) -> RunInfo | None:
-        res = self.call_script("run", "finish", self.clock())
+        others = self._others_open()
+        if others is None:
+            return None
+        res = self.call_script("run", "finish", self.clock(), json.dumps(others) if self.parts > 1 else "")
         if not res:
+            return None
+        if self.parts > 1 and len(res) > 4 and self._others_open() is None:
+            # a request written to another partition while partition 0 was finishing (its
+            # parent acked there after): the run goes on
+            self.reopen_run()
             return None
         self._run_id = None  # ended: a later run of the job is no loss of state
         info = read_back.run_kept(self.job, res[1], res[2], res[3], self.clock())
@@ -213,7 +342,9 @@ class RedisBase(FrontierStore):
         return sorted(out, key=lambda r: r.run_id)
 
     def reopen_run(self) -> None:
-        self.call_script("run", "reopen", self.clock())
+        rid = self.call_script("run", "reopen", self.clock(), self.parts)
+        for i in range(1, self.parts):  # a seed before any start: the partitions take the run
+            self.call_at(i, "run", "follow", self.clock(), rid)
 
     # ---- workers ---------------------------------------------------------------------
 
@@ -255,6 +386,12 @@ class RedisBase(FrontierStore):
             parts = value.split()
             out[worker] = (parts[0], parts[1]) if len(parts) == 2 else (value, None)
         return out
+
+
+def slot_moving(error: Exception) -> bool:
+    """A script refused by its slot guard (lua/guard.lua) because its slot is moving to
+    another Cluster node: nothing was written, and it runs once the move is done."""
+    return isinstance(error, redis.ResponseError) and "attempted to access a non local key" in str(error)
 
 
 def glob_escape(text: str) -> str:

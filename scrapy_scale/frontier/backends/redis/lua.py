@@ -34,7 +34,8 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
 
 
 def _text(name: str) -> str:
-    return "".join(source(part) for part in SCRIPTS[name])
+    # every script starts with the slot guard: nothing runs on a slot that is moving
+    return "".join(source(part) for part in ("guard", *SCRIPTS[name]))
 
 
 #: the text of each script, read at import

@@ -15,7 +15,9 @@ waited 1.8 s). Now:
   the least recently served first. Beyond that, or with a long queue, the age reported
   is a lower bound (``Status.oldest_pending_exact`` is False).
 
-Worker heartbeats live in ``scale:{JOB}:alive`` (worker -> "last_beat until").
+Worker heartbeats live in ``scale:{JOB}:alive`` (worker -> "last_beat until"). A job split
+into partitions (:mod:`.partitions`) is read partition by partition (one call of each script
+per partition) and summed.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class RedisStore(Protocol):
     """The public methods of the Redis store that status reads go through."""
 
     job: str
+    parts: int
 
     @property
     def alive_key(self) -> str: ...
@@ -44,15 +47,13 @@ class RedisStore(Protocol):
 
     def clock(self) -> float: ...
 
-    def call_script(self, script: str, *args: Any) -> Any: ...
-
-    def call_script_bytes(self, script: str, *args: Any) -> Any: ...
+    def call_at_bytes(self, part: int, script: str, *args: Any) -> Any: ...
 
     def retrying(self, fn: Callable[[], T]) -> T: ...
 
     def current_run(self) -> RunInfo | None: ...
 
-    def run_prefix(self) -> str: ...
+    def run_prefix(self, part: int = 0) -> str: ...
 
 
 #: domains whose queue heads one script call looks at
@@ -63,16 +64,36 @@ STATUS_DOMAINS = 10_000
 
 def read_status(store: RedisStore) -> Status:
     """The status, every value read back checked (read_back): a count that is no count, a
-    time that is not finite, a field name that is not UTF-8 is skipped with one warning."""
+    time that is not finite, a field name that is not UTF-8 is skipped with one warning.
+    Summed over the job's partitions."""
     now = store.clock()
-    # bytes: the reply carries the counts hash's field names as another program wrote them
-    doc = _script_json(store, store.call_script_bytes("status", now))
-    flat: list[Any] = doc["cnt"] if isinstance(doc.get("cnt"), list) else []
-    raw = {_raw(flat[i]): _raw(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
-    cnt = read_back.counts(store.job, raw, floats=("wait_sum",))
-    oldest, exact = _oldest_pending(store, doc["prios"] if isinstance(doc.get("prios"), list) else [], now)
+    cnt: dict[str, float] = {}
+    leases: dict[str, int] = {}
+    dead = 0
+    oldest: float | None = None
+    exact = True
+    retries, last = 0, None
+    for part in range(store.parts):
+        # bytes: the reply carries the counts hash's field names as another program wrote them
+        doc = _script_json(store, store.call_at_bytes(part, "status", now))
+        flat: list[Any] = doc["cnt"] if isinstance(doc.get("cnt"), list) else []
+        raw = {_raw(flat[i]): _raw(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+        for k, v in read_back.counts(store.job, raw, floats=("wait_sum",)).items():
+            cnt[k] = cnt.get(k, 0) + v
+        prios = doc["prios"] if isinstance(doc.get("prios"), list) else []
+        got, got_exact = _oldest_pending(store, part, prios, now)
+        if got is not None and (oldest is None or got < oldest):
+            oldest = got
+        exact = exact and got_exact
+        by_worker: dict[Any, Any] = doc["leases"] if isinstance(doc.get("leases"), dict) else {}
+        for k, v in read_back.counts(store.job, {_raw(w): n for w, n in by_worker.items()}).items():
+            leases[k] = leases.get(k, 0) + int(v)
+        dead += read_back.count(store.job, "dead", doc.get("dead"))
+        d = _delayed(store, part, now)
+        retries += d["delayed_retries"]
+        if d["last_eligible_at"] is not None and (last is None or d["last_eligible_at"] > last):
+            last = d["last_eligible_at"]
     wait_n = int(cnt.get("wait_n", 0))
-    leases: dict[Any, Any] = doc["leases"] if isinstance(doc.get("leases"), dict) else {}
     return Status(
         job=store.job,
         run=store.current_run(),
@@ -80,13 +101,12 @@ def read_status(store: RedisStore) -> Status:
         failed_by_class={k[5:]: int(v) for k, v in cnt.items() if k.startswith("fail:") and int(v) > 0},
         oldest_pending_age=None if oldest is None else max(0.0, now - oldest),
         average_wait=cnt.get("wait_sum", 0.0) / wait_n if wait_n else None,
-        leases_by_worker={
-            k: int(v) for k, v in read_back.counts(store.job, {_raw(w): n for w, n in leases.items()}).items()
-        },
-        dead_letters=read_back.count(store.job, "dead", doc.get("dead")),
+        leases_by_worker=leases,
+        dead_letters=dead,
         workers=read_beats(store),
         oldest_pending_exact=exact,
-        **_delayed(store, now),
+        delayed_retries=retries,
+        last_eligible_at=last,
     )
 
 
@@ -106,10 +126,10 @@ def _script_json(store: RedisStore, reply: Any) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _delayed(store: RedisStore, now: float) -> dict[str, Any]:
+def _delayed(store: RedisStore, part: int, now: float) -> dict[str, Any]:
     """How many delayed records are retries (an estimate from the first DELAYED_SAMPLE by
-    eligible time when there are more), and the latest eligible time."""
-    p = store.run_prefix()
+    eligible time when there are more), and the latest eligible time, in one partition."""
+    p = store.run_prefix(part)
     key = f"{p}:delayed"
 
     def read() -> tuple[int, list[str], list[Any], list[tuple[str, float]]]:
@@ -133,7 +153,7 @@ def _delayed(store: RedisStore, now: float) -> dict[str, Any]:
     }
 
 
-def _oldest_pending(store: RedisStore, prios: list[Any], now: float) -> tuple[float | None, bool]:
+def _oldest_pending(store: RedisStore, part: int, prios: list[Any], now: float) -> tuple[float | None, bool]:
     """The oldest eligible time among the ready records, looking at no more than
     STATUS_DOMAINS domains, CHUNK per script call (a domain's queue read whole when short,
     at both ends when long); and whether that is exact (every domain, every record seen).
@@ -153,7 +173,7 @@ def _oldest_pending(store: RedisStore, prios: list[Any], now: float) -> tuple[fl
             if budget <= 0:
                 return oldest, False
             n = min(CHUNK, budget)
-            got = _script_json(store, store.call_script_bytes("heads", str(p), start, n))
+            got = _script_json(store, store.call_at_bytes(part, "heads", str(p), start, n))
             if got.get("bad"):
                 read_back.eligible_time(store.job, f"{got['bad']} record(s) not finite or < 0", now)
             at = None if got.get("oldest") is False else read_back.eligible_time(store.job, got.get("oldest"), now)

@@ -1,11 +1,14 @@
 """The Redis frontier store: many workers, atomic Lua scripts, Cluster-safe keys.
 
-Every key of a job starts with ``scale:{JOB}`` (the ``{JOB}`` hash tag puts a
-job's keys in one Redis Cluster slot, so its scripts run on Cluster too). Keys of
-one run live under ``scale:{JOB}:RUN:`` so starting a new run is one atomic
-switch; the old run's keys are unlinked afterwards.
+A job's keys are in partitions by site (:mod:`.partitions`): partition 0 starts with
+``scale:{JOB}``, partition i with ``scale:{JOB/pi}``; each hash tag is one Redis Cluster
+slot, so every script (one partition's keys) runs on a Cluster too. The run-level keys
+(run, runs, workers, alive, seeds) are in partition 0 only; each other partition has a
+``run`` hash with the run id alone. Below, ``{J}`` is a partition's tag. Keys of one run
+live under ``scale:{J}:RUN:`` so starting a new run is one atomic switch; the old run's
+keys are unlinked afterwards.
 
-    scale:{J}:run            HASH  current run: id, started, ended
+    scale:{J}:run            HASH  current run: id, started, ended, parts (the partition count)
     scale:{J}:runs           HASH  run id -> JSON (history)
     scale:{J}:workers        HASH  worker id -> pid (claim_worker)
     scale:{J}:alive          HASH  worker id -> "last_beat until" (heartbeat; see redis_status)
@@ -41,78 +44,106 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import redis
 
-from scrapy_scale.frontier.backends import read_back
-from scrapy_scale.frontier.backends.redis import status as redis_status
-from scrapy_scale.frontier.backends.redis.base import SEED_CALL, RedisBase, field_of, glob_escape
+from scrapy_scale.frontier.backends.redis import partitions
+from scrapy_scale.frontier.backends.redis.base import SEED_CALL, field_of, glob_escape
+from scrapy_scale.frontier.backends.redis.observe import RedisObserve
 from scrapy_scale.frontier.store import (
-    COUNT_KEYS,
-    DeadLetter,
     EnqueueResult,
-    FrontierFatal,
     Leased,
     NewRequest,
-    RunInfo,
-    State,
-    Status,
 )
-from scrapy_scale.redact import redact_url
-from scrapy_scale.shared_values import Refused, finite, loads, text
+from scrapy_scale.shared_values import Refused, text
 
 __all__ = ["RedisStore", "glob_escape"]
 
 logger = logging.getLogger(__name__)
 
 
-class RedisStore(RedisBase):
+class RedisStore(RedisObserve):
     # ---- hot path --------------------------------------------------------------------
 
+    def part_of(self, r: NewRequest) -> int:
+        """A request's partition: where its record already is when this worker holds it
+        (an update may name another domain, a redirect's), else its site's."""
+        known = self._held.get(r.fingerprint)
+        if known is not None and known < self.parts:
+            return known
+        return partitions.partition_of(r.domain, self.parts)
+
     def enqueue(self, requests: Sequence[NewRequest]) -> list[EnqueueResult]:
-        out: list[EnqueueResult] = []
-        for i in range(0, len(requests), 500):
-            args: list[Any] = [self.clock()]
-            for r in requests[i : i + 500]:
-                fc, fr = r.last_failure if r.last_failure else ("", "")
-                flag = "u" if r.update else ("r" if r.reopen else "")
-                args += [
-                    r.fingerprint,
-                    r.data,
-                    r.domain,
-                    str(int(r.priority)),
-                    float(r.not_before or 0),
-                    int(r.attempts),
-                    fc,
-                    fr,
-                    flag,
-                    r.held_by,
-                    float(r.held_seconds),
-                    r.again if r.reopen else "",
-                    "1" if r.tail else "",
-                    str(r.token) if r.update and r.token is not None else "",
-                ]
-            out += [EnqueueResult(x) for x in self.call_script("enqueue", *args)]
-        return out
+        out: list[EnqueueResult | None] = [None] * len(requests)
+        for part, idx in partitions.group(requests, self.part_of).items():
+            for i in range(0, len(idx), 500):
+                chunk = idx[i : i + 500]
+                args: list[Any] = [self.clock()]
+                for n in chunk:
+                    r = requests[n]
+                    fc, fr = r.last_failure if r.last_failure else ("", "")
+                    flag = "u" if r.update else ("r" if r.reopen else "")
+                    args += [
+                        r.fingerprint,
+                        r.data,
+                        r.domain,
+                        str(int(r.priority)),
+                        float(r.not_before or 0),
+                        int(r.attempts),
+                        fc,
+                        fr,
+                        flag,
+                        r.held_by,
+                        float(r.held_seconds),
+                        r.again if r.reopen else "",
+                        "1" if r.tail else "",
+                        str(r.token) if r.update and r.token is not None else "",
+                    ]
+                    if self.parts > 1:
+                        if r.held_by:
+                            self._held[r.fingerprint] = part
+                        elif r.update:
+                            self._held.pop(r.fingerprint, None)
+                for n, x in zip(chunk, self.call_at(part, "enqueue", *args), strict=True):
+                    out[n] = EnqueueResult(x)
+        return [x for x in out if x is not None]
 
     def enqueue_new(self, requests: Sequence[NewRequest]) -> int:
         added = 0
-        for i in range(0, len(requests), SEED_CALL):
-            chunk = requests[i : i + SEED_CALL]
-            # one script call per priority in the chunk (seeds have one)
-            for p in sorted({r.priority for r in chunk}):
-                args: list[Any] = [self.clock(), str(int(p))]
-                for r in chunk:
-                    if r.priority == p:
-                        args += (r.fingerprint, r.data, r.domain)
-                added += int(self.call_script("seed", *args))
+        for part, idx in partitions.group(requests, self.part_of).items():
+            for i in range(0, len(idx), SEED_CALL):
+                chunk = [requests[n] for n in idx[i : i + SEED_CALL]]
+                # one script call per priority in the chunk (seeds have one)
+                for p in sorted({r.priority for r in chunk}):
+                    args: list[Any] = [self.clock(), str(int(p))]
+                    for r in chunk:
+                        if r.priority == p:
+                            args += (r.fingerprint, r.data, r.domain)
+                    added += int(self.call_at(part, "seed", *args))
         return added
 
     def lease(self, worker: str, n: int, seconds: float) -> list[Leased]:
         if n <= 0:
             return []
-        rows = self.call_script("lease", self.clock(), worker, int(n), float(seconds))
+        if self.parts == 1:
+            return self._lease_at(0, worker, n, seconds)
+        got: dict[int, list[Leased]] = {}
+
+        def ask(part: int, want: int) -> int:
+            rows = self._lease_at(part, worker, want, seconds)
+            got.setdefault(part, []).extend(rows)
+            for x in rows:
+                if not x.error:
+                    self._held[x.fingerprint] = part
+            return sum(1 for x in rows if not x.error)
+
+        self.lease_plan.run(n, ask)
+        return partitions.merge(list(got.values()))
+
+    def _lease_at(self, part: int, worker: str, n: int, seconds: float) -> list[Leased]:
+        rows = self.call_at(part, "lease", self.clock(), worker, int(n), float(seconds))
         out = []
         for fp, d, dom, p, a, enq, el, t, fc, fr, bad in rows:
             if not bad:
@@ -133,71 +164,77 @@ class RedisStore(RedisBase):
                     continue
                 except ValueError as e:
                     bad = f"unreadable record: {e}"
-                    self.dead_letter(fp, bad)
+                    self._dead_letter_at(part, fp, bad)
             out.append(Leased(fp, "", dom, 0, 0, 0.0, 0.0, 0, error=bad))
         return out
 
     def renew(self, worker: str, seconds: float, fingerprints: Sequence[str] | None = None) -> int:
         if fingerprints is not None and not fingerprints:
             return 0
-        return int(self.call_script("renew", worker, self.clock() + seconds, *(fingerprints or ())))
+        until = self.clock() + seconds
+        if fingerprints is None:
+            return sum(int(self.call_at(i, "renew", worker, until)) for i in range(self.parts))
+        return sum(int(self.call_at(i, "renew", worker, until, *fps)) for i, fps in self.by_part(fingerprints).items())
 
     def ack(self, worker: str, done: Sequence[tuple[str, int]]) -> int:
         if not done:
             return 0
-        args: list[Any] = [worker, 3]
-        for fp, tok in done:
-            args += [fp, str(tok), "", ""]
-        return int(self.call_script("finish", *args))
+        return self._finish(worker, 3, [(fp, tok, "", "") for fp, tok in done])
 
     def fail(self, worker: str, failed: Sequence[tuple[str, int, str, str]]) -> int:
         if not failed:
             return 0
-        args: list[Any] = [worker, 4]
-        for fp, tok, cls, reason in failed:
-            args += [fp, str(tok), cls, reason]
-        return int(self.call_script("finish", *args))
+        return self._finish(worker, 4, list(failed))
+
+    def _finish(self, worker: str, target: int, rows: list[tuple[str, int, str, str]]) -> int:
+        n = 0
+        for part, fps in self.by_part([r[0] for r in rows]).items():
+            args: list[Any] = [worker, target]
+            here = set(fps)
+            for fp, tok, cls, reason in rows:
+                if fp in here:
+                    args += [fp, str(tok), cls, reason]
+            n += int(self.call_at(part, "finish", *args))
+        self._forget([r[0] for r in rows])
+        return n
+
+    def _forget(self, fingerprints: Sequence[str] | None) -> None:
+        if fingerprints is None:
+            self._held.clear()
+        else:
+            for f in fingerprints:
+                self._held.pop(f, None)
 
     def release(self, worker: str, fingerprints: Sequence[str] | None = None) -> int:
         if fingerprints is not None and not fingerprints:
             return 0
-        return int(self.call_script("release", "release", worker, self.clock(), *(fingerprints or ())))
+        now = self.clock()
+        if fingerprints is None:
+            n = sum(int(self.call_at(i, "release", "release", worker, now)) for i in range(self.parts))
+        else:
+            n = sum(
+                int(self.call_at(i, "release", "release", worker, now, *fps))
+                for i, fps in self.by_part(fingerprints).items()
+            )
+        self._forget(fingerprints)
+        return n
 
     def reclaim(self, worker: str | None = None) -> int:
-        n = int(self.call_script("release", "reclaim", worker or "", self.clock()))
-        back = int(self.call_script("feed", "recover", self.clock()))
+        now = self.clock()
+        n = sum(int(self.call_at(i, "release", "reclaim", worker or "", now)) for i in range(self.parts))
+        if worker:
+            self._forget(None)
+        back = int(self.call_script("feed", "recover", now))
         if back:
             logger.warning("frontier: %d feed message(s) taken by workers no longer alive went back to the feed", back)
         return n
 
     def dead_letter(self, fingerprint: str, reason: str) -> None:
-        self.call_script("dead", fingerprint, reason, self.clock())
+        for part in self.by_part([fingerprint]):
+            self._dead_letter_at(part, fingerprint, reason)
 
-    def dead_letter_count(self) -> int:
-        p = self.run_prefix()
-        return int(self.retrying(lambda: self.r.hlen(f"{p}:dead")))
-
-    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
-        p = self.run_prefix()
-
-        def read() -> list[DeadLetter]:
-            fps = self.r.zrange(f"{p}:deadz", 0, limit - 1)
-            if not fps:
-                return []
-            out = []
-            for fp, raw in zip(fps, self.r.hmget(f"{p}:dead", fps), strict=True):
-                try:
-                    d = loads(raw) if raw else None
-                except Refused:
-                    d = None
-                at = finite(d.get("at"), 0.0) if isinstance(d, dict) else None
-                if isinstance(d, dict) and at is not None:
-                    out.append(DeadLetter(fp, str(d.get("reason", "")), str(d.get("data", "")), at))
-                elif raw:
-                    read_back.warnings.warn(self.job, "dead", "frontier: skipping unreadable dead letter %r", fp)
-            return out
-
-        return self.retrying(read)
+    def _dead_letter_at(self, part: int, fingerprint: str, reason: str) -> None:
+        self.call_at(part, "dead", fingerprint, reason, self.clock())
 
     # ---- feeders -----------------------------------------------------------------------
 
@@ -234,138 +271,22 @@ class RedisStore(RedisBase):
     def feed_done(self, worker: str) -> None:
         self.call_script("feed", "done", worker)
 
-    # ---- observation -------------------------------------------------------------------
-
-    def counts(self) -> dict[str, int]:
-        # read as bytes, checked: a count another program wrote ("lots", not UTF-8) is 0
-        # with one warning, not a worker's crash (read_back)
-        run, *vals = self.call_script_bytes("counts")  # [''] when the job has no run at all
-        vals = vals or [b"0"] * (len(COUNT_KEYS) + 2)
-        names = (*COUNT_KEYS, "dead", "bad_done")
-        got = read_back.counts(self.job, dict(zip(names, vals, strict=False)))
-        counts = {k: int(got.get(k, 0)) for k in COUNT_KEYS}
-        if self._run_id is not None:
-            self._check_intact(bytes(run).decode("utf-8", "replace"), sum(counts.values()) + int(got.get("dead", 0)))
-        self._warn_bad_done([str(int(got.get("bad_done", 0)))])
-        return counts
-
-    def _warn_bad_done(self, got: list[str]) -> None:
-        """One warning when the done set had a key of another type (written by someone else)."""
-        try:
-            bad = int(got[0]) if got else 0
-        except ValueError:
-            bad = 1
-        if bad and not self._warned_bad_done:
-            self._warned_bad_done = True
-            logger.warning(
-                "frontier: %d key(s) of job %r's done set held something else (written by another program?) "
-                "and were replaced; the URLs they held may be fetched again",
-                bad,
-                self.job,
-            )
-
-    def _check_intact(self, run: str, total: int) -> None:
-        """Within a run, records are only added (a dead letter moves one): a run marker that
-        vanished or changed, or fewer records than seen before, means the state is gone."""
-        where = f"Redis at {redact_url(self.url)}"
-        if run != self._run_id:
-            now = f"run {run} is current" if run else f"the run marker {self.key}:run is gone"
-            raise FrontierFatal(
-                f"{where} no longer has job {self.job!r}'s run {self._run_id} ({now}): the server lost "
-                "the job's state (restarted without persistence, flushed, or failed over to a replica "
-                "that had not caught up), or the job was reset or finished and started again meanwhile. Requests that were only in "
-                "Redis are lost, so this worker stops instead of declaring the run finished. Run Redis "
-                "with `appendonly yes`, then start the job again"
-            )
-        if total < self._high:
-            raise FrontierFatal(
-                f"{where}: job {self.job!r} run {run} has {total} records (with dead letters), fewer than the "
-                f"{self._high} seen before: the server lost writes (restarted from an older snapshot, or "
-                "failed over to a replica that had not caught up). Requests that were only in Redis are "
-                "lost, so this worker stops instead of declaring the run finished. Run Redis with "
-                "`appendonly yes`, then start the job again"
-            )
-        self._high = total
-
-    def durability_warning(self) -> str | None:
-        """Neither AOF nor RDB snapshots (CONFIG GET, where the server allows it)."""
-        try:
-            cfg: dict[str, str] = {}
-            for name in ("appendonly", "save"):
-                cfg.update(self.r.config_get(name))
-        except redis.RedisError as e:  # CONFIG disabled or renamed (managed Redis): cannot tell
-            logger.debug("Redis persistence unknown (CONFIG GET refused: %s)", e)
-            return None
-        if cfg.get("appendonly") == "no" and not (cfg.get("save") or "").strip():
-            return (
-                f"Redis at {redact_url(self.url)} has no persistence (appendonly no, no RDB snapshots): "
-                "a restart of it loses the job's frontier. Run it with `appendonly yes` for a crawl "
-                "that survives a Redis restart"
-            )
-        return None
-
-    def next_eligible_at(self) -> float | None:
-        p = self.run_prefix()
-        got = self.retrying(lambda: self.r.zrange(f"{p}:delayed", 0, 0, withscores=True))
-        return read_back.eligible_time(self.job, got[0][1], self.clock()) if got else None
-
-    def status(self) -> Status:
-        return redis_status.read_status(self)
-
-    def current_run(self) -> RunInfo | None:
-        raw = self.hget_bytes(f"{self.key}:run", "id")  # read back: bytes (see run_prefix)
-        return self.run_info(bytes(raw).decode("utf-8", "replace")) if raw else None
-
-    def get(self, fingerprint: str) -> dict[str, Any] | None:
-        p = self.run_prefix()
-        try:
-            h = self.retrying(lambda: self.r.hgetall(f"{p}:r:{fingerprint}"))
-        except UnicodeDecodeError:  # a field another program wrote that is not UTF-8
-            read_back.unreadable_record(self.job, fingerprint, "a field is not UTF-8")
-            return None
-        if not h:
-            if not int(self.call_script("isdone", fingerprint)):
-                return None
-            # done: only its fingerprint is kept (in the done set)
-            return {
-                "fingerprint": fingerprint,
-                "state": State.DONE,
-                "data": "",
-                "domain": "",
-                "priority": 0,
-                "attempts": 0,
-                "eligible_at": 0.0,
-                "enqueued_at": 0.0,
-                "last_failure": None,
-                "owner": None,
-                "lease_expires": None,
-                "token": 0,
-            }
-        return read_back.redis_record(self.job, fingerprint, h)
-
-    def give_up_after(self, seconds: float) -> None:
-        self.retry_for = seconds
-
-    def known_jobs(self) -> list[str]:
-        names = set()
-        for key in self.r.scan_iter(match="scale:{*}:runs", count=1000):
-            names.add(key[len("scale:{") : -len("}:runs")])
-        return sorted(names)
-
     # ---- commands ----------------------------------------------------------------------
 
     def reset(self) -> None:
         self._run_id = None
         old = self.call_script("run", "reset", self.clock())
         self._unlink_run(str(old))
+        for key in self.keys[1:]:  # the next start may choose another partition count
+            self.retrying(partial(self.r.delete, f"{key}:run"))
 
     def resolve(self, fingerprints: Sequence[str]) -> int:
         if not fingerprints:
             return 0
-        return int(self.call_script("resolve", *fingerprints))
+        return sum(int(self.call_at(i, "resolve", *fps)) for i, fps in self.by_part(fingerprints).items())
 
     def requeue(self, cls: str | None = None) -> int:
-        n = int(self.call_script("requeue", self.clock(), cls or ""))
+        n = sum(int(self.call_at(i, "requeue", self.clock(), cls or "")) for i in range(self.parts))
         if n:
             self.reopen_run()
         return n

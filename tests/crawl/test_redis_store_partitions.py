@@ -1,0 +1,279 @@
+"""A job's Redis frontier in partitions, on a real Redis (the shared one; the slot moves on a
+private Cluster): records land in their site's partition, counts and status sum over the
+partitions, the run ends only when every partition is done, the lost-data check looks at
+each partition, and the partition count is fixed for the job's life (another count is
+refused with one line at start, a hostile stored one too). The frontier's conformance
+suites also run with 3 partitions (tests/crawl/test_frontier_store.py,
+tests/crawl/test_frontier_contracts.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from scrapy import Request
+
+from scrapy_scale.clock import FakeClock
+from scrapy_scale.frontier import codec
+from scrapy_scale.frontier.backends import open_store
+from scrapy_scale.frontier.backends.redis import RedisStore
+from scrapy_scale.frontier.backends.redis import partitions as P
+from scrapy_scale.frontier.store import FrontierError, FrontierFatal, domain_of
+from tests.support.crawling import run_crawl
+
+pytestmark = pytest.mark.crawl
+
+W = "host/0"
+SITES = [f"site{i}.test" for i in range(12)]
+
+
+def req(url: str, **kw: Any):
+    return codec.new_request(Request(url), **kw)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def opened(redis_url: str, redis_prefix: str, clock: FakeClock) -> Iterator[Any]:
+    stores: list[RedisStore] = []
+
+    def make(parts: int | None = 3, job: str | None = None) -> RedisStore:
+        s = open_store(redis_url, job or redis_prefix, clock=clock, partitions=parts)
+        assert isinstance(s, RedisStore)
+        stores.append(s)
+        return s
+
+    yield make
+    for s in stores:
+        s.close()
+
+
+def _raw(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url, decode_responses=True)
+
+
+def test_a_sites_partition_is_the_same_in_another_process() -> None:
+    """Python's own hash() changes per process (PYTHONHASHSEED): the partition must not."""
+    here = [P.partition_of(d, 12) for d in SITES * 10]
+    code = (
+        "from scrapy_scale.frontier.backends.redis import partitions as P;"
+        f"print([P.partition_of(d, 12) for d in {SITES * 10!r}])"
+    )
+    for seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert out.stdout.strip() == str(here)
+
+
+def test_records_land_in_their_sites_partition_and_counts_and_status_sum(opened, redis_url: str) -> None:
+    s = opened(3)
+    s.begin_run()
+    urls = [f"http://{d}/{i}" for d in SITES for i in range(3)]
+    assert s.enqueue_new([req(u) for u in urls[::2]]) == len(urls[::2])
+    s.enqueue([req(u) for u in urls[1::2]])
+    r = _raw(redis_url)
+    rid = s.current_run().run_id  # type: ignore[union-attr]
+    used = set()
+    for u in urls:
+        f = codec.default_fingerprint(Request(u))
+        part = P.partition_of(domain_of(u), 3)
+        used.add(part)
+        assert r.exists(f"{P.key_of(s.job, part)}:{rid}:r:{f}"), (u, part)
+    assert used == {0, 1, 2}  # the 12 sites spread over the 3 partitions
+    assert s.counts()["pending"] == len(urls)
+    leased = s.lease(W, 10, 60)
+    assert len(leased) == 10
+    assert len({P.partition_of(x.domain, 3) for x in leased}) == 3  # a batch from every partition
+    s.ack(W, [(x.fingerprint, x.token) for x in leased[:4]])
+    s.fail(W, [(x.fingerprint, x.token, "fatal", "400") for x in leased[4:6]])
+    s.dead_letter(leased[6].fingerprint, "undecodable")
+    st = s.status()
+    assert st.counts == {"pending": 26, "delayed": 0, "leased": 3, "done": 4, "failed": 2}, st.counts
+    assert st.failed_by_class == {"fatal": 2}
+    assert st.leases_by_worker == {W: 3}
+    assert st.dead_letters == 1 == s.dead_letter_count() == len(s.dead_letters())
+    assert s.counts() == st.counts
+    # a command opens the job without the setting: the stored count
+    reader = opened(None)
+    assert reader.parts == 3 and reader.status().counts == st.counts
+
+
+def test_the_run_ends_only_when_every_partition_is_done(opened) -> None:
+    s = opened(3)
+    s.begin_run()
+    s.enqueue([req(f"http://{d}/") for d in SITES])
+    held = []
+    for x in s.lease(W, 100, 60):
+        if P.partition_of(x.domain, 3) != 2:
+            s.ack(W, [(x.fingerprint, x.token)])
+        else:
+            held.append((x.fingerprint, x.token))
+    assert held and s.finish_run() is None  # partition 2 still has leased records
+    s.ack(W, held)
+    for x in s.lease(W, 100, 60):
+        s.ack(W, [(x.fingerprint, x.token)])
+    info = s.finish_run()
+    assert info is not None and info.counts == {"pending": 0, "delayed": 0, "leased": 0, "done": 12, "failed": 0}
+
+
+def test_a_request_written_to_another_partition_while_partition_0_finishes_reopens_the_run(opened) -> None:
+    """The parent is acked in partition 0 after its child went to partition 2, between the
+    check of the other partitions and partition 0's finish: the run must go on."""
+    s = opened(3)
+    other = opened(3)
+    s.begin_run()
+    other.begin_run()
+    parent = next(d for d in SITES if P.partition_of(d, 3) == 0)
+    child = next(d for d in SITES if P.partition_of(d, 3) == 2)
+    s.enqueue([req(f"http://{parent}/")])
+    (x,) = s.lease(W, 1, 60)
+    ran = []
+    real = other.call_at
+
+    def call_at(part: int, script: str, *args: Any) -> Any:
+        if part == 0 and script == "run" and args[0] == "finish" and not ran:
+            # the worker that holds the parent writes its child, then acks the parent
+            s.enqueue([req(f"http://{child}/")])
+            s.ack(W, [(x.fingerprint, x.token)])
+            ran.append(True)
+        return real(part, script, *args)
+
+    other.call_at = call_at  # type: ignore[method-assign]
+    s.ack(W, [])
+    assert not other.open_counts(2)["pending"]  # type: ignore[index]  # partition 2 is empty when the finish starts
+    assert other.finish_run() is None
+    assert ran  # the child really was written in the window
+    run = other.current_run()
+    assert run is not None and run.ended_at is None  # reopened
+    assert other.counts()["pending"] == 1
+
+
+def test_a_partition_that_lost_its_state_is_fatal(opened, redis_url: str) -> None:
+    s = opened(3)
+    s.begin_run()
+    s.enqueue([req(f"http://{d}/") for d in SITES])
+    s.counts()
+    r = _raw(redis_url)
+    rid = s.current_run().run_id  # type: ignore[union-attr]
+    # partition 1 as an older snapshot has it (its shard restarted from one): a record fewer
+    assert int(r.hget(f"{P.key_of(s.job, 1)}:{rid}:cnt", "pending") or 0) > 0
+    r.hincrby(f"{P.key_of(s.job, 1)}:{rid}:cnt", "pending", -1)
+    with pytest.raises(FrontierFatal, match=r"partition 1 of 3\).*fewer than"):
+        s.counts()
+    # the run marker of partition 2 gone (its shard flushed)
+    s2 = opened(3)
+    s2.begin_run()
+    s2.counts()
+    r.delete(f"{P.key_of(s.job, 2)}:run")
+    with pytest.raises(FrontierFatal, match=r"partition 2 of 3\).*run marker .*/p2\}:run is gone"):
+        s2.counts()
+
+
+def test_another_partition_count_is_refused_the_stored_one_is_used_and_reset_frees_it(opened) -> None:
+    s = opened(3)
+    s.begin_run()
+    s.enqueue([req(f"http://{d}/") for d in SITES])
+    with pytest.raises(FrontierError) as e:
+        opened(4)
+    msg = str(e.value)
+    assert "started with SCALE_FRONTIER_PARTITIONS = 3 and this worker has 4" in msg and "\n" not in msg
+    assert opened(3).counts()["pending"] == 12
+    s.reset()
+    fresh = opened(4)
+    fresh.begin_run()
+    assert fresh.parts == 4 and opened(None).parts == 4
+
+
+def test_a_job_started_before_partitions_is_one_partition(opened, redis_url: str) -> None:
+    s = opened(1)
+    s.begin_run()
+    s.enqueue([req(f"http://{d}/") for d in SITES])
+    _raw(redis_url).hdel(f"{s.key}:run", P.FIELD)  # as a job of an earlier version has it
+    assert opened(None).parts == 1
+    with pytest.raises(FrontierError, match="started with SCALE_FRONTIER_PARTITIONS = 1 and this worker has 3"):
+        opened(3)
+    again = opened(None)
+    again.begin_run()
+    assert again.counts()["pending"] == 12 and len(again.lease(W, 20, 60)) == 12
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "99999999", "-2", "\udcff"])
+def test_a_hostile_stored_partition_count_is_refused_with_one_line(opened, redis_url: str, raw: str) -> None:
+    s = opened(3)
+    s.begin_run()
+    r = redis.Redis.from_url(redis_url)
+    r.hset(f"{s.key}:run", P.FIELD, raw.encode("utf-8", "surrogateescape"))
+    for parts in (None, 3):
+        with pytest.raises(FrontierError) as e:
+            opened(parts)
+        msg = str(e.value)
+        assert "partition count" in msg and "is unusable" in msg and "\n" not in msg, msg
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_started_with_another_partition_count_stops_with_one_line(
+    tmp_path, redis_url: str, redis_prefix: str
+) -> None:
+    s = open_store(redis_url, redis_prefix, partitions=3)
+    try:
+        s.begin_run()
+    finally:
+        s.close()
+    settings = {"SCALE_JOB": redis_prefix, "SCALE_FRONTIER_URL": redis_url, "SCALE_FRONTIER_PARTITIONS": 5}
+    res = run_crawl(None, settings, tmp_path, start_urls=["http://127.0.0.1:9/"], timeout=90)
+    assert res.returncode == 1, res.tail()
+    errors = [line for line in res.log.splitlines() if "ERROR" in line]
+    assert len(errors) == 1, errors
+    assert "Cannot start:" in errors[0] and "SCALE_FRONTIER_PARTITIONS = 3 and this worker has 5" in errors[0]
+    assert "Traceback" not in res.log
+
+
+def test_seeds_written_before_any_worker_started_the_job_are_leased_by_its_workers(opened) -> None:
+    """`scrapy scale seed` opens the job before any worker (no run, no stored count): the
+    run it opens stores the count, and every partition takes the run, so the seeds are
+    in the run the workers then join."""
+    cli = opened(None)  # a command: no setting; on one node the default, 1
+    assert cli.parts == 1
+    cli.reopen_run()  # what `scrapy scale seed` does first
+    cli.enqueue_new([req(f"http://{d}/") for d in SITES])
+    with pytest.raises(FrontierError, match="started with SCALE_FRONTIER_PARTITIONS = 1"):
+        opened(3)
+    w = opened(None)
+    w.begin_run()
+    assert len(w.lease(W, 100, 60)) == len(SITES)
+
+
+def test_seeds_into_a_partitioned_job_go_to_its_runs_partitions(opened) -> None:
+    s = opened(3)
+    s.begin_run()
+    s.finish_run()  # an empty run ends
+    cli = opened(None)
+    assert cli.parts == 3
+    cli.reopen_run()
+    cli.enqueue_new([req(f"http://{d}/") for d in SITES])
+    w = opened(3)
+    w.begin_run()
+    assert w.counts()["pending"] == len(SITES) and len(w.lease(W, 100, 60)) == len(SITES)
+
+
+def test_a_seed_before_the_first_start_with_a_count_given_stores_it(opened) -> None:
+    cli = opened(3)  # e.g. the command run with -s SCALE_FRONTIER_PARTITIONS=3
+    cli.reopen_run()
+    cli.enqueue_new([req(f"http://{d}/") for d in SITES])
+    w = opened(None)
+    assert w.parts == 3
+    w.begin_run()
+    assert len(w.lease(W, 100, 60)) == len(SITES)
