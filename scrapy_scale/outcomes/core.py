@@ -132,10 +132,14 @@ class OutcomeCore:
             warn=self._warn_counted,
             late=_late_policy(s, retry_times),
         )
-        self.decider = RetryDecider(self.policy, enabled=s.getbool("RETRY_ENABLED"))
-        self.decider.paced = lambda: self.context.pacer is not None
-        self.priority_adjust = s.getint("RETRY_PRIORITY_ADJUST")
         self.emitter = OutcomeEmitter(crawler, retry_after_max=self.policy.retry_after_max)
+        self.decider = RetryDecider(
+            self.policy,
+            enabled=s.getbool("RETRY_ENABLED"),
+            priority_adjust=s.getint("RETRY_PRIORITY_ADJUST"),
+            build=self.emitter.build,
+        )
+        self.decider.paced = lambda: self.context.pacer is not None
         # DelayedRetries before the stats: at close, abandoned retries are counted before the report
         self.delayed = DelayedRetries(crawler, self.emitter, clock)
         self.parsing = ParseTracker(crawler, self.classifier, self.emitter, oset.CRITICAL_FIELDS.get(s), clock)

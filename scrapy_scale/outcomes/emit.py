@@ -10,7 +10,7 @@ summary, outcome log, ...) is a receiver of that signal; none is called from her
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from scrapy.core.downloader import Downloader
@@ -67,56 +67,67 @@ class OutcomeEmitter:
             return str(fp)
         return self.crawler.request_fingerprinter.fingerprint(request).hex()  # type: ignore[union-attr]
 
-    def build(
-        self,
-        request: Request,
-        verdict: Verdict,
-        *,
-        status: int | None = None,
-        exception: BaseException | None = None,
-        latency: float | None = None,
-        final: bool = True,
-        retry_at: float | None = None,
-        avoid: tuple[str, ...] = (),
-        items: int = 0,
-        requests: int = 0,
-        gave_up: str | None = None,
-        internal: bool = False,
-        fallback: bool = False,
-        attempt: int | None = None,
-    ) -> Outcome:
-        m = request.meta
-        slot = m.get(Downloader.DOWNLOAD_SLOT)
-        return Outcome(
-            fingerprint=self.fingerprint(request),
-            url=request.url,
-            domain=urlparse_cached(request).hostname or "",
-            cls=verdict.cls,
-            reason=verdict.reason,
-            status=status,
-            exception=exception_name(exception),
-            egress=egress_id(request),
-            latency=latency,
-            attempt=meta.attempt_of(m) if attempt is None else attempt,
-            final=final,
-            retry_at=retry_at,
-            avoid_egress=avoid,
-            items=items,
-            requests=requests,
-            slot=str(slot) if slot is not None else None,
-            retry_after_raw=verdict.retry_after_raw,
-            retry_after=clamp_retry_after(verdict.retry_after, self.retry_after_max),
-            slow_down=verdict.slow_down,
-            blame=verdict.blame if verdict.blame is not None else Blame.NONE,
-            gave_up=gave_up is not None,
-            gave_up_why=gave_up or "",
-            internal=internal,
-            fallback=fallback,
-            callback=None if internal else callback_name(request),
+    def build(self, request: Request, verdict: Verdict, **fields: Any) -> Outcome:
+        """The outcome of ``request``'s attempt (fields: :func:`build_outcome`'s)."""
+        return build_outcome(
+            request, verdict, fingerprint=self.fingerprint(request), retry_after_max=self.retry_after_max, **fields
         )
 
     def send(self, outcome: Outcome, request: Request) -> None:
         self.bus.send(outcome=outcome, request=request, spider=self.crawler.spider)
+
+
+def build_outcome(
+    request: Request,
+    verdict: Verdict,
+    *,
+    fingerprint: str | None = None,
+    retry_after_max: float = math.inf,
+    status: int | None = None,
+    exception: BaseException | None = None,
+    latency: float | None = None,
+    final: bool = True,
+    retry_at: float | None = None,
+    avoid: tuple[str, ...] = (),
+    items: int = 0,
+    requests: int = 0,
+    gave_up: str | None = None,
+    internal: bool = False,
+    fallback: bool = False,
+    attempt: int | None = None,
+) -> Outcome:
+    """The outcome of ``request``'s attempt classified as ``verdict``. ``fingerprint``:
+    the chain's (None: ``meta["scale_fingerprint"]``, else the URL); ``retry_after_max``:
+    the outcome's ``retry_after`` never exceeds it."""
+    m = request.meta
+    slot = m.get(Downloader.DOWNLOAD_SLOT)
+    return Outcome(
+        fingerprint=fingerprint or str(m.get(meta.FINGERPRINT) or request.url),
+        url=request.url,
+        domain=urlparse_cached(request).hostname or "",
+        cls=verdict.cls,
+        reason=verdict.reason,
+        status=status,
+        exception=exception_name(exception),
+        egress=egress_id(request),
+        latency=latency,
+        attempt=meta.attempt_of(m) if attempt is None else attempt,
+        final=final,
+        retry_at=retry_at,
+        avoid_egress=avoid,
+        items=items,
+        requests=requests,
+        slot=str(slot) if slot is not None else None,
+        retry_after_raw=verdict.retry_after_raw,
+        retry_after=clamp_retry_after(verdict.retry_after, retry_after_max),
+        slow_down=verdict.slow_down,
+        blame=verdict.blame if verdict.blame is not None else Blame.NONE,
+        gave_up=gave_up is not None,
+        gave_up_why=gave_up or "",
+        internal=internal,
+        fallback=fallback,
+        callback=None if internal else callback_name(request),
+    )
 
 
 def callback_name(request: Request) -> str:

@@ -1,10 +1,11 @@
 """Scrapy glue of the classifier and the retry policy (thin; the decisions are elsewhere).
 
 - :class:`OutcomeDownloaderMiddleware` (replaces Scrapy's RetryMiddleware, order 550):
-  classifies every response and download exception, decides the retry, sends a
-  non-final outcome and returns the retry request when the policy retries, sends the
-  final outcome of download exceptions, and keeps a request from being sent before its
-  not-before time.
+  classifies every response and download exception, asks the retry policy for one
+  plan per attempt (:meth:`RetryDecider.plan <scrapy_scale.outcomes.retry.RetryDecider.plan>`)
+  and carries it out: a non-final outcome and the retry request when it retries, the
+  final outcome of download exceptions, the give-up line; and keeps a request from being
+  sent before its not-before time.
 - :class:`OutcomeSpiderMiddleware` (order 45, just outside HttpErrorMiddleware):
   sends the final outcome of every response once the callback's output was fully
   consumed, with the item count, after the parse checks.
@@ -29,12 +30,12 @@ from scrapy_scale import meta, startup
 from scrapy_scale import stats_keys as K
 from scrapy_scale.errors import ScaleError
 from scrapy_scale.meta import NOT_BEFORE_TOLERANCE
-from scrapy_scale.outcomes.classify import Verdict
 from scrapy_scale.outcomes.core import OutcomeCore
-from scrapy_scale.outcomes.model import FailureClass, Outcome
+from scrapy_scale.outcomes.model import Outcome
 from scrapy_scale.outcomes.parse_tracker import Pending
-from scrapy_scale.outcomes.policy import BROKEN_PAGE, Decision
-from scrapy_scale.outcomes.retry import count_attempt, retry_request, scrapy_retry_logger
+from scrapy_scale.outcomes.plan import Attempt, RetryPlan, Step
+from scrapy_scale.outcomes.policy import BROKEN_PAGE
+from scrapy_scale.outcomes.retry import scrapy_retry_logger
 from scrapy_scale.outcomes.stats import scrapy_reason
 
 if TYPE_CHECKING:
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("scrapy_scale.outcomes")
 
-C = FailureClass
 
 #: the give-up line's words for a ``Decision.why`` that needs more than its name
 _WHY = {BROKEN_PAGE: "broken page: its site answers well: a broken page, not an outage; no more late retries"}
@@ -99,80 +99,63 @@ class OutcomeDownloaderMiddleware:
         return None
 
     def process_response(self, request: Request, response: Response, spider: Any = None) -> Request | Response:
-        core = self.core
         self.started.pop(request, None)
-        verdict = core.classifier.classify_response(response, request)
-        if request.callback is NO_CALLBACK:
-            return self._internal(request, verdict, status=response.status) or response
-        latency = request.meta.get("download_latency")
-        if verdict.cls is C.OK:
-            core.decider.observe_ok(request, verdict.cls)
-            self._final_after_callback(request, Pending(verdict, response.status, latency))
-            return response
-        decision = core.decider.decide(request, verdict)
-        if decision.retry:
-            return self._retry(request, verdict, decision, status=response.status, latency=latency)
-        gave_up = decision.why if decision.gave_up else None
-        if gave_up is not None:
-            self._log_give_up(core.emitter.build(request, verdict, status=response.status), decision, request)
-        self._final_after_callback(request, Pending(verdict, response.status, latency, gave_up))
-        return response
+        verdict = self.core.classifier.classify_response(response, request)
+        internal = request.callback is NO_CALLBACK
+        latency = None if internal else request.meta.get("download_latency")
+        attempt = Attempt(verdict, response.status, None, latency, internal)
+        return self._carry_out(request, attempt, self.core.decider.plan(request, attempt)) or response
 
-    def _retry(self, request: Request, verdict: Verdict, decision: Decision, **fields: Any) -> Request:
-        """Send the attempt's non-final outcome and return the retry request."""
-        core = self.core
-        o = core.emitter.build(request, verdict, final=False, retry_at=decision.not_before, **fields)
-        avoid = core.decider.avoid_egresses(request, o)
-        new = retry_request(
-            request,
-            o,
-            not_before=decision.not_before,
-            avoid=avoid,
-            priority_adjust=core.priority_adjust,
-            late=decision.late,
-            failed_at=self.clock(),
-        )
-        core.delayed.retry_made()
-        if decision.late:
-            core.stats.inc_value(K.RETRY_LATE)
-        if decision.as_egress_failure:
-            core.stats.inc_value(K.RETRY_AS_EGRESS_FAILURE)
-        if decision.calm:
-            core.stats.inc_value(K.RETRY_CALM)
-        scrapy_retry_logger.debug(
-            "Retrying %(request)s (failed %(retry_times)d times): %(reason)s",
-            {"request": request, "retry_times": o.attempt, "reason": scrapy_reason(o)},
-            extra={"spider": core.crawler.spider},
-        )
-        core.emitter.send(o.but(avoid_egress=avoid), request)
-        return new
+    def process_exception(self, request: Request, exception: Exception, spider: Any = None) -> Request | None:
+        if isinstance(exception, GaveUpError):
+            return None
+        verdict = self.core.classifier.classify_exception(exception, request)
+        t0 = self.started.pop(request, None)
+        internal = request.callback is NO_CALLBACK
+        latency = self.clock() - t0 if t0 is not None and not internal else None
+        attempt = Attempt(verdict, None, exception, latency, internal)
+        return self._carry_out(request, attempt, self.core.decider.plan(request, attempt))
 
-    def _internal(self, request: Request, verdict: Verdict, **fields: Any) -> Request | None:
-        """Scrapy's own downloads (robots.txt, media pipelines: callback NO_CALLBACK) go
-        through ``engine.download_async``, which re-sends a returned request at once: their
-        outcomes are ``internal`` (not crawl requests of the frontier), a retry is immediate."""
+    def _carry_out(self, request: Request, attempt: Attempt, plan: RetryPlan) -> Request | None:
+        """Do what ``plan`` says: count its stats, write its lines, send its outcome; the
+        retry request to return, else None (after an exception, or GaveUpError raised)."""
         core = self.core
-        if verdict.cls is C.OK:
-            o = core.emitter.build(request, verdict, internal=True, **fields)
+        for key in plan.stats:
+            core.stats.inc_value(key)
+        o = plan.outcome
+        if plan.retry is not None and o is not None:
+            if plan.step is Step.RETRY_LATER:
+                core.delayed.retry_made()
+                scrapy_retry_logger.debug(
+                    "Retrying %(request)s (failed %(retry_times)d times): %(reason)s",
+                    {"request": request, "retry_times": o.attempt, "reason": scrapy_reason(o)},
+                    extra={"spider": core.crawler.spider},
+                )
             core.emitter.send(o, request)
+            return plan.retry
+        if o is None or not (o.internal or attempt.exception is not None):
+            # a crawl response: its final outcome is made once its callback ran
+            if o is not None and plan.level is not None:
+                self._log_give_up(o, plan.level, plan.why, request)
+            self._final_after_callback(request, Pending(attempt.verdict, attempt.status, attempt.latency, plan.why))
             return None
-        decision = core.decider.decide(request, verdict, late_ok=False)
-        if not decision.retry:
-            gave_up = decision.why if decision.gave_up else None
-            core.emitter.send(core.emitter.build(request, verdict, internal=True, gave_up=gave_up, **fields), request)
+        core.emitter.send(o, request)
+        if attempt.exception is None or o.internal or not self._logs_give_up(attempt):
             return None
-        o = core.emitter.build(request, verdict, internal=True, final=False, retry_at=self.clock(), **fields)
-        new = request.copy()
-        count_attempt(new, request, o)
-        new.dont_filter = True
-        # the egress that failed it is avoided, as a crawl request's retry does: re-sent at
-        # once, a robots.txt cut at a blackhole's first-byte bound drew the same egress again
-        # and its whole site waited twice that bound (traced in the chaos benchmark)
-        avoid = core.decider.avoid_egresses(request, o)
-        if avoid:
-            new.meta[meta.AVOID_EGRESS] = list(avoid)
-        core.emitter.send(o.but(avoid_egress=avoid), request)
-        return new
+        if plan.level is not None:
+            self._log_give_up(o, plan.level, plan.why, request)
+        else:
+            logger.warning(
+                "Failed %s: %s (%s)", o.url, o.cls.value, o.reason or "-", extra={"spider": core.crawler.spider}
+            )
+        if request.errback is None:
+            raise GaveUpError(attempt.exception, o)
+        return None
+
+    @staticmethod
+    def _logs_give_up(attempt: Attempt) -> bool:
+        """IgnoreRequest is not logged by Scrapy; a surprise (no rule matched) keeps its traceback."""
+        return not isinstance(attempt.exception, IgnoreRequest) and attempt.verdict.expected
 
     def _final_after_callback(self, request: Request, pending: Pending) -> None:
         core = self.core
@@ -185,47 +168,20 @@ class OutcomeDownloaderMiddleware:
             )
             core.emitter.send(o, request)
 
-    def _log_give_up(self, o: Outcome, decision: Decision, request: Request) -> None:
+    def _log_give_up(self, o: Outcome, level: int, why: str | None, request: Request) -> None:
         # Scrapy's RetryMiddleware wording ("Gave up retrying <GET url> (failed N times): reason"),
         # which users grep for; the reason is our class and its reason
         logger.log(
-            self.core.decider.give_up_level(o, decision, request),
+            level,
             "Gave up retrying <%s %s> (failed %d times): %s (%s)%s",
             request.method,
             o.url,
             o.attempt,
             o.cls.value,
             o.reason or "-",
-            "" if decision.why == "budget" else f" [{_WHY.get(decision.why, decision.why)}]",
+            "" if why == "budget" else f" [{_WHY.get(why or '', why)}]",
             extra={"spider": self.core.crawler.spider},
         )
-
-    def process_exception(self, request: Request, exception: Exception, spider: Any = None) -> Request | None:
-        core = self.core
-        if isinstance(exception, GaveUpError):
-            return None
-        verdict = core.classifier.classify_exception(exception, request)
-        t0 = self.started.pop(request, None)
-        if request.callback is NO_CALLBACK:
-            return self._internal(request, verdict, exception=exception)
-        latency = self.clock() - t0 if t0 is not None else None
-        decision = core.decider.decide(request, verdict, answered=False)
-        if decision.retry:
-            return self._retry(request, verdict, decision, exception=exception, latency=latency)
-        gave_up = decision.why if decision.gave_up else None
-        o = core.emitter.build(request, verdict, exception=exception, latency=latency, gave_up=gave_up)
-        core.emitter.send(o, request)
-        if isinstance(exception, IgnoreRequest) or not verdict.expected:
-            return None  # IgnoreRequest is not logged by Scrapy; a surprise keeps its traceback
-        if gave_up is not None:
-            self._log_give_up(o, decision, request)
-        else:
-            logger.warning(
-                "Failed %s: %s (%s)", o.url, o.cls.value, o.reason or "-", extra={"spider": core.crawler.spider}
-            )
-        if request.errback is None:
-            raise GaveUpError(exception, o)
-        return None
 
 
 class OutcomeSpiderMiddleware:

@@ -1,9 +1,12 @@
-"""Retry decisions for requests, and the retry request itself.
+"""Retry plans for requests, and the retry request itself.
 
 :class:`RetryDecider` applies the :class:`~scrapy_scale.outcomes.policy.RetryPolicy`
 to a request (its meta keys ``dont_retry``, ``max_retry_times``, Scrapy's
 ``RETRY_ENABLED``) and to the classifier's verdict (its Retry-After, and whether
-the project's RETRY_HTTP_CODES / RETRY_EXCEPTIONS let it be retried).
+the project's RETRY_HTTP_CODES / RETRY_EXCEPTIONS let it be retried). Its
+:meth:`~RetryDecider.plan` is the one call the downloader middleware makes per
+attempt: one :class:`~scrapy_scale.outcomes.plan.RetryPlan` back (the outcome to
+send, the retry request, the give-up line's level, the stats to count).
 
 :func:`retry_request` is public, as Scrapy's ``get_retry_request`` is: the next
 attempt of a request's chain, carrying the chain's meta keys.
@@ -23,8 +26,10 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy_scale import meta
 from scrapy_scale import stats_keys as K
 from scrapy_scale.outcomes.classify import Verdict
+from scrapy_scale.outcomes.emit import build_outcome
 from scrapy_scale.outcomes.model import FailureClass, Outcome
 from scrapy_scale.outcomes.noise import SiteNoise
+from scrapy_scale.outcomes.plan import DONE, Attempt, RetryPlan, Step
 from scrapy_scale.outcomes.policy import BROKEN_PAGE, NO_RETRY, Decision, RetryPolicy
 
 if TYPE_CHECKING:
@@ -38,15 +43,90 @@ scrapy_retry_logger = logging.getLogger("scrapy.downloadermiddlewares.retry")
 
 
 class RetryDecider:
-    def __init__(self, policy: RetryPolicy, *, enabled: bool = True):
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        *,
+        enabled: bool = True,
+        priority_adjust: int = -1,
+        build: Callable[..., Outcome] = build_outcome,
+    ):
         self.policy = policy
         self.enabled = enabled
+        #: Scrapy's RETRY_PRIORITY_ADJUST (a request's ``priority_adjust`` meta key wins)
+        self.priority_adjust = priority_adjust
+        #: makes an attempt's outcome (the crawler's emitter: its fingerprints and Retry-After cap)
+        self.build = build
         #: per host, whether it answers well apart from a few failures (quick retries then)
         self.noise = SiteNoise()
         #: whether a pacer spaces the requests to each site (the throttle): a refusal's
         #: quick retry is sooner at a calm site only then (without one, nothing else would
         #: space retries told to slow down)
         self.paced: Callable[[], bool] = lambda: False
+
+    def plan(self, request: Request, attempt: Attempt) -> RetryPlan:
+        """What to do with ``attempt`` of ``request``: the one call per attempt."""
+        v = attempt.verdict
+        if attempt.internal:
+            return self._plan_internal(request, attempt)
+        if v.cls is FailureClass.OK and attempt.answered:
+            self.observe_ok(request, v.cls)
+            return DONE
+        d = self.decide(request, v, answered=attempt.answered)
+        fields = {"status": attempt.status, "exception": attempt.exception, "latency": attempt.latency}
+        if d.retry:
+            o = self.build(request, v, final=False, retry_at=d.not_before, **fields)
+            avoid = self._avoid(request, o)
+            new = retry_request(
+                request,
+                o,
+                not_before=d.not_before,
+                avoid=avoid,
+                priority_adjust=self.priority_adjust,
+                late=d.late,
+                failed_at=self.policy.clock(),
+            )
+            counted = ((K.RETRY_LATE, d.late), (K.RETRY_AS_EGRESS_FAILURE, d.as_egress_failure), (K.RETRY_CALM, d.calm))
+            return RetryPlan(
+                Step.RETRY_LATER,
+                o.but(avoid_egress=avoid),
+                retry=new,
+                at=d.not_before,
+                avoid=avoid,
+                stats=tuple(key for key, on in counted if on),
+            )
+        why = d.why if d.gave_up else None
+        if why is None and attempt.answered:
+            return DONE  # not retried, nothing to log: the final outcome comes after the callback
+        o = self.build(request, v, gave_up=why, **fields)
+        if why is None:
+            return RetryPlan(Step.DONE, o)
+        return RetryPlan(Step.GIVE_UP, o, why=why, level=self._give_up_level(d, o, request))
+
+    def _plan_internal(self, request: Request, attempt: Attempt) -> RetryPlan:
+        """Scrapy's own downloads: ``internal`` outcomes (not crawl requests of the frontier),
+        a retry at once (the engine re-sends the returned request), no give-up line."""
+        v = attempt.verdict
+        fields = {"status": attempt.status, "exception": attempt.exception, "internal": True}
+        if v.cls is FailureClass.OK:
+            return RetryPlan(Step.DONE, self.build(request, v, **fields))
+        d = self.decide(request, v, late_ok=False)
+        if not d.retry:
+            why = d.why if d.gave_up else None
+            o = self.build(request, v, gave_up=why, **fields)
+            return RetryPlan(Step.GIVE_UP if why else Step.DONE, o, why=why)
+        now = self.policy.clock()
+        o = self.build(request, v, final=False, retry_at=now, **fields)
+        new = request.copy()
+        count_attempt(new, request, o)
+        new.dont_filter = True
+        # the egress that failed it is avoided, as a crawl request's retry does: re-sent at
+        # once, a robots.txt cut at a blackhole's first-byte bound drew the same egress again
+        # and its whole site waited twice that bound (traced in the chaos benchmark)
+        avoid = self._avoid(request, o)
+        if avoid:
+            new.meta[meta.AVOID_EGRESS] = list(avoid)
+        return RetryPlan(Step.RETRY_NOW, o.but(avoid_egress=avoid), retry=new, at=now, avoid=avoid)
 
     def observe_ok(self, request: Request, cls: FailureClass) -> None:
         """An attempt of ``request`` got an answer the classifier took as good (``cls``:
@@ -129,7 +209,7 @@ class RetryDecider:
             where or "?",
         )
 
-    def give_up_level(self, outcome: Outcome, decision: Decision, request: Request) -> int:
+    def _give_up_level(self, decision: Decision, outcome: Outcome, request: Request) -> int:
         """The level of the give-up line: the request's ``give_up_log_level`` meta key (as
         Scrapy's RetryMiddleware reads it), else the class policy's; DEBUG when the project
         asked for no retry (``dont_retry``, RETRY_ENABLED = False, not listed)."""
@@ -142,7 +222,7 @@ class RetryDecider:
                 return level
         return self.policy.policies[outcome.cls].give_up_level
 
-    def avoid_egresses(self, request: Request, outcome: Outcome) -> tuple[str, ...]:
+    def _avoid(self, request: Request, outcome: Outcome) -> tuple[str, ...]:
         """The egresses the next attempt must avoid: the failed one is added when the class
         asks for a new egress, and after a failure past the connection (a ``transient``
         outcome without a response: a timeout, an answer that is not HTTP, a connection
@@ -224,4 +304,14 @@ def _a_time(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
-__all__ = ["NO_RETRY", "Decision", "RetryDecider", "count_attempt", "retry_request", "scrapy_retry_logger"]
+__all__ = [
+    "NO_RETRY",
+    "Attempt",
+    "Decision",
+    "RetryDecider",
+    "RetryPlan",
+    "Step",
+    "count_attempt",
+    "retry_request",
+    "scrapy_retry_logger",
+]
