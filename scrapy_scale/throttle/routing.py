@@ -10,7 +10,7 @@ when requests go through egresses (``SCALE_EGRESSES``):
   ``Retry-After`` pausing the route, recovery), keyed ``"<site> via <egress>"``; a route
   that learned no limit of its own goes no faster than the best pace a sibling route
   learned (:meth:`RoutePacing.adopt`), from its start or from a sibling's refusal;
-- the **site** (:class:`~scrapy_scale.throttle.policy.Pacing`) keeps what bounds all its
+- the **site** (:class:`~scrapy_scale.throttle.pacing.Pacing`) keeps what bounds all its
   routes together: ``max_rate``, ``min_delay``, robots.txt ``Crawl-delay``, its
   concurrency, and learns only from site-wide evidence (:class:`RouteLearner`): refusals
   (429, ``Retry-After``) from most of the routes used recently, at once, slow the site
@@ -40,8 +40,10 @@ from typing import TYPE_CHECKING
 
 from scrapy_scale import clock as clock_mod
 from scrapy_scale.on_the_way import InDownloader, OnTheWay
-from scrapy_scale.throttle.policy import Pacing, SiteState
+from scrapy_scale.throttle.pacing import Pacing
+from scrapy_scale.throttle.policy import fade, remember
 from scrapy_scale.throttle.profiles import Profiles
+from scrapy_scale.throttle.state import SiteState
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -132,8 +134,8 @@ class RoutePacing(Pacing):
         s.delay = min(max(s.delay, best.delay), s.profile.max_delay)
         tf = self.too_fast(best, now)
         if tf > self.too_fast(s, now):
-            f = self._fade(best, now)
-            self._remember(s, now, tf, best.settled * f, best.peak * f)
+            f = fade(best, now)
+            remember(s, now, tf, best.settled * f, best.peak * f)
 
     def floor(self, s: SiteState) -> float:
         return 0.0

@@ -1,6 +1,6 @@
 """What the throttle knows about one site (or one route): :class:`SiteState`.
 
-Plain data; the decisions on it are in :mod:`scrapy_scale.throttle.policy`.
+Plain data; the decisions on it are in :mod:`scrapy_scale.throttle.policy` (rules) and :mod:`scrapy_scale.throttle.pacing`.
 """
 
 from __future__ import annotations

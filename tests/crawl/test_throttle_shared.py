@@ -114,7 +114,7 @@ def shared_throttle(redis_url: str, job: str) -> object:
 
     crawler = get_crawler(settings_dict={"SCALE_THROTTLE_URL": redis_url, "SCALE_JOB": job})
     th = Throttle.from_crawler(crawler)
-    th._load_learned()  # what spider_opened does first: open the shared state (no reactor here)
+    th.upkeep.load_learned()  # what spider_opened does first: open the shared state (no reactor here)
     assert th.shared is not None
     return th
 
@@ -149,7 +149,7 @@ def test_a_failed_limiter_call_backs_off_that_site_only(redis_url: str, redis_pr
     sh = RedisShared(redis_url, redis_prefix)
     r = redis.Redis.from_url(redis_url)
     th: Any = shared_throttle(redis_url, redis_prefix)
-    th._shared_failed(Failure(RuntimeError("boom")), "c.com")
+    th.calls.failed(Failure(RuntimeError("boom")), "c.com")
     assert th.stats.get_value("scale/throttle/shared_errors") == 1  # the failure path ran
     assert th.hold_until("c.com") == 0.0 and not r.exists(sh.rate_key("c.com"))  # paced alone
     th.hold_until("d.com")

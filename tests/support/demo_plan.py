@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from scrapy_scale.clock import FakeClock
-from scrapy_scale.throttle.policy import Pacing
+from scrapy_scale.throttle.pacing import Pacing
 
 
 def demo_plan_run(

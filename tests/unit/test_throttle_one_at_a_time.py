@@ -9,7 +9,8 @@ import math
 import pytest
 
 from scrapy_scale.clock import FakeClock
-from scrapy_scale.throttle.policy import CRAWL_DELAY_MARGIN, Pacing
+from scrapy_scale.throttle.pacing import Pacing
+from scrapy_scale.throttle.policy import CRAWL_DELAY_MARGIN
 from scrapy_scale.throttle.profiles import Profiles
 
 pytestmark = pytest.mark.pure

@@ -9,7 +9,7 @@ import pytest
 
 from scrapy_scale.clock import FakeClock
 from scrapy_scale.throttle import paces
-from scrapy_scale.throttle.policy import Pacing
+from scrapy_scale.throttle.pacing import Pacing
 from scrapy_scale.throttle.profiles import Profiles
 from tests.support.demo_plan import demo_plan_run
 

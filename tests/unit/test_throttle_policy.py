@@ -8,6 +8,7 @@ import pytest
 
 from scrapy_scale.clock import FakeClock
 from scrapy_scale.throttle.notes import PauseNotes
+from scrapy_scale.throttle.pacing import Pacing
 from scrapy_scale.throttle.policy import (
     CRAWL_DELAY_MARGIN,
     MARGIN,
@@ -15,7 +16,6 @@ from scrapy_scale.throttle.policy import (
     PROVEN_AFTER_GOOD,
     STEP_AFTER_GOOD,
     SUCCESS_FADE,
-    Pacing,
 )
 from scrapy_scale.throttle.profiles import ProfileError, Profiles, parse_pattern, registrable_domain
 from tests.support.demo_plan import demo_plan_run

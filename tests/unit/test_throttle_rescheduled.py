@@ -16,8 +16,8 @@ from scrapy_scale import meta
 from scrapy_scale import signals as scale_signals
 from scrapy_scale.egress.routes import RouteLimiter
 from scrapy_scale.outcomes.model import FailureClass, Outcome
-from scrapy_scale.throttle.pacer import Throttle
 from scrapy_scale.throttle.routing import RouteLearner
+from scrapy_scale.throttle.throttle import Throttle
 
 pytestmark = pytest.mark.pure
 

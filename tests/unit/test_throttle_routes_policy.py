@@ -19,7 +19,7 @@ from scrapy import Request
 
 from scrapy_scale.clock import FakeClock
 from scrapy_scale.egress.routes import RouteLimiter
-from scrapy_scale.throttle.policy import Pacing
+from scrapy_scale.throttle.pacing import Pacing
 from scrapy_scale.throttle.profiles import Profiles
 from scrapy_scale.throttle.routing import BLOCKED_PAUSE, RouteLearner, RoutePacing, route_key, split_route
 from tests.crawl.test_throttle_crawl import max_in_window

@@ -23,7 +23,7 @@ def test_status_names_the_paused_sites_and_until_when(tmp_path: Path, caplog: py
 
     from scrapy_scale.clock import FakeClock
     from scrapy_scale.throttle import status
-    from scrapy_scale.throttle.policy import Pacing
+    from scrapy_scale.throttle.pacing import Pacing
     from scrapy_scale.throttle.profiles import Profiles
 
     clk = FakeClock(time.time())

@@ -16,7 +16,8 @@ import pytest
 
 from scrapy_scale.clock import FakeClock
 from scrapy_scale.throttle import paces
-from scrapy_scale.throttle.policy import CYCLE_CAP, IDLE_GAP, MARGIN, STEP_AFTER_GOOD, Pacing
+from scrapy_scale.throttle.pacing import Pacing
+from scrapy_scale.throttle.policy import CYCLE_CAP, IDLE_GAP, MARGIN, STEP_AFTER_GOOD
 from scrapy_scale.throttle.profiles import Profiles
 
 pytestmark = pytest.mark.pure
