@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scrapy_scale import stats_keys as K
-from scrapy_scale.egress.pool import Event
+from scrapy_scale.egress.health_book import Event
 from scrapy_scale.egress.report import when
 
 logger = logging.getLogger("scrapy_scale.egress.middleware")  # the lines users know, under their logger

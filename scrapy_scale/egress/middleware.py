@@ -40,15 +40,16 @@ from scrapy_scale.config import core_settings
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.egress import settings as S
 from scrapy_scale.egress.browser import CONTEXT, PAGE, BrowserContexts
-from scrapy_scale.egress.events import EventReport, SyncOutage
+from scrapy_scale.egress.events import EventReport
 from scrapy_scale.egress.first_byte import SLOW_BODY, FirstByteTimeout
 from scrapy_scale.egress.health import HealthPolicy
 from scrapy_scale.egress.identity import Egress
 from scrapy_scale.egress.pool import EgressPool, PoolOptions
 from scrapy_scale.egress.report import bounded_stats, describe_pool
-from scrapy_scale.egress.shared import StateStore, clean_live, live_workers, open_state
-from scrapy_scale.egress.source_glue import SourceGlue
+from scrapy_scale.egress.shared import open_state
+from scrapy_scale.egress.source_loading import SourceLoading
 from scrapy_scale.egress.sources import Refresher
+from scrapy_scale.egress.state_sync import StateSync
 from scrapy_scale.egress.waits import Waits
 from scrapy_scale.outcomes.model import Outcome
 from scrapy_scale.redact import redact_text
@@ -66,7 +67,7 @@ _AUTH = b"Proxy-Authorization"
 RECHECK = 5.0
 
 
-class EgressMiddleware(SourceGlue):
+class EgressMiddleware:
     def __init__(self, crawler: Crawler, source: S.Source):
         self.crawler = crawler
         st = crawler.settings
@@ -90,12 +91,12 @@ class EgressMiddleware(SourceGlue):
         self.exhausted = S.EXHAUSTED.get(st)
         self.sync_every = S.SYNC.get(st)
         self.top = S.STATS_TOP.get(st)
-        self.refresher = Refresher(source, S.REFRESH.get(st), time.time, timeout=S.PROVIDER_TIMEOUT.get(st))
+        refresher = Refresher(source, S.REFRESH.get(st), time.time, timeout=S.PROVIDER_TIMEOUT.get(st))
         if source.kind == "provider":
             p = source.provider
-            self.refresher.provider = p.from_crawler(crawler) if hasattr(p, "from_crawler") else p()
+            refresher.provider = p.from_crawler(crawler) if hasattr(p, "from_crawler") else p()
+        self.sources = SourceLoading(crawler, refresher, self.pool, lambda: self.state.store, self.exhausted)
         self.worker = st.get("SCALE_FRONTIER_WORKER") or f"{socket.gethostname()}/{os.getpid()}"
-        self.store: StateStore | None = None
         self._tokens: dict[int, str] = {}
         self._next_token = itertools.count(1)
         # the longest a request waits in place: past the longest quarantine and a re-probe's
@@ -104,14 +105,14 @@ class EgressMiddleware(SourceGlue):
             crawler, self.exhausted, S.QUARANTINE_MAX.get(st) + max(30.0, S.QUARANTINE.get(st)) + RECHECK
         )
         self._loops: list[task.LoopingCall] = []
-        self._sync_d: Any = None  # the running sync, awaited at close before the last one
-        self._syncing = False
-        self.outage = SyncOutage()  # failing syncs: one line when they start, one when they work again
         self.first_byte = FirstByteTimeout(
             crawler, S.FIRST_BYTE_TIMEOUT.get(st), answered=self.pool.answered, bodies=self.pool.bodies
         )
         self.browser = BrowserContexts(crawler, S.CONTEXT_PAGES.get(st), S.CONTEXT_AGE.get(st), time.time)
-        self.events = EventReport(self.stats, self.browser, lambda: self.store.where if self.store else None)
+        self.events = EventReport(
+            self.stats, self.browser, lambda: self.state.store.where if self.state.store else None
+        )
+        self.state = StateSync(self.pool, self.events, self.stats, self.worker, self.sync_every, self._browser_gauges)
         self.ctx = ScaleContext.of(crawler)
         self.ctx.egress_pool = self
         pacer = self.ctx.pacer
@@ -272,82 +273,37 @@ class EgressMiddleware(SourceGlue):
             )
         self.first_byte.install()
         job = self.ctx.job or core_settings.JOB.get(self.crawler.settings) or spider.name
-        self.store = open_state(self.crawler.settings, job)
+        store = self.state.store = open_state(self.crawler.settings, job)
         try:
             records = await maybe_deferred_to_future(threads.deferToThread(self._open_state))
         except Exception as e:  # noqa: BLE001 - the sync loop must start all the same (issue 35 item 6)
             logger.warning(
                 "egress: cannot read the pool's state from %s (%s); starting without it, the sync tries again",
-                self.store.where,
+                store.where,
                 redact_text(str(e)),
             )
             records = {}
         self._opened(records)
-        if self.refresher.source.kind == "provider":  # the first fetch, before any request
-            d = self._refresh()
+        if self.sources.refresher.source.kind == "provider":  # the first fetch, before any request
+            d = self.sources.refresh()
             if d is not None:
-                await maybe_deferred_to_future(self._first_fetch(d))
-        self._open = True
+                await maybe_deferred_to_future(self.sources.first_fetch(d))
+        self.sources.open = True
 
     def _open_state(self) -> dict[str, Any]:
-        assert self.store is not None
-        self.store.set_pool(self.pool.members)
-        return self.store.load()
+        store = self.state.store
+        assert store is not None
+        store.set_pool(self.pool.members)
+        return store.load()
 
     def _opened(self, records: dict[str, Any]) -> None:
         for ev in self.pool.merge(records):
             self.events.report(ev)
-        for fn, every in ((self._sync, self.sync_every), (self._refresh, min(1.0, self.refresher.period))):
+        refresh = (self.sources.refresh, min(1.0, self.sources.refresher.period))
+        for fn, every in ((self.state.sync, self.sync_every), refresh):
             loop = task.LoopingCall(fn)
             loop.start(every, now=False).addErrback(lambda f: logger.error("egress: %s", f.getErrorMessage()))
             self._loops.append(loop)
-
-    def _sync(self) -> Any:
-        if self._syncing or self.store is None:
-            return None
-        self._syncing = True
-        dirty, counts, now = self.pool.take_dirty(), self.pool.counters(), time.time()
-        d = threads.deferToThread(self.store.sync, self.worker, dirty, counts, now)
-
-        def done(result: Any) -> None:
-            records, live = result
-            back = self.outage.succeeded(time.time())
-            if back is not None:
-                logger.info(
-                    "egress: the pool's state syncs with %s again after %d failed syncs over %.0f s",
-                    self.store and self.store.where,
-                    *back,
-                )
-            for ev in self.pool.merge(records):
-                self.events.report(ev)
-            live, bad = clean_live(live, now)
-            if bad:
-                self.events.warn_once(
-                    "live",
-                    "egress: ignoring the last sync of worker(s) %s in the shared state (%s): not a time "
-                    "(a finite number of epoch seconds, not far ahead)",
-                    ", ".join(repr(w) for w in bad[:5]),
-                    self.store and self.store.where,
-                )
-            self.pool.routes.workers = live_workers(live, now, self.sync_every)
-            for state, n in self.pool.pool_sizes().items():
-                self.stats.set_value(K.egress_pool(state), n)
-            self._browser_gauges()
-
-        def failed(f: Any) -> None:
-            self.pool.dirty.update(dirty)  # written at the next sync
-            if self.outage.failed(time.time()):  # once an outage; the recovery says how long it lasted
-                logger.warning(
-                    "egress: cannot sync the pool's state with %s: %s (retried at every sync; one line when it works)",
-                    self.store and self.store.where,
-                    f.getErrorMessage(),
-                )
-
-        def finally_(_: Any) -> None:
-            self._syncing = False
-
-        self._sync_d = d.addCallbacks(done, failed).addBoth(finally_)
-        return self._sync_d
 
     def _browser_gauges(self) -> None:
         contexts = self.browser.contexts
@@ -361,7 +317,7 @@ class EgressMiddleware(SourceGlue):
         for loop in self._loops:
             if loop.running:
                 loop.stop()
-        self._stop_fetch_pool()
+        self.sources.stop()
         self.first_byte.uninstall()
         await self.browser.close_all()  # (fires its settled(), which the metrics wait for)
         self._browser_gauges()
@@ -380,23 +336,7 @@ class EgressMiddleware(SourceGlue):
         # the pool by state, as each sync writes it: a crawl shorter than one sync had none
         for state, n in self.pool.pool_sizes().items():
             self.stats.set_value(K.egress_pool(state), n)
-        store = self.store
-        if store is None:
-            return
-        if self._syncing and self._sync_d is not None:  # never two syncs at once, nor one after the close
-            await maybe_deferred_to_future(self._sync_d)
-        dirty, counts = self.pool.take_dirty(), self.pool.counters()
-
-        def final() -> None:
-            try:
-                store.sync(self.worker, dirty, counts, time.time())
-            finally:
-                store.close()
-
-        try:
-            await maybe_deferred_to_future(threads.deferToThread(final))
-        except Exception as e:  # the crawl's result stands; the state is one sync older
-            logger.warning("egress: final sync with %s failed: %s", store.where, redact_text(str(e)))
+        await self.state.close()
 
     # ---- what status shows -----------------------------------------------------------
 

@@ -4,7 +4,8 @@ says about the egress it went through.
 Plain Python with an injectable clock and randomness (no reactor): the Scrapy glue
 (:mod:`scrapy_scale.egress.middleware`) feeds it outcomes and asks it for egresses.
 
-- Health per egress (globally) and per (egress, domain), in :class:`~.health.Health`.
+- Health per egress (globally) and per (egress, domain), in :class:`~.health.Health`,
+  kept and shared with the other workers by :class:`~.health_book.HealthBook`.
 - :meth:`EgressPool.observe` turns an outcome's blame into evidence: ``egress`` hurts
   the egress everywhere, ``egress_domain`` (a block) hurts it for that domain only; a
   response that blames nobody or the domain (``rate_limited``: the site wants us slower,
@@ -29,7 +30,8 @@ from typing import Any
 
 from scrapy_scale.clock import Clock, Randomness
 from scrapy_scale.egress.body_times import BodyTimes
-from scrapy_scale.egress.health import HEALTHY, PROBING, Health, HealthPolicy, HealthRecord, clamp_note, score_note
+from scrapy_scale.egress.health import HEALTHY, PROBING, HealthPolicy, HealthRecord
+from scrapy_scale.egress.health_book import Event, HealthBook, key_of
 from scrapy_scale.egress.identity import Egress
 from scrapy_scale.egress.routes import RouteLimiter
 from scrapy_scale.egress.suspects import Blame, Suspects
@@ -55,20 +57,6 @@ class Choice:
     unproven: bool = False
 
 
-@dataclass(frozen=True)
-class Event:
-    """A state change for the glue to log and count."""
-
-    #: quarantined, requarantined, restored, group_retired, adopted; from shared state that is
-    #: untrusted: bad_record (``egress`` is the record's key; skipped), clamped (its end shortened),
-    #: bad_score (``egress`` is the record's key; its score at the quarantine dropped)
-    kind: str
-    egress: str
-    domain: str = ""
-    until: float = 0.0
-    detail: str = ""
-
-
 @dataclass
 class Sticky:
     egress: str
@@ -82,15 +70,6 @@ class PoolOptions:
     sticky_age: float = 60.0
     route_rate: float = 0.0
     group_retire: float = 0.5
-
-
-def key_of(egress: str, domain: str = "") -> str:
-    return f"{egress}|{domain}" if domain else egress
-
-
-def split_key(key: str) -> tuple[str, str]:
-    egress, _, domain = key.partition("|")
-    return egress, domain
 
 
 class EgressPool:
@@ -110,8 +89,10 @@ class EgressPool:
         self.rng = rng or Randomness()
         self.routes = RouteLimiter(self.options.route_rate)
         self.egresses: dict[str, Egress] = {}
-        self.health: dict[str, Health] = {}
-        self.dirty: set[str] = set()
+        #: health per egress and per (egress, domain), and what changed since the last sync
+        self.book = HealthBook(self.policy, self.clock)
+        self.health = self.book.health
+        self.dirty = self.book.dirty
         self.inflight: Counter[str] = Counter()
         self.requests: Counter[str] = Counter()
         self.failures: dict[str, Counter[str]] = {}
@@ -152,30 +133,18 @@ class EgressPool:
                 out.setdefault(e.group, []).append(e.id)
         return out
 
-    def _h(self, egress: str, domain: str = "") -> Health:
-        k = key_of(egress, domain)
-        h = self.health.get(k)
-        if h is None:
-            h = self.health[k] = Health()
-        return h
-
-    def _peek(self, egress: str, domain: str = "") -> Health | None:
-        return self.health.get(key_of(egress, domain))
-
     def state(self, egress: str, domain: str = "") -> str:
-        h = self._peek(egress, domain)
-        return h.state(self.clock()) if h else HEALTHY
+        return self.book.state(egress, domain)
 
     def score(self, egress: str, domain: str = "") -> float:
-        h = self._peek(egress, domain)
-        return h.score(self.clock(), self.policy) if h else 1.0
+        return self.book.score(egress, domain)
 
     # ---- selection -------------------------------------------------------------
 
     def _health_wait(self, e: str, domain: str, now: float) -> float:
         """0 when the health of ``e`` (and of ``e`` for ``domain``) lets it carry a request now."""
         waits = []
-        for h in (self._peek(e), self._peek(e, domain)):
+        for h in (self.book.peek(e), self.book.peek(e, domain)):
             if h is not None and not h.probe_allowed(now, self.policy):
                 waits.append(h.until if now < h.until else now + PROBE_WAIT)
         return max(waits) if waits else 0.0
@@ -257,7 +226,7 @@ class EgressPool:
 
     def _take(self, e: str, domain: str, now: float) -> Choice:
         probe = False
-        for h in (self._peek(e), self._peek(e, domain)):
+        for h in (self.book.peek(e), self.book.peek(e, domain)):
             if h is not None and h.sent(now):
                 probe = True
         if probe:
@@ -353,7 +322,7 @@ class EgressPool:
     def _record(self, egress: str, domain: str, good: bool, now: float) -> list[Event]:
         if good and domain and key_of(egress, domain) not in self.health:
             return []  # a good answer for a domain with no history: nothing to remember
-        h = self._h(egress, domain)
+        h = self.book.of(egress, domain)
         change = h.record(good, now, self.policy, self.rng)
         self.dirty.add(key_of(egress, domain))
         if change is None:
@@ -381,7 +350,7 @@ class EgressPool:
         self.counts["groups_retired"] += 1
         last = 0.0
         for m in members:
-            h = self._h(m)
+            h = self.book.of(m)
             if h.state(now) == HEALTHY:
                 h.quarantine(now, self.policy, self.rng)
                 self.dirty.add(m)
@@ -391,39 +360,11 @@ class EgressPool:
     # ---- shared state ----------------------------------------------------------
 
     def take_dirty(self) -> dict[str, HealthRecord]:
-        out = {k: self.health[k].to_record() for k in self.dirty if k in self.health}
-        self.dirty.clear()
-        return out
+        return self.book.take_dirty()
 
     def merge(self, records: dict[str, dict[str, Any]]) -> list[Event]:
         """Take the state changes other workers made (newer ``changed`` wins)."""
-        events = []
-        now, longest = self.clock(), self.policy.max_quarantine
-        for k, rec in records.items():
-            try:
-                other = Health.from_record(rec, now, longest)
-            except ValueError as e:  # shared state is untrusted: a record that does not decode is skipped
-                events.append(Event("bad_record", k, detail=str(e)))
-                continue
-            note = clamp_note(rec, now, longest)
-            if note is not None:
-                events.append(Event("clamped", *split_key(k), other.until, note))
-            bad_score = score_note(rec)
-            if bad_score is not None:
-                events.append(Event("bad_score", k, detail=bad_score))
-            mine = self.health.get(k)
-            if mine is None:
-                self.health[k] = other
-            elif other.changed > mine.changed:  # another worker's state change beats local evidence
-                mine.adopt(other)
-            else:
-                continue
-            egress, domain = split_key(k)
-            if other.changed and egress in self.egresses:
-                events.append(
-                    Event("adopted", egress, domain, other.until, "quarantined" if other.until else "restored")
-                )
-        return events
+        return self.book.merge(records, self.egresses)
 
     def counters(self) -> dict[str, Any]:
         """This worker's cumulative counts (for the shared store and status)."""

@@ -20,7 +20,6 @@ from scrapy import Spider, signals
 from scrapy.crawler import Crawler
 from scrapy.exceptions import DropItem
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
-from scrapy.utils.python import global_object_name
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
@@ -31,9 +30,7 @@ from scrapy_scale.context import ScaleContext
 from scrapy_scale.redact import redact_url
 from scrapy_scale.storage import settings as S
 from scrapy_scale.storage.backends import (
-    DeadRow,
     MongoStore,
-    Row,
     SQLiteStore,
     Store,
     StoreBroken,
@@ -43,16 +40,14 @@ from scrapy_scale.storage.backends import (
 from scrapy_scale.storage.dead_letters import (
     SHORT_REPR,
     DeadLetteredDrop,
-    ItemSource,
     NotAnItem,
-    dead_row,
     reason_kind,
 )
-from scrapy_scale.storage.encode import Unencodable, encode_item, to_json
 from scrapy_scale.storage.feed_guard import FeedGuard
 from scrapy_scale.storage.feeds import JournalWriteError
-from scrapy_scale.storage.keys import InvalidKey, KeyRules
-from scrapy_scale.storage.sources import Source, sources_of
+from scrapy_scale.storage.keys import KeyRules
+from scrapy_scale.storage.sources import sources_of
+from scrapy_scale.storage.submissions import Submissions
 from scrapy_scale.storage.writer import BatchReport, BatchWriter, DeadLettered, Result, Stored, Submission
 
 logger = logging.getLogger(__name__)
@@ -80,32 +75,26 @@ class StorePipeline:
     def __init__(self, crawler: Crawler):
         self.crawler = crawler
         s = crawler.settings
+        self.stats = crawler.stats
         self.url: str = S.URL.get(s) or default_store_url(s)
         ctx = ScaleContext.of(crawler)
         ctx.store_url = redact_url(self.url)
         ctx.store = self  # offers duplicates_in_run (context.StoreView)
         self.collection: str = S.COLLECTION.get(s)
         self.dead_collection: str = S.DEAD_LETTER.get(s) or f"{self.collection}_dead_letter"
-        self.keys = KeyRules(S.ITEM_KEY.get(s))
         self.batch_size: int = S.BATCH_SIZE.get(s)
         self.max_latency: float = S.MAX_LATENCY.get(s)
         self.max_pending: int = S.MAX_PENDING.get(s)
         self.retry_max_delay: float = S.RETRY_MAX_DELAY.get(s)
-        self.max_item_bytes: int = S.MAX_ITEM_BYTES.get(s)
-        self.drop_duplicates: bool = S.DROP_DUPLICATES.get(s)
         self.fields: dict[str, str] = S.FIELDS.get(s)
-        self.reserved = set(self.fields.values())
-        self.stats = crawler.stats
+        #: items into keyed documents or dead letters, and the keys of this run
+        self.submissions = Submissions(
+            KeyRules(S.ITEM_KEY.get(s)), self.fields, S.MAX_ITEM_BYTES.get(s), S.DROP_DUPLICATES.get(s), self.stats
+        )
         self.sources = sources_of(crawler)
         self.sources.consumed = True
         self.store: Store | None = None
         self.writer: BatchWriter | None = None
-        self.job = ""
-        self.run_id = ""
-        #: keys written (or on their way) in this run, for the duplicate count
-        self._seen: set[str] = set()
-        #: items whose key was already written in this run (scale/store/duplicates_in_run)
-        self.duplicates_in_run = 0
         self._pending = 0
         #: id(submission) -> the Deferred its process_item waits on
         self._waiting: dict[int, Deferred[Result]] = {}
@@ -165,8 +154,8 @@ class StorePipeline:
     @startup.reports_setting_errors
     def open_spider(self, spider: Spider | None = None) -> None:
         spider = spider or self.crawler.spider
-        self.job = core_settings.JOB.get(self.crawler.settings) or (spider.name if spider else "job")
-        self.run_id = resolve_run_id(self.crawler)
+        job = core_settings.JOB.get(self.crawler.settings) or (spider.name if spider else "job")
+        self.submissions.opened(job, resolve_run_id(self.crawler))
         from twisted.internet import reactor
 
         if self.store is None:
@@ -183,10 +172,13 @@ class StorePipeline:
             on_abandoned=lambda subs: reactor.callFromThread(self._on_abandoned, subs),  # type: ignore[attr-defined]
         )
         self.writer.start()
-        self.feeds = FeedGuard.attach(
-            self.crawler, self.job, self.url, self.collection, self.dead_collection, self.fields
+        self.feeds = FeedGuard.attach(self.crawler, job, self.url, self.collection, self.dead_collection, self.fields)
+        logger.info(
+            "storing items in %s (collection %s, run %s)",
+            redact_url(self.url),
+            self.collection,
+            self.submissions.run_id,
         )
-        logger.info("storing items in %s (collection %s, run %s)", redact_url(self.url), self.collection, self.run_id)
 
     async def close_spider(self, spider: Spider | None = None) -> None:
         if self.writer is None:
@@ -199,13 +191,18 @@ class StorePipeline:
                 store.close()
 
         await maybe_deferred_to_future(threads.deferToThread(finish))
-        if self._seen:
-            self.stats.set_value(K.STORE_KEYS_IN_RUN, len(self._seen))
+        if self.submissions.keys_in_run:
+            self.stats.set_value(K.STORE_KEYS_IN_RUN, self.submissions.keys_in_run)
         written = self.stats.get_value(K.STORE_WRITTEN, 0)
         if written:
             self.stats.set_value(K.STORE_ITEM_LATENCY_AVG, round(self._latency_sum / written, 4))
         if writer.error is not None:
             logger.error("the store writer failed: %r", writer.error)
+
+    @property
+    def duplicates_in_run(self) -> int:
+        """Items whose key was already written in this run (``context.StoreView``)."""
+        return self.submissions.duplicates_in_run
 
     def _forget(self, item: Any, **kw: Any) -> None:
         """An item another pipeline dropped never reaches us: forget its source."""
@@ -216,7 +213,7 @@ class StorePipeline:
     async def process_item(self, item: Any, spider: Spider | None = None) -> Any:
         src = self.sources.pop(item)
         d: Deferred[Result] = Deferred()
-        sub = self._submission(item, src)
+        sub = self.submissions.of(item, src)
         if sub is None:  # duplicate dropped
             raise DropItem("duplicate: key already written in this run (SCALE_STORE_DROP_DUPLICATES)")
         assert self.writer is not None, "StorePipeline used before open_spider"
@@ -242,59 +239,6 @@ class StorePipeline:
                 level = "DEBUG"
             raise DeadLetteredDrop(f"dead-lettered: {result.reason}", result.reason, level)
         return item
-
-    def _submission(self, item: Any, src: Source | None) -> Submission | None:
-        url = src.url if src else None
-        cb = src.callback if src else "unknown callback"
-        type_name = type(item).__name__
-        meta = {
-            self.fields["run_id"]: self.run_id,
-            self.fields["job"]: self.job,
-            self.fields["source_url"]: url,
-            self.fields["item_type"]: type_name,
-        }
-
-        def dead(reason: str, key: str | None = None, doc: Any = None) -> DeadRow:
-            where = ItemSource(cb, url, src.index if src else None, type_name)
-            return dead_row(item if doc is None else doc, reason, key, where, self.run_id, self.job)
-
-        def dead_sub(reason: str, key: str | None = None, doc: Any = None) -> Submission:
-            return Submission(dead=dead(reason, key, doc), reason=reason)
-
-        if not ItemAdapter.is_item(item):
-            reason = (
-                f"not an item: {cb} yielded a {global_object_name(type(item))} "
-                "(expected a dict, scrapy.Item, dataclass or attrs object)"
-            )
-            return dead_sub(reason)
-        # shallow: asdict() would recurse into nested items (forever, for an item holding a cycle)
-        fields = dict(ItemAdapter(item).items())
-        try:
-            key = self.keys.key(type_name, fields, url, src.index if src else 0)
-        except InvalidKey as e:
-            return dead_sub(f"invalid key: {e}")
-        try:
-            doc = encode_item(fields, self.reserved)
-            size = len(to_json(doc).encode("utf-8"))
-        except Unencodable as e:
-            return dead_sub(f"unencodable: {e}", key)
-        except (UnicodeEncodeError, ValueError, RecursionError) as e:
-            return dead_sub(f"unencodable: {type(e).__name__}: {str(e)[:200]}", key)
-        if size > self.max_item_bytes:
-            return dead_sub(f"too large: {size} bytes > SCALE_STORE_MAX_ITEM_BYTES={self.max_item_bytes}", key)
-        if key in self._seen:
-            self.stats.inc_value(K.STORE_DUPLICATES_IN_RUN)
-            self.duplicates_in_run += 1
-            if self.drop_duplicates:
-                return None
-        else:
-            self._seen.add(key)
-        doc.update(meta)
-        return Submission(
-            row=Row(key, doc),
-            on_refused=lambda reason: dead(reason, key, doc),
-            item_class=None if type(item) is dict else compat.qualified_name(type(item)),
-        )
 
     def _on_batch(self, r: BatchReport, results: list[tuple[Submission, Result]]) -> None:
         """On the reactor thread, once per written batch: stats, then resolve its items."""

@@ -1,7 +1,8 @@
 """The Scrapy glue of the pool's sources (:mod:`.sources` decides): an egress file
 checked for changes, a provider's ``fetch()`` called in a thread, one call at a time,
 and the crawl's start waiting for the first call no longer than
-``SCALE_EGRESS_PROVIDER_TIMEOUT``. Part of :class:`~.middleware.EgressMiddleware`.
+``SCALE_EGRESS_PROVIDER_TIMEOUT``. :class:`SourceLoading` owns that state; the
+:class:`~.middleware.EgressMiddleware` starts and stops it.
 
 ``fetch()`` runs in a :class:`~scrapy_scale.daemon_pool.DaemonThreadPool`, not in the
 reactor's thread pool: the reactor joins its own threads at shutdown, so a ``fetch()``
@@ -13,6 +14,7 @@ never fills ends the crawl (:meth:`.sources.Refresher.give_up`), reason
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import threads
@@ -32,20 +34,30 @@ logger = logging.getLogger("scrapy_scale.egress.middleware")
 GAVE_UP = "egress_unavailable"
 
 
-class SourceGlue:
-    refresher: Refresher
-    pool: EgressPool
-    store: StateStore | None
-    stats: Any
-    crawler: Any
-    exhausted: str
-    #: the provider's thread (started at its first call)
-    _fetch_pool: DaemonThreadPool | None = None
-    #: the spider is open (the start's wait for the first fetch is over)
-    _open: bool = False
-    _gave_up: bool = False
+class SourceLoading:
+    def __init__(
+        self,
+        crawler: Any,
+        refresher: Refresher,
+        pool: EgressPool,
+        store: Callable[[], StateStore | None],
+        exhausted: str,
+    ):
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.refresher = refresher
+        self.pool = pool
+        #: the pool's shared state, once the spider opened it
+        self.store = store
+        #: SCALE_EGRESS_EXHAUSTED: "close" ends a crawl whose pool stays empty
+        self.exhausted = exhausted
+        #: the provider's thread (started at its first call)
+        self._fetch_pool: DaemonThreadPool | None = None
+        #: the spider is open (the start's wait for the first fetch is over)
+        self.open = False
+        self._gave_up = False
 
-    def _first_fetch(self, d: Any) -> Any:
+    def first_fetch(self, d: Any) -> Any:
         """``d`` (the first provider call), or a timeout of SCALE_EGRESS_PROVIDER_TIMEOUT
         seconds, whichever comes first. The call is not cancelled (a thread cannot be):
         its result is taken whenever it returns, and no other call starts meanwhile."""
@@ -74,7 +86,8 @@ class SourceGlue:
         waiter.addBoth(lambda _: call.cancel() if call.active() else None)
         return waiter
 
-    def _refresh(self) -> Any:
+    def refresh(self) -> Any:
+        """Read the file if it changed, or call the provider when due (one call at a time)."""
         r = self.refresher
         self._maybe_give_up()
         ran = r.hung()
@@ -119,7 +132,7 @@ class SourceGlue:
 
     def _maybe_give_up(self) -> None:
         """Close the spider when the pool has waited too long for its first egress."""
-        if not self._open or self._gave_up or self.crawler.engine is None:
+        if not self.open or self._gave_up or self.crawler.engine is None:
             return
         why = self.refresher.give_up(not self.pool.egresses, self.exhausted == "close")
         if why is None:
@@ -131,7 +144,7 @@ class SourceGlue:
 
         deferred_from_coro(self.crawler.engine.close_spider_async(reason=GAVE_UP))
 
-    def _stop_fetch_pool(self) -> None:
+    def stop(self) -> None:
         """At spider close: stop the provider's thread, unless a call still runs in it
         (stopping joins the thread; a daemon thread does not hold the exit)."""
         pool, self._fetch_pool = self._fetch_pool, None
@@ -143,5 +156,6 @@ class SourceGlue:
         if added or removed:
             logger.info("egress: pool now %d egress(es) (%d added, %d removed)", len(new), len(added), len(removed))
             self.stats.set_value(K.EGRESS_POOL_SIZE, len(new))
-            if self.store is not None:
-                threads.deferToThread(self.store.set_pool, self.pool.members)
+            store = self.store()
+            if store is not None:
+                threads.deferToThread(store.set_pool, self.pool.members)
