@@ -34,6 +34,7 @@ from scrapy_scale.egress.health import HEALTHY, PROBING, HealthPolicy, HealthRec
 from scrapy_scale.egress.health_book import Event, HealthBook, key_of
 from scrapy_scale.egress.identity import Egress
 from scrapy_scale.egress.routes import RouteLimiter
+from scrapy_scale.egress.sticky import Stickiness, Sticky
 from scrapy_scale.egress.suspects import Blame, Suspects
 
 #: how long a domain waits when its only available egresses are probing with no free slot
@@ -55,13 +56,6 @@ class Choice:
     #: the egress has not proved itself: a re-probe, or no answer through it yet while
     #: others answered (a failure without an answer is then retried as the egress's)
     unproven: bool = False
-
-
-@dataclass
-class Sticky:
-    egress: str
-    uses: int
-    since: float
 
 
 @dataclass
@@ -99,7 +93,8 @@ class EgressPool:
         self.bans: Counter[str] = Counter()  # key_of(egress, domain) -> blocks
         self.retired: dict[str, float] = {}  # group -> when
         self.counts: Counter[str] = Counter()  # evictions, reprobes, restored, ...
-        self._sticky: dict[str, Sticky] = {}
+        #: each domain's sticky egress (PoolOptions.sticky_uses)
+        self.stickiness = Stickiness(self.options)
         self.suspects = Suspects(self.policy.half_life)
         self.bodies = BodyTimes()  # the first-byte wrapper measures, on_outcome tells observe()
         #: egresses an answer (any status) came through, in this process
@@ -115,16 +110,14 @@ class EgressPool:
         added = [i for i in new if i not in self.egresses]
         removed = [i for i in self.egresses if i not in new]
         self.egresses = new
-        for d, s in list(self._sticky.items()):
-            if s.egress not in new:
-                del self._sticky[d]
+        self.stickiness.forget(new)
         self.suspects.forget(removed)
         self.bodies.forget(removed)
         return added, removed
 
     def sticky(self, domain: str) -> Sticky | None:
         """The egress ``domain`` sticks to now (with its uses and since when), None if none."""
-        return self._sticky.get(domain)
+        return self.stickiness.by_domain.get(domain)
 
     def groups(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -193,26 +186,11 @@ class EgressPool:
         if probing and retry and len(probing) < len(pick):
             self.counts["reprobe/spared_retry"] += 1
             pick, probing = [e for e in pick if e not in probing], []
-        chosen = probing[0] if probing else self._sticky_or_weighted(domain, pick, avoid, now)
+        chosen = probing[0] if probing else self.stickiness.kept(domain, pick, avoid, now)
+        if chosen is None:
+            chosen = self._weighted(domain, pick, now)
+            self.stickiness.chose(domain, chosen, now)
         return self._take(chosen, domain, now)
-
-    def _sticky_or_weighted(self, domain: str, pick: list[str], avoid: set[str], now: float) -> str:
-        o = self.options
-        s = self._sticky.get(domain)
-        if (
-            o.sticky_uses
-            and s is not None
-            and s.egress in pick
-            and s.egress not in avoid
-            and s.uses < o.sticky_uses
-            and now - s.since < o.sticky_age
-        ):
-            s.uses += 1
-            return s.egress
-        chosen = self._weighted(domain, pick, now)
-        if o.sticky_uses:
-            self._sticky[domain] = Sticky(chosen, 1, now)
-        return chosen
 
     def _weighted(self, domain: str, pick: list[str], now: float) -> str:
         weights = [self.score(e) * self.score(e, domain) / (1.0 + self.inflight[e]) for e in pick]

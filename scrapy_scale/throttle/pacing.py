@@ -26,10 +26,11 @@ from scrapy_scale.throttle.policy import (
     SHARE_WEIGHT,
     STALE_SHARE,
     STEP_AFTER_GOOD,
-    STEPS_FADE,
-    STEPS_FADE_AFTER,
-    SUCCESS_FADE,
+    changed,
+    count_good,
     fade,
+    fade_on_success,
+    pause_site,
     remember,
     stray,
 )
@@ -196,26 +197,10 @@ class Pacing:
         paces.record(s.paces, self._sent_at_spacing(s, latency, now), refused=False)
         tf = self.too_fast(s, now)
         if tf:
-            # a good answer is evidence the site takes more than the memory says: the memory
-            # fades with good answers too, so the delay comes back down towards the site's
-            # real capacity (one rate-limited answer at a time), instead of only growing.
-            # Small steps not confirmed yet fade fast once good answers come in a row again:
-            # stray refusals (planned faults) do not keep the site slow run after run
-            f = fade(s, now) * SUCCESS_FADE
-            settled, peak = s.settled * f, s.peak * f
-            tf *= SUCCESS_FADE
-            if s.good_since_refused >= STEPS_FADE_AFTER and tf > settled:
-                tf = settled + (tf - settled) * STEPS_FADE
-            remember(s, now, tf, settled, peak)
-            goal = max(goal, tf * (1 + MARGIN))
+            goal = max(goal, fade_on_success(s, now, tf) * (1 + MARGIN))
         goal = self._bound(s, goal)
         old = s.delay
-        s.good_since_slowed += 1
-        s.good_since_pause += 1
-        s.good_since_refused += 1
-        s.good_since_forgiven += 1
-        s.refused_share *= 1 - SHARE_WEIGHT
-        s.overload_share *= 1 - SHARE_WEIGHT
+        count_good(s)
         if goal >= s.delay:
             s.delay = goal
         elif s.refused_share <= 0.5:
@@ -226,7 +211,7 @@ class Pacing:
             s.proven = self.interval(s)  # a run of good answers at (about) this pace
         if s.good_since_slowed % STEP_AFTER_GOOD == 0:  # a long run (no burst a bucket let by)
             s.fastest_ok = min(s.fastest_ok or math.inf, max(self.interval(s), s.gap or 0.0))
-        self._changed(s, old, now)
+        changed(s, old, now)
         return s
 
     def on_error(self, host: str, latency: float | None) -> SiteState:
@@ -236,7 +221,7 @@ class Pacing:
         if latency:
             old = s.delay
             s.delay = max(s.delay, self._bound(s, latency / s.profile.target_concurrency))
-            self._changed(s, old, self.clock())
+            changed(s, old, self.clock())
         return s
 
     def on_overloaded(self, host: str, latency: float | None) -> bool:
@@ -321,7 +306,7 @@ class Pacing:
             s.slowed_at, s.slowed_spacing = now, spacing
             s.good_since_slowed = 0
             s.proven = 0.0  # the pace it proved was just refused: prove the new one
-            self._changed(s, old, now, force=True)
+            changed(s, old, now, force=True)
         return self._pause_for(s, now, retry_after)
 
     def _pause_for(self, s: SiteState, now: float, retry_after: float | None) -> float:
@@ -335,23 +320,12 @@ class Pacing:
         return retry_after
 
     def pause(self, s: SiteState, until: float) -> None:
-        now = self.clock()
-        if until > s.paused_until:
-            s.paused_seconds += until - max(now, s.paused_until)
-            s.paused_until = until
-            s.paused_at = now
-            s.good_since_pause = 0
-            s.pause_excused = False
+        pause_site(s, self.clock(), until)
 
     def set_crawl_delay(self, host: str, seconds: float | None) -> None:
         s = self.site(host)
         s.crawl_delay = seconds
         s.delay = self._bound(s, s.delay)
-
-    def _changed(self, s: SiteState, old: float, now: float, force: bool = False) -> None:
-        if force or abs(s.delay - old) > 1e-9:
-            s.learned = True
-            s.changed_at = now
 
     # ---- persistence and sharing ----------------------------------------------------------
 

@@ -116,3 +116,47 @@ def stray(s: SiteState, spacing: float, isolated: bool, share: float) -> bool:
         s.pause_excused = True
         return True
     return False
+
+
+def fade_on_success(s: SiteState, now: float, tf: float) -> float:
+    """A good answer is evidence the site takes more than the memory of a too-fast spacing
+    (``tf``, as of ``now``) says: the memory fades with good answers too, so the delay comes
+    back down towards the site's real capacity (one rate-limited answer at a time), instead
+    of only growing. Small steps not confirmed yet fade fast once good answers come in a row
+    again: stray refusals (planned faults) do not keep the site slow run after run. Returns
+    the memory kept."""
+    f = fade(s, now) * SUCCESS_FADE
+    settled, peak = s.settled * f, s.peak * f
+    tf *= SUCCESS_FADE
+    if s.good_since_refused >= STEPS_FADE_AFTER and tf > settled:
+        tf = settled + (tf - settled) * STEPS_FADE
+    remember(s, now, tf, settled, peak)
+    return tf
+
+
+def count_good(s: SiteState) -> None:
+    """One more good answer in each run the site counts, and the moving shares of refused
+    and overloaded answers lower."""
+    s.good_since_slowed += 1
+    s.good_since_pause += 1
+    s.good_since_refused += 1
+    s.good_since_forgiven += 1
+    s.refused_share *= 1 - SHARE_WEIGHT
+    s.overload_share *= 1 - SHARE_WEIGHT
+
+
+def pause_site(s: SiteState, now: float, until: float) -> None:
+    """Pause the site until ``until`` (a later pause only), counting the seconds paused."""
+    if until > s.paused_until:
+        s.paused_seconds += until - max(now, s.paused_until)
+        s.paused_until = until
+        s.paused_at = now
+        s.good_since_pause = 0
+        s.pause_excused = False
+
+
+def changed(s: SiteState, old: float, now: float, force: bool = False) -> None:
+    """The site's delay moved from ``old`` (or ``force``: its pacing was learned anyway)."""
+    if force or abs(s.delay - old) > 1e-9:
+        s.learned = True
+        s.changed_at = now
