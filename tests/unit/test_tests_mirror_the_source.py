@@ -28,10 +28,6 @@ TIERS = ("unit", "crawl")
 
 _SCRAPY_PRIVATE = "Scrapy's (or scrapy-playwright's) private API that scrapy_scale.compat uses: pinned on purpose"
 _WARN_ONCE = "a process-wide warn-once flag reset so the case sees its one warning (set, never asserted)"
-_THROTTLE = (
-    "Throttle internals: the shared limiter's calls and the learned state's opening become units "
-    "of their own when the Throttle is split (issue 32 item 3); their public calls replace these"
-)
 
 #: (test module, private name as written) -> why no public query is used
 ALLOWED: dict[tuple[str, str], str] = {
@@ -39,8 +35,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     "interleaving: the backend's operation builder, which a public hook would expose for this test only",
     ("crawl/test_storage_backends.py", "s._items"): "the same race: the backend's collection",
     ("crawl/test_testbed_proxies.py", "ssl._create_unverified_context"): "the standard library's",
-    ("crawl/test_throttle_shared.py", "th._load_learned"): _THROTTLE,
-    ("crawl/test_throttle_shared.py", "th._shared_failed"): _THROTTLE,
     ("unit/test_compat_signatures.py", "H._create_browser_context"): _SCRAPY_PRIVATE,
     ("unit/test_compat_signatures.py", "H._maybe_launch_browser"): _SCRAPY_PRIVATE,
     ("unit/test_compat_signatures.py", "Downloader._download"): _SCRAPY_PRIVATE,
