@@ -69,7 +69,7 @@ def test_a_learned_record_in_the_previous_written_form_reads_back_the_same() -> 
 
     from scrapy_scale.clock import FakeClock
     from scrapy_scale.throttle.learned import check_learned
-    from scrapy_scale.throttle.policy import Pacing
+    from scrapy_scale.throttle.pacing import Pacing
     from scrapy_scale.throttle.profiles import Profiles
 
     old = json.loads(OLD_LEARNED)
