@@ -23,7 +23,7 @@ import scrapy
 from scrapy import signals
 from scrapy.http import Response
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale.testbed import Testbed, install_resolver
 
 #: the demo's faults: each hits a few pages once, so a crawl that retries well gets every item
@@ -109,7 +109,7 @@ class CatalogSpider(scrapy.Spider):
     def parse(self, response: Response) -> Iterator[scrapy.Request]:
         """A listing page: every detail link, then the next listing page."""
         for href in response.css("a.item::attr(href)").getall():
-            yield response.follow(href, callback=self.parse_item, meta={meta.EXPECT_ITEMS: True})
+            yield response.follow(href, callback=self.parse_item, meta={meta_keys.EXPECT_ITEMS: True})
         nxt = response.css("a.next::attr(href)").get()
         if nxt:
             yield response.follow(nxt, callback=self.parse)

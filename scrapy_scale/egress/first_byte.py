@@ -17,11 +17,11 @@ until the site has answered a few times, every site) showed through the others
 (:mod:`scrapy_scale.egress.header_times`): the times to the headers are measured here, on
 every attempt through an egress. Not proved itself: a re-probe or an egress no answer came
 through yet while others answered, as the pool said when it assigned the egress
-(``meta.EGRESS_PROBE``), or an egress no headers came through yet in this crawl. The bound
+(``meta_keys.EGRESS_PROBE``), or an egress no headers came through yet in this crawl. The bound
 of such an attempt is looked at again every second, since the evidence grows while it waits
 (a crawl's first requests go out before anything answered: a blackhole drawn by a site's
 robots.txt held the whole site for the download timeout). An attempt cut so is marked
-``meta.EGRESS_PROBE``: its retry is the egress's failure, through another egress.
+``meta_keys.EGRESS_PROBE``: its retry is the egress's failure, through another egress.
 
 The time from the headers to the whole answer is measured here too, and a body far slower
 than the site's bodies through other egresses marks the attempt (``SLOW_BODY``), which the
@@ -40,7 +40,7 @@ from scrapy import signals
 from scrapy.exceptions import DownloadTimeoutError
 from scrapy.utils.httpobj import urlparse_cached
 
-from scrapy_scale import compat, meta
+from scrapy_scale import compat, meta_keys
 from scrapy_scale.egress.body_times import BodyTimes
 from scrapy_scale.egress.header_times import HeaderTimes
 
@@ -123,12 +123,12 @@ class FirstByteTimeout:
     def wrap(self, inner: Download) -> Download:
         async def download(request: Any) -> Any:
             m = request.meta
-            if self.closed or not m.get(meta.EGRESS) or m.get("playwright"):
+            if self.closed or not m.get(meta_keys.EGRESS) or m.get("playwright"):
                 return await inner(request)
             key = id(request)
             site = urlparse_cached(request).hostname or ""
-            egress = str(m.get(meta.EGRESS))
-            probe = m.get(meta.EGRESS_PROBE) is True
+            egress = str(m.get(meta_keys.EGRESS))
+            probe = m.get(meta_keys.EGRESS_PROBE) is True
             t0 = time.monotonic()
             task = asyncio.ensure_future(inner(request))
             self._started[key] = (site, t0)
@@ -142,7 +142,7 @@ class FirstByteTimeout:
                 if key not in self._late:
                     raise  # cancelled from outside (the spider closes)
                 if cut.bound < self.seconds:
-                    m[meta.EGRESS_PROBE] = True  # its retry: the egress's failure (outcomes/retry.py)
+                    m[meta_keys.EGRESS_PROBE] = True  # its retry: the egress's failure (outcomes/retry.py)
                     why = f"an egress not proven yet: {self.times.factor:g}x the 95th percentile time to the headers"
                 else:
                     why = "SCALE_EGRESS_FIRST_BYTE_TIMEOUT"
@@ -204,7 +204,7 @@ class FirstByteTimeout:
             self._headers_at[id(request)] = time.monotonic()
             site, t0 = started
             self.times.observe(site, time.monotonic() - t0)
-            self.answered.add(str(request.meta.get(meta.EGRESS)))
+            self.answered.add(str(request.meta.get(meta_keys.EGRESS)))
 
 
 class _Cut:

@@ -32,7 +32,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet import task, threads
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
 from scrapy_scale.clock import Randomness
@@ -136,25 +136,25 @@ class EgressMiddleware:
     async def process_request(self, request: Request, spider: Any = None) -> Request | None:
         m = request.meta
         self.pool.routes.release(request)  # it takes its route now, or waits
-        if "proxy" in m and meta.EGRESS not in m:
+        if "proxy" in m and meta_keys.EGRESS not in m:
             return None  # the project chose this request's proxy itself
         self._release(m.pop(_TOKEN, None))
         # Scrapy's own downloads (robots.txt, media: no callback) do not go through the
         # scheduler: engine.download_async sends a returned request again at once, so such
         # a request waits here (as does every request when no guard would hold it back)
         here = request.callback is NO_CALLBACK or not self.ctx.outcomes_on
-        nb = meta.not_before_of(m)
-        if nb is not None and nb > time.time() + meta.NOT_BEFORE_TOLERANCE:
+        nb = meta_keys.not_before_of(m)
+        if nb is not None and nb > time.time() + meta_keys.NOT_BEFORE_TOLERANCE:
             if not here:
                 # the outcome middleware's guard holds it back (whatever its clock says by
                 # then: never out without an egress); an egress is chosen when it is due
-                m[meta.HOLD_BACK] = True
+                m[meta_keys.HOLD_BACK] = True
                 return None
             await self.waits.nap(nb)
         domain = urlparse_cached(request).hostname or ""
         since = time.time()
         while True:
-            choice = self.pool.choose(domain, meta.avoid_of(m), retry=meta.attempt_of(m) > 1)
+            choice = self.pool.choose(domain, meta_keys.avoid_of(m), retry=meta_keys.attempt_of(m) > 1)
             if choice.egress is not None:
                 break
             if not here:
@@ -177,11 +177,11 @@ class EgressMiddleware:
 
     def _assign(self, request: Request, e: Egress, unproven: bool = False) -> None:
         m = request.meta
-        m[meta.EGRESS] = e.id
+        m[meta_keys.EGRESS] = e.id
         if unproven:
-            m[meta.EGRESS_PROBE] = True
+            m[meta_keys.EGRESS_PROBE] = True
         else:
-            m.pop(meta.EGRESS_PROBE, None)  # an earlier attempt's
+            m.pop(meta_keys.EGRESS_PROBE, None)  # an earlier attempt's
         m["proxy"] = e.proxy_url
         m.pop("_auth_proxy", None)  # HttpProxyMiddleware's memory of the previous egress
         request.headers.pop(_AUTH, None)
@@ -201,7 +201,7 @@ class EgressMiddleware:
         most: the pool may have changed meanwhile (a source added egresses, another
         worker restored one)."""
         again = request.replace(dont_filter=True)
-        again.meta[meta.NOT_BEFORE] = min(until, time.time() + RECHECK)
+        again.meta[meta_keys.NOT_BEFORE] = min(until, time.time() + RECHECK)
         self.waits.note(domain, until, reason)
         return again
 
@@ -218,14 +218,14 @@ class EgressMiddleware:
     def on_scheduled(self, request: Request, spider: Any = None) -> None:
         """A request going (back) to the scheduler carries no credentials to be stored, nor
         what belongs to an earlier attempt (its copy of whose meta it is)."""
-        request.meta.pop(meta.EGRESS_PROBE, None)
+        request.meta.pop(meta_keys.EGRESS_PROBE, None)
         request.meta.pop(SLOW_BODY, None)
-        if request.meta.get(meta.EGRESS) is not None:
+        if request.meta.get(meta_keys.EGRESS) is not None:
             # the pool assigns an egress at every attempt (a project's own "proxy" has no
             # EGRESS): an earlier attempt's egress and proxy must not stay, or a failure
             # before this middleware runs again (an earlier middleware's exception, a
             # request dropped while held) would be blamed on that egress
-            request.meta.pop(meta.EGRESS, None)
+            request.meta.pop(meta_keys.EGRESS, None)
             request.meta.pop("proxy", None)
             request.headers.pop(_AUTH, None)
             request.meta.pop("_auth_proxy", None)

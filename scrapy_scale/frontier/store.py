@@ -31,7 +31,7 @@ Requests are stored as data, never pickle: :mod:`scrapy_scale.frontier.records.c
 turns a :class:`scrapy.Request` into a versioned JSON string and back.
 
 The records and their states (:class:`NewRequest`, :class:`Leased`, :class:`Status`, ...)
-are in :mod:`scrapy_scale.frontier.records.records`, imported here for the store's users.
+are in :mod:`scrapy_scale.frontier.records.model`, imported here for the store's users.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_scale import clock as clock_mod
 from scrapy_scale.config.core_settings import job_name_problem
-from scrapy_scale.frontier.records.records import (
+from scrapy_scale.frontier.records.model import (
     AGAIN_SEP,
     COUNT_KEYS,
     DELAYED_SAMPLE,

@@ -25,7 +25,7 @@ from scrapy import signals
 from scrapy.crawler import Crawler
 from scrapy.spiders import Spider
 
-from scrapy_scale import config, exitcode, meta
+from scrapy_scale import config, exitcode, meta_keys
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
 from scrapy_scale.config import core_settings
@@ -143,7 +143,7 @@ class RunSummary:
 
     def _fingerprint(self, request: Any) -> str | None:
         """The fingerprint outcomes carry (scrapy_scale.outcomes.emit: the frontier's, else Scrapy's)."""
-        fp = request.meta.get(meta.FINGERPRINT)
+        fp = request.meta.get(meta_keys.FINGERPRINT)
         if fp:
             return str(fp)
         fingerprinter = getattr(self.crawler, "request_fingerprinter", None)

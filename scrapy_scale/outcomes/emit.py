@@ -17,7 +17,7 @@ from scrapy.core.downloader import Downloader
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.python import global_object_name
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale import signals as scale_signals
 from scrapy_scale.outcomes.bus import OutcomeBus
 from scrapy_scale.outcomes.classify import Verdict
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 def egress_id(request: Request) -> str | None:
     """``meta["scale_egress"]`` if set, else the proxy's host:port (never its credentials)."""
-    e = request.meta.get(meta.EGRESS)
+    e = request.meta.get(meta_keys.EGRESS)
     if e:
         return str(e)
     proxy = request.meta.get("proxy")
@@ -62,7 +62,7 @@ class OutcomeEmitter:
         self.retry_after_max = retry_after_max
 
     def fingerprint(self, request: Request) -> str:
-        fp = request.meta.get(meta.FINGERPRINT)
+        fp = request.meta.get(meta_keys.FINGERPRINT)
         if fp:
             return str(fp)
         return self.crawler.request_fingerprinter.fingerprint(request).hex()  # type: ignore[union-attr]
@@ -102,7 +102,7 @@ def build_outcome(
     m = request.meta
     slot = m.get(Downloader.DOWNLOAD_SLOT)
     return Outcome(
-        fingerprint=fingerprint or str(m.get(meta.FINGERPRINT) or request.url),
+        fingerprint=fingerprint or str(m.get(meta_keys.FINGERPRINT) or request.url),
         url=request.url,
         domain=urlparse_cached(request).hostname or "",
         cls=verdict.cls,
@@ -111,7 +111,7 @@ def build_outcome(
         exception=exception_name(exception),
         egress=egress_id(request),
         latency=latency,
-        attempt=meta.attempt_of(m) if attempt is None else attempt,
+        attempt=meta_keys.attempt_of(m) if attempt is None else attempt,
         final=final,
         retry_at=retry_at,
         avoid_egress=avoid,

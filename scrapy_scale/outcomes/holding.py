@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals as scrapy_signals
 from scrapy.exceptions import DontCloseSpider, IgnoreRequest
 
-from scrapy_scale import compat, meta
+from scrapy_scale import compat, meta_keys
 from scrapy_scale import stats_keys as K
 from scrapy_scale.clock import Clock
 from scrapy_scale.context import ScaleContext
-from scrapy_scale.meta import NOT_BEFORE_TOLERANCE
+from scrapy_scale.meta_keys import NOT_BEFORE_TOLERANCE
 from scrapy_scale.outcomes.classify import Verdict
 from scrapy_scale.outcomes.emit import OutcomeEmitter
 from scrapy_scale.outcomes.model import FailureClass
@@ -83,7 +83,7 @@ class DelayedRetries:
         # the mark goes on every path: an id left behind would mark a later request that gets it
         forced = id(request) in self.force_hold
         self.force_hold.discard(id(request))
-        nb = meta.not_before_of(request.meta)
+        nb = meta_keys.not_before_of(request.meta)
         if not nb:
             return
         now = self.clock()
@@ -126,12 +126,12 @@ class DelayedRetries:
 
     def abandon(self, request: Request, why: str) -> None:
         """A retry that will never be sent: its chain's final outcome."""
-        last = request.meta.get(meta.LAST_FAILURE) or [C.FATAL.value, ""]
+        last = request.meta.get(meta_keys.LAST_FAILURE) or [C.FATAL.value, ""]
         try:
             cls = FailureClass.parse(str(last[0]))
         except ValueError:
             cls = C.FATAL
-        attempt = max(1, meta.attempt_of(request.meta, 2) - 1)
+        attempt = max(1, meta_keys.attempt_of(request.meta, 2) - 1)
         o = self.emitter.build(request, Verdict(cls, f"{last[1]} ({why})".strip()), attempt=attempt)
         self.stats.inc_value(K.RETRY_ABANDONED)
         self.emitter.send(o, request)
@@ -139,9 +139,9 @@ class DelayedRetries:
     def request_dropped(self, request: Request, spider: Any) -> None:
         """A retry or redirect of a chain that the scheduler refused: the chain ends here."""
         m = request.meta
-        if meta.FINGERPRINT not in m:
+        if meta_keys.FINGERPRINT not in m:
             return
-        if meta.attempt_of(m) > 1:
+        if meta_keys.attempt_of(m) > 1:
             self.abandon(request, "dropped by the scheduler")
         elif m.get("redirect_urls"):
             o = self.emitter.build(request, Verdict(C.OK, "redirect to a URL already seen"))

@@ -26,10 +26,10 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Request
 from scrapy.http.request import NO_CALLBACK
 
-from scrapy_scale import meta, startup
+from scrapy_scale import meta_keys, startup
 from scrapy_scale import stats_keys as K
 from scrapy_scale.errors import ScaleError
-from scrapy_scale.meta import NOT_BEFORE_TOLERANCE
+from scrapy_scale.meta_keys import NOT_BEFORE_TOLERANCE
 from scrapy_scale.outcomes.core import OutcomeCore
 from scrapy_scale.outcomes.model import Outcome
 from scrapy_scale.outcomes.parse_tracker import Pending
@@ -75,20 +75,20 @@ class OutcomeDownloaderMiddleware:
     def process_request(self, request: Request, spider: Any = None) -> Request | None:
         m = request.meta
         core = self.core
-        fp = m.get(meta.FINGERPRINT)
+        fp = m.get(meta_keys.FINGERPRINT)
         if fp is None:
-            m[meta.FINGERPRINT] = core.emitter.fingerprint(request)
+            m[meta_keys.FINGERPRINT] = core.emitter.fingerprint(request)
         elif not m.get("redirect_urls") and not core.context.scheduler_holds_retries:
             # (the frontier sets the real fingerprint at enqueue; elsewhere it is cached)
             real = core.crawler.request_fingerprinter.fingerprint(request).hex()  # type: ignore[union-attr]
             if real != fp:
                 # chain keys copied along with response.meta into a new request: a new chain
-                m[meta.FINGERPRINT] = real
-                for key in meta.CHAIN_KEYS:
+                m[meta_keys.FINGERPRINT] = real
+                for key in meta_keys.CHAIN_KEYS:
                     m.pop(key, None)
-        nb = meta.not_before_of(m)
+        nb = meta_keys.not_before_of(m)
         # HOLD_BACK: the egress pool let it pass without an egress as not due yet
-        held_back = m.pop(meta.HOLD_BACK, False)
+        held_back = m.pop(meta_keys.HOLD_BACK, False)
         if nb is not None and (held_back or nb > self.clock() + NOT_BEFORE_TOLERANCE):
             # never sent early: back to the engine, held until its time (not blocking a slot)
             core.stats.inc_value(K.RETRY_NOT_BEFORE_GUARD)
@@ -202,11 +202,11 @@ class OutcomeSpiderMiddleware:
         parsing = self.parsing
         st = parsing.state(response)
         req = response.request
-        fp = req.meta.get(meta.FINGERPRINT) if req is not None else None
+        fp = req.meta.get(meta_keys.FINGERPRINT) if req is not None else None
         try:
             async for x in result:
                 if isinstance(x, Request):
-                    if fp is not None and x.url == req.url and x.meta.get(meta.FINGERPRINT) == fp:  # type: ignore[union-attr]
+                    if fp is not None and x.url == req.url and x.meta.get(meta_keys.FINGERPRINT) == fp:  # type: ignore[union-attr]
                         parsing.callback_retry(response, st, x)  # e.g. get_retry_request() in the callback
                     else:
                         st.requests += 1

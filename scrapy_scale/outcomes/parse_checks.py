@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from itemadapter import ItemAdapter
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -89,7 +89,7 @@ class ItemCheck:
 
 def expected_items(request_meta: Mapping[str, Any], callback: Any, spider: Any) -> bool:
     """Does this callback have to yield at least one item?"""
-    v = request_meta.get(meta.EXPECT_ITEMS)
+    v = request_meta.get(meta_keys.EXPECT_ITEMS)
     if v is not None:
         return bool(v)
     if callback is not None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.http import Request
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale import stats_keys as K
 from scrapy_scale.clock import Clock
 from scrapy_scale.outcomes._log import FirstFew
@@ -95,10 +95,10 @@ class ParseTracker:
         """The callback retries its own request (Scrapy's ``get_retry_request``): this attempt's
         outcome becomes non-final and the retry continues the chain as the next attempt."""
         request = response.request
-        attempt = meta.attempt_of(request.meta) if request is not None else 1
-        retry.meta[meta.ATTEMPT] = attempt + 1
+        attempt = meta_keys.attempt_of(request.meta) if request is not None else 1
+        retry.meta[meta_keys.ATTEMPT] = attempt + 1
         cls = st.pending.verdict.cls if st.pending.verdict.cls is not C.OK else C.PARSE_FAILED
-        retry.meta[meta.LAST_FAILURE] = [cls.value, "retried by the callback"]
+        retry.meta[meta_keys.LAST_FAILURE] = [cls.value, "retried by the callback"]
         st.retried = True
 
     def finish(self, response: Response, st: ParseState, error: BaseException | None = None) -> None:

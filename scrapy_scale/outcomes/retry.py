@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.utils.httpobj import urlparse_cached
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale import stats_keys as K
 from scrapy_scale.outcomes.classify import Verdict
 from scrapy_scale.outcomes.emit import build_outcome
@@ -125,7 +125,7 @@ class RetryDecider:
         # and its whole site waited twice that bound (traced in the chaos benchmark)
         avoid = self._avoid(request, o)
         if avoid:
-            new.meta[meta.AVOID_EGRESS] = list(avoid)
+            new.meta[meta_keys.AVOID_EGRESS] = list(avoid)
         return RetryPlan(Step.RETRY_NOW, o.but(avoid_egress=avoid), retry=new, at=now, avoid=avoid)
 
     def observe_ok(self, request: Request, cls: FailureClass) -> None:
@@ -142,9 +142,9 @@ class RetryDecider:
         # attempts that failed at the egress never reached the site: they count in the
         # egress_failed budget only (two dead proxies in a row spent a site's entry page's
         # transient budget, and the whole site behind it was lost)
-        attempt = meta.attempt_of(m)
-        at_egress = meta.egress_failures_of(m, attempt)
-        # no answer through an egress that has not proved itself (meta.EGRESS_PROBE): retried as
+        attempt = meta_keys.attempt_of(m)
+        at_egress = meta_keys.egress_failures_of(m, attempt)
+        # no answer through an egress that has not proved itself (meta_keys.EGRESS_PROBE): retried as
         # an egress failure (at once, through another egress, in that budget), though its
         # blame is left to the egress pool's evidence: a site's page that hangs is no reason
         # to evict an egress, and a late retry is no reason to lose a site's entry page
@@ -189,13 +189,13 @@ class RetryDecider:
         meta: stored with the request (the frontier), so untrusted. A count that is not an
         integer >= 0 is taken as 0; a time that is not finite or is in the future as none
         (this failure starts the deadline), each with a warning."""
-        done, first = m.get(meta.LATE, 0), m.get(meta.FIRST_FAILED)
+        done, first = m.get(meta_keys.LATE, 0), m.get(meta_keys.FIRST_FAILED)
         if isinstance(done, bool) or not isinstance(done, int) or done < 0:
-            self._bad_meta(meta.LATE, done, where)
+            self._bad_meta(meta_keys.LATE, done, where)
             done = 0
         if first is not None:
             if not _a_time(first) or first > self.policy.clock() + FUTURE_SLACK:  # type: ignore[operator]
-                self._bad_meta(meta.FIRST_FAILED, first, where)
+                self._bad_meta(meta_keys.FIRST_FAILED, first, where)
                 first = None
         return done, first  # type: ignore[return-value]
 
@@ -227,7 +227,7 @@ class RetryDecider:
         asks for a new egress, and after a failure past the connection (a ``transient``
         outcome without a response: a timeout, an answer that is not HTTP, a connection
         closed mid-answer), which may be the egress's fault."""
-        avoid = tuple(request.meta.get(meta.AVOID_EGRESS) or ())
+        avoid = tuple(request.meta.get(meta_keys.AVOID_EGRESS) or ())
         after_connect = outcome.cls is FailureClass.TRANSIENT and outcome.status is None
         new_egress = self.policy.policies[outcome.cls].new_egress or after_connect
         if new_egress and outcome.egress and outcome.egress not in avoid:
@@ -260,15 +260,15 @@ def retry_request(
     new = request.copy()
     m = new.meta
     count_attempt(new, request, outcome)
-    m[meta.NOT_BEFORE] = not_before
-    m[meta.AVOID_EGRESS] = list(avoid)
-    m[meta.LAST_FAILURE] = [outcome.cls.value, outcome.reason]
-    m[meta.FINGERPRINT] = outcome.fingerprint
-    done, first = m.get(meta.LATE), m.get(meta.FIRST_FAILED)
+    m[meta_keys.NOT_BEFORE] = not_before
+    m[meta_keys.AVOID_EGRESS] = list(avoid)
+    m[meta_keys.LAST_FAILURE] = [outcome.cls.value, outcome.reason]
+    m[meta_keys.FINGERPRINT] = outcome.fingerprint
+    done, first = m.get(meta_keys.LATE), m.get(meta_keys.FIRST_FAILED)
     done = done if isinstance(done, int) and not isinstance(done, bool) and done >= 0 else 0
-    m[meta.LATE] = done + 1 if late else done
+    m[meta_keys.LATE] = done + 1 if late else done
     if not _a_time(first) or first > failed_at + FUTURE_SLACK:  # type: ignore[operator]
-        m[meta.FIRST_FAILED] = failed_at
+        m[meta_keys.FIRST_FAILED] = failed_at
     m["retry_times"] = outcome.attempt  # what Scrapy's own retry code would show
     new.dont_filter = True
     new.priority = request.priority + int(request.meta.get("priority_adjust", priority_adjust))
@@ -280,23 +280,23 @@ def count_attempt(new: Request, request: Request, outcome: Outcome) -> None:
     failed attempt ``outcome``: ``scale_attempt``, and ``scale_egress_failures`` one more
     after an ``egress_failed`` attempt (every retry counts, Scrapy's own downloads' too: an
     egress failure not counted would be retried for ever)."""
-    new.meta[meta.ATTEMPT] = outcome.attempt + 1
+    new.meta[meta_keys.ATTEMPT] = outcome.attempt + 1
     if outcome.cls is FailureClass.EGRESS_FAILED or _unproven_egress(
         request.meta, outcome.cls, outcome.status is not None
     ):
-        new.meta[meta.EGRESS_FAILURES] = meta.egress_failures_of(request.meta, outcome.attempt) + 1
+        new.meta[meta_keys.EGRESS_FAILURES] = meta_keys.egress_failures_of(request.meta, outcome.attempt) + 1
 
 
 def _unproven_egress(m: dict[str, object], cls: FailureClass, answered: bool) -> bool:
     """A ``transient`` attempt without an answer through an egress that had not proved itself
     (a re-probe, or no answer through it yet while others answered): retried as the egress's
     failure. Only ``True`` counts (one attempt's key, set by the egress middleware)."""
-    return cls is FailureClass.TRANSIENT and not answered and m.get(meta.EGRESS_PROBE) is True
+    return cls is FailureClass.TRANSIENT and not answered and m.get(meta_keys.EGRESS_PROBE) is True
 
 
 def _page(request: Request) -> str:
     """The key of a request's page for its site's noise: its chain's fingerprint."""
-    fp = request.meta.get(meta.FINGERPRINT)
+    fp = request.meta.get(meta_keys.FINGERPRINT)
     return fp if isinstance(fp, str) else request.url
 
 

@@ -31,7 +31,7 @@ from scrapy.http import Response
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import threads
 
-from scrapy_scale import meta, startup
+from scrapy_scale import meta_keys, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
 from scrapy_scale.config import core_settings
@@ -277,7 +277,7 @@ class Snapshots:
         request = response.request
         if request is None:
             return
-        fp = request.meta.get(meta.FINGERPRINT) or self.crawler.request_fingerprinter.fingerprint(request).hex()
+        fp = request.meta.get(meta_keys.FINGERPRINT) or self.crawler.request_fingerprinter.fingerprint(request).hex()
         self._keep(response, request, str(fp), "parse_failed", f"{exception.label}: {exception.reason}")
 
     def _keep(self, response: Response, request: Request, fp: str, cls: str, reason: str) -> None:

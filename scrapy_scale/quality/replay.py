@@ -30,7 +30,7 @@ from scrapy.http import Headers
 from scrapy.responsetypes import responsetypes
 from scrapy.utils.request import request_from_dict
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as K
 from scrapy_scale.context import ScaleContext
@@ -96,7 +96,7 @@ class ReplaySpiderMiddleware:
                 self.state.outcomes[name] = ("fatal", f"request not rebuilt: {e}")
                 continue
             request.meta[SNAPSHOT_META] = name
-            request.meta[meta.FINGERPRINT] = snap["fingerprint"]
+            request.meta[meta_keys.FINGERPRINT] = snap["fingerprint"]
             yield request
 
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from scrapy_scale.throttle.pacing import Pacing
 
 #: the throttle's glue logs under one name (users filter on it)
-logger = logging.getLogger("scrapy_scale.throttle.pacer")
+logger = logging.getLogger("scrapy_scale.throttle")
 
 
 class CrawlDelays:

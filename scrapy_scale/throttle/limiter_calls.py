@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from scrapy_scale.throttle.pacing import Pacing
     from scrapy_scale.throttle.state import SiteState
 
-logger = logging.getLogger("scrapy_scale.throttle.pacer")
+logger = logging.getLogger("scrapy_scale.throttle")
 
 #: how early a grant may come (seconds, at most a quarter of the spacing): a worker late on
 #: one turn (its timer, the round trip) does not lower the site's average rate

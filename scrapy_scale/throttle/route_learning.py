@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale import stats_keys as keys
 from scrapy_scale.throttle.routing import RouteLearner, RoutePacing
 
@@ -60,7 +60,7 @@ class RouteLearning:
 
     def handed_out(self, request: Request, domain: str) -> None:
         m = request.meta
-        if self.learner is not None and not ("proxy" in m and meta.EGRESS not in m):
+        if self.learner is not None and not ("proxy" in m and meta_keys.EGRESS not in m):
             # the egress pool will route it (a project's own proxy is not the pool's)
             self.learner.reserve(request, domain)
 

@@ -25,7 +25,7 @@ when requests go through egresses (``SCALE_EGRESSES``):
   check while one route is free; the pool then found every route taken and sent the rest
   back (375 round trips and as many warnings in a 20 s chaos crawl). It counts only while
   the downloader still has it, as a request on its way to its download slot does
-  (:class:`scrapy_scale.on_the_way.OnTheWay`, keyed here by site): one a middleware
+  (:class:`scrapy_scale.transit.Transit`, keyed here by site): one a middleware
   answered or dropped holds no route.
 
 Without egresses nothing here is used: the site learns from every answer, as before.
@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from scrapy_scale import clock as clock_mod
-from scrapy_scale.on_the_way import InDownloader, OnTheWay
 from scrapy_scale.throttle.pacing import Pacing
 from scrapy_scale.throttle.policy import fade, remember
 from scrapy_scale.throttle.profiles import Profiles
 from scrapy_scale.throttle.state import SiteState
+from scrapy_scale.transit import InDownloader, Transit
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -186,7 +186,7 @@ class RouteLearner:
         self._probing: dict[str, float] = {}
         #: per site: the requests handed out and not at the egress pool yet, while the
         #: downloader has them (``in_downloader``: its requests; None: a grace instead)
-        self.holds = OnTheWay(in_downloader, self.clock)
+        self.holds = Transit(in_downloader, self.clock)
 
     def _of(self, host: str) -> tuple[SiteState, _Seen]:
         s = self.site.site(host)

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 from scrapy_scale.shared_values import Warnings, decode_hash, is_wrongtype
 from scrapy_scale.sqlite_open import setup_retrying
 
-logger = logging.getLogger("scrapy_scale.throttle.pacer")
+logger = logging.getLogger("scrapy_scale.throttle")
 
 #: the TAT read back: a value that is not a finite number counts as none (it is overwritten);
 #: a key of another type (a hash...) would fail GET with WRONGTYPE: it is deleted, and none

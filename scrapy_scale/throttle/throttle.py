@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from scrapy_scale import compat, meta, startup
+from scrapy_scale import compat, meta_keys, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as keys
 from scrapy_scale.context import ScaleContext
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from scrapy_scale.outcomes.model import Outcome
 
 #: the throttle's glue logs under one name (users filter on it)
-logger = logging.getLogger("scrapy_scale.throttle.pacer")
+logger = logging.getLogger("scrapy_scale.throttle")
 
 #: max_rate is enforced this much below the rate, so send jitter never pushes a window over it
 #: (the same jitter, and margin, as a robots.txt Crawl-delay's)
@@ -220,7 +220,7 @@ class Throttle:
         any more: kept counted, a site at its ``concurrency`` was held for good. Popped, so a
         copy of its meta (a retry, ``meta=response.meta``) ends the attempt once at most."""
         self.routes.release(request)  # a route held by the attempt that went back
-        fp = request.meta.get(meta.FINGERPRINT)
+        fp = request.meta.get(meta_keys.FINGERPRINT)
         key = self._flying.pop(fp, None) if isinstance(fp, str) else None
         if key is not None:
             self._ended(key)

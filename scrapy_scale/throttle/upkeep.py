@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from scrapy_scale.throttle.pacing import Pacing
     from scrapy_scale.throttle.route_learning import RouteLearning
 
-logger = logging.getLogger("scrapy_scale.throttle.pacer")
+logger = logging.getLogger("scrapy_scale.throttle")
 
 #: seconds between stats updates and learned-state saves (and, with Redis, reads)
 TICK = 5.0

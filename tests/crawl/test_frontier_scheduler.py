@@ -198,7 +198,7 @@ def test_a_sites_requests_are_handed_out_no_faster_than_its_slot_takes_them(tmp_
     connection is back in the pool: a new connection for it, another closed). The
     robots.txt middleware awaits between the hand-out and the slot; counting only the
     slot, the bench crawl opened 187 connections for 4 hosts x 8 per domain, plain Scrapy
-    124. Counting the requests on their way too (frontier/scheduling/transit.py), connections stay
+    124. Counting the requests on their way too (frontier/scheduling/slot_transit.py), connections stay
     near the slots' concurrency. Throttle off: only the slot check paces the hand-out."""
     per_domain = 4
     settings = {
@@ -222,7 +222,7 @@ def test_a_sites_requests_are_handed_out_no_faster_than_its_slot_takes_them(tmp_
 
 def test_requests_a_middleware_answers_do_not_hold_their_sites_slot(tmp_path: Path) -> None:
     """A request answered in a downloader middleware (an HTTP cache hit) never reaches its
-    download slot: it stops counting as on its way at once (frontier/scheduling/transit.py), not
+    download slot: it stops counting as on its way at once (frontier/scheduling/slot_transit.py), not
     after a grace during which the site's next requests waited. The second crawl of the
     same pages comes from Scrapy's HTTP cache alone: with the grace, 2 requests per
     second and per 5 s heartbeat got out."""

@@ -17,7 +17,7 @@ from scrapy import Request, Spider
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.test import get_crawler
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale import signals as scale_signals
 from scrapy_scale.frontier.scheduling import scrapy_scheduler_settings
 from scrapy_scale.frontier.scheduling.scheduler import Scheduler
@@ -88,7 +88,7 @@ def test_a_worker_joining_a_job_others_crawl_does_not_throw_their_work_away(tmp_
 
 
 def _done(s: Scheduler, r: Request) -> None:
-    o = Outcome(fingerprint=r.meta[meta.FINGERPRINT], url=r.url, domain="a.test", cls=FailureClass.OK)
+    o = Outcome(fingerprint=r.meta[meta_keys.FINGERPRINT], url=r.url, domain="a.test", cls=FailureClass.OK)
     s.crawler.signals.send_catch_log(scale_signals.outcome, outcome=o, request=r, spider=None)
     s.sync_blocking()
 
@@ -101,7 +101,7 @@ def test_base_dupefilter_turns_deduplication_off(tmp_path: Path, dupefilter) -> 
     r = s.next_request()
     assert r is not None
     _done(s, r)
-    assert s.store.get(r.meta[meta.FINGERPRINT])["state"] == State.DONE  # type: ignore[index]
+    assert s.store.get(r.meta[meta_keys.FINGERPRINT])["state"] == State.DONE  # type: ignore[index]
     s.enqueue_request(Request("http://a.test/page"))  # the same URL again, no dont_filter
     s.sync_blocking()
     again = s.next_request()

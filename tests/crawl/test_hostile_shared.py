@@ -75,7 +75,7 @@ def test_a_bad_learned_pacing_hash_keeps_the_shared_limiter_on(
         assert res.returncode == 0, res.tail()
         # (not "no Traceback": workers of one job on one state folder race on the quality
         # report's temporary file, scrapy_scale/quality/report_build.py, a matter of its own)
-        assert "cannot be read" not in res.log and "[scrapy_scale.throttle.pacer] ERROR" not in res.log, res.tail()
+        assert "cannot be read" not in res.log and "[scrapy_scale.throttle] ERROR" not in res.log, res.tail()
     said = "is not a hash; deleted" if hostile == "string" else "skipping 1 unreadable field(s)"
     if hostile == "not-utf8":
         said = "unreadable field(s) of"

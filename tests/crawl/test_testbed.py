@@ -338,7 +338,7 @@ def test_catalog_spider_parses_what_the_testbed_serves() -> None:
     from scrapy.http import HtmlResponse, Request
 
     from example_project.spiders.catalog import CatalogSpider
-    from scrapy_scale import meta
+    from scrapy_scale import meta_keys
 
     spider = CatalogSpider(start_urls="http://x/")
     faults = "block:/item/2;layout:/item/3,variant=renamed;layout:/item/4,variant=missing"
@@ -351,7 +351,7 @@ def test_catalog_spider_parses_what_the_testbed_serves() -> None:
         out = list(spider.parse(response("/")))
         details = [r for r in out if r.callback == spider.parse_item]
         assert [r.url for r in details] == [f"http://shop1.example.test:{tb.port}/item/{i}" for i in range(1, 21)]
-        assert all(r.meta[meta.EXPECT_ITEMS] is True for r in details)
+        assert all(r.meta[meta_keys.EXPECT_ITEMS] is True for r in details)
         assert [r.url.rsplit("/", 1)[1] for r in out if r.callback == spider.parse] == ["2"]
         assert list(spider.parse(response("/list/2")))[-1].url.endswith("/item/25")  # last page: no next
         ok = list(spider.parse_item(response("/item/1")))

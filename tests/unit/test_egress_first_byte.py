@@ -9,14 +9,14 @@ import pytest
 from scrapy import Request
 from scrapy.exceptions import DownloadTimeoutError
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale.egress.first_byte import FirstByteTimeout
 
 pytestmark = pytest.mark.pure
 
 
 def _req(egress: str | None = "127.0.0.1:9", **m) -> Request:
-    return Request("http://shop.test/", meta={meta.EGRESS: egress, **m} if egress else m)
+    return Request("http://shop.test/", meta={meta_keys.EGRESS: egress, **m} if egress else m)
 
 
 def test_an_attempt_without_headers_in_time_is_cancelled_as_a_download_timeout():
@@ -154,7 +154,7 @@ def test_an_unproven_egress_is_bound_by_what_its_site_showed_through_the_others(
     p95 = fb.times.p95("shop.test")
     assert p95 is not None and fb.times.bound("shop.test", 60) == max(0.05, 4 * p95) < 1
     with pytest.raises(DownloadTimeoutError, match="not proven yet"):
-        asyncio.run(fb.wrap(never)(_req(**{meta.EGRESS_PROBE: True})))
+        asyncio.run(fb.wrap(never)(_req(**{meta_keys.EGRESS_PROBE: True})))
     assert fb.expired == fb.expired_unproven == 1 and not fb.waiting
     # a proven egress keeps the configured bound (it would wait 60 s here: cancelled from outside)
 
@@ -223,10 +223,13 @@ def test_an_attempt_sent_before_anything_answered_is_cut_once_others_answer(monk
         # looked at (at least once, however loaded the machine), no evidence yet: 60 s
         assert not t.done() and looks and set(looks[1:]) <= {60}
         for _ in range(5):  # another site answers through another egress
-            assert await fb.wrap(quick)(Request("http://other.test/", meta={meta.EGRESS: "127.0.0.1:9"})) == "response"
+            assert (
+                await fb.wrap(quick)(Request("http://other.test/", meta={meta_keys.EGRESS: "127.0.0.1:9"}))
+                == "response"
+            )
         with pytest.raises(DownloadTimeoutError, match="not proven yet"):
             await asyncio.wait_for(t, 5)  # (before: it waited its 60 s)
-        assert first.meta[meta.EGRESS_PROBE] is True  # retried as the egress's failure
+        assert first.meta[meta_keys.EGRESS_PROBE] is True  # retried as the egress's failure
         # an egress headers came through keeps the configured bound, looked at once
         n = len(looks)
         t2 = asyncio.ensure_future(fb.wrap(never)(_req("127.0.0.1:9")))

@@ -12,7 +12,7 @@ import pytest
 from scrapy import Request
 from scrapy.utils.test import get_crawler
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale.egress.middleware import EgressMiddleware
 from scrapy_scale.outcomes.model import FailureClass, Outcome
 from scrapy_scale.outcomes.retry import retry_request
@@ -55,7 +55,7 @@ def test_a_retry_goes_to_the_scheduler_without_the_failed_attempts_page_which_is
         page = Page()
         attempt = Request(
             "http://shop.test/a",
-            meta={"playwright": True, "playwright_include_page": True, meta.EGRESS: "127.0.0.1:9", PAGE: page},
+            meta={"playwright": True, "playwright_include_page": True, meta_keys.EGRESS: "127.0.0.1:9", PAGE: page},
         )
         o = _outcome(final=False)
         retry = retry_request(attempt, o, not_before=None, avoid=("127.0.0.1:9",))
@@ -75,7 +75,7 @@ def test_a_final_outcome_closes_the_kept_page_once():
     async def run() -> Page:
         mw = EgressMiddleware.from_crawler(get_crawler(settings_dict={"SCALE_EGRESSES": ["http://127.0.0.1:9"]}))
         page = Page()
-        request = Request("http://shop.test/a", meta={meta.EGRESS: "127.0.0.1:9", PAGE: page})
+        request = Request("http://shop.test/a", meta={meta_keys.EGRESS: "127.0.0.1:9", PAGE: page})
         mw.on_outcome(_outcome(final=True), request)
         await asyncio.sleep(0)
         mw.on_outcome(_outcome(final=True), request)  # closed already: not again
@@ -92,12 +92,12 @@ def test_a_request_going_back_to_the_scheduler_names_no_earlier_egress():
     from scrapy_scale.outcomes.emit import egress_id
 
     mw = EgressMiddleware.from_crawler(get_crawler(settings_dict={"SCALE_EGRESSES": ["http://127.0.0.1:9"]}))
-    attempt = Request("http://shop.test/a", meta={meta.EGRESS: "127.0.0.1:9", "proxy": "http://127.0.0.1:9"})
+    attempt = Request("http://shop.test/a", meta={meta_keys.EGRESS: "127.0.0.1:9", "proxy": "http://127.0.0.1:9"})
     retry = retry_request(attempt, _outcome(final=False), not_before=None, avoid=("127.0.0.1:9",))
     assert egress_id(retry) == "127.0.0.1:9"  # the copy carries it (the path under test ran)
     mw.on_scheduled(retry)
     assert egress_id(retry) is None and "proxy" not in retry.meta
-    assert retry.meta[meta.AVOID_EGRESS] == ["127.0.0.1:9"]  # what the retry must avoid stays
+    assert retry.meta[meta_keys.AVOID_EGRESS] == ["127.0.0.1:9"]  # what the retry must avoid stays
     own = Request("http://shop.test/b", meta={"proxy": "http://127.0.0.1:3128"})  # the project's own proxy
     mw.on_scheduled(own)
     assert own.meta["proxy"] == "http://127.0.0.1:3128"

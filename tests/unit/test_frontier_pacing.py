@@ -124,7 +124,7 @@ def test_requests_on_their_way_count_while_the_downloader_has_them_and_until_the
 
     from scrapy import Request
 
-    from scrapy_scale.frontier.scheduling.transit import SlotTransit
+    from scrapy_scale.frontier.scheduling.slot_transit import SlotTransit
 
     downloader: set[Request] = set()
     t = SlotTransit(in_downloader=lambda: downloader)
@@ -151,7 +151,7 @@ def test_requests_on_their_way_count_while_the_downloader_has_them_and_until_the
 def test_without_the_downloaders_view_a_request_counts_for_a_second_at_most() -> None:
     from scrapy import Request
 
-    from scrapy_scale.frontier.scheduling.transit import TTL, SlotTransit
+    from scrapy_scale.frontier.scheduling.slot_transit import TTL, SlotTransit
 
     now = [NOW]
     t = SlotTransit(in_downloader=lambda: None, clock=lambda: now[0])

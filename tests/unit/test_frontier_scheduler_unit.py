@@ -18,7 +18,7 @@ from scrapy import Request, Spider, signals
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale import signals as scale_signals
 from scrapy_scale.frontier.scheduling.scheduler import Scheduler
 from scrapy_scale.frontier.scheduling.waiting import HELD_CAP
@@ -56,7 +56,7 @@ def outcome(
     r: Request, cls: FailureClass = FailureClass.OK, items: int = 0, final: bool = True, reason: str = ""
 ) -> None:
     o = Outcome(
-        fingerprint=r.meta[meta.FINGERPRINT],
+        fingerprint=r.meta[meta_keys.FINGERPRINT],
         url=r.url,
         domain="a.test",
         cls=cls,
@@ -82,7 +82,7 @@ def item(s: Scheduler, r: Request) -> None:
 
 
 def state(s: Scheduler, r: Request) -> State:
-    rec = s.store.get(r.meta[meta.FINGERPRINT])
+    rec = s.store.get(r.meta[meta_keys.FINGERPRINT])
     assert rec is not None
     return rec["state"]  # type: ignore[return-value]
 
@@ -143,7 +143,7 @@ def test_terminal_failure_keeps_class_and_reason(sched: Scheduler) -> None:
     assert state(sched, r) == State.LEASED
     outcome(r, FailureClass.BLOCKED, reason="403 from target")
     sched.sync_blocking()
-    rec = sched.store.get(r.meta[meta.FINGERPRINT])
+    rec = sched.store.get(r.meta[meta_keys.FINGERPRINT])
     assert rec["state"] == State.FAILED and rec["last_failure"] == ("blocked", "403 from target")  # type: ignore[index]
 
 
@@ -154,14 +154,14 @@ def test_a_retry_updates_its_record_and_is_held_until_eligible(sched: Scheduler)
         dont_filter=True,
         meta={
             **r.meta,
-            meta.ATTEMPT: 2,
-            meta.NOT_BEFORE: time.time() + 60,
-            meta.LAST_FAILURE: ["rate_limited", "HTTP 429"],
+            meta_keys.ATTEMPT: 2,
+            meta_keys.NOT_BEFORE: time.time() + 60,
+            meta_keys.LAST_FAILURE: ["rate_limited", "HTTP 429"],
         },
     )
     sched.enqueue_request(retry)
     sched.sync_blocking()
-    rec = sched.store.get(r.meta[meta.FINGERPRINT])
+    rec = sched.store.get(r.meta[meta_keys.FINGERPRINT])
     assert rec["state"] == State.PENDING and rec["attempts"] == 1  # type: ignore[index]
     assert rec["last_failure"] == ("rate_limited", "HTTP 429")  # type: ignore[index]
     assert rec["eligible_at"] > time.time() + 50  # type: ignore[index,operator]
@@ -176,13 +176,13 @@ def test_a_retry_updates_its_record_and_is_held_until_eligible(sched: Scheduler)
 def test_a_redirect_continues_its_record_but_copied_meta_does_not(sched: Scheduler) -> None:
     sched.enqueue_request(Request("http://a.test/old"))
     r = lease_one(sched)
-    fp = r.meta[meta.FINGERPRINT]
+    fp = r.meta[meta_keys.FINGERPRINT]
     moved = r.replace(url="http://a.test/new", meta={**r.meta, "redirect_urls": ["http://a.test/old"]})
     sched.enqueue_request(moved)
-    assert moved.meta[meta.FINGERPRINT] == fp
+    assert moved.meta[meta_keys.FINGERPRINT] == fp
     child = Request("http://a.test/child", meta=dict(r.meta))  # meta=response.meta, a common idiom
     sched.enqueue_request(child)
-    assert child.meta[meta.FINGERPRINT] != fp
+    assert child.meta[meta_keys.FINGERPRINT] != fp
     sched.sync_blocking()
     c = sched.store.counts()
     assert c["pending"] + c["leased"] == 2 and c["done"] == 0  # the record holds the redirect target now
@@ -515,7 +515,7 @@ def test_a_sync_that_brings_nothing_does_not_wake_an_engine_that_waits(sched: Sc
     sched.enqueue_request(Request("http://a.test/1"))
     r = lease_one(sched)
     wakes.clear()
-    retry = r.replace(dont_filter=True, meta={**r.meta, meta.ATTEMPT: 2, meta.NOT_BEFORE: time.time() + 0.3})
+    retry = r.replace(dont_filter=True, meta={**r.meta, meta_keys.ATTEMPT: 2, meta_keys.NOT_BEFORE: time.time() + 0.3})
     sched.enqueue_request(retry)
     sched.sync_blocking()  # writes the retry (delayed); nothing leased
     wakes.clear()
@@ -600,12 +600,12 @@ def test_a_dont_filter_request_while_its_record_is_leased_gets_its_own_record_an
     sched.sync_blocking()
     again = sched.next_request()
     assert again is not None and again.url == first.url
-    key = again.meta[meta.FINGERPRINT]
-    assert key != first.meta[meta.FINGERPRINT] and key.startswith(first.meta[meta.FINGERPRINT] + "~")
+    key = again.meta[meta_keys.FINGERPRINT]
+    assert key != first.meta[meta_keys.FINGERPRINT] and key.startswith(first.meta[meta_keys.FINGERPRINT] + "~")
     assert sched.store.counts()["leased"] == 2
-    retry = again.replace(dont_filter=True, meta={**again.meta, meta.ATTEMPT: 2})
+    retry = again.replace(dont_filter=True, meta={**again.meta, meta_keys.ATTEMPT: 2})
     sched.enqueue_request(retry)
-    assert retry.meta[meta.FINGERPRINT] == key and retry.meta[meta.ATTEMPT] == 2
+    assert retry.meta[meta_keys.FINGERPRINT] == key and retry.meta[meta_keys.ATTEMPT] == 2
     sched.sync_blocking()
     assert sched.store.get(key)["attempts"] == 1  # type: ignore[index]
     outcome(first)

@@ -14,7 +14,7 @@ from scrapy import Request
 from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.test import get_crawler
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale.clock import FakeClock
 from scrapy_scale.frontier.backends import open_store
 from scrapy_scale.frontier.records import codec
@@ -68,7 +68,7 @@ def ledger() -> tuple[InFlightLedger, Outbox, Engine, MemoryStatsCollector]:
 def test_the_ledger_acks_after_the_engine_lets_go_and_once_the_items_are_seen() -> None:
     led, outbox, engine, _ = ledger()
     led.signal_mode = True
-    r = Request("http://a.test/1", meta={meta.FINGERPRINT: "f1"})
+    r = Request("http://a.test/1", meta={meta_keys.FINGERPRINT: "f1"})
     led.add("f1", InFlight(7, r.url, 0, r))
     engine.holds.add(r)
     led.on_outcome(done("f1", items=1))
@@ -86,7 +86,7 @@ def test_the_ledger_sends_the_fallback_for_a_request_no_outcome_covered() -> Non
     led, outbox, engine, raw = ledger()
     r = Request("http://a.test/2")
     led.add("f2", InFlight(3, r.url, 0, r))
-    led.on_response(request=Request("http://a.test/2", meta={meta.FINGERPRINT: "f2"}))
+    led.on_response(request=Request("http://a.test/2", meta={meta_keys.FINGERPRINT: "f2"}))
     led.settle_finished()  # plain Scrapy (no outcome middlewares): the engine is done with it
     assert engine.fallbacks == [("http://a.test/2", True, 0)]
     assert outbox.ops == [("ack", ("f2", 3))]  # no receiver settled it: acked as responded
@@ -137,7 +137,7 @@ def test_the_buffer_serves_memory_requests_once_their_record_is_written_and_time
     raw, st = stats()
     outbox, timers, fired = Outbox(), Timers(), []
     buf = LeaseBuffer(outbox, st, ScrapyStats(raw), due=lambda: fired.append(1), call_later=timers.call_later)
-    r = Request("http://a.test/m", meta={meta.FINGERPRINT: "fm"})
+    r = Request("http://a.test/m", meta={meta_keys.FINGERPRINT: "fm"})
     buf.keep_in_memory(
         r, "fm", False, codec.NotStorable("Opaque", "no"), worker="w/0", lease_seconds=60.0, prior_token=None
     )
@@ -282,15 +282,15 @@ def test_a_retry_and_a_redirect_continue_their_record_a_copied_meta_does_not() -
     ident = RecordIdentity(crawler.request_fingerprinter)
     first = Request("http://a.test/old")
     fp, update = ident.key(first, lambda k: None)
-    assert not update and first.meta[meta.FINGERPRINT] == fp
+    assert not update and first.meta[meta_keys.FINGERPRINT] == fp
     in_flight = {fp: "http://a.test/old"}
-    retry = first.replace(dont_filter=True, meta={**first.meta, meta.ATTEMPT: 2})
+    retry = first.replace(dont_filter=True, meta={**first.meta, meta_keys.ATTEMPT: 2})
     assert ident.key(retry, in_flight.get) == (fp, True)
-    moved = Request("http://a.test/new", meta={meta.FINGERPRINT: fp, "redirect_urls": ["http://a.test/old"]})
+    moved = Request("http://a.test/new", meta={meta_keys.FINGERPRINT: fp, "redirect_urls": ["http://a.test/old"]})
     assert ident.key(moved, in_flight.get) == (fp, True)
-    copied = Request("http://a.test/other", meta={meta.FINGERPRINT: fp, meta.ATTEMPT: 3})
+    copied = Request("http://a.test/other", meta={meta_keys.FINGERPRINT: fp, meta_keys.ATTEMPT: 3})
     other, update = ident.key(copied, in_flight.get)
-    assert other != fp and not update and meta.ATTEMPT not in copied.meta  # a chain of its own
+    assert other != fp and not update and meta_keys.ATTEMPT not in copied.meta  # a chain of its own
     rec = new_record(retry, fp, True, "{}", dedup=True)
     assert rec.update and rec.attempts == 1 and not rec.reopen
     again = new_record(Request("http://a.test/old", dont_filter=True), fp, False, "{}", dedup=True)

@@ -232,9 +232,9 @@ def test_the_store_interfaces_import_no_backend() -> None:
     assert "scrapy_scale.storage.backends" not in str(edges["scrapy_scale.storage.settings"])
 
 
-def test_on_the_way_serves_the_frontier_transit_and_the_throttle_routes() -> None:
-    assert importers("scrapy_scale.on_the_way") == {
-        "scrapy_scale.frontier.scheduling.transit",
+def test_transit_serves_the_frontier_slots_and_the_throttle_routes() -> None:
+    assert importers("scrapy_scale.transit") == {
+        "scrapy_scale.frontier.scheduling.slot_transit",
         "scrapy_scale.throttle.routing",
     }
 

@@ -11,7 +11,7 @@ from scrapy.exceptions import DownloadTimeoutError, IgnoreRequest
 from scrapy.http import HtmlResponse, Request
 from scrapy.utils.test import get_crawler
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale import signals as scale_signals
 from scrapy_scale.config import ScaleSettingError
 from scrapy_scale.outcomes import GaveUpError, OutcomeDownloaderMiddleware
@@ -51,11 +51,11 @@ def test_retry_request_carries_the_contract_meta_keys():
     new = respond(mw, req, 403)
     assert isinstance(new, Request) and new is not req
     m = new.meta
-    assert m[meta.ATTEMPT] == 2 and m["retry_times"] == 1
-    assert m[meta.NOT_BEFORE] >= before
-    assert m[meta.AVOID_EGRESS] == ["10.1.2.3:3128"]  # blocked: try another egress; no credentials
-    assert m[meta.LAST_FAILURE] == ["blocked", "HTTP 403"]
-    assert m[meta.FINGERPRINT] == req.meta[meta.FINGERPRINT]
+    assert m[meta_keys.ATTEMPT] == 2 and m["retry_times"] == 1
+    assert m[meta_keys.NOT_BEFORE] >= before
+    assert m[meta_keys.AVOID_EGRESS] == ["10.1.2.3:3128"]  # blocked: try another egress; no credentials
+    assert m[meta_keys.LAST_FAILURE] == ["blocked", "HTTP 403"]
+    assert m[meta_keys.FINGERPRINT] == req.meta[meta_keys.FINGERPRINT]
     assert new.dont_filter and new.priority == 4  # RETRY_PRIORITY_ADJUST = -1
     (o,) = outcomes
     assert (o.cls, o.final, o.attempt, o.egress, o.avoid_egress) == (
@@ -65,14 +65,14 @@ def test_retry_request_carries_the_contract_meta_keys():
         "10.1.2.3:3128",
         ("10.1.2.3:3128",),
     )
-    assert o.retry_at == m[meta.NOT_BEFORE]
+    assert o.retry_at == m[meta_keys.NOT_BEFORE]
     assert stats.get_value("scale/retry/blocked") == 1
 
 
 def test_transient_retry_does_not_add_an_egress_to_avoid():
     mw, _, _ = make()
-    new = respond(mw, Request(URL, meta={"scale_egress": "p7", meta.AVOID_EGRESS: ["p1"]}), 500)
-    assert new.meta[meta.AVOID_EGRESS] == ["p1"]
+    new = respond(mw, Request(URL, meta={"scale_egress": "p7", meta_keys.AVOID_EGRESS: ["p1"]}), 500)
+    assert new.meta[meta_keys.AVOID_EGRESS] == ["p1"]
 
 
 def test_retry_enabled_false_classifies_but_never_retries():
@@ -90,7 +90,7 @@ def test_retry_times_set_by_the_project_is_the_budget():
     for attempt in range(1, 6):
         out = respond(mw, req, 500)
         if attempt <= 4:
-            assert isinstance(out, Request) and out.meta[meta.ATTEMPT] == attempt + 1
+            assert isinstance(out, Request) and out.meta[meta_keys.ATTEMPT] == attempt + 1
             req = out
         else:
             assert isinstance(out, HtmlResponse)
@@ -152,14 +152,14 @@ def test_meta_keys_dont_retry_max_retry_times_priority_adjust():
     assert isinstance(respond(mw, Request(URL, meta={"max_retry_times": 0}), 500), HtmlResponse)
     assert respond(mw, Request(URL), 500).priority == -3
     assert respond(mw, Request(URL, meta={"priority_adjust": 2}), 500).priority == 2
-    assert isinstance(respond(mw, Request(URL, meta={"max_retry_times": 7, meta.ATTEMPT: 7}), 500), Request)
+    assert isinstance(respond(mw, Request(URL, meta={"max_retry_times": 7, meta_keys.ATTEMPT: 7}), 500), Request)
 
 
 def test_retry_after_is_a_floor_of_the_not_before_time():
     mw, outcomes, _ = make()
     before = time.time()
     new = respond(mw, Request(URL), 429, headers={"Retry-After": "30"})
-    assert new.meta[meta.NOT_BEFORE] >= before + 30
+    assert new.meta[meta_keys.NOT_BEFORE] >= before + 30
     assert outcomes[0].cls is C.RATE_LIMITED
 
 
@@ -183,7 +183,7 @@ def test_download_exception_given_up_raises_quietly_without_errback():
     assert final.latency is not None
     assert stats.get_value("scale/gave_up/transient") == 1
     # with an errback, the errback gets the original exception (the middleware returns None)
-    with_eb = Request(URL, errback=lambda f: None, meta={meta.ATTEMPT: 2})
+    with_eb = Request(URL, errback=lambda f: None, meta={meta_keys.ATTEMPT: 2})
     assert mw.process_exception(with_eb, DownloadTimeoutError("x")) is None
 
 
@@ -195,11 +195,11 @@ def test_unknown_exception_is_fatal_and_left_to_scrapy():
 
 def test_a_request_with_a_future_not_before_is_sent_back_not_downloaded():
     mw, _, stats = make()
-    req = Request(URL, meta={meta.NOT_BEFORE: time.time() + 60})
+    req = Request(URL, meta={meta_keys.NOT_BEFORE: time.time() + 60})
     again = mw.process_request(req)
     assert isinstance(again, Request) and again.dont_filter
     assert stats.get_value("scale/retry/not_before_guard") == 1
-    assert mw.process_request(Request(URL, meta={meta.NOT_BEFORE: time.time() - 1})) is None
+    assert mw.process_request(Request(URL, meta={meta_keys.NOT_BEFORE: time.time() - 1})) is None
 
 
 def test_retry_times_zero_gives_up_logged_at_the_give_up_level_and_counted(caplog):
@@ -231,17 +231,22 @@ def test_scrapy_own_download_retried_after_a_silent_egress_avoids_that_egress():
     req = Request(
         "http://shop1.example.test/robots.txt",
         callback=NO_CALLBACK,
-        meta={meta.EGRESS: "p7", meta.EGRESS_PROBE: True, meta.AVOID_EGRESS: ["p1"], "proxy": "http://p7:1"},
+        meta={
+            meta_keys.EGRESS: "p7",
+            meta_keys.EGRESS_PROBE: True,
+            meta_keys.AVOID_EGRESS: ["p1"],
+            "proxy": "http://p7:1",
+        },
     )
     mw.process_request(req)
     new = mw.process_exception(req, DownloadTimeoutError("no answer through egress p7"))
     assert isinstance(new, Request) and new.callback is NO_CALLBACK
-    assert new.meta[meta.AVOID_EGRESS] == ["p1", "p7"]
+    assert new.meta[meta_keys.AVOID_EGRESS] == ["p1", "p7"]
     (o,) = outcomes
     assert o.internal and not o.final and o.avoid_egress == ("p1", "p7")  # the internal path ran
     # an answer through it (a 503) is the site's: nothing more to avoid
     outcomes.clear()
-    again = Request("http://shop1.example.test/robots.txt", callback=NO_CALLBACK, meta={meta.EGRESS: "p8"})
+    again = Request("http://shop1.example.test/robots.txt", callback=NO_CALLBACK, meta={meta_keys.EGRESS: "p8"})
     new = respond(mw, again, 503)
-    assert isinstance(new, Request) and meta.AVOID_EGRESS not in new.meta
+    assert isinstance(new, Request) and meta_keys.AVOID_EGRESS not in new.meta
     assert outcomes[0].internal

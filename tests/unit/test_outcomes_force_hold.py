@@ -10,7 +10,7 @@ import pytest
 from scrapy import Request, signals
 from scrapy.utils.test import get_crawler
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale.clock import FakeClock
 from scrapy_scale.context import ScaleContext
 from scrapy_scale.outcomes.emit import OutcomeEmitter
@@ -24,7 +24,7 @@ def test_the_hold_mark_goes_when_its_request_is_scheduled_already_due():
     ScaleContext.of(crawler).scheduler_holds_retries = True  # (the frontier)
     clock = FakeClock(1000.0)
     delayed = DelayedRetries(crawler, OutcomeEmitter(crawler), clock)
-    again = Request("http://shop.test/a", meta={meta.NOT_BEFORE: 1000.5})
+    again = Request("http://shop.test/a", meta={meta_keys.NOT_BEFORE: 1000.5})
     delayed.hold(again)
     assert delayed.force_hold == {id(again)}
     clock.advance(1.0)  # due by the time the engine schedules it

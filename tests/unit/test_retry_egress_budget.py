@@ -10,7 +10,7 @@ import logging
 import pytest
 from scrapy import Request
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale.clock import FakeClock, Randomness
 from scrapy_scale.outcomes.classify import Verdict
 from scrapy_scale.outcomes.model import FailureClass as C
@@ -29,7 +29,7 @@ def decider() -> RetryDecider:
 
 def fail(request: Request, cls: C) -> tuple[Request | None, bool]:
     """One failed attempt of ``request`` with ``cls``: (the retry or None, given up)."""
-    attempt = meta.attempt_of(request.meta)
+    attempt = meta_keys.attempt_of(request.meta)
     d = decider().decide(request, Verdict(cls, cls.value))
     if not d.retry:
         return None, d.gave_up
@@ -42,12 +42,12 @@ def test_two_dead_proxies_then_a_reset_leave_the_transient_budget_whole():
     for cls in (C.EGRESS_FAILED, C.EGRESS_FAILED):
         r, _ = fail(r, cls)
         assert r is not None
-    assert r.meta[meta.EGRESS_FAILURES] == 2 and meta.attempt_of(r.meta) == 3
+    assert r.meta[meta_keys.EGRESS_FAILURES] == 2 and meta_keys.attempt_of(r.meta) == 3
     # the transient class's 2 retries are its own: attempts 3, 4 and 5 may be transient
     for _ in range(2):
         r, _ = fail(r, C.TRANSIENT)
         assert r is not None
-        assert r.meta[meta.EGRESS_FAILURES] == 2  # only egress failures count here
+        assert r.meta[meta_keys.EGRESS_FAILURES] == 2  # only egress failures count here
     gone, gave_up = fail(r, C.TRANSIENT)
     assert gone is None and gave_up  # the third transient failure spends it
 
@@ -66,7 +66,7 @@ def test_without_egress_failures_the_budget_is_the_chains_attempts_as_before():
     r: Request | None = Request("http://a.test/")
     r, _ = fail(r, C.BLOCKED)
     r, _ = fail(r, C.TRANSIENT)  # a block counts in the transient budget: it reached the site
-    assert r is not None and meta.EGRESS_FAILURES not in r.meta
+    assert r is not None and meta_keys.EGRESS_FAILURES not in r.meta
     gone, gave_up = fail(r, C.TRANSIENT)
     assert gone is None and gave_up
 
@@ -75,15 +75,15 @@ def test_without_egress_failures_the_budget_is_the_chains_attempts_as_before():
 def test_a_stored_count_that_cannot_be_true_counts_as_zero_with_one_warning(bad, caplog, monkeypatch):
     """The meta comes back from the frontier's store: untrusted. A count that is not a whole
     number of the chain's earlier attempts counts as none (the old, stricter budget)."""
-    monkeypatch.setattr(meta, "_warned_egress_failures", False)
-    r = Request("http://a.test/", meta={meta.ATTEMPT: 3, meta.EGRESS_FAILURES: bad})
-    with caplog.at_level(logging.WARNING, logger="scrapy_scale.meta"):
+    monkeypatch.setattr(meta_keys, "_warned_egress_failures", False)
+    r = Request("http://a.test/", meta={meta_keys.ATTEMPT: 3, meta_keys.EGRESS_FAILURES: bad})
+    with caplog.at_level(logging.WARNING, logger="scrapy_scale.meta_keys"):
         gone, gave_up = fail(r, C.TRANSIENT)
         fail(r, C.TRANSIENT)
     assert gone is None and gave_up  # attempt 3 against a budget of 2: every attempt counted
-    warned = [x for x in caplog.records if meta.EGRESS_FAILURES in x.getMessage()]
+    warned = [x for x in caplog.records if meta_keys.EGRESS_FAILURES in x.getMessage()]
     assert len(warned) == 1  # once per process
-    assert meta.EGRESS_FAILURES in meta.CHAIN_KEYS  # a copied chain starts without it
+    assert meta_keys.EGRESS_FAILURES in meta_keys.CHAIN_KEYS  # a copied chain starts without it
 
 
 def test_scrapy_own_downloads_count_their_egress_failures_too():
@@ -96,7 +96,7 @@ def test_scrapy_own_downloads_count_their_egress_failures_too():
     tries = 0
     while tries < 10:
         tries += 1
-        attempt = meta.attempt_of(r.meta)
+        attempt = meta_keys.attempt_of(r.meta)
         d = decider().decide(r, Verdict(C.EGRESS_FAILED, "proxy unreachable"), late_ok=False)
         if not d.retry:
             break
@@ -110,21 +110,21 @@ def test_no_answer_through_an_unproven_egress_is_retried_as_an_egress_failure():
     """The chaos benchmark's host 4: its entry page, past its transient budget, got its late
     retry through an egress back from quarantine (a re-probe), which closed mid-answer; that
     cost a second late retry (37 s) before any of its 120 pages was reached."""
-    r = Request("http://a.test/", meta={meta.ATTEMPT: 3, meta.EGRESS_PROBE: True, "proxy": "http://p:1"})
+    r = Request("http://a.test/", meta={meta_keys.ATTEMPT: 3, meta_keys.EGRESS_PROBE: True, "proxy": "http://p:1"})
     v = Verdict(C.TRANSIENT, "ResponseDataLossError")
     d = decider().decide(r, v, answered=False)
     assert d.retry and d.not_before is not None and d.not_before <= NOW  # at once
     assert d.as_egress_failure  # what the middleware counts (scale/retry/as_egress_failure)
     o = Outcome("fp", r.url, "a.test", C.TRANSIENT, attempt=3, egress="p:1")
     again = retry_request(r, o, not_before=d.not_before)
-    assert again.meta[meta.EGRESS_FAILURES] == 1  # in the egress budget, not the transient one
+    assert again.meta[meta_keys.EGRESS_FAILURES] == 1  # in the egress budget, not the transient one
     # an answer through it (a 503) is the site's: the transient budget, spent here
     assert not decider().decide(r, v, answered=True).retry
     # through an egress that had answered before: the site's too
-    proven = Request("http://a.test/", meta={meta.ATTEMPT: 3, "proxy": "http://p:1"})
+    proven = Request("http://a.test/", meta={meta_keys.ATTEMPT: 3, "proxy": "http://p:1"})
     assert not decider().decide(proven, v, answered=False).retry
-    early = Request("http://a.test/", meta={meta.ATTEMPT: 1, "proxy": "http://p:1"})
+    early = Request("http://a.test/", meta={meta_keys.ATTEMPT: 1, "proxy": "http://p:1"})
     assert not decider().decide(early, v, answered=False).as_egress_failure
     # only True counts (the key is one attempt's; what the frontier hands back is untrusted)
-    odd = Request("http://a.test/", meta={meta.ATTEMPT: 3, meta.EGRESS_PROBE: "yes"})
+    odd = Request("http://a.test/", meta={meta_keys.ATTEMPT: 3, meta_keys.EGRESS_PROBE: "yes"})
     assert not decider().decide(odd, v, answered=False).retry

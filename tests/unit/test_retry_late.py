@@ -9,7 +9,7 @@ import pytest
 from scrapy import Request
 from scrapy.settings import Settings
 
-from scrapy_scale import config, meta
+from scrapy_scale import config, meta_keys
 from scrapy_scale.clock import FakeClock, Randomness
 from scrapy_scale.outcomes.classify import Verdict
 from scrapy_scale.outcomes.late import NO_LATE, LatePolicy, parse_late
@@ -142,10 +142,10 @@ def _outcome(attempt: int) -> Outcome:
 def test_the_chain_carries_its_late_count_and_first_failure():
     r = Request("http://a.test/")
     r1 = retry_request(r, _outcome(1), not_before=NOW, failed_at=NOW)
-    assert r1.meta[meta.LATE] == 0 and r1.meta[meta.FIRST_FAILED] == NOW
+    assert r1.meta[meta_keys.LATE] == 0 and r1.meta[meta_keys.FIRST_FAILED] == NOW
     r2 = retry_request(r1, _outcome(2), not_before=NOW + 99, late=True, failed_at=NOW + 50)
-    assert r2.meta[meta.LATE] == 1 and r2.meta[meta.FIRST_FAILED] == NOW  # the first failure is kept
-    assert meta.LATE in meta.CHAIN_KEYS and meta.FIRST_FAILED in meta.CHAIN_KEYS
+    assert r2.meta[meta_keys.LATE] == 1 and r2.meta[meta_keys.FIRST_FAILED] == NOW  # the first failure is kept
+    assert meta_keys.LATE in meta_keys.CHAIN_KEYS and meta_keys.FIRST_FAILED in meta_keys.CHAIN_KEYS
 
 
 @pytest.mark.parametrize(
@@ -157,13 +157,13 @@ def test_hostile_stored_chain_values_are_ignored_with_one_warning(late, first):
     nor stalls; the count is taken as 0, the time as this failure's."""
     p, clock, warned = policy()
     decider = RetryDecider(p)
-    r = Request("http://a.test/", meta={meta.ATTEMPT: 3, meta.LATE: late, meta.FIRST_FAILED: first})
+    r = Request("http://a.test/", meta={meta_keys.ATTEMPT: 3, meta_keys.LATE: late, meta_keys.FIRST_FAILED: first})
     d = decider.decide(r, Verdict(C.TRANSIENT, "HTTP 503"))
     assert d.retry and d.late  # a late retry, its deadline from now
     assert len(warned) == 1 and warned[0][0] == "retry/late_bad_meta", warned
     new = retry_request(r, _outcome(3), not_before=d.not_before, late=True, failed_at=clock())
-    assert new.meta[meta.LATE] == 1  # a bad count was taken as 0
-    assert isinstance(new.meta[meta.FIRST_FAILED], float) and new.meta[meta.FIRST_FAILED] <= clock() + 300
+    assert new.meta[meta_keys.LATE] == 1  # a bad count was taken as 0
+    assert isinstance(new.meta[meta_keys.FIRST_FAILED], float) and new.meta[meta_keys.FIRST_FAILED] <= clock() + 300
 
 
 def test_retry_times_set_by_the_project_is_the_whole_budget_unless_late_retries_are_set_too():
@@ -187,7 +187,7 @@ def site_with_good_pages(n: int = 30) -> RetryDecider:
     p, _, _ = policy(late=LatePolicy())
     d = RetryDecider(p)
     for k in range(n):
-        d.observe_ok(Request(f"http://{SHOP}/item/{k}", meta={meta.FINGERPRINT: f"fp{k}"}), C.OK)
+        d.observe_ok(Request(f"http://{SHOP}/item/{k}", meta={meta_keys.FINGERPRINT: f"fp{k}"}), C.OK)
     return d
 
 
@@ -196,7 +196,7 @@ def chain(d: RetryDecider, url: str, verdict: Verdict, answered: bool = True) ->
     decisions = []
     for attempt in range(1, 13):
         late = sum(x.late for x in decisions)
-        m = {meta.FINGERPRINT: url, meta.ATTEMPT: attempt, meta.LATE: late, meta.FIRST_FAILED: NOW}
+        m = {meta_keys.FINGERPRINT: url, meta_keys.ATTEMPT: attempt, meta_keys.LATE: late, meta_keys.FIRST_FAILED: NOW}
         decisions.append(d.decide(Request(url, meta=m), verdict, answered=answered))
         if not decisions[-1].retry:
             break
@@ -214,11 +214,11 @@ def test_a_503_page_of_a_site_that_answers_well_gives_up_after_its_quick_retries
 def test_an_entry_page_keeps_its_late_retries_then_gives_up_as_broken_once_its_site_answers():
     d = site_with_good_pages(0)
     entry = f"http://{SHOP}/"
-    m = {meta.FINGERPRINT: entry, meta.ATTEMPT: 3, meta.FIRST_FAILED: NOW}
+    m = {meta_keys.FINGERPRINT: entry, meta_keys.ATTEMPT: 3, meta_keys.FIRST_FAILED: NOW}
     assert d.decide(Request(entry, meta=m), Verdict(C.TRANSIENT, "http_503")).late  # no other answers yet
     for k in range(30):  # then the rest of its site answers well and it still fails
         d.observe_ok(Request(f"http://{SHOP}/item/{k}"), C.OK)
-    m = {**m, meta.ATTEMPT: 4, meta.LATE: 1}
+    m = {**m, meta_keys.ATTEMPT: 4, meta_keys.LATE: 1}
     last = d.decide(Request(entry, meta=m), Verdict(C.TRANSIENT, "http_503"))
     assert not last.retry and last.why == "broken_page"  # 4 requests in all
 
@@ -228,7 +228,7 @@ def test_no_answer_or_a_site_that_fails_too_keeps_late_retries():
     timeouts = chain(d, f"http://{SHOP}/item/slow", Verdict(C.TRANSIENT, "timeout"), answered=False)
     assert timeouts[2].late  # maybe the route's fault, not the page's
     for k in range(10):  # the site's other pages fail too: an outage
-        r = Request(f"http://{SHOP}/item/{k}", meta={meta.FINGERPRINT: f"fp{k}"})
+        r = Request(f"http://{SHOP}/item/{k}", meta={meta_keys.FINGERPRINT: f"fp{k}"})
         d.decide(r, Verdict(C.TRANSIENT, "http_503"))
     outage = chain(d, f"http://{SHOP}/item/x", Verdict(C.TRANSIENT, "http_503"))
     assert outage[2].late and len(outage) > 4

@@ -9,7 +9,7 @@ import random
 import pytest
 from scrapy import Request
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale.clock import FakeClock, Randomness
 from scrapy_scale.outcomes.classify import Verdict
 from scrapy_scale.outcomes.late import LatePolicy
@@ -149,7 +149,7 @@ def test_an_unproven_egresss_failure_is_not_counted_against_the_host() -> None:
     d = calm_decider(paced=False)
     before = d.noise.share(SITE)
     for k in range(20):  # no answer through an egress that had not proved itself
-        r = Request(f"http://{SITE}/item/{k}", meta={meta.EGRESS: "p1", meta.EGRESS_PROBE: True})
+        r = Request(f"http://{SITE}/item/{k}", meta={meta_keys.EGRESS: "p1", meta_keys.EGRESS_PROBE: True})
         got = d.decide(r, Verdict(C.TRANSIENT, "timeout"), answered=False)
         assert got.as_egress_failure
     assert d.noise.share(SITE) == before and d.noise.calm(SITE)

@@ -12,7 +12,7 @@ from scrapy import Request
 from scrapy.exceptions import DownloadTimeoutError
 from scrapy.http.request import NO_CALLBACK
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale import stats_keys as K
 from scrapy_scale.clock import FakeClock, Randomness
 from scrapy_scale.outcomes.classify import Verdict
@@ -61,14 +61,14 @@ def test_a_good_answer_is_done_with_nothing_to_send_before_its_callback():
 
 def test_a_blocked_page_is_retried_later_through_another_egress_then_given_up_at_the_class_level():
     d, _ = decider()
-    req = Request(URL, meta={meta.EGRESS: "p1", meta.FINGERPRINT: "fp1"})
+    req = Request(URL, meta={meta_keys.EGRESS: "p1", meta_keys.FINGERPRINT: "fp1"})
     plans = chain(d, req, answer(403, C.BLOCKED))
     steps = [p.step for p in plans]
     assert steps == [Step.RETRY_LATER, Step.RETRY_LATER, Step.GIVE_UP]  # blocked: 2 retries
     first = plans[0]
     assert first.at is not None and NOW <= first.at <= NOW + 0.5  # blocked: window 0.5 s
     assert first.avoid == ("p1",) and first.retry is not None
-    assert first.retry.meta[meta.AVOID_EGRESS] == ["p1"] and first.retry.meta[meta.NOT_BEFORE] == first.at
+    assert first.retry.meta[meta_keys.AVOID_EGRESS] == ["p1"] and first.retry.meta[meta_keys.NOT_BEFORE] == first.at
     o = first.outcome
     assert o is not None and not o.final and o.retry_at == first.at and o.avoid_egress == ("p1",)
     last = plans[-1]
@@ -92,10 +92,10 @@ def test_a_class_never_retried_is_done_and_an_exception_gets_its_final_outcome_n
 
 def test_no_answer_through_an_unproven_egress_is_retried_as_its_failure_and_counted():
     d, _ = decider()
-    req = Request(URL, meta={meta.EGRESS: "p3", meta.EGRESS_PROBE: True})
+    req = Request(URL, meta={meta_keys.EGRESS: "p3", meta_keys.EGRESS_PROBE: True})
     p = d.plan(req, Attempt(Verdict(C.TRANSIENT, "timeout"), exception=DownloadTimeoutError("t"), latency=3.0))
     assert p.step is Step.RETRY_LATER and p.stats == (K.RETRY_AS_EGRESS_FAILURE,)
-    assert p.avoid == ("p3",) and p.retry is not None and p.retry.meta[meta.EGRESS_FAILURES] == 1
+    assert p.avoid == ("p3",) and p.retry is not None and p.retry.meta[meta_keys.EGRESS_FAILURES] == 1
     assert p.outcome is not None and p.outcome.latency == 3.0
 
 
@@ -104,20 +104,22 @@ def test_a_late_retry_is_counted_as_late():
     plans = chain(d, Request(URL), answer(500, C.TRANSIENT))
     assert [p.step for p in plans] == [Step.RETRY_LATER] * 3 + [Step.GIVE_UP]
     assert [K.RETRY_LATE in p.stats for p in plans] == [False, False, True, False]
-    assert plans[2].retry is not None and plans[2].retry.meta[meta.LATE] == 1
+    assert plans[2].retry is not None and plans[2].retry.meta[meta_keys.LATE] == 1
 
 
 def test_scrapy_own_download_is_retried_now_avoiding_the_silent_egress_and_given_up_without_a_line():
     d, clock = decider()
     req = Request(
-        "http://shop.test/robots.txt", callback=NO_CALLBACK, meta={meta.EGRESS: "p7", meta.AVOID_EGRESS: ["p1"]}
+        "http://shop.test/robots.txt",
+        callback=NO_CALLBACK,
+        meta={meta_keys.EGRESS: "p7", meta_keys.AVOID_EGRESS: ["p1"]},
     )
     timeout = Attempt(Verdict(C.TRANSIENT, "timeout"), exception=DownloadTimeoutError("t"), internal=True)
     plans = chain(d, req, timeout)
     assert [p.step for p in plans] == [Step.RETRY_NOW, Step.RETRY_NOW, Step.GIVE_UP]
     first = plans[0]
     assert first.at == clock() and first.avoid == ("p1", "p7") and first.retry is not None
-    assert first.retry.meta[meta.AVOID_EGRESS] == ["p1", "p7"] and meta.NOT_BEFORE not in first.retry.meta
+    assert first.retry.meta[meta_keys.AVOID_EGRESS] == ["p1", "p7"] and meta_keys.NOT_BEFORE not in first.retry.meta
     assert first.outcome is not None and first.outcome.internal and not first.outcome.final
     last = plans[-1]
     assert last.level is None and last.why == "budget" and last.outcome is not None and last.outcome.internal

@@ -134,7 +134,7 @@ def test_the_learned_state_in_throttle_db_skips_bad_rows_and_keeps_the_good(
     db.save({"good.test": {"delay": 2.0, "at": time.time()}})
     db.db.execute("INSERT INTO learned VALUES ('j', 'deep.test', ?)", (DEEP,))
     db.db.execute("INSERT INTO learned VALUES ('j', 'bytes.test', ?)", (b"\xff\xfe",))
-    with caplog.at_level(logging.WARNING, "scrapy_scale.throttle.pacer"):
+    with caplog.at_level(logging.WARNING, "scrapy_scale.throttle"):
         for _ in range(3):
             got = db.load()
     db.close()

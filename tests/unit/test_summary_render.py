@@ -76,15 +76,15 @@ def test_a_request_whose_item_was_dead_lettered_counts_as_parse_failed_either_or
 
     from scrapy.http import Request
 
-    from scrapy_scale import meta
+    from scrapy_scale import meta_keys
     from scrapy_scale.errors import ItemDeadLettered
     from scrapy_scale.monitor.summary import OutcomeTally
     from scrapy_scale.outcomes.model import FailureClass, Outcome
 
     def response(fp: str) -> SimpleNamespace:
-        return SimpleNamespace(request=Request("http://a.test/", meta={meta.FINGERPRINT: fp}))
+        return SimpleNamespace(request=Request("http://a.test/", meta={meta_keys.FINGERPRINT: fp}))
 
-    tally = OutcomeTally(lambda request: request.meta[meta.FINGERPRINT])
+    tally = OutcomeTally(lambda request: request.meta[meta_keys.FINGERPRINT])
     dead = ItemDeadLettered("too large")
     ok = FailureClass.OK
     # after: two items, the second dead-lettered once the outcome was counted

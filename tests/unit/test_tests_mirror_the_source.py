@@ -43,10 +43,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("unit/test_egress_first_byte.py", "fb._check"): "a spy on the recheck of a waiting attempt, to see each "
     "bound it looked at while nothing answered (the bound itself is only seen by the cut)",
     ("unit/test_egress_first_byte.py", "first_byte._asyncio_reactor"): "no reactor in a pure test",
-    ("unit/test_meta_attempt.py", "meta._warned_attempt"): _WARN_ONCE,
-    ("unit/test_meta_checks.py", "meta._warned_keys"): _WARN_ONCE,
+    ("unit/test_meta_keys_attempt.py", "meta_keys._warned_attempt"): _WARN_ONCE,
+    ("unit/test_meta_keys_checks.py", "meta_keys._warned_keys"): _WARN_ONCE,
     ("unit/test_metrics_subscriber.py", "progress._warned_wait"): _WARN_ONCE,
-    ("unit/test_retry_egress_budget.py", "meta._warned_egress_failures"): _WARN_ONCE,
+    ("unit/test_retry_egress_budget.py", "meta_keys._warned_egress_failures"): _WARN_ONCE,
     ("unit/test_metrics_subscriber.py", "os._exit"): "the standard library's (a child ends without cleanup)",
     ("unit/test_shared_redis_refusals.py", "spider._callback"): "the test spider's own private method: "
     "that a private callback is refused is what is tested",
@@ -103,7 +103,7 @@ def test(monkeypatch, pool, meta):
     monkeypatch.setattr(meta, "_warned", False)
     getattr(pool, "_spacing")(1)
     assert not hasattr(meta, "_old_copy")  # that a private copy is gone: not counted
-    monkeypatch.setattr("scrapy_scale.meta._warned", False)  # a path string: not looked at
+    monkeypatch.setattr("scrapy_scale.meta_keys._warned", False)  # a path string: not looked at
 """
     assert private_accesses(source) == {"pool._sticky", "pool.queue._by_key", "meta._warned", "pool._spacing"}
     assert twins({"unit": ["__init__.py", "test_a.py", "test_b.py"], "crawl": ["__init__.py", "test_a.py"]}) == {

@@ -12,7 +12,7 @@ import pytest
 from scrapy import Request, signals
 from scrapy.utils.test import get_crawler
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale import signals as scale_signals
 from scrapy_scale.egress.routes import RouteLimiter
 from scrapy_scale.outcomes.model import FailureClass, Outcome
@@ -44,7 +44,7 @@ def _outcome(t: Throttle, outcome: Outcome, request: Request) -> None:
 
 def test_a_request_sent_back_to_the_scheduler_frees_its_sites_concurrency(tmp_path):
     t = _throttle(tmp_path)
-    first = Request("http://shop.test/a", meta={meta.FINGERPRINT: FP})
+    first = Request("http://shop.test/a", meta={meta_keys.FINGERPRINT: FP})
     t.handed_out(first, "shop.test", FP)
     assert t.hold_until("shop.test") == math.inf  # at its concurrency: the path under test
     redirect = first.replace(url="http://shop.test/b")  # a redirect: no outcome of `first`
@@ -58,8 +58,8 @@ def test_a_request_sent_back_to_the_scheduler_frees_its_sites_concurrency(tmp_pa
 
 def test_an_attempt_is_ended_once_however_many_copies_go_to_the_scheduler(tmp_path):
     t = _throttle(tmp_path)
-    parent = Request("http://shop.test/a", meta={meta.FINGERPRINT: FP})
-    other = Request("http://shop.test/c", meta={meta.FINGERPRINT: "c" * 40})
+    parent = Request("http://shop.test/a", meta={meta_keys.FINGERPRINT: FP})
+    other = Request("http://shop.test/c", meta={meta_keys.FINGERPRINT: "c" * 40})
     t.handed_out(parent, "shop.test", FP)
     t.handed_out(other, "shop.test", "c" * 40)  # (handed out past the hold: two in flight)
     assert t.pacing.site("shop.test").inflight == 2
@@ -85,16 +85,16 @@ def test_a_route_held_by_a_request_is_let_go_when_it_goes_back_or_ends(tmp_path)
     requests all had their own proxy was paced at a request per free route per second)."""
     t = _throttle(tmp_path)
     learner = t.use_routes(lambda domain: iter(["e1:8080", "e2:8080"]))
-    a = Request("http://other.test/a", meta={meta.FINGERPRINT: FP})
+    a = Request("http://other.test/a", meta={meta_keys.FINGERPRINT: FP})
     t.handed_out(a, "other.test", FP)
-    assert set(a.meta) == {meta.FINGERPRINT} and _held(learner, t, "other.test") == 1
+    assert set(a.meta) == {meta_keys.FINGERPRINT} and _held(learner, t, "other.test") == 1
     t.handed_out(a, "other.test", FP)  # handed out again (the same object): held once
     assert _held(learner, t, "other.test") == 1
     _schedule(t, a.copy())  # a copy of it goes to the scheduler: the hold is a's own
     assert _held(learner, t, "other.test") == 1
     _schedule(t, a)  # the egress pool's wait, a redirect: back to the scheduler
     assert _held(learner, t, "other.test") == 0
-    b = Request("http://other.test/b", meta={meta.FINGERPRINT: "b" * 40})
+    b = Request("http://other.test/b", meta={meta_keys.FINGERPRINT: "b" * 40})
     t.handed_out(b, "other.test", "b" * 40)
     assert _held(learner, t, "other.test") == 1
     o = Outcome(fingerprint="b" * 40, url=b.url, domain="other.test", cls=FailureClass.FATAL)
@@ -118,14 +118,14 @@ def test_a_route_is_held_while_the_downloader_has_the_request_and_until_the_pool
     learner = t.use_routes(lambda domain: iter(["e1:8080"]))
     limiter = RouteLimiter()
     limiter.attach(learner)  # what the egress middleware does with the throttle's gate
-    cached = Request("http://other.test/cached", meta={meta.FINGERPRINT: FP})
+    cached = Request("http://other.test/cached", meta={meta_keys.FINGERPRINT: FP})
     t.handed_out(cached, "other.test", FP)
     active.add(cached)  # the engine's Downloader.fetch, right after the hand-out
     assert _held(learner, t, "other.test") == 1
     active.discard(cached)  # a middleware answered it: it never reaches the pool
     assert _held(learner, t, "other.test") == 0  # at once: no clock moved
     assert learner.holds.left_downloader == 1 and learner.holds.expired == 0  # the path ran
-    routed = Request("http://other.test/routed", meta={meta.FINGERPRINT: "b" * 40})
+    routed = Request("http://other.test/routed", meta={meta_keys.FINGERPRINT: "b" * 40})
     t.handed_out(routed, "other.test", "b" * 40)
     active.add(routed)
     limiter.release(Request("http://other.test/robots.txt"))  # robots.txt reached the pool

@@ -446,9 +446,9 @@ def test_a_request_handed_out_holds_a_free_route_until_the_pool_gives_it_one() -
     "route_cap" waits for 269 requests in tests/crawl/test_throttle_routes.py). The hold
     is the request object's own: another download the pool routes (robots.txt) does not
     free it, nor does a copy of it; without the downloader's view, one that never reaches
-    the pool stops holding after the grace (on_the_way.TTL)."""
-    from scrapy_scale.on_the_way import TTL
+    the pool stops holding after the grace (transit.TTL)."""
     from scrapy_scale.throttle.routing import RESERVED_RECHECK
+    from scrapy_scale.transit import TTL
 
     site, learner, clock = setup()
     two = EGRESSES[:2]

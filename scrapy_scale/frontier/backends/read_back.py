@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from scrapy_scale.frontier.records.records import RunInfo, State
+from scrapy_scale.frontier.records.model import RunInfo, State
 from scrapy_scale.shared_values import Refused, Warnings, decode_hash, finite, loads, whole
 
 logger = logging.getLogger("scrapy_scale.frontier")

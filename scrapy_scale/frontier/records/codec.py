@@ -37,9 +37,10 @@ from typing import Any
 from scrapy import Request, Spider
 from scrapy.utils.request import RequestFingerprinter
 
-from scrapy_scale import meta, shared_values
+from scrapy_scale import meta_keys, shared_values
 from scrapy_scale.frontier import settings as _settings  # noqa: F401 - declares SCALE_FRONTIER_*
 from scrapy_scale.frontier.records import values
+from scrapy_scale.frontier.records.model import NewRequest, domain_of
 from scrapy_scale.frontier.records.record_rules import (
     DEFAULT_SCHEMES,
     SCRAPY_CALLBACKS,
@@ -53,7 +54,6 @@ from scrapy_scale.frontier.records.record_rules import (
     item_class,
     spider_method,
 )
-from scrapy_scale.frontier.records.records import NewRequest, domain_of
 
 __all__ = [
     "DEFAULT_SCHEMES",
@@ -272,7 +272,7 @@ def decode(data: str, spider: Spider | None = None, rules: RecordRules | None = 
     # the chain's keys in its meta are shared state too: a bad one is dropped (one warning),
     # the page crawled (a not-before in 2100 held its record for ever, text or a number
     # where a list belongs raised on the request path)
-    meta.check_stored(request.meta)
+    meta_keys.check_stored(request.meta)
     return request
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from scrapy import Request
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale.frontier.store import NewRequest, again_key, domain_of, key_base
 
 #: the URL of the request in flight on this worker under a record key (None: none is)
@@ -31,10 +31,10 @@ class RetryFields:
 
 
 def retry_fields(request: Request) -> RetryFields:
-    last = request.meta.get(meta.LAST_FAILURE)
+    last = request.meta.get(meta_keys.LAST_FAILURE)
     return RetryFields(
-        attempt=meta.attempt_of(request.meta),
-        not_before=meta.not_before_of(request.meta) or 0.0,
+        attempt=meta_keys.attempt_of(request.meta),
+        not_before=meta_keys.not_before_of(request.meta) or 0.0,
         last_failure=(str(last[0]), str(last[1])) if isinstance(last, list | tuple) and len(last) == 2 else None,
     )
 
@@ -78,8 +78,8 @@ class RecordIdentity:
         -- e.g. a request that copied ``response.meta`` -- is deduplicated as usual.
         Sets ``meta["scale_fingerprint"]`` to the key."""
         real = self.fingerprinter.fingerprint(request).hex()
-        given = request.meta.get(meta.FINGERPRINT)
-        attempt = meta.attempt_of(request.meta)
+        given = request.meta.get(meta_keys.FINGERPRINT)
+        attempt = meta_keys.attempt_of(request.meta)
         fp, update = real, False
         given_url = in_flight_url(given) if given else None
         if given and key_base(given) == real:  # its own record, or a dont_filter one of its own
@@ -91,9 +91,9 @@ class RecordIdentity:
                 fp, update = given, True
         if given and fp != given:
             # it copied another request's meta (response.meta): a chain of its own, from attempt 1
-            for k in meta.CHAIN_KEYS:
+            for k in meta_keys.CHAIN_KEYS:
                 request.meta.pop(k, None)
-        request.meta[meta.FINGERPRINT] = fp
+        request.meta[meta_keys.FINGERPRINT] = fp
         return fp, update
 
 

@@ -20,14 +20,14 @@ from typing import Any
 
 from scrapy import Request, Spider
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale import stats_keys as keys
 from scrapy_scale.frontier.records import codec
 from scrapy_scale.frontier.scheduling import pacing
 from scrapy_scale.frontier.scheduling.local import LocalQueue, Outbox
 from scrapy_scale.frontier.scheduling.scrapy_stats import ScrapyStats
+from scrapy_scale.frontier.scheduling.slot_transit import SlotTransit
 from scrapy_scale.frontier.scheduling.stats import FrontierStats
-from scrapy_scale.frontier.scheduling.transit import SlotTransit
 from scrapy_scale.frontier.store import EnqueueResult, Leased, NewRequest, domain_of
 from scrapy_scale.redact import redact_text
 
@@ -121,9 +121,9 @@ class LeaseBuffer:
     def fingerprints(self) -> list[str]:
         """Fingerprints of the leases the buffer holds (requests kept in memory included)."""
         return [
-            x.fingerprint if isinstance(x, Leased) else x.meta.get(meta.FINGERPRINT, "")
+            x.fingerprint if isinstance(x, Leased) else x.meta.get(meta_keys.FINGERPRINT, "")
             for x in self.queue
-            if isinstance(x, Leased) or x.meta.get(meta.FINGERPRINT) in self._held_tokens
+            if isinstance(x, Leased) or x.meta.get(meta_keys.FINGERPRINT) in self._held_tokens
         ]
 
     def clear(self) -> None:
@@ -255,7 +255,7 @@ class LeaseBuffer:
             self._mem_n -= 1
             self.scrapy_stats.dequeued("memory")
             self._paced(entry, None)
-            fp = entry.meta.get(meta.FINGERPRINT)
+            fp = entry.meta.get(meta_keys.FINGERPRINT)
             if fp in self._held_tokens:  # its record is leased to this worker: acked as usual
                 return Served(entry, fp, self._held_tokens.pop(fp), 0)
             return Served(entry, None, 0, 0)
@@ -270,7 +270,7 @@ class LeaseBuffer:
             self.outbox.append(("dead", (entry.fingerprint, str(e))))
             self.stats.inc(keys.FRONTIER_DEAD_LETTERED)
             return None
-        request.meta[meta.FINGERPRINT] = entry.fingerprint
+        request.meta[meta_keys.FINGERPRINT] = entry.fingerprint
         self.scrapy_stats.dequeued("disk")
         self._paced(request, entry)
         return Served(request, entry.fingerprint, entry.token, entry.attempts)

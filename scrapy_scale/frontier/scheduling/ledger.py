@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 
-from scrapy_scale import meta
+from scrapy_scale import meta_keys
 from scrapy_scale import stats_keys as keys
 from scrapy_scale.errors import ItemDeadLettered, ItemNotStored
 from scrapy_scale.frontier.scheduling.local import Outbox
@@ -151,7 +151,7 @@ class InFlightLedger:
 
     def on_item(self, item: Any = None, response: Any = None, spider: Any = None, **kw: Any) -> None:
         req = getattr(response, "request", None)
-        fp = req.meta.get(meta.FINGERPRINT) if req is not None else None
+        fp = req.meta.get(meta_keys.FINGERPRINT) if req is not None else None
         entry = self._entries.get(fp) if fp else None
         if entry is not None:
             failure = kw.get("failure")
@@ -165,7 +165,7 @@ class InFlightLedger:
             self._maybe_ack(fp, entry)  # type: ignore[arg-type]
 
     def on_response(self, response: Any = None, request: Request | None = None, **kw: Any) -> None:
-        fp = request.meta.get(meta.FINGERPRINT) if request is not None else None
+        fp = request.meta.get(meta_keys.FINGERPRINT) if request is not None else None
         entry = self._entries.get(fp) if fp else None
         if entry is not None:
             entry.responded = True

@@ -14,7 +14,7 @@ So a request handed out counts against its host's slot until it reaches the down
 (``Downloader.active``): one a middleware answered, dropped or replaced (the egress
 pool's wait, the not-before guard) stops counting at once, and the engine asks again
 when that download ends; without that view, after :data:`TTL` seconds. The rule and its
-bookkeeping are :class:`scrapy_scale.on_the_way.OnTheWay`'s (the throttle's route holds
+bookkeeping are :class:`scrapy_scale.transit.Transit`'s (the throttle's route holds
 follow it too), keyed here by host. A request whose download slot is keyed otherwise
 (``download_slot`` meta) is not counted: its host's slot is not the one it waits for.
 """
@@ -24,13 +24,13 @@ from __future__ import annotations
 from scrapy import Request
 from scrapy.utils.httpobj import urlparse_cached
 
-from scrapy_scale.on_the_way import TTL, OnTheWay
+from scrapy_scale.transit import TTL, Transit
 
 __all__ = ["TTL", "SlotTransit"]
 
 
-class SlotTransit(OnTheWay):
-    """:class:`OnTheWay` keyed by the host whose download slot a request waits for."""
+class SlotTransit(Transit):
+    """:class:`Transit` keyed by the host whose download slot a request waits for."""
 
     def sent(self, request: Request, key: str | None = None) -> None:
         """``request`` was handed out to the engine (``key``: its host, found when None)."""

@@ -1,4 +1,4 @@
-"""scrapy_scale.on_the_way: the one rule for requests handed out and not yet where a
+"""scrapy_scale.transit: the one rule for requests handed out and not yet where a
 component counts them (the frontier's download slots, the throttle's route holds)."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ import pytest
 from scrapy import Request
 
 from scrapy_scale.clock import FakeClock
-from scrapy_scale.frontier.scheduling.transit import SlotTransit
-from scrapy_scale.on_the_way import TTL, OnTheWay
+from scrapy_scale.frontier.scheduling.slot_transit import SlotTransit
+from scrapy_scale.transit import TTL, Transit
 
 pytestmark = pytest.mark.pure
 
 
 def test_a_request_counts_under_its_key_until_it_arrives_and_only_its_own_arrival_ends_it() -> None:
     downloader: set[Request] = set()
-    w = OnTheWay(in_downloader=lambda: downloader)
+    w = Transit(in_downloader=lambda: downloader)
     a, b = Request("http://a.test/1"), Request("http://b.test/1")
     w.sent(a, "site-a")
     w.sent(b, "site-a")
@@ -38,7 +38,7 @@ def test_a_request_counts_under_its_key_until_it_arrives_and_only_its_own_arriva
 def test_a_request_the_downloader_no_longer_has_stops_counting_at_once() -> None:
     clock = FakeClock(100.0)
     downloader: set[Request] = set()
-    w = OnTheWay(in_downloader=lambda: downloader, clock=clock)
+    w = Transit(in_downloader=lambda: downloader, clock=clock)
     answered, waiting = Request("http://a.test/1"), Request("http://a.test/2")
     for r in (answered, waiting):
         w.sent(r, "a")
@@ -53,7 +53,7 @@ def test_a_request_the_downloader_no_longer_has_stops_counting_at_once() -> None
 
 def test_without_the_downloaders_view_a_count_ends_after_the_grace_or_a_clock_step_back() -> None:
     clock = FakeClock(100.0)
-    w = OnTheWay(in_downloader=lambda: None, clock=clock)  # the engine has no such set
+    w = Transit(in_downloader=lambda: None, clock=clock)  # the engine has no such set
     r = Request("http://a.test/1")
     w.sent(r, "a")
     clock.advance(TTL - 0.01)
@@ -70,7 +70,7 @@ def test_without_the_downloaders_view_a_count_ends_after_the_grace_or_a_clock_st
 
 
 def test_a_request_collected_as_garbage_is_forgotten_without_being_asked_about() -> None:
-    w = OnTheWay()
+    w = Transit()
     r = Request("http://a.test/1")
     w.sent(r, "a")
     assert w.counted_keys

@@ -8,7 +8,7 @@ a component that counted only what reached it would see room that requests alrea
 handed out will take, and let more out than it can carry.
 
 So a request handed out counts under its key (a host, a site) until it arrives
-(:meth:`OnTheWay.arrived`), and only while the downloader still has it
+(:meth:`Transit.arrived`), and only while the downloader still has it
 (``Downloader.active``, which the engine fills before the middlewares run): one a
 middleware answered (an HTTP cache hit), dropped (a robots.txt disallow, offsite) or
 replaced stops counting at once. Without that view of the downloader, a request stops
@@ -17,7 +17,7 @@ request object, weakly: nothing is written into its meta, a copy of it (a retry,
 request that copied ``response.meta``) holds nothing, another request arriving (Scrapy's
 own robots.txt download) frees nothing, and a request collected as garbage is forgotten.
 
-Used by the frontier (:mod:`scrapy_scale.frontier.scheduling.transit`: on the way to a download
+Used by the frontier (:mod:`scrapy_scale.frontier.scheduling.slot_transit`: on the way to a download
 slot) and the throttle (:class:`scrapy_scale.throttle.routing.RouteLearner`: on the way
 to the egress pool, holding one of its site's free routes).
 """
@@ -40,7 +40,7 @@ TTL = 1.0
 InDownloader = Callable[[], "Container[Request] | None"]
 
 
-class OnTheWay:
+class Transit:
     def __init__(self, in_downloader: InDownloader | None = None, clock: Callable[[], float] = time.monotonic):
         #: the requests the downloader has (between ``fetch`` and its end); None: unknown
         self.in_downloader = in_downloader
