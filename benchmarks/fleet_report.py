@@ -152,7 +152,7 @@ def report(
         f"Job: {args.sites:,} sites x {some['pages_per_site']} pages ({args.sites * some['pages_per_site']:,} URLs), "
         f"each page 5 links of its site; {args.workers} simulated workers in {some['processes']} processes, "
         f"{args.rate:g} pages/s each, batch {args.batch}, rounds every 0.25 s; partitions S = {s}; "
-        f"AOF {args.aof}. Per URL crawled (the primaries summed):",
+        f"AOF {args.aof}; Redis servers at nice {args.server_nice}. Per URL crawled (the primaries summed):",
         "",
         "| Redis | URLs | URLs/s | commands sent | commands run (incl. in scripts) | round trips | bytes in "
         "| bytes out | server CPU, commandstats (us) | server CPU, INFO cpu (us) | memory, done (B) "
