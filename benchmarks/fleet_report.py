@@ -77,7 +77,8 @@ def by_command(run: dict[str, Any], f: dict[str, Any]) -> list[str]:
             inner[k] = inner.get(k, 0) + c - merged.get(k, [0.0])[0]
     rows = ["| command (sent by the clients) | calls / URL | usec / call | usec / URL |", "|---|---:|---:|---:|"]
     for k, (c, u) in sorted(merged.items(), key=lambda kv: -kv[1][1]):
-        rows.append(f"| {k} | {c / n:.3f} | {u / c if c else 0:.1f} | {u / n:.2f} |")
+        name = k.replace("|", "\\|")  # a subcommand (script|load) in a Markdown table
+        rows.append(f"| {name} | {c / n:.3f} | {u / c if c else 0:.1f} | {u / n:.2f} |")
     ran = ", ".join(f"{k} {c / n:.2f}" for k, c in sorted(inner.items(), key=lambda kv: -kv[1]) if c / n >= 0.05)
     return rows + ["", f"Commands run inside the scripts, per URL: {ran}."]
 
