@@ -158,6 +158,7 @@ def run_fleet(
     nodes = [Node(p) for p in ports]
     store = open_fleet_store(url, job, args.partitions)
     store.begin_run()
+    parts = int(getattr(store, "parts", 1))  # S: the partitions the store split the job into
     procs = min(workers, args.procs)
     ctx = multiprocessing.get_context("fork")
     pipes, children = [], []
@@ -214,6 +215,7 @@ def run_fleet(
     out = {
         "url": url,
         "workers": workers,
+        "partitions": parts,
         "rate": rate,
         "processes": procs,
         "pages_per_site": pages,

@@ -152,17 +152,17 @@ def report(
         "",
         f"Job: {args.sites:,} sites x {some['pages_per_site']} pages ({args.sites * some['pages_per_site']:,} URLs), "
         f"each page 5 links of its site; {args.workers} simulated workers in {some['processes']} processes, "
-        f"{args.rate:g} pages/s each, batch {args.batch}, rounds every 0.25 s; partitions S = {s}; "
+        f"{args.rate:g} pages/s each, batch {args.batch}, rounds every 0.25 s; partitions S (column S) = {s}; "
         f"AOF {args.aof}; Redis servers at nice {args.server_nice}. Per URL crawled (the primaries summed):",
         "",
-        "| Redis | URLs | URLs/s | commands sent | commands run (incl. in scripts) | round trips | bytes in "
+        "| Redis | S | URLs | URLs/s | commands sent | commands run (incl. in scripts) | round trips | bytes in "
         "| bytes out | server CPU, commandstats (us) | server CPU, INFO cpu (us) | memory, done (B) "
         "| lease p50 / p99 ms |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for k, f in figs.items():
         out.append(
-            f"| {k} | {side[k]['crawled']:,} | {f['urls_s']:,.0f} | {f['client_cmds']:.2f} | {f['server_cmds']:.2f} "
+            f"| {k} | {side[k]['partitions']} | {side[k]['crawled']:,} | {f['urls_s']:,.0f} | {f['client_cmds']:.2f} | {f['server_cmds']:.2f} "
             f"| {f['round_trips']:.2f} | {f['in_B']:,.0f} | {f['out_B']:,.0f} | {f['cmd_us']:.1f} | {f['cpu_us']:.1f} "
             f"| {f['mem_B']:.0f} | {f['p50']:.1f} / {f['p99']:.1f} |"
         )
