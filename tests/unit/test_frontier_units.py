@@ -264,6 +264,48 @@ def test_one_plan_in_one_result_out(store: FrontierStore) -> None:
     assert res.finished_run
 
 
+def test_a_rounds_acks_are_written_after_its_links_in_one_call_and_a_link_to_an_acked_page_stays_after_it(
+    store: FrontierStore,
+) -> None:
+    sync = StoreSync(store, lease_seconds=60.0, error_deadline=600.0)
+    sync.worker = "w/0"
+    pages = [nr(f"http://a.test/{i}") for i in range(3)]
+    sync.run(SyncPlan([("enq", p) for p in pages]))
+    leased = {x.fingerprint: x for x in sync.run(SyncPlan(want=3)).leased}
+    assert len(leased) == 3
+    calls: list[tuple[str, int]] = []
+    enqueue, ack = store.enqueue, store.ack
+
+    def counted_enqueue(requests: Any) -> Any:
+        calls.append(("enq", len(requests)))
+        return enqueue(requests)
+
+    def counted_ack(worker: str, done: Any) -> Any:
+        calls.append(("ack", len(done)))
+        return ack(worker, done)
+
+    store.enqueue = counted_enqueue  # type: ignore[method-assign]
+    store.ack = counted_ack  # type: ignore[method-assign]
+    a, b, c = (leased[p.fingerprint] for p in pages)
+    ops: list[tuple[str, Any]] = []
+    for i, page in enumerate((a, b)):  # each page: its two links, then its ack
+        ops += [("enq", nr(f"http://a.test/{i}/x")), ("enq", nr(f"http://a.test/{i}/y"))]
+        ops.append(("ack", (page.fingerprint, page.token)))
+    res = sync.run(SyncPlan(ops))
+    assert calls == [("enq", 4), ("ack", 2)]  # two calls, not four
+    assert res.enqueued == [EnqueueResult.ADDED] * 4 and res.acked == 2
+    # then page c is acked and fetched once more (dont_filter) in the same round: that
+    # enqueue names c's record, so it stays after the ack and reopens the done record
+    # (before the ack it would find c leased and make a record of its own)
+    calls.clear()
+    again = new_record(Request("http://a.test/2", dont_filter=True), c.fingerprint, False, pages[2].data, dedup=True)
+    ops = [("enq", pages[0]), ("ack", (c.fingerprint, c.token)), ("enq", again), ("enq", nr("http://a.test/c/new"))]
+    res = sync.run(SyncPlan(ops))
+    assert calls == [("enq", 1), ("ack", 1), ("enq", 2)]
+    assert res.enqueued == [EnqueueResult.DUPLICATE, EnqueueResult.REOPENED, EnqueueResult.ADDED]
+    assert store.get(c.fingerprint)["state"] == "pending"  # type: ignore[index]
+
+
 def test_a_failed_round_backs_off_and_an_error_that_cannot_pass_stops(store: FrontierStore) -> None:
     sync = StoreSync(store, lease_seconds=60.0, error_deadline=600.0)
     assert not sync.may_start()  # no store thread yet
