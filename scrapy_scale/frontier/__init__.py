@@ -4,14 +4,13 @@
 and :mod:`.settings` the ``SCALE_FRONTIER_*`` settings. Four rooms: :mod:`.records` (what
 a record is, the codec), :mod:`.scheduling` (the scheduler and its units),
 :mod:`.backends` (SQLite, Redis, :func:`open_store`), :mod:`.ops` (status, the CLI's
-operations); former flat paths still import (:mod:`.moved`). See docs/frontier.md.
+operations); former flat paths still import (:mod:`scrapy_scale.moved`). See docs/frontier.md.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from scrapy_scale.frontier import moved
 from scrapy_scale.frontier.backends import open_store
 from scrapy_scale.frontier.store import (
     EnqueueResult,
@@ -34,8 +33,6 @@ __all__ = [
     "Status",
     "open_store",
 ]
-
-moved.install()
 
 
 def __getattr__(name: str) -> Any:

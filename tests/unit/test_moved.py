@@ -1,5 +1,5 @@
-"""The frontier's former flat import paths still work after its modules moved into rooms
-(scrapy_scale/frontier/moved.py), and every dotted path under ``scrapy_scale.frontier``
+"""Former import paths still work after their modules moved (scrapy_scale/moved.py): the
+frontier's flat paths, the settings check's and the meta keys'; and every dotted path under ``scrapy_scale.frontier``
 that the README and docs/ name resolves."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from scrapy.utils.misc import load_object
 
-from scrapy_scale.frontier.moved import MOVED
+from scrapy_scale.moved import MOVED
 
 pytestmark = pytest.mark.pure
 
@@ -74,3 +74,11 @@ def test_every_frontier_path_the_docs_name_resolves() -> None:
     assert len(paths) >= 5
     broken = sorted(p for p in paths if not resolves(p))
     assert not broken, broken
+
+
+def test_the_former_settings_check_path_loads_as_an_extension() -> None:
+    """``EXTENSIONS = {"scrapy_scale.config_check.SettingsCheck": 0}`` named a 7-line shim
+    module; the shim is gone and the path still loads the check."""
+    from scrapy_scale.config.check import SettingsCheck
+
+    assert load_object("scrapy_scale.config_check.SettingsCheck") is SettingsCheck

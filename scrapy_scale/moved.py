@@ -1,9 +1,12 @@
-"""The former import paths of modules that moved into the frontier's rooms.
+"""The former import paths of modules that moved, in one place.
 
 ``scrapy_scale.frontier.codec``, ``.status``, ``.cli_ops`` and ``.scheduler`` were
 modules of a flat ``frontier`` folder, named in the docs and in projects' settings
-(``SCHEDULER = "scrapy_scale.frontier.scheduler.Scheduler"``). Importing a former path
+(``SCHEDULER = "scrapy_scale.frontier.scheduler.Scheduler"``);
+``scrapy_scale.config_check`` held the settings check a project may name in
+``EXTENSIONS``; ``scrapy_scale.meta`` the Request.meta keys. Importing a former path
 gives the module at its new path, the same object (not a copy), so the name still works.
+Installed when ``scrapy_scale`` is imported.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ MOVED = {
     "scrapy_scale.frontier.status": "scrapy_scale.frontier.ops.status",
     "scrapy_scale.frontier.cli_ops": "scrapy_scale.frontier.ops.cli_ops",
     "scrapy_scale.frontier.scheduler": "scrapy_scale.frontier.scheduling.scheduler",
+    "scrapy_scale.config_check": "scrapy_scale.config.check",
+    "scrapy_scale.meta": "scrapy_scale.meta_keys",
 }
 
 
