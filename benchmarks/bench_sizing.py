@@ -108,7 +108,7 @@ def finish_all(store: FrontierStore) -> float:
 def redis_size(n: int, hosts: int, workdir: str) -> dict[str, Any]:
     import redis
 
-    from tests import services
+    from tests.support import services
 
     p = services.private_redis(Path(workdir), appendonly=False)
     try:
