@@ -117,7 +117,16 @@ def _write_old_layout(store: FrontierStore, clock: FakeClock) -> tuple[str, str]
     return pending_fp, done_fp
 
 
-def test_records_of_the_previous_layout_read_back(store: FrontierStore, clock: FakeClock) -> None:
+#: backends whose job is split into several partitions (SCALE_FRONTIER_PARTITIONS): the keys
+#: these tests write by hand are partition 0's, where a site hashed to another partition is
+#: not looked for; the previous layout had one partition, and each partition runs the same
+#: scripts (their spread: tests/crawl/test_redis_store_partitions.py)
+PARTITIONED = {"redis-s3", "redis-cluster"}
+
+
+def test_records_of_the_previous_layout_read_back(store: FrontierStore, clock: FakeClock, backend: str) -> None:
+    if backend in PARTITIONED:
+        pytest.skip("the previous layout had one partition")
     pending_fp, done_fp = _write_old_layout(store, clock)
     clock.advance(1)
     assert store.counts()["pending"] == 1 and store.counts()["done"] == 1
@@ -148,6 +157,8 @@ def test_a_record_whose_data_is_not_a_request_is_refused_when_read(store: Fronti
 def redis_store(make_store, backend: str) -> FrontierStore:
     if backend == "sqlite":
         pytest.skip("Redis keys")
+    if backend in PARTITIONED:
+        pytest.skip("keys written by hand into partition 0")
     s = make_store()
     s.begin_run()
     return s
