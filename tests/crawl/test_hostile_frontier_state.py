@@ -12,7 +12,6 @@ future, values of the wrong type. Each read skips or clamps them with ONE warnin
 from __future__ import annotations
 
 import json
-import logging
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from scrapy_scale.frontier import codec
 from scrapy_scale.frontier.backends import open_store
 from scrapy_scale.frontier.store import FrontierStore
 from tests.crawl.test_commands import scale
+from tests.support.said import Said, listening
 
 pytestmark = pytest.mark.crawl
 
@@ -35,26 +35,10 @@ DEEP = "[" * 100_000 + "]" * 100_000
 W = "host/0"
 
 
-class Said(logging.Handler):
-    """The warnings of the frontier's logger, while it is installed."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 @pytest.fixture
 def said() -> Iterator[Said]:
-    h = Said()
-    log = logging.getLogger("scrapy_scale.frontier")
-    log.addHandler(h)
-    try:
+    with listening("scrapy_scale.frontier") as h:
         yield h
-    finally:
-        log.removeHandler(h)
 
 
 def _fill(store: FrontierStore) -> None:

@@ -11,7 +11,6 @@ skipped with one warning per table and kind.
 from __future__ import annotations
 
 import json
-import logging
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import pytest
 from scrapy_scale.quality.figures import RunFigures
 from scrapy_scale.quality.history import SEP, History
 from scrapy_scale.storage.backends import Row, open_store
+from tests.support.said import Said, listening
 
 pytestmark = pytest.mark.crawl
 
@@ -29,24 +29,10 @@ DEEP = "[" * 100_000 + "]" * 100_000
 BAD_ROWS = {"deep": DEEP, "not-json": "{not json", "not-object": "[1, 2]", "not-utf8": b"\xff{}"}
 
 
-class Said(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 @pytest.fixture
 def said() -> Iterator[Said]:
-    h = Said()
-    log = logging.getLogger("scrapy_scale")
-    log.addHandler(h)
-    try:
+    with listening("scrapy_scale") as h:
         yield h
-    finally:
-        log.removeHandler(h)
 
 
 def test_hostile_item_rows_are_skipped_with_one_warning(tmp_path: Path, said: Said) -> None:
