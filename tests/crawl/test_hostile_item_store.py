@@ -1,4 +1,4 @@
-"""Issue 35: hostile rows in the SQLite item store and in the quality history it keeps.
+"""Issue 35: hostile rows in the item stores (SQLite, MongoDB) and in the quality history.
 
 The item store is shared state too: the quality report scans its rows, a resumed run's feed
 guard reads the stored items back (get_many), and the quality history (the figures of every
@@ -84,3 +84,49 @@ def test_hostile_rows_in_the_quality_history_are_skipped_with_one_warning(tmp_pa
     rows_said = [line for line in said.lines if "skipping unreadable row" in line]
     fields_said = [line for line in said.lines if "quality history" in line]
     assert len(rows_said) == 1 and len(fields_said) == 1, said.lines
+
+
+def test_hostile_documents_in_the_mongodb_store_are_not_read_as_the_jobs(mongo_uri: str) -> None:
+    """MongoDB keeps documents, so no row is unreadable as such; what another writer can put
+    there is a document of the wrong shape: an ``_id`` that is no key (a number, an
+    ObjectId), bookkeeping fields of the wrong type (a job that is a list, a run of a
+    mapping), content that is bytes or nested deep. The quality scan and the feed guard's
+    reads must count the job's own rows and not raise."""
+    import pymongo
+    from bson import ObjectId
+
+    from scrapy_scale.quality.report_build import scan_rows
+    from scrapy_scale.storage.layout import META_FIELDS
+
+    job, coll = "j-hostile", f"items_{uuid.uuid4().hex[:8]}"
+    url = f"{mongo_uri.rstrip('/')}/hostile_{uuid.uuid4().hex[:8]}"
+    store = open_store(url, coll)
+    store.open()
+    fields = dict(META_FIELDS)
+    deep: dict[str, object] = {}
+    node = deep
+    for _ in range(60):
+        node["d"] = {}
+        node = node["d"]  # type: ignore[assignment]
+    hostile = [
+        {"_id": 7, fields["job"]: job, fields["run_id"]: "1", "title": "id of a number"},
+        {"_id": ObjectId(), fields["job"]: job, fields["run_id"]: "1", "title": "id of an ObjectId"},
+        {"_id": "job-list", fields["job"]: [job], fields["run_id"]: "1", "title": "x"},
+        {"_id": "run-map", fields["job"]: job, fields["run_id"]: {"$gt": 0}, "title": b"\xff\x00"},
+        {"_id": "deep", fields["job"]: job, fields["run_id"]: "1", "title": deep},
+    ]
+    try:
+        store.write([Row("good", {"title": "a", fields["job"]: job, fields["run_id"]: "1"})], 1.0)
+        client = pymongo.MongoClient(url, serverSelectionTimeoutMS=5000)
+        client.get_default_database()[coll].insert_many(hostile)
+        client.close()
+        scan = scan_rows(store.documents(), job, "1", fields, ["title"], ["title"])
+        got = store.get_many(["good", "job-list", "run-map", "deep"], job)
+    finally:
+        store.close()
+    # the job's rows: good, the two of other ids, run-map (its run is no run: not the run's),
+    # deep; job-list names no job as a string and is not the job's
+    assert scan.scan.rows == 5, scan.scan
+    assert sorted(str(d.get("_id")) for d in scan.run_rows if d["_id"] in ("good", "deep", 7)) == ["7", "deep", "good"]
+    assert all(d["_id"] != "run-map" for d in scan.run_rows)
+    assert set(got) == {"good", "run-map", "deep"} and got["good"]["title"] == "a"  # not job-list: not the job's
