@@ -13,6 +13,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -61,7 +62,7 @@ def _job_spread(cluster: RedisCluster, hosts: list[str]) -> str:
     parts = P.default_parts(3)
     for _ in range(200):
         job = _job_elsewhere(cluster)
-        owners = {_slot_owner(cluster, f"{P.key_of(job, P.partition_of(h, parts))}:run") for h in hosts}
+        owners = {_slot_owner(cluster, f"{P.key_of(job, P.partition_of(h, parts), parts)}:run") for h in hosts}
         if len(owners) > 1:
             return job
     raise AssertionError("no job name spread its sites over two primaries")
@@ -102,10 +103,17 @@ def _moved_for_single_node(cluster: RedisCluster, key: str) -> bool:
 
 
 def _start_workers(
-    tb: Testbed, cluster: RedisCluster, job: str, store_url: str, tmp_path: Path, rate: float = 20.0
+    tb: Testbed,
+    cluster: RedisCluster,
+    job: str,
+    store_url: str,
+    tmp_path: Path,
+    rate: float = 20.0,
+    settings: dict[str, Any] | None = None,
 ) -> list[CrawlProcess]:
     """Three workers w0..w2 of ``job`` on the Cluster (the URL of its first node), through
-    the testbed's egresses, every site paced by a ``max_rate`` profile (``rate`` a second)."""
+    the testbed's egresses, every site paced by a ``max_rate`` profile (``rate`` a second),
+    with ``settings`` added."""
     base = {
         "SCALE_JOB": job,
         "SCALE_FRONTIER_URL": cluster.url,
@@ -116,6 +124,7 @@ def _start_workers(
         "CONCURRENT_REQUESTS": 8,
         "LOG_LEVEL": "INFO",
         "SCALE_DOMAIN_PROFILES": {"default": {"max_rate": rate, "start_delay": 0.0}},
+        **(settings or {}),
     }
     return [start_crawl(tb, {**base, "SCALE_FRONTIER_WORKER": f"w{i}"}, tmp_path / f"w{i}") for i in range(3)]
 
@@ -177,6 +186,30 @@ def test_every_component_opens_the_cluster_from_one_node_and_finds_the_keys_else
     assert not redis_cluster.node_keys(redis_cluster.nodes[0].port, f"scale:{{{job}}}:*")
 
 
+@pytest.mark.serial
+@pytest.mark.timeout(120)
+def test_a_jobs_default_partitions_split_evenly_over_the_primaries(redis_cluster: RedisCluster) -> None:
+    """Each partition's hash tag is chosen by slot: with the Cluster's default count (4 per
+    primary) every job's partitions are 4 on each primary, whatever the job's name (where
+    ``redis-cli --cluster create`` put each slot, asked of the Cluster)."""
+    primaries = sorted(redis_cluster.primaries())
+    for n in range(8):
+        job = f"even-{n}-{uuid.uuid4().hex[:6]}"
+        store = open_store(redis_cluster.url, job)
+        try:
+            store.begin_run()
+            keys = list(store.keys)
+        finally:
+            store.close()
+        assert len(keys) == 12
+        owners = Counter(_slot_owner(redis_cluster, f"{k}:run") for k in keys)
+        assert owners == {p: 4 for p in primaries}, (job, owners)
+        # and every partition's run copy really is on the primary its slot names
+        for port in primaries:
+            on_node = {k.rsplit(":", 1)[0] for k in redis_cluster.node_keys(port, f"*{job}*:run")}
+            assert on_node == {k for k in keys if _slot_owner(redis_cluster, f"{k}:run") == port}
+
+
 def test_a_node_that_cannot_be_reached_is_one_line_without_the_password() -> None:
     url = f"redis://:hunter2@{LOOPBACK}:{free_port()}/0"
     with pytest.raises(RedisOpenError) as got:
@@ -234,7 +267,7 @@ def test_three_workers_crawl_a_whole_job_on_a_cluster_with_egresses_and_shared_p
     # sites' partitions (each its own slot) on more than one primary
     assert parts == 12
     assert len(by_node) > 1, by_node
-    used = {P.key_of(job, P.partition_of(h, parts)) for h in tb.hosts}
+    used = {P.key_of(job, P.partition_of(h, parts), parts) for h in tb.hosts}
     assert all(any(k.startswith(f"{u}:") for ks in by_node.values() for k in ks) for u in used), (used, by_node)
     # the requests went through the egresses
     assert sum(r.stats.get("scale/egress/requests", 0) for r in results) >= total

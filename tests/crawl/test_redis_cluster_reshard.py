@@ -101,19 +101,24 @@ def _owns(c: redis.Redis, slot: int) -> bool:
 #: slots `redis-cli --cluster reshard` moves at most in the crawl test (it takes the source's
 #: lowest slots first; all 5461 of a primary took 30 s, longer than the crawl)
 RESHARD_SLOTS = 600
+#: the job's partitions in the crawl test: 14 per primary. Each partition's slot is in a window
+#: of its own (16384 / S slots), so the lowest RESHARD_SLOTS slots of a primary hold partition
+#: 0 and a site's partition with windows of 390 slots; with the default 12 (1,365 slots each)
+#: they hold one partition, and moving two windows outlasts the crawl
+RESHARD_PARTS = 42
 
 
 def _job_for_reshard(cluster: RedisCluster, hosts: list[str]) -> tuple[str, int, int]:
     """A job name, the primary holding its run keys (partition 0) and how many slots to move
-    from it so that partition 0 and at least one site's partition (the Cluster default count)
-    move: both within the first RESHARD_SLOTS slots of that primary's lowest range."""
+    from it so that partition 0 and at least one site's partition (of RESHARD_PARTS) move:
+    both within the first RESHARD_SLOTS slots of that primary's lowest range."""
     c = _client(cluster.nodes[0].port)
     try:
         ranges = [(int(a), int(b), int(primary[1])) for a, b, primary, *_ in c.execute_command("CLUSTER", "SLOTS")]
     finally:
         c.close()
     first = {port: min(a for a, _, p in ranges if p == port) for _, _, port in ranges}
-    parts = P.default_parts(3)
+    parts = RESHARD_PARTS
 
     def where(key: str) -> tuple[int, int]:
         slot = key_slot(key.encode())
@@ -121,10 +126,10 @@ def _job_for_reshard(cluster: RedisCluster, hosts: list[str]) -> tuple[str, int,
 
     for _ in range(100_000):
         job = f"rs-{uuid.uuid4().hex[:8]}"
-        src, slot0 = where(f"{P.key_of(job, 0)}:run")
+        src, slot0 = where(f"{P.key_of(job, 0, parts)}:run")
         if src == cluster.nodes[0].port or slot0 - first[src] >= RESHARD_SLOTS:
             continue
-        sites = [where(f"{P.key_of(job, P.partition_of(h, parts))}:run") for h in hosts]
+        sites = [where(f"{P.key_of(job, P.partition_of(h, parts), parts)}:run") for h in hosts]
         moved = [slot for port, slot in sites if port == src and 0 <= slot - first[src] < RESHARD_SLOTS]
         if moved and any(port != src for port, _ in sites):
             return job, src, max([slot0, *moved]) - first[src] + 1
@@ -162,7 +167,7 @@ def test_a_script_for_a_moving_slot_waits_writes_nothing_and_runs_once_the_move_
     store.enqueue([codec.new_request(Request(u)) for u in urls])
     store.counts()
     k = Counter(P.partition_of(d, 3) for d in SITES).most_common(1)[0][0]
-    slot = _slot_of(redis_cluster, f"{P.key_of(job, k)}:run")
+    slot = _slot_of(redis_cluster, f"{store.keys[k]}:run")
     src = next(p for p in redis_cluster.primaries() if _owns(_client(p), slot))
     dst = next(p for p in redis_cluster.primaries() if p != src)
     before = int(_client(src).cluster("countkeysinslot", slot))
@@ -220,7 +225,7 @@ def test_a_script_for_a_moving_slot_waits_writes_nothing_and_runs_once_the_move_
 def test_a_reshard_of_the_primary_that_holds_the_run_during_a_crawl_stalls_nothing_and_loses_nothing(
     tmp_path: Path, redis_cluster: RedisCluster, mongo_uri: str
 ) -> None:
-    """Three workers crawl a job spread over the shards (the default partitions); a third
+    """Three workers crawl a job spread over the shards (RESHARD_PARTS partitions); a third
     into the crawl (from the frontier's done count) `redis-cli --cluster reshard` moves
     the lowest slots of the primary that holds the job's run keys (partition 0, the seed
     feed, the shared egress health and pacing state) to another primary: the job is named
@@ -235,8 +240,9 @@ def test_a_reshard_of_the_primary_that_holds_the_run_during_a_crawl_stalls_nothi
         moving = [k for k in _job_keys_by_node(redis_cluster, job).get(src, ())]  # none yet: the job starts
         assert not moving
         # 5 pages a second per site: the crawl lasts about 25 s, the reshard a few
-        procs = _start_workers(tb, redis_cluster, job, store_url, tmp_path, rate=5.0)
-        store = open_store(redis_cluster.url, job)
+        parts = {"SCALE_FRONTIER_PARTITIONS": RESHARD_PARTS}
+        procs = _start_workers(tb, redis_cluster, job, store_url, tmp_path, rate=5.0, settings=parts)
+        store = open_store(redis_cluster.url, job, partitions=RESHARD_PARTS)
         try:
             deadline = time.monotonic() + hang_guard(120)
             while store.counts()["done"] < total // 3:

@@ -91,7 +91,7 @@ def test_records_land_in_their_sites_partition_and_counts_and_status_sum(opened,
         f = codec.default_fingerprint(Request(u))
         part = P.partition_of(domain_of(u), 3)
         used.add(part)
-        assert r.exists(f"{P.key_of(s.job, part)}:{rid}:r:{f}"), (u, part)
+        assert r.exists(f"{s.keys[part]}:{rid}:r:{f}"), (u, part)
     assert used == {0, 1, 2}  # the 12 sites spread over the 3 partitions
     assert s.counts()["pending"] == len(urls)
     leased = s.lease(W, 10, 60)
@@ -169,16 +169,16 @@ def test_a_partition_that_lost_its_state_is_fatal(opened, redis_url: str) -> Non
     r = _raw(redis_url)
     rid = s.current_run().run_id  # type: ignore[union-attr]
     # partition 1 as an older snapshot has it (its shard restarted from one): a record fewer
-    assert int(r.hget(f"{P.key_of(s.job, 1)}:{rid}:cnt", "pending") or 0) > 0
-    r.hincrby(f"{P.key_of(s.job, 1)}:{rid}:cnt", "pending", -1)
+    assert int(r.hget(f"{s.keys[1]}:{rid}:cnt", "pending") or 0) > 0
+    r.hincrby(f"{s.keys[1]}:{rid}:cnt", "pending", -1)
     with pytest.raises(FrontierFatal, match=r"partition 1 of 3\).*fewer than"):
         s.counts()
     # the run marker of partition 2 gone (its shard flushed)
     s2 = opened(3)
     s2.begin_run()
     s2.counts()
-    r.delete(f"{P.key_of(s.job, 2)}:run")
-    with pytest.raises(FrontierFatal, match=r"partition 2 of 3\).*run marker .*/p2\}:run is gone"):
+    r.delete(f"{s2.keys[2]}:run")
+    with pytest.raises(FrontierFatal, match=r"partition 2 of 3\).*run marker .*/p2\.\d+\}:run is gone"):
         s2.counts()
 
 
@@ -210,7 +210,7 @@ def test_a_job_started_before_partitions_is_one_partition(opened, redis_url: str
     assert again.counts()["pending"] == 12 and len(again.lease(W, 20, 60)) == 12
 
 
-@pytest.mark.parametrize("raw", ["abc", "0", "99999999", "-2", "\udcff"])
+@pytest.mark.parametrize("raw", ["abc", "0", "99999999", "-2", "\udcff", "3/slots", "3/", "3/slot/x", "3/\udcff"])
 def test_a_hostile_stored_partition_count_is_refused_with_one_line(opened, redis_url: str, raw: str) -> None:
     s = opened(3)
     s.begin_run()
@@ -221,6 +221,46 @@ def test_a_hostile_stored_partition_count_is_refused_with_one_line(opened, redis
             opened(parts)
         msg = str(e.value)
         assert "partition count" in msg and "is unusable" in msg and "\n" not in msg, msg
+
+
+def test_a_new_job_stores_its_naming_and_its_partitions_are_named_by_slot(opened, redis_url: str) -> None:
+    s = opened(3)
+    s.begin_run()
+    s.enqueue([req(f"http://{d}/") for d in SITES])
+    r = _raw(redis_url)
+    assert r.hget(f"{s.key}:run", P.FIELD) == "3/slot"
+    assert s.keys == P.Layout(3).keys(s.job) and all(r.exists(f"{k}:run") for k in s.keys)
+    assert not r.keys(f"scale:{{{s.job}/p1}}*")  # nothing under the first naming
+    assert opened(None).keys == s.keys
+
+
+def test_a_job_of_the_first_naming_keeps_its_keys_until_a_reset(opened, redis_url: str) -> None:
+    """A job that the first partitioned release started (count alone in the run record, its
+    partitions ``{JOB/pi}``) is read and written under those names, never others; after
+    ``scrapy scale reset`` its next start names its partitions by slot."""
+    old = opened(3)
+    old.use_layout(P.Layout(3, by_slot=False))  # what that release did: the same scripts and names
+    old.begin_run()
+    old.enqueue([req(f"http://{d}/") for d in SITES])
+    r = _raw(redis_url)
+    assert r.hget(f"{old.key}:run", P.FIELD) == "3"
+    assert all(r.exists(f"scale:{{{old.job}/p{i}}}:run") for i in (1, 2))
+    for parts in (None, 3):
+        w = opened(parts)
+        assert w.keys == [f"scale:{{{old.job}}}", f"scale:{{{old.job}/p1}}", f"scale:{{{old.job}/p2}}"]
+    w.begin_run()
+    assert w.counts()["pending"] == len(SITES)
+    got = w.lease(W, 100, 60)
+    assert len(got) == len(SITES)
+    w.ack(W, [(x.fingerprint, x.token) for x in got])
+    assert w.finish_run() is not None
+    tags = {k.split("{", 1)[1].split("}", 1)[0] for k in r.keys(f"*{old.job}*")}
+    assert tags == {old.job, f"{old.job}/p1", f"{old.job}/p2"}  # no other names
+    w.reset()
+    fresh = opened(3)
+    fresh.begin_run()
+    assert r.hget(f"{fresh.key}:run", P.FIELD) == "3/slot" and fresh.keys == P.Layout(3).keys(old.job)
+    assert not r.keys(f"scale:{{{old.job}/p1}}*")  # the reset removed the old partitions' keys
 
 
 @pytest.mark.timeout(120)

@@ -20,11 +20,93 @@ DOMAINS = [f"site{i}.example" for i in range(2000)]
 
 
 def test_partition_0_keeps_todays_keys_and_the_others_have_their_own_hash_tag() -> None:
-    assert P.key_of("books", 0) == "scale:{books}"
-    tags = {P.key_of("books", i).split("{", 1)[1].split("}", 1)[0] for i in range(12)}
+    assert P.key_of("books", 0, 12) == P.key_of("books", 0, 1) == "scale:{books}"
+    tags = {P.key_of("books", i, 12).split("{", 1)[1].split("}", 1)[0] for i in range(12)}
     assert len(tags) == 12  # 12 hash tags: 12 slots
     # no job's partition is another job's key: '/' is never in a job name
-    assert P.key_of("books", 1) == "scale:{books/p1}"
+    assert all(t.startswith("books/p") for t in tags - {"books"})
+
+
+def test_the_tags_are_the_same_in_every_version() -> None:
+    """A job's keys must be found again by the next release: these names are stored data."""
+    assert P.keys_of("books", 12) == (
+        "scale:{books}",
+        "scale:{books/p1.42}",
+        "scale:{books/p2.0}",
+        "scale:{books/p3.40}",
+        "scale:{books/p4.13}",
+        "scale:{books/p5.50}",
+        "scale:{books/p6.11}",
+        "scale:{books/p7.55}",
+        "scale:{books/p8.21}",
+        "scale:{books/p9.13}",
+        "scale:{books/p10.6}",
+        "scale:{books/p11.13}",
+    )
+    # a job of the first naming keeps it
+    assert P.keys_of("books", 3, by_slot=False) == ("scale:{books}", "scale:{books/p1}", "scale:{books/p2}")
+
+
+def test_a_tags_slot_is_redis_clusters() -> None:
+    """CRC16 (XMODEM) modulo 16384, the values Redis's own documentation gives."""
+    assert P.slot_of("123456789") == 0x31C3
+    assert P.slot_of("somekey") == 11058
+    assert P.slot_of("hash_tag") == 2515  # CLUSTER KEYSLOT foo{hash_tag}
+
+
+def test_the_windows_tile_the_slot_space() -> None:
+    for parts in (1, 2, 3, 7, 12, 100, P.MAX_PARTITIONS):
+        starts = [P.window_start(k, parts) for k in range(parts + 1)]
+        assert starts[0] == 0 and starts[-1] == P.SLOTS and all(b > a for a, b in zip(starts, starts[1:], strict=False))
+        for k in range(parts):
+            assert P.window_of(starts[k], parts) == k == P.window_of(starts[k + 1] - 1, parts)
+
+
+def test_every_window_holds_one_partition_whatever_the_job() -> None:
+    for job in ("books", "a", "fleet-1a2b3c4d", "x" * 100, "job.with-dots_1"):
+        for parts in (2, 3, 12, 48, 250):
+            keys = P.keys_of(job, parts)
+            windows = [P.window_of(P.slot_of(k.split("{", 1)[1].split("}", 1)[0]), parts) for k in keys]
+            assert sorted(windows) == list(range(parts)), (job, parts)
+            # partition i in the i-th window after partition 0's
+            assert all(w == (windows[0] + i) % parts for i, w in enumerate(windows))
+
+
+def test_the_most_partitions_are_named_too() -> None:
+    keys = P.keys_of("books", P.MAX_PARTITIONS)
+    assert len(set(keys)) == P.MAX_PARTITIONS
+
+
+def redis_cli_ranges(primaries: int) -> list[tuple[int, int]]:
+    """The slots `redis-cli --cluster create` gives each primary (redis-cli.c: a float
+    cursor advanced by 16384 / primaries, each last slot rounded; the last primary to 16383)."""
+    per, cursor, first, out = P.SLOTS / primaries, 0.0, 0, []
+    for k in range(primaries):
+        last = P.SLOTS - 1 if k == primaries - 1 else int(cursor + per - 1 + 0.5)
+        out.append((first, last))
+        first, cursor = last + 1, cursor + per
+    return out
+
+
+@pytest.mark.parametrize("primaries", [1, 2, 3, 4, 5, 6, 7, 10, 16])
+def test_on_evenly_split_slots_each_primary_holds_its_share_of_the_partitions(primaries: int) -> None:
+    """What the goal asks (each shard within +-20% of its share): with the default count (4 per
+    primary) or another multiple, every job's partitions split evenly; with the first naming
+    (a slot at random) most jobs' do not."""
+    ranges = redis_cli_ranges(primaries)
+
+    def per_primary(keys: tuple[str, ...]) -> list[int]:
+        slots = [P.slot_of(k.split("{", 1)[1].split("}", 1)[0]) for k in keys]
+        return [sum(a <= s <= b for s in slots) for a, b in ranges]
+
+    jobs = [f"job-{n}" for n in range(40)]
+    for mult in (1, 4, 8):
+        parts = mult * primaries
+        for job in jobs:
+            assert per_primary(P.keys_of(job, parts)) == [mult] * primaries, (job, parts)
+    if primaries == 3:
+        even = [per_primary(P.keys_of(job, 12, by_slot=False)) == [4, 4, 4] for job in jobs]
+        assert sum(even) < len(jobs) / 2
 
 
 def test_one_partition_is_partition_0_for_every_site() -> None:
@@ -45,17 +127,32 @@ def test_the_default_is_one_on_a_single_node_and_four_per_primary_on_a_cluster()
     assert P.default_parts(10_000) == P.MAX_PARTITIONS
 
 
-@pytest.mark.parametrize("raw", ["abc", "0", "-3", "99999", "1e3", "3.0", " ", b"\xff\xfe", "1" * 400])
+@pytest.mark.parametrize(
+    "raw",
+    ["abc", "0", "-3", "99999", "1e3", "3.0", " ", b"\xff\xfe", "1" * 400, "/slot", "0/slot", "abc/slot"],
+)
 def test_a_stored_count_that_is_no_whole_number_in_range_is_refused(raw: object) -> None:
     with pytest.raises(ValueError, match="whole number|is not from 1") as e:
-        P.stored_parts(raw)
+        P.stored_layout(raw)
     assert "\n" not in str(e.value) and len(str(e.value)) < 120
 
 
-def test_a_stored_count_reads_back() -> None:
-    assert P.stored_parts("12") == 12
-    assert P.stored_parts(b"3") == 3
-    assert P.stored_parts(str(P.MAX_PARTITIONS)) == P.MAX_PARTITIONS
+@pytest.mark.parametrize("raw", ["12/", "12/slots", "12/slot/x", "3/name", "3/\udcff", "12/" + "x" * 400])
+def test_a_stored_naming_this_version_does_not_know_is_refused(raw: str) -> None:
+    with pytest.raises(ValueError, match="no naming this version knows") as e:
+        P.stored_layout(raw)
+    assert "\n" not in str(e.value) and len(str(e.value)) < 120
+
+
+def test_a_stored_layout_reads_back() -> None:
+    assert P.stored_layout("12/slot") == P.Layout(12, by_slot=True)
+    assert P.stored_layout(b"3/slot") == P.Layout(3)
+    assert P.stored_layout("12") == P.Layout(12, by_slot=False)  # the first naming
+    assert P.stored_layout(str(P.MAX_PARTITIONS)).parts == P.MAX_PARTITIONS
+    for layout in (P.Layout(12), P.Layout(12, by_slot=False), P.Layout(5)):
+        assert P.stored_layout(layout.stored()) == layout
+    # one partition is {JOB} in either naming, and is stored as today: a count alone
+    assert P.Layout(1).stored() == "1" and P.Layout(1).keys("books") == ["scale:{books}"]
 
 
 class Partitions:

@@ -57,11 +57,12 @@ class RedisBase(FrontierStore):
     ) -> None:
         super().__init__(job, clock)
         self.url = url
-        self.key = parts_mod.key_of(job, 0)
+        self.key = parts_mod.key_of(job, 0, 1)
         #: the partition count asked for (SCALE_FRONTIER_PARTITIONS; None: the job's stored
-        #: one, else the default), and the one in use once open
+        #: one, else the default), and the one in use once open, with its naming
         self.want_parts = partitions
         self.parts = 1
+        self.layout = parts_mod.Layout(1)
         #: the key prefix of each partition (partition 0 first)
         self.keys = [self.key]
         self.lease_plan = parts_mod.LeasePlan(1)
@@ -98,30 +99,31 @@ class RedisBase(FrontierStore):
         for name in lua.SCRIPTS:
             self._scripts[name] = r.register_script(lua.script(name))
         try:
-            self.use_parts(self._choose_parts())
+            self.use_layout(self._choose_layout())
         except FrontierError:
             self.close()
             raise
 
-    def use_parts(self, n: int) -> None:
-        self.parts = n
-        self.keys = [parts_mod.key_of(self.job, i) for i in range(n)]
-        self.lease_plan = parts_mod.LeasePlan(n)
+    def use_layout(self, layout: parts_mod.Layout) -> None:
+        self.layout, self.parts = layout, layout.parts
+        self.keys = layout.keys(self.job)
+        self.lease_plan = parts_mod.LeasePlan(layout.parts)
 
-    def _choose_parts(self) -> int:
-        """The job's stored partition count (checked: a bad one is refused), else the one
-        asked for, else the default (1 on a single node, 4 per primary on a Cluster). A
-        worker that asks for another count than the stored one is refused."""
+    def _choose_layout(self) -> parts_mod.Layout:
+        """The job's stored partitions (checked: a bad value is refused; a job of the first
+        naming keeps it), else the count asked for, else the default (1 on a single node, 4
+        per primary on a Cluster), named by slot. A worker that asks for another count than
+        the stored one is refused."""
         got = self.retrying(
             lambda: self.r.execute_command("HMGET", f"{self.key}:run", "id", parts_mod.FIELD, NEVER_DECODE=True)
         )
         rid, raw = (list(got) + [None, None])[:2]
-        stored: int | None = None
+        stored: parts_mod.Layout | None = None
         if raw == b"":
             pass  # reset: the next start chooses
         elif raw is not None:
             try:
-                stored = parts_mod.stored_parts(raw)
+                stored = parts_mod.stored_layout(raw)
             except ValueError as e:
                 raise FrontierError(
                     f"job {self.job!r}'s partition count ({self.key}:run field {parts_mod.FIELD}) is unusable: {e} "
@@ -129,19 +131,20 @@ class RedisBase(FrontierStore):
                     "were started with, or `scrapy scale reset` the job after deleting that field"
                 ) from None
         elif rid is not None:
-            stored = 1  # started before a job had partitions: one
-        if stored is not None and self.want_parts is not None and stored != self.want_parts:
+            stored = parts_mod.Layout(1)  # started before a job had partitions: one
+        if stored is not None and self.want_parts is not None and stored.parts != self.want_parts:
+            n = stored.parts
             raise FrontierError(
-                f"job {self.job!r} was started with SCALE_FRONTIER_PARTITIONS = {stored} and this worker has "
-                f"{self.want_parts}: the partitions are fixed for a job's life; start it with {stored} "
+                f"job {self.job!r} was started with SCALE_FRONTIER_PARTITIONS = {n} and this worker has "
+                f"{self.want_parts}: the partitions are fixed for a job's life; start it with {n} "
                 "(or leave the setting out), or `scrapy scale reset` the job first"
             )
         if stored is not None:
             return stored
         if self.want_parts is not None:
-            return self.want_parts
+            return parts_mod.Layout(self.want_parts)
         primaries = len(self.r.get_primaries()) if self.cluster else None
-        return parts_mod.default_parts(primaries)
+        return parts_mod.Layout(parts_mod.default_parts(primaries))
 
     def close(self) -> None:
         if self._r is not None:
@@ -260,7 +263,7 @@ class RedisBase(FrontierStore):
 
     def begin_run(self) -> RunInfo:
         # as bytes: the marker's id is read back, and another program may have made it no text
-        reply = self.call_script_bytes("run", "begin", self.clock(), self.parts)
+        reply = self.call_script_bytes("run", "begin", self.clock(), self.layout.stored())
         kind, rid, started, old = (bytes(x).decode("utf-8", "replace") for x in reply[:4])
         info = read_back.run_kept(self.job, rid, started, None, self.clock())
         if info is None:
@@ -276,10 +279,10 @@ class RedisBase(FrontierStore):
                 rid,
             )
         stored = bytes(reply[5]).decode("utf-8", "replace") if len(reply) > 5 else ""
-        if stored != str(self.parts):  # another worker stored another count meanwhile
+        if stored != self.layout.stored():  # another worker stored other partitions meanwhile
             raise FrontierError(
-                f"job {self.job!r} was started with SCALE_FRONTIER_PARTITIONS = {stored[:20]} and this "
-                f"worker has {self.parts}: the partitions are fixed for a job's life"
+                f"job {self.job!r} was started with partitions {stored[:20]!r} (run field {parts_mod.FIELD}) and "
+                f"this worker has {self.layout.stored()!r}: the partitions are fixed for a job's life"
             )
         for i in range(1, self.parts):  # every partition's scripts find the run in their own slot
             before = str(self.call_at(i, "run", "follow", self.clock(), rid))
@@ -342,7 +345,7 @@ class RedisBase(FrontierStore):
         return sorted(out, key=lambda r: r.run_id)
 
     def reopen_run(self) -> None:
-        rid = self.call_script("run", "reopen", self.clock(), self.parts)
+        rid = self.call_script("run", "reopen", self.clock(), self.layout.stored())
         for i in range(1, self.parts):  # a seed before any start: the partitions take the run
             self.call_at(i, "run", "follow", self.clock(), rid)
 

@@ -8,18 +8,29 @@ Lua script touches stays in one slot:
 
 - partition 0 is ``scale:{JOB}``: today's key names exactly; the run-level keys (the run
   record, its history, the workers, the heartbeats, the seed feed) live there only;
-- partition i > 0 is ``scale:{JOB/pi}`` (``/`` is never in a job name, so no job's keys
+- partition i > 0 is ``scale:{JOB/pi.N}`` (``/`` is never in a job name, so no job's keys
   are another's partition), holding the records of its sites and a copy of the run id.
+  ``N`` is the least number whose tag's slot (CRC16 of the tag, as Redis Cluster hashes
+  it) falls in window ``(w0 + i) % S`` of the S equal windows of the slot space, ``w0``
+  being partition 0's window: every window holds one partition, so on a Cluster whose
+  slots are split evenly (``redis-cli --cluster create`` does) and S a multiple of the
+  primaries, each primary holds S / primaries partitions. The first partitioned jobs
+  named partition i ``scale:{JOB/pi}`` (a slot at random, so 12 partitions fell 2/4/6 on
+  3 primaries as often as 4/4/4); such a job keeps those names for its life.
 
-S is fixed for a job's life: the first start stores it in the run record
-(``scale:{JOB}:run`` field ``parts``); a job started before partitions existed has no such
-field and is S = 1. Nothing here talks to Redis.
+S and the naming are fixed for a job's life: the first start stores them in the run record
+(``scale:{JOB}:run`` field ``parts``: ``12/slot``; ``12`` alone is a job of the first
+naming, ``1`` a job of one partition, whose only tag is ``{JOB}`` either way); a job started
+before partitions existed has no such field and is S = 1. Nothing here talks to Redis.
 """
 
 from __future__ import annotations
 
+import binascii
+import functools
 import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 T = TypeVar("T")
@@ -33,9 +44,64 @@ PER_PRIMARY = 4
 FIELD = "parts"
 
 
-def key_of(job: str, i: int) -> str:
+#: the naming of a job's partitions that the run record stores after the count (``12/slot``):
+#: hash tags chosen by slot; a count alone is the first naming, ``{JOB/pi}``
+BY_SLOT = "slot"
+#: Redis Cluster's hash slots
+SLOTS = 16384
+#: the most tag numbers tried for one partition (a window of 16 slots, S = 1024, takes
+#: about 1,024 tries; every window of every S up to MAX_PARTITIONS is found in far fewer)
+SEARCH = 1 << 20
+
+
+def slot_of(tag: str) -> int:
+    """The Redis Cluster slot of a hash tag: CRC16 (XMODEM) of its bytes, modulo 16384."""
+    return binascii.crc_hqx(tag.encode("utf-8", "surrogatepass"), 0) % SLOTS
+
+
+def window_start(k: int, parts: int) -> int:
+    """The first slot of window ``k`` of ``parts`` equal windows of the slot space (k * 16384
+    / parts, rounded half up as ``redis-cli --cluster create`` rounds a primary's first slot)."""
+    return (2 * k * SLOTS + parts) // (2 * parts)
+
+
+def window_of(slot: int, parts: int) -> int:
+    """The window (of ``parts``) that holds ``slot``."""
+    k = slot * parts // SLOTS
+    while k + 1 < parts and window_start(k + 1, parts) <= slot:
+        k += 1
+    while k > 0 and window_start(k, parts) > slot:
+        k -= 1
+    return k
+
+
+def tag_of(job: str, i: int, parts: int, by_slot: bool = True) -> str:
+    """The hash tag of partition ``i`` of ``parts``: the job's name for partition 0, else
+    ``JOB/pi.N`` with the least N whose slot is in window ``(w0 + i) % parts`` (``w0``:
+    partition 0's window), or ``JOB/pi`` in the first naming (``by_slot`` False)."""
+    if i == 0:
+        return job
+    if not by_slot:
+        return f"{job}/p{i}"
+    k = (window_of(slot_of(job), parts) + i) % parts
+    lo, hi = window_start(k, parts), window_start(k + 1, parts)
+    prefix = f"{job}/p{i}."
+    crc = binascii.crc_hqx(prefix.encode("utf-8", "surrogatepass"), 0)
+    for n in range(SEARCH):
+        if lo <= binascii.crc_hqx(str(n).encode(), crc) % SLOTS < hi:
+            return f"{prefix}{n}"
+    raise ValueError(f"no tag of partition {i} of {parts} falls in slots {lo}..{hi - 1}")  # pragma: no cover
+
+
+@functools.lru_cache(maxsize=64)
+def keys_of(job: str, parts: int, by_slot: bool = True) -> tuple[str, ...]:
+    """The key prefix (with its hash tag) of each partition of ``job``, partition 0 first."""
+    return tuple(f"scale:{{{tag_of(job, i, parts, by_slot)}}}" for i in range(parts))
+
+
+def key_of(job: str, i: int, parts: int, by_slot: bool = True) -> str:
     """The key prefix (with its hash tag) of partition ``i`` of ``job``."""
-    return f"scale:{{{job}}}" if i == 0 else f"scale:{{{job}/p{i}}}"
+    return keys_of(job, parts, by_slot)[i]
 
 
 def partition_of(domain: str, parts: int) -> int:
@@ -52,21 +118,41 @@ def default_parts(primaries: int | None) -> int:
     return max(1, min(MAX_PARTITIONS, PER_PRIMARY * primaries))
 
 
-def stored_parts(raw: object) -> int:
-    """The S a run record holds, checked (raises ValueError with why: the value is not a
-    whole number from 1 to MAX_PARTITIONS)."""
+@dataclass(frozen=True)
+class Layout:
+    """A job's partitions: their count and naming (hash tags chosen by slot, or the first
+    naming, ``{JOB/pi}``, that the first partitioned jobs keep)."""
+
+    parts: int = 1
+    by_slot: bool = True
+
+    def stored(self) -> str:
+        """What the run record's ``parts`` field holds for it."""
+        return f"{self.parts}/{BY_SLOT}" if self.by_slot and self.parts > 1 else str(self.parts)
+
+    def keys(self, job: str) -> list[str]:
+        """The key prefix of each partition, partition 0 first."""
+        return list(keys_of(job, self.parts, self.by_slot))
+
+
+def stored_layout(raw: object) -> Layout:
+    """The layout a run record's ``parts`` field holds, checked: ``S`` (the first naming) or
+    ``S/slot``; raises ValueError with why (no whole number from 1 to MAX_PARTITIONS, or a
+    naming this version does not know)."""
     if isinstance(raw, bytes):
         try:
             raw = raw.decode("ascii")
         except UnicodeDecodeError:
             raise ValueError(f"{raw[:20]!r} is not a whole number") from None
-    text = str(raw).strip()
-    if not text.isdigit() or len(text) > 5:
-        raise ValueError(f"{text[:20]!r} is not a whole number from 1 to {MAX_PARTITIONS}")
-    n = int(text)
+    count, sep, naming = str(raw).strip().partition("/")
+    if not count.isdigit() or len(count) > 5:
+        raise ValueError(f"{count[:20]!r} is not a whole number from 1 to {MAX_PARTITIONS}")
+    n = int(count)
     if not 1 <= n <= MAX_PARTITIONS:
         raise ValueError(f"{n} is not from 1 to {MAX_PARTITIONS}")
-    return n
+    if sep and naming != BY_SLOT:
+        raise ValueError(f"{naming[:20]!r} after the count is no naming this version knows ({BY_SLOT!r})")
+    return Layout(n, bool(sep))
 
 
 def group(items: Sequence[T], part: Callable[[T], int]) -> dict[int, list[int]]:

@@ -1,14 +1,16 @@
 """The Redis frontier store: many workers, atomic Lua scripts, Cluster-safe keys.
 
 A job's keys are in partitions by site (:mod:`.partitions`): partition 0 starts with
-``scale:{JOB}``, partition i with ``scale:{JOB/pi}``; each hash tag is one Redis Cluster
-slot, so every script (one partition's keys) runs on a Cluster too. The run-level keys
+``scale:{JOB}``, partition i with ``scale:{JOB/pi.N}`` (N chosen so that the partitions'
+slots spread evenly; ``scale:{JOB/pi}`` in a job of the first naming); each hash tag is one
+Redis Cluster slot, so every script (one partition's keys) runs on a Cluster too. The run-level keys
 (run, runs, workers, alive, seeds) are in partition 0 only; each other partition has a
 ``run`` hash with the run id alone. Below, ``{J}`` is a partition's tag. Keys of one run
 live under ``scale:{J}:RUN:`` so starting a new run is one atomic switch; the old run's
 keys are unlinked afterwards.
 
-    scale:{J}:run            HASH  current run: id, started, ended, parts (the partition count)
+    scale:{J}:run            HASH  current run: id, started, ended, parts (the partition count
+                                   and naming, partition 0 only: 12/slot; 12 the first naming)
     scale:{J}:runs           HASH  run id -> JSON (history)
     scale:{J}:workers        HASH  worker id -> pid (claim_worker)
     scale:{J}:alive          HASH  worker id -> "last_beat until" (heartbeat; see redis_status)
