@@ -28,7 +28,8 @@ summed) and this run's clients:
   what deduplication keeps), and of a second job of pending URLs seeded alone;
 - server time by script: a short run with every command in the slow log;
 - on the Cluster, each primary's share of the job's keys, memory and commands (as % of a
-  third: 100% is a perfect balance);
+  third: 100% is a perfect balance), and the partitions it holds (partition 0 has the
+  run-level keys: the run record, workers, heartbeats, seed feed);
 - lease latency: ``store.lease`` timed in the worker, p50 and p99.
 
 The goals are printed beside the figures, and the sizing table of docs/distributed.md
@@ -96,6 +97,12 @@ class Node:
             n += 1
             size += int(self.r.memory_usage(key, samples=0) or 0)
         return n, size
+
+    def partitions(self, job: str) -> list[str]:
+        """The hash tags of ``job``'s partitions on this server (each has a ``run`` key; the
+        tag ``job`` alone is partition 0, with the run-level keys)."""
+        keys = self.r.scan_iter(match=f"scale:{{{job}*:run", count=1000)
+        return [k.decode().split("{", 1)[1].split("}", 1)[0] for k in keys]
 
     def set_aof(self, mode: str) -> None:
         if mode != "no":
@@ -214,6 +221,7 @@ def run_fleet(
         raise SystemExit(f"the job did not end with every page crawled once: {crawled} acks, {counts}")
     out = {
         "url": url,
+        "job": job,
         "workers": workers,
         "partitions": parts,
         "rate": rate,
@@ -231,6 +239,7 @@ def run_fleet(
     }
     for node, d in zip(nodes, out["nodes"], strict=True):  # the whole job's (not for a timed run's)
         d["keys"], d["job_B"] = node.job_bytes(job) if seconds is None else (0, 0)
+        d["partitions"] = node.partitions(job)
     log(f"{len(ports)} primar{'y' if len(ports) == 1 else 'ies'}, {workers} workers: {crawled} URLs in {wall:.1f} s")
     return out
 

@@ -116,7 +116,8 @@ def balance(run: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], bool]:
         "commands": [sum(c for c, _ in t.values()) for t in f["tops"]],
         "server CPU": [x["cpu"] for x in nodes],
     }
-    rows = ["| primary | " + " | ".join(f"{k} (% of a third)" for k in cols) + " |", "|---|" + "---:|" * len(cols)]
+    head = " | ".join(f"{k} (% of a third)" for k in cols)
+    rows = [f"| primary | partitions | {head} |", "|---|---:|" + "---:|" * len(cols)]
     ok = True
     for i in range(len(nodes)):
         cells = []
@@ -126,7 +127,9 @@ def balance(run: dict[str, Any], f: dict[str, Any]) -> tuple[list[str], bool]:
             if k != "server CPU" and abs(share - 1) > BALANCE:
                 ok = False
             cells.append(f"{vals[i]:,.0f} ({100 * share:.0f}%)" if k != "server CPU" else f"{100 * share:.0f}%")
-        rows.append(f"| {i + 1} | " + " | ".join(cells) + " |")
+        tags = nodes[i].get("partitions", [])
+        held = f"{len(tags)}{' (0: the run keys)' if run['job'] in tags else ''}"
+        rows.append(f"| {i + 1} | {held} | " + " | ".join(cells) + " |")
     return rows, ok
 
 

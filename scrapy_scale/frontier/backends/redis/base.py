@@ -127,8 +127,9 @@ class RedisBase(FrontierStore):
             except ValueError as e:
                 raise FrontierError(
                     f"job {self.job!r}'s partition count ({self.key}:run field {parts_mod.FIELD}) is unusable: {e} "
-                    "(written by another program?); set it back to the SCALE_FRONTIER_PARTITIONS its workers "
-                    "were started with, or `scrapy scale reset` the job after deleting that field"
+                    "(written by another program, or a later version?); set it back to what its workers stored "
+                    "(S/slot, or S alone for a job of the first naming), or `scrapy scale reset` the job after "
+                    "deleting that field"
                 ) from None
         elif rid is not None:
             stored = parts_mod.Layout(1)  # started before a job had partitions: one
