@@ -129,7 +129,22 @@ def test_the_default_is_one_on_a_single_node_and_four_per_primary_on_a_cluster()
 
 @pytest.mark.parametrize(
     "raw",
-    ["abc", "0", "-3", "99999", "1e3", "3.0", " ", b"\xff\xfe", "1" * 400, "/slot", "0/slot", "abc/slot"],
+    [
+        "abc",
+        "0",
+        "-3",
+        "99999",
+        "1e3",
+        "3.0",
+        " ",
+        b"\xff\xfe",
+        "1" * 400,
+        "/slot",
+        "0/slot",
+        "abc/slot",
+        "\u00b2",
+        "\u0663/slot",
+    ],
 )
 def test_a_stored_count_that_is_no_whole_number_in_range_is_refused(raw: object) -> None:
     with pytest.raises(ValueError, match="whole number|is not from 1") as e:
