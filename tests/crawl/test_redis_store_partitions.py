@@ -263,6 +263,19 @@ def test_a_job_of_the_first_naming_keeps_its_keys_until_a_reset(opened, redis_ur
     assert not r.keys(f"scale:{{{old.job}/p1}}*")  # the reset removed the old partitions' keys
 
 
+def test_a_worker_whose_job_was_started_meanwhile_with_the_first_naming_stops(opened, redis_url: str) -> None:
+    """A worker of the first partitioned release starts the job between this worker's read
+    of the run record and its start (it stores the count alone): this one must not write
+    under other names than that worker's."""
+    s = opened(3)  # read: no stored count, so the naming by slot
+    _raw(redis_url).hset(f"{s.key}:run", P.FIELD, "3")  # the other worker's start
+    with pytest.raises(FrontierError) as e:
+        s.begin_run()
+    msg = str(e.value)
+    assert "started with partitions '3'" in msg and "this worker has '3/slot'" in msg and "\n" not in msg, msg
+    assert opened(None).keys[1] == f"scale:{{{s.job}/p1}}"  # the next worker takes the stored naming
+
+
 @pytest.mark.timeout(120)
 def test_a_worker_started_with_another_partition_count_stops_with_one_line(
     tmp_path, redis_url: str, redis_prefix: str
