@@ -13,7 +13,6 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -26,32 +25,19 @@ from scrapy_scale.monitor.worker_status import RedisSink
 from scrapy_scale.redis_open import RedisOpenError, is_cluster, open_redis
 from scrapy_scale.testbed import ProxySpec, Testbed
 from scrapy_scale.throttle.shared import RedisShared
+from tests.support.cluster_crawl import job_keys_by_node, kill_left, slot_owner, start_workers, wait_until_done
 from tests.support.crash_support import all_paths, check_items_exact, expected_requests, stored_items
-from tests.support.crawling import CrawlProcess, start_crawl
 from tests.support.hang import hang_guard
 from tests.support.services import LOOPBACK, RedisCluster, free_port
 
 pytestmark = pytest.mark.crawl
 
 
-def _slot_owner(cluster: RedisCluster, key: str) -> int:
-    """The port of the primary that serves ``key``'s slot (asked of the first node)."""
-    node = redis.Redis(host=LOOPBACK, port=cluster.nodes[0].port, decode_responses=True)
-    try:
-        slot = int(node.cluster("keyslot", key))
-        for start, end, primary, *_ in node.cluster("slots"):
-            if int(start) <= slot <= int(end):
-                return int(primary[1])
-    finally:
-        node.close()
-    raise AssertionError(f"no node serves the slot of {key}")
-
-
 def _job_elsewhere(cluster: RedisCluster) -> str:
     """A job name whose keys live on another primary than the URL's node."""
     for _ in range(100):
         job = f"cl-{uuid.uuid4().hex[:8]}"
-        if _slot_owner(cluster, f"scale:{{{job}}}:run") != cluster.nodes[0].port:
+        if slot_owner(cluster, f"scale:{{{job}}}:run") != cluster.nodes[0].port:
             return job
     raise AssertionError("every job name hashed to the first node")
 
@@ -62,20 +48,10 @@ def _job_spread(cluster: RedisCluster, hosts: list[str]) -> str:
     parts = P.default_parts(3)
     for _ in range(200):
         job = _job_elsewhere(cluster)
-        owners = {_slot_owner(cluster, f"{P.key_of(job, P.partition_of(h, parts), parts)}:run") for h in hosts}
+        owners = {slot_owner(cluster, f"{P.key_of(job, P.partition_of(h, parts), parts)}:run") for h in hosts}
         if len(owners) > 1:
             return job
     raise AssertionError("no job name spread its sites over two primaries")
-
-
-def _job_keys_by_node(cluster: RedisCluster, job: str) -> dict[int, set[str]]:
-    """The keys of ``job`` (every partition) on each primary."""
-    out: dict[int, set[str]] = {}
-    for port in cluster.primaries():
-        keys = set(cluster.node_keys(port, f"scale:{{{job}}}:*")) | set(cluster.node_keys(port, f"scale:{{{job}/p*"))
-        if keys:
-            out[port] = keys
-    return out
 
 
 def _replica_of(cluster: RedisCluster, primary: int) -> redis.Redis:
@@ -100,33 +76,6 @@ def _moved_for_single_node(cluster: RedisCluster, key: str) -> bool:
     finally:
         node.close()
     return False
-
-
-def _start_workers(
-    tb: Testbed,
-    cluster: RedisCluster,
-    job: str,
-    store_url: str,
-    tmp_path: Path,
-    rate: float = 20.0,
-    settings: dict[str, Any] | None = None,
-) -> list[CrawlProcess]:
-    """Three workers w0..w2 of ``job`` on the Cluster (the URL of its first node), through
-    the testbed's egresses, every site paced by a ``max_rate`` profile (``rate`` a second),
-    with ``settings`` added."""
-    base = {
-        "SCALE_JOB": job,
-        "SCALE_FRONTIER_URL": cluster.url,
-        "SCALE_STORE_URL": store_url,
-        "SCALE_EGRESSES": tb.proxy_urls,
-        "SCALE_EGRESS_SYNC": 0.5,
-        "SCALE_FRONTIER_BATCH": 8,
-        "CONCURRENT_REQUESTS": 8,
-        "LOG_LEVEL": "INFO",
-        "SCALE_DOMAIN_PROFILES": {"default": {"max_rate": rate, "start_delay": 0.0}},
-        **(settings or {}),
-    }
-    return [start_crawl(tb, {**base, "SCALE_FRONTIER_WORKER": f"w{i}"}, tmp_path / f"w{i}") for i in range(3)]
 
 
 @pytest.mark.serial
@@ -179,7 +128,7 @@ def test_every_component_opens_the_cluster_from_one_node_and_finds_the_keys_else
     finally:
         store.close()
 
-    owner = _slot_owner(redis_cluster, f"scale:{{{job}}}:run")
+    owner = slot_owner(redis_cluster, f"scale:{{{job}}}:run")
     on_owner = set(redis_cluster.node_keys(owner, f"scale:{{{job}}}:*"))
     assert {f"scale:{{{job}}}:{k}" for k in ("monitor", "egress:health", "throttle:learned")} <= on_owner
     assert any(":throttle:rate:" in k for k in on_owner), on_owner
@@ -202,12 +151,12 @@ def test_a_jobs_default_partitions_split_evenly_over_the_primaries(redis_cluster
         finally:
             store.close()
         assert len(keys) == 12
-        owners = Counter(_slot_owner(redis_cluster, f"{k}:run") for k in keys)
+        owners = Counter(slot_owner(redis_cluster, f"{k}:run") for k in keys)
         assert owners == {p: 4 for p in primaries}, (job, owners)
         # and every partition's run copy really is on the primary its slot names
         for port in primaries:
             on_node = {k.rsplit(":", 1)[0] for k in redis_cluster.node_keys(port, f"*{job}*:run")}
-            assert on_node == {k for k in keys if _slot_owner(redis_cluster, f"{k}:run") == port}
+            assert on_node == {k for k in keys if slot_owner(redis_cluster, f"{k}:run") == port}
 
 
 def test_a_node_that_cannot_be_reached_is_one_line_without_the_password() -> None:
@@ -227,19 +176,19 @@ def test_three_workers_crawl_a_whole_job_on_a_cluster_with_egresses_and_shared_p
     with Testbed(hosts=3, pages=60, seed=34, proxies=[ProxySpec("a"), ProxySpec("b")]) as tb:
         job = _job_spread(redis_cluster, tb.hosts)
         total = expected_requests(tb)
-        procs = _start_workers(tb, redis_cluster, job, store_url, tmp_path)
+        procs = start_workers(tb, redis_cluster, job, store_url, tmp_path)
         results = [p.finish(360) for p in procs]
         served = Counter((r.host, r.path) for r in tb.log if r.status == 200 and r.kind == "ok")
         paths = all_paths(tb)
         check_items_exact(tb, stored_items(store_url))
-        owner = _slot_owner(redis_cluster, f"scale:{{{job}}}:run")
+        owner = slot_owner(redis_cluster, f"scale:{{{job}}}:run")
         keys = set(redis_cluster.node_keys(owner, f"scale:{{{job}}}:*"))
         node = redis.Redis(host=LOOPBACK, port=owner)
         try:
             in_slot = int(node.cluster("countkeysinslot", int(node.cluster("keyslot", f"scale:{{{job}}}:run"))))
         finally:
             node.close()
-        by_node = _job_keys_by_node(redis_cluster, job)
+        by_node = job_keys_by_node(redis_cluster, job)
         store = open_store(redis_cluster.url, job)
         try:
             counts = store.counts()
@@ -286,19 +235,14 @@ def test_the_jobs_primary_killed_mid_crawl_its_replica_takes_over_and_the_worker
     seen); the workers wait meanwhile, reconnect to the new primary and finish the job."""
     job = _job_elsewhere(redis_cluster)
     store_url = f"{mongo_uri.rstrip('/')}/cluster_{uuid.uuid4().hex[:8]}"
-    owner = _slot_owner(redis_cluster, f"scale:{{{job}}}:run")
+    owner = slot_owner(redis_cluster, f"scale:{{{job}}}:run")
     primary = next(n for n in redis_cluster.nodes if n.port == owner)
     with Testbed(hosts=3, pages=150, seed=35, proxies=[ProxySpec("a"), ProxySpec("b")]) as tb:
         total = expected_requests(tb)
-        procs = _start_workers(tb, redis_cluster, job, store_url, tmp_path)
+        procs = start_workers(tb, redis_cluster, job, store_url, tmp_path)
         store = open_store(redis_cluster.url, job)
         try:
-            deadline = time.monotonic() + hang_guard(120)
-            while store.counts()["done"] < total // 3:
-                dead = [p for p in procs if p.poll() is not None]
-                assert not dead, dead[0].result().tail()
-                assert time.monotonic() < deadline, "no progress a third into the crawl"
-                time.sleep(0.05)
+            wait_until_done(store, procs, total // 3)
             replica = _replica_of(redis_cluster, owner)
             replica.config_set("cluster-replica-no-failover", "yes")
             primary.kill()
@@ -314,13 +258,11 @@ def test_the_jobs_primary_killed_mid_crawl_its_replica_takes_over_and_the_worker
             counts = store.counts()
         finally:
             store.close()
-            for p in procs:  # a worker left running by a failed assertion
-                if p.poll() is None:
-                    p.kill()
+            kill_left(procs)  # a worker left running by a failed assertion
         served = Counter((r.host, r.path) for r in tb.log if r.status == 200 and r.kind == "ok")
         paths = all_paths(tb)
         check_items_exact(tb, stored_items(store_url))
-        new_owner = _slot_owner(redis_cluster, f"scale:{{{job}}}:run")
+        new_owner = slot_owner(redis_cluster, f"scale:{{{job}}}:run")
     for r in results:
         assert r.returncode == 0, r.tail()  # every worker exited by itself
     assert new_owner != owner  # the replica was promoted

@@ -31,7 +31,7 @@ from scrapy_scale.frontier.backends import open_store
 from scrapy_scale.frontier.backends.redis import RedisStore
 from scrapy_scale.frontier.backends.redis import partitions as P
 from scrapy_scale.testbed import ProxySpec, Testbed
-from tests.crawl.test_redis_cluster import _job_keys_by_node, _slot_owner, _start_workers
+from tests.support.cluster_crawl import job_keys_by_node, kill_left, slot_owner, start_workers, wait_until_done
 from tests.support.crash_support import all_paths, check_items_exact, expected_requests, stored_items
 from tests.support.hang import hang_guard
 from tests.support.services import LOOPBACK, RedisCluster
@@ -237,19 +237,14 @@ def test_a_reshard_of_the_primary_that_holds_the_run_during_a_crawl_stalls_nothi
         total = expected_requests(tb)
         dst = next(p for p in redis_cluster.primaries() if p != src)
         ids = {p: _client(p).cluster("myid") for p in (src, dst)}
-        moving = [k for k in _job_keys_by_node(redis_cluster, job).get(src, ())]  # none yet: the job starts
+        moving = [k for k in job_keys_by_node(redis_cluster, job).get(src, ())]  # none yet: the job starts
         assert not moving
         # 5 pages a second per site: the crawl lasts about 25 s, the reshard a few
         parts = {"SCALE_FRONTIER_PARTITIONS": RESHARD_PARTS}
-        procs = _start_workers(tb, redis_cluster, job, store_url, tmp_path, rate=5.0, settings=parts)
+        procs = start_workers(tb, redis_cluster, job, store_url, tmp_path, rate=5.0, settings=parts)
         store = open_store(redis_cluster.url, job, partitions=RESHARD_PARTS)
         try:
-            deadline = time.monotonic() + hang_guard(120)
-            while store.counts()["done"] < total // 3:
-                dead = [p for p in procs if p.poll() is not None]
-                assert not dead, dead[0].result().tail()
-                assert time.monotonic() < deadline, "no progress a third into the crawl"
-                time.sleep(0.05)
+            wait_until_done(store, procs, total // 3)
             t0 = time.monotonic()
             reshard = subprocess.run(
                 [redis_cluster.cli, "--cluster", "reshard", f"{LOOPBACK}:{src}"]
@@ -266,14 +261,12 @@ def test_a_reshard_of_the_primary_that_holds_the_run_during_a_crawl_stalls_nothi
             counts = store.counts()
         finally:
             store.close()
-            for p in procs:  # a worker left running by a failed assertion
-                if p.poll() is None:
-                    p.kill()
+            kill_left(procs)  # a worker left running by a failed assertion
         served = Counter((r.host, r.path) for r in tb.log if r.status == 200 and r.kind == "ok")
         paths = all_paths(tb)
         check_items_exact(tb, stored_items(store_url))
-        new_owner = _slot_owner(redis_cluster, f"scale:{{{job}}}:run")
-        by_node = _job_keys_by_node(redis_cluster, job)
+        new_owner = slot_owner(redis_cluster, f"scale:{{{job}}}:run")
+        by_node = job_keys_by_node(redis_cluster, job)
     # partition 0 and a site's partition moved to the other primary, and the job's keys
     # are on more than one primary
     assert new_owner == dst and len(by_node) > 1, by_node
