@@ -26,7 +26,7 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
@@ -37,6 +37,9 @@ from scrapy_scale.config import ScaleSettingError
 from scrapy_scale.egress.report import format_rows
 from scrapy_scale.redact import redact_text, redact_url
 from scrapy_scale.storage.backends.base import StoreBroken, StoreUnavailable
+
+if TYPE_CHECKING:
+    from scrapy_scale.throttle.status import PausedSites
 
 #: egresses shown in ``status`` (``scrapy scale egress JOB`` shows them all)
 STATUS_EGRESSES = 10
@@ -177,7 +180,7 @@ class Command(ScrapyCommand):
 
                     st = ops.status()
                     st["pacing"] = pacing_status.read(self.settings, job)
-                    st["paused"] = _paused(self.settings, st["pacing"])
+                    st["paused"] = _pauses(self.settings).at(st["pacing"], time.time())
                     pool = self._egress_rows(job)
                     progress = _progress(self.settings, job, st)
                     if opts.as_json:
@@ -329,12 +332,13 @@ def _warn_skipped(sub: str, problems: list[str]) -> None:
         )
 
 
-def _paused(settings: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The job's paused sites from the throttle's shared rows (clamped to SCALE_RETRY_AFTER_MAX)."""
+def _pauses(settings: Any) -> PausedSites:
+    """A reader of the job's paused sites (``throttle.status.PausedSites``, clamped to
+    SCALE_RETRY_AFTER_MAX): one per command, so a bad pause time is warned about once."""
     from scrapy_scale.outcomes import settings as outcomes_settings
     from scrapy_scale.throttle import status as pacing_status
 
-    return pacing_status.paused(rows, time.time(), float(outcomes_settings.RETRY_AFTER_MAX.get(settings)))
+    return pacing_status.PausedSites(float(outcomes_settings.RETRY_AFTER_MAX.get(settings)))
 
 
 def _progress(settings: object, job: str, st: dict[str, object]) -> dict[str, object] | None:
@@ -377,10 +381,11 @@ def _watch(settings: Any, job: str, ops: object, interval: float, count: int | N
     from scrapy_scale.throttle import status as pacing_status
 
     rows: list[dict[str, Any]] = []
+    pauses = _pauses(settings)  # one for the whole watch: each bad value is warned about once
 
     def paused() -> list[dict[str, Any]]:
         rows[:] = pacing_status.read(settings, job)
-        return _paused(settings, rows)
+        return pauses.at(rows, time.time())
 
     def routes() -> str:  # read by paused() just before, in the same frame
         return pacing_status.format_routes(rows)

@@ -45,7 +45,7 @@ def view(
     now = time.time() if now is None else now
     merged = merge(valid(docs, now))
     counts = dict(status.get("counts") or {})
-    #: the paused sites (scrapy_scale.throttle.status.paused), when the caller read them
+    #: the paused sites (scrapy_scale.throttle.status.PausedSites), when the caller read them
     paused = list(status.get("paused") or [])
     finished_rate: float | None = None
     if rate is not None:
@@ -189,7 +189,7 @@ def run(
     routes: Callable[[], str] | None = None,
 ) -> None:
     """Refresh every ``interval`` seconds (``count`` times; forever when None) until Ctrl-C.
-    ``paused``: reads the job's paused sites (``scrapy_scale.throttle.status.paused``);
+    ``paused``: reads the job's paused sites (``scrapy_scale.throttle.status.PausedSites``);
     ``routes``: the lines about routes at their learned capacity (``format_routes``)."""
     from rich.console import Console
     from rich.live import Live

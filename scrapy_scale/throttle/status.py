@@ -24,7 +24,6 @@ ROUTE_SITES = 5
 ROUTES_NAMED = 4
 #: the longest pause shown when the settings do not say (SCALE_RETRY_AFTER_MAX's default)
 PAUSE_MAX = float(outcomes_settings.RETRY_AFTER_MAX.default)
-_warned: set[str] = set()
 
 
 def read(settings: Any, job: str) -> list[dict[str, Any]]:
@@ -97,39 +96,49 @@ def format_routes(rows: list[dict[str, Any]]) -> str:
     return "\n" + "\n".join(lines)
 
 
-def paused(rows: list[dict[str, Any]], now: float, longest: float = PAUSE_MAX) -> list[dict[str, Any]]:
-    """The sites paused at ``now`` (by ``Retry-After``) and until when, soonest first. The
-    times come from shared state: a value that is not a finite number is skipped, one more
-    than ``longest`` seconds ahead (no pause is longer) is shown clamped (``clamped``);
-    either is warned about once per site."""
-    out = []
-    for r in rows:
-        if "route" in r:
-            continue  # a route's Retry-After pauses that route only; the site goes on
-        until = r.get("paused_until", 0.0)
-        if not isinstance(until, int | float) or not math.isfinite(until):
-            _warn_once(
-                r["site"], f"throttle: {r['site']} has an unreadable pause time {until!r} in the shared state; ignored"
-            )
-            continue
-        if until <= now:
-            continue
-        clamped = until > now + longest
-        if clamped:
-            _warn_once(
-                r["site"],
-                f"throttle: {r['site']} is paused until {until:.0f}, more than {longest:.0f} s ahead "
-                "(SCALE_RETRY_AFTER_MAX); shown as that long",
-            )
-            until = now + longest
-        out.append({"site": r["site"], "until": until, "clamped": clamped})
-    return sorted(out, key=lambda p: (p["until"], p["site"]))
+class PausedSites:
+    """The paused sites one reader shows: one ``scrapy scale status``, or one ``watch``
+    over all its frames. The pause times come from shared state: a value that is not a
+    finite number is skipped, one more than ``longest`` seconds ahead (no pause is longer)
+    is shown clamped; either is warned about once per site in the reader's lifetime (a
+    new reader warns again: the warn-once state is not the module's)."""
 
+    def __init__(self, longest: float = PAUSE_MAX):
+        self.longest = longest
+        #: the sites whose pause time this reader warned about
+        self.warned: set[str] = set()
 
-def _warn_once(site: str, message: str) -> None:
-    if site not in _warned:
-        _warned.add(site)
-        logger.warning("%s", message)
+    def at(self, rows: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+        """The sites of ``rows`` (:func:`read`) paused at ``now`` (by ``Retry-After``) and
+        until when, soonest first."""
+        out = []
+        for r in rows:
+            if "route" in r:
+                continue  # a route's Retry-After pauses that route only; the site goes on
+            until = r.get("paused_until", 0.0)
+            if not isinstance(until, int | float) or not math.isfinite(until):
+                self._warn_once(
+                    r["site"],
+                    f"throttle: {r['site']} has an unreadable pause time {until!r} in the shared state; ignored",
+                )
+                continue
+            if until <= now:
+                continue
+            clamped = until > now + self.longest
+            if clamped:
+                self._warn_once(
+                    r["site"],
+                    f"throttle: {r['site']} is paused until {until:.0f}, more than {self.longest:.0f} s ahead "
+                    "(SCALE_RETRY_AFTER_MAX); shown as that long",
+                )
+                until = now + self.longest
+            out.append({"site": r["site"], "until": until, "clamped": clamped})
+        return sorted(out, key=lambda p: (p["until"], p["site"]))
+
+    def _warn_once(self, site: str, message: str) -> None:
+        if site not in self.warned:
+            self.warned.add(site)
+            logger.warning("%s", message)
 
 
 def format_paused(pauses: list[dict[str, Any]], now: float) -> str:

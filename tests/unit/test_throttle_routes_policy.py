@@ -363,7 +363,7 @@ def test_status_shows_routes_at_their_learned_capacity_in_a_few_lines() -> None:
     )
     # a route's own pause is no pause of the site
     rows[1]["paused_until"] = 2000.0
-    assert status.paused(rows, 1000.0) == []
+    assert status.PausedSites().at(rows, 1000.0) == []
 
 
 def test_slow_refusals_of_a_rerun_confirm_no_higher_limit() -> None:

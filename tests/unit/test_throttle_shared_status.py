@@ -41,18 +41,38 @@ def test_status_names_the_paused_sites_and_until_when(tmp_path: Path, caplog: py
     shared.save({"huge.test": {"delay": 1.0, "at": 1.0, "paused_until": 10**400}})  # float() overflows
     shared.close()
     rows = status.read(Settings({"SCALE_THROTTLE_URL": f"sqlite:///{db}"}), "job")
+    reader = status.PausedSites(3600.0)
     with caplog.at_level(logging.WARNING, logger="scrapy_scale.throttle.status"):
-        paused = status.paused(rows, clk.now, 3600.0)
-        status.paused(rows, clk.now, 3600.0)  # read again (watch): no second warning
+        paused = reader.at(rows, clk.now)
+        reader.at(rows, clk.now)  # read again (watch): no second warning
     assert [(p["site"], p["until"], p["clamped"]) for p in paused] == [
         ("shop1.test", clk.now + 30, False),
         ("far.test", clk.now + 3600, True),
     ]
     assert len(caplog.records) == 3, caplog.text  # one per bad site, once
     assert "huge.test has an unreadable pause time" in caplog.text
+    assert reader.warned == {"nan.test", "huge.test", "far.test"}
     text = status.format_paused(paused, clk.now)
     assert text.startswith("paused sites (Retry-After): shop1.test until ") and "(in 30 s)" in text, text
-    assert status.paused(rows, clk.now + 31, 3600.0)[0]["site"] == "far.test"
+    assert reader.at(rows, clk.now + 31)[0]["site"] == "far.test"
+
+
+def test_each_status_reader_warns_once_of_its_own(caplog: pytest.LogCaptureFixture) -> None:
+    """The warn-once state was the module's: a second `status` in one process (a test run
+    twice, a tool calling it again) said nothing about a bad pause time. Each reader (one
+    `status`, one `watch`) now warns once per site."""
+    import logging
+
+    from scrapy_scale.throttle import status
+
+    rows = [{"site": "nan.test", "delay": 1.0, "learned_at": 1.0, "paused_until": float("nan")}]
+    with caplog.at_level(logging.WARNING, logger="scrapy_scale.throttle.status"):
+        for _ in range(2):
+            reader = status.PausedSites()
+            assert reader.at(rows, 1000.0) == [] and reader.at(rows, 1000.0) == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "throttle: nan.test has an unreadable pause time nan in the shared state; ignored"
+    ] * 2
 
 
 #: a learned-pacing record as the version before the typed record (LearnedRecord) wrote it
