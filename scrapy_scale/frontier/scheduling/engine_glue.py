@@ -16,14 +16,26 @@
   outbox for a sync, the downloader stays empty, and ``start()`` ran ahead. So
   ``needs_backout()`` also answers True while the engine waits for a sync that
   brings it work (see ``Scheduler.engine_backs_out``).
+- :func:`stop_crawl`: the frontier cannot go on: the spider closes (``frontier_failed``)
+  and the process exits 1.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
+
+from scrapy_scale import compat, exitcode
+from scrapy_scale import stats_keys as keys
+from scrapy_scale.frontier.scheduling.stats import FrontierStats
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
 
 
 class EmptySignalGate:
@@ -74,3 +86,15 @@ def install_backout(engine: Any, backs_out: Callable[[], bool]) -> Callable[[], 
             del engine.needs_backout
 
     return remove
+
+
+def stop_crawl(crawler: Crawler, stats: FrontierStats, message: str) -> None:
+    """The frontier cannot go on: say why, close the spider (frontier_failed), exit 1."""
+    logger.error("frontier: the crawl cannot go on, stopping it: %s", message)
+    stats.set(keys.FRONTIER_ERROR, message[:500])
+    exitcode.request(1, f"the frontier stopped the crawl: {message[:200]}", crawler)
+    engine = compat.engine_of(crawler)
+    if engine is not None and getattr(engine, "spider", None) is not None:
+        from scrapy.utils.defer import deferred_from_coro
+
+        deferred_from_coro(engine.close_spider_async(reason="frontier_failed"))

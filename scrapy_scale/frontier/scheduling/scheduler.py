@@ -15,6 +15,8 @@ owns its state and never calls back into it (the callables it is given are typed
   out per round (writes in order, feed, heartbeat, renew, reclaim, the next lease);
 - the sync rounds (:mod:`.rounds`): when a sync starts, its plan, what its result
   changes, whether the engine waits for one;
+- the scheduler's life on the reactor (:mod:`.lifecycle`): the tick, the engine glue,
+  the end (a close, or a reactor that stops first);
 - record identity (:mod:`..records.identity`), joining a run (:mod:`.joining`) and the stats
   (:mod:`.stats`, :mod:`.scrapy_stats`).
 
@@ -30,15 +32,14 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scrapy import Request, Spider, signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.exceptions import DontCloseSpider
-from twisted.internet import defer, task
+from twisted.internet import defer
 
-from scrapy_scale import compat, exitcode, startup
+from scrapy_scale import compat, startup
 from scrapy_scale import signals as scale_signals
 from scrapy_scale import stats_keys as keys
 from scrapy_scale.config import core_settings
@@ -48,11 +49,12 @@ from scrapy_scale.frontier.backends import open_store
 from scrapy_scale.frontier.records import codec
 from scrapy_scale.frontier.records.identity import RecordIdentity, new_record
 from scrapy_scale.frontier.scheduling import scrapy_scheduler_settings
-from scrapy_scale.frontier.scheduling.engine_glue import install_backout, install_empty_gate
+from scrapy_scale.frontier.scheduling.engine_glue import stop_crawl
 from scrapy_scale.frontier.scheduling.feed import FeedReader
 from scrapy_scale.frontier.scheduling.joining import join_run, pick_worker
 from scrapy_scale.frontier.scheduling.lease_buffer import LeaseBuffer
 from scrapy_scale.frontier.scheduling.ledger import InFlight, InFlightLedger
+from scrapy_scale.frontier.scheduling.lifecycle import Lifecycle
 from scrapy_scale.frontier.scheduling.local import Outbox
 from scrapy_scale.frontier.scheduling.rounds import Rounds
 from scrapy_scale.frontier.scheduling.scrapy_stats import ScrapyStats
@@ -67,12 +69,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
-
-TICK = 0.25
-#: ticks between two looks for requests in flight too long (InFlightLedger.warn_overdue)
-OVERDUE_EVERY = 20
-#: longest wait for the last writes when the reactor stops before the spider closed
-SHUTDOWN_WRITE_SECONDS = 3.0
 
 
 class Scheduler(BaseScheduler):
@@ -135,13 +131,20 @@ class Scheduler(BaseScheduler):
             scrapy_stats=self.scrapy_stats,
             batch=batch,
             wake_engine=lambda: compat.wake_engine(crawler),
-            stop_crawl=self._stop_crawl,
+            stop_crawl=lambda message: stop_crawl(crawler, self.frontier_stats, message),
         )
-        self._loop: task.LoopingCall | None = None
-        self._ticks = 0
-        self._closing = False
-        self._remove_gate: Callable[[], None] = lambda: None
-        self._shutdown_trigger: Any = None
+        #: the tick, the engine glue and the end (a close, or a reactor that stops first)
+        self.lifecycle = Lifecycle(
+            store=store,
+            sync=self.sync,
+            outbox=self.outbox,
+            buffer=self.buffer,
+            inflight=self.inflight,
+            rounds=self.rounds,
+            scrapy_stats=self.scrapy_stats,
+            wait_for_seeds=wait_for_seeds,
+            download_timeout=crawler.settings.getfloat("DOWNLOAD_TIMEOUT", 180.0),
+        )
 
     @classmethod
     @startup.reports_setting_errors
@@ -185,38 +188,8 @@ class Scheduler(BaseScheduler):
     def open(self, spider: Spider) -> defer.Deferred[None] | None:
         self.attach(spider)
         self.sync.start_thread()
-        self._loop = task.LoopingCall(self._tick)
-        self._loop.start(TICK, now=False)
-        engine = compat.engine_of(self.crawler)
-        remove_gate = install_empty_gate(engine, self.has_work_for_this_worker)
-        remove_backout = install_backout(engine, self.engine_backs_out)
-        self._remove_gate = lambda: (remove_gate(), remove_backout())[-1]
-        self._shutdown_trigger = compat.installed_reactor().addSystemEventTrigger(
-            "before", "shutdown", self._on_reactor_shutdown
-        )
+        self.lifecycle.start(compat.engine_of(self.crawler), self.has_work_for_this_worker, self.engine_backs_out)
         return None
-
-    def _on_reactor_shutdown(self) -> defer.Deferred[Any] | None:
-        """The reactor stops without the spider being closed (a second Ctrl-C): write
-        what is settled (outbox, finished acks) within SHUTDOWN_WRITE_SECONDS, then let
-        the process exit (the store thread is a daemon). Leases stay; the restarted
-        worker takes them back at once."""
-        if self._closing or not self.sync.started:
-            return None
-        self._closing = self.buffer.closing = self.rounds.closing = True
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
-        self.inflight.settle_finished(closing=True)
-        ops = self.outbox.take().ops
-        logger.warning(
-            "frontier: the reactor stops before the spider closed; writing %d settled op(s), "
-            "leases are taken back by the next run",
-            len(ops),
-        )
-        d = self.sync.last_writes(ops)
-        d.addTimeout(SHUTDOWN_WRITE_SECONDS, compat.installed_reactor())
-        d.addErrback(lambda f: logger.error("frontier: final write at shutdown failed: %s", f.getErrorMessage()))
-        return d
 
     def attach(self, spider: Spider) -> None:
         """Join (or start) the run, pick the worker id, take back this worker's
@@ -253,38 +226,7 @@ class Scheduler(BaseScheduler):
         return self.store.claim_worker(socket.gethostname(), os.getpid(), pid_alive)
 
     def close(self, reason: str) -> defer.Deferred[None]:
-        self._closing = self.buffer.closing = self.rounds.closing = True
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
-        self.buffer.cancel_timer()
-        return defer.ensureDeferred(self._close(reason))
-
-    async def _close(self, reason: str) -> None:
-        self._remove_gate()
-        while self.sync.running is not None:
-            await self.sync.running
-        self.inflight.settle_finished(closing=True)
-        held = self.buffer.fingerprints() + list(self.inflight)
-        ops = self.outbox.take().ops
-        finish = reason == "finished" and not self.wait_for_seeds
-        if self.sync.fatal is not None:  # the store cannot be trusted with more writes
-            logger.error("frontier closed without its final writes: %s", self.sync.fatal)
-            self.store.close()
-            self.sync.stop_thread()
-            return
-        try:
-            self.rounds.closed(ops, await self.sync.final(ops, held, finish), reason)
-        except Exception:  # noqa: BLE001 - closing must not raise; leases expire anyway
-            logger.exception("frontier: final write failed; unacked leases will expire and be retried")
-        finally:
-            self.buffer.clear()
-            self.inflight.clear()
-            self.scrapy_stats.clear()
-            self.store.close()
-            self.sync.stop_thread()
-            if self._shutdown_trigger is not None:
-                compat.installed_reactor().removeSystemEventTrigger(self._shutdown_trigger)
-                self._shutdown_trigger = None
+        return self.lifecycle.close(reason)
 
     # ---- engine interface ------------------------------------------------------------------
 
@@ -384,29 +326,11 @@ class Scheduler(BaseScheduler):
 
     # ---- syncs -----------------------------------------------------------------------------
 
-    def _tick(self) -> None:
-        self.inflight.settle_finished()
-        self.rounds.kick()
-        self._ticks += 1
-        if self._ticks % OVERDUE_EVERY == 0:  # a download or a callback that never ends is named
-            self.inflight.warn_overdue(time.monotonic(), self.crawler.settings.getfloat("DOWNLOAD_TIMEOUT", 180.0))
-
     def sync_blocking(self) -> SyncResult:
         """One sync in the calling thread (tests, tools): same as a tick's."""
         res = self.sync.run(self.rounds.plan())
         self.rounds.synced(res)
         return res
-
-    def _stop_crawl(self, message: str) -> None:
-        """The frontier cannot go on: say why, close the spider (frontier_failed), exit 1."""
-        logger.error("frontier: the crawl cannot go on, stopping it: %s", message)
-        self.frontier_stats.set(keys.FRONTIER_ERROR, message[:500])
-        exitcode.request(1, f"the frontier stopped the crawl: {message[:200]}", self.crawler)
-        engine = compat.engine_of(self.crawler)
-        if engine is not None and getattr(engine, "spider", None) is not None:
-            from scrapy.utils.defer import deferred_from_coro
-
-            deferred_from_coro(engine.close_spider_async(reason="frontier_failed"))
 
 
 def _fallback(crawler: Crawler, request: Request, responded: bool, items: int) -> None:
