@@ -532,6 +532,24 @@ def test_a_sync_that_brings_nothing_does_not_wake_an_engine_that_waits(sched: Sc
     assert got is not None and got.url == "http://a.test/1"
 
 
+def test_a_sync_wakes_for_idleness_only_an_engine_that_asked(sched: Scheduler) -> None:
+    """The first tick's sync found nothing anywhere and woke the engine; under load that came
+    after the engine started but before its start() gave the first request, so the engine
+    asked, got None and sent scheduler_empty, which plain Scrapy never sends then: a lazy
+    spider added its next request ahead of its first (served 2, 1, 3, ... in 2 crawls of 80
+    at load 10, tests/crawl/test_frontier_contracts.py). Only an engine that asked is woken
+    to see it is idle."""
+    wakes: list[int] = []
+    sched.rounds.wake_engine = lambda: wakes.append(1)
+    sched.sync_blocking()  # nothing anywhere; the engine has not asked
+    sched.sync_blocking()
+    assert wakes == []
+    assert sched.next_request() is None  # it asks: nothing
+    sched.sync_blocking()  # still nothing anywhere: it is woken to see it is idle
+    assert wakes == [1]
+    assert not sched.has_work_for_this_worker()
+
+
 def test_a_waiting_engine_is_woken_when_what_held_it_back_is_gone(sched: Scheduler) -> None:
     """The other reason the engine waits: a request outranking the buffer waits to be written.
     A sync that writes it (even one that leases nothing) ends that wait: the engine is woken."""

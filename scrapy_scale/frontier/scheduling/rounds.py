@@ -240,7 +240,11 @@ class Rounds:
             res.leased
             or res.finished_run
             or (self.engine_waits and not self.engine_would_wait())
-            or not self.has_pending()
+            # idle now: an engine that asked (and got None) looks again at once. Not one that
+            # never asked: woken by the first tick's sync before its start() had given
+            # anything, the engine sent scheduler_empty that plain Scrapy never sends then,
+            # and a lazy spider added its next request ahead of its first (2, 1, 3, ...)
+            or (self.engine_waits and not self.has_pending())
             # a backout that ended with nothing leased (a duplicate, another worker's lease):
             # the engine asks again now, not at its next heartbeat (a lazy start() waits
             # for the scheduler_empty that answer sends)
