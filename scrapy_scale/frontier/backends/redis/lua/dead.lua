@@ -1,1 +1,3 @@
-return to_dead(ARGV[1], ARGV[2], tonumber(ARGV[3]))
+local n = to_dead(ARGV[1], ARGV[2], tonumber(ARGV[3]))
+flush()
+return n

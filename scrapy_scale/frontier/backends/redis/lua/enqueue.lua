@@ -41,18 +41,21 @@ for i = 2, #ARGV, 14 do
       tok = math.floor(now * 1000)
       if flag ~= 'u' then att = 0 end
     end
-    redis.call('HSET', key, 'd', data, 'dom', dom, 'p', p, 'a', att, 'enq', now, 't', tok)
-    if el ~= now then redis.call('HSET', key, 'el', el) end  -- no el: eligible since enq
-    if fc ~= '' then redis.call('HSET', key, 'fc', fc, 'fr', fr) end
+    -- the record in one write, its fields in the order they always had
+    local f = {'d', data, 'dom', dom, 'p', p, 'a', att, 'enq', now, 't', tok}
+    if el ~= now then f[#f + 1] = 'el' f[#f + 1] = el end  -- no el: eligible since enq
+    if fc ~= '' then f[#f + 1] = 'fc' f[#f + 1] = fc f[#f + 1] = 'fr' f[#f + 1] = fr end
     if held ~= '' then
       -- kept in its worker's memory only: leased to it from the start (token 0)
       st = 2
-      redis.call('HSET', key, 'o', held, 'le', now + hsecs)
+      f[#f + 1] = 'o' f[#f + 1] = held f[#f + 1] = 'le' f[#f + 1] = now + hsecs
       redis.call('ZADD', P..':leases', now + hsecs, fp)
       redis.call('SADD', P..':wl:'..held, fp)
       redis.call('SADD', P..':owners', held)
     end
-    set_state(fp, nil, st)
+    f[#f + 1] = 'st' f[#f + 1] = st
+    redis.call('HSET', key, unpack(f))
+    move(nil, st)
     if not done then res = 'added' elseif flag == 'u' then res = 'updated' else res = 'reopened' end
   elseif held ~= '' then
     res = 'duplicate'
@@ -74,4 +77,5 @@ for i = 2, #ARGV, 14 do
   end
   out[#out + 1] = res
 end
+flush()
 return out

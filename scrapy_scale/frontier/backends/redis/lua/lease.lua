@@ -7,6 +7,10 @@ local wait_sum, wait_n = 0, 0
 -- the longest wait counted for one lease: an eligible time far in the past (another program
 -- wrote it) must not make the sum infinite, which HINCRBYFLOAT refuses (every lease failed)
 local MAX_WAIT = 31536000
+local until_ = now + secs
+-- the leases taken, added to the lease set and the worker's set in one command each at
+-- the end (not one per record)
+local zl, wl = {}, {}
 local prios = redis.call('ZREVRANGE', P..':prios', 0, -1)
 for _, p in ipairs(prios) do
   if left <= 0 then break end
@@ -22,14 +26,15 @@ for _, p in ipairs(prios) do
     for _, dom in ipairs(active) do
       if left <= 0 then break end
       local q = P..':q:'..p..':'..dom
-      local got = nil
+      local got, r = nil, nil
       while true do
         local fp = redis.call('LPOP', q)
         if not fp then break end
         fp = qunpack(fp)
-        local r = redis.call('HMGET', rk(fp), 'st', 'p', 'dom')
+        -- every field the lease reads, in one read
+        r = redis.call('HMGET', rk(fp), 'st', 'p', 'dom', 'd', 'a', 'el', 'enq', 't', 'fc', 'fr')
         if r[1] == '0' and r[2] == p and r[3] == dom then
-          local why = unreadable(fp)
+          local why = unreadable({r[4], r[5], r[6], r[7], r[8]})
           if not why then got = fp break end
           -- dead-lettered alone, with its reason; the rest of the batch goes on
           why = 'unreadable record: '..why
@@ -39,18 +44,25 @@ for _, p in ipairs(prios) do
       end
       if got then
         local key = rk(got)
-        local t = redis.call('HINCRBY', key, 't', 1)
-        set_state(got, 0, 2)
-        redis.call('HSET', key, 'o', worker, 'le', now + secs)
-        redis.call('ZADD', P..':leases', now + secs, got)
-        redis.call('SADD', P..':wl:'..worker, got)
-        redis.call('SADD', P..':owners', worker)
-        local r = redis.call('HMGET', key, 'd', 'a', 'enq', 'el', 'fc', 'fr')
-        if not r[4] then r[4] = r[3] end  -- no el: eligible since it was enqueued
-        local el = tonumber(r[4])
-        if now > el then wait_sum = wait_sum + math.min(now - el, MAX_WAIT) end
+        -- the token goes up by one (HINCRBY's arithmetic in Lua while it is exact: a token
+        -- of 16 characters or more is left to HINCRBY), in the one write of the lease
+        local t = r[8]
+        if #t < 16 then
+          t = tonumber(t) + 1
+          redis.call('HSET', key, 't', string.format('%d', t), 'st', 2, 'o', worker, 'le', until_)
+        else
+          t = redis.call('HINCRBY', key, 't', 1)
+          redis.call('HSET', key, 'st', 2, 'o', worker, 'le', until_)
+        end
+        move(0, 2)
+        zl[#zl + 1] = until_
+        zl[#zl + 1] = got
+        wl[#wl + 1] = got
+        local el = r[6] or r[7]  -- no el: eligible since it was enqueued
+        local elt = tonumber(el)
+        if now > elt then wait_sum = wait_sum + math.min(now - elt, MAX_WAIT) end
         wait_n = wait_n + 1
-        out[#out + 1] = {got, r[1], dom, p, r[2], r[3], r[4], t, r[5] or '', r[6] or '', ''}
+        out[#out + 1] = {got, r[4], dom, p, r[5], r[7], el, t, r[9] or '', r[10] or '', ''}
         left = left - 1
         if not seen[dom] then seen[dom] = true order[#order + 1] = dom end
         still[#still + 1] = dom
@@ -66,15 +78,25 @@ for _, p in ipairs(prios) do
     end
     active = still
   end
-  for _, dom in ipairs(order) do
-    local s = redis.call('HINCRBY', P..':cnt', 'served', 1)
-    redis.call('ZADD', dqk, 'XX', s, dom)
+  if #order > 0 then
+    -- each domain served goes behind the others: the service counter taken for all of
+    -- them at once, their scores in one ZADD
+    local s = redis.call('HINCRBY', P..':cnt', 'served', #order) - #order
+    local z = {}
+    for i, dom in ipairs(order) do z[#z + 1] = s + i z[#z + 1] = dom end
+    for i = 1, #z, 1000 do redis.call('ZADD', dqk, 'XX', unpack(z, i, math.min(i + 999, #z))) end
   end
   if redis.call('ZCARD', dqk) == 0 then redis.call('ZREM', P..':prios', p) end
+end
+if #wl > 0 then
+  for i = 1, #zl, 1000 do redis.call('ZADD', P..':leases', unpack(zl, i, math.min(i + 999, #zl))) end
+  for i = 1, #wl, 1000 do redis.call('SADD', P..':wl:'..worker, unpack(wl, i, math.min(i + 999, #wl))) end
+  redis.call('SADD', P..':owners', worker)
 end
 if wait_n > 0 then
   redis.call('HINCRBYFLOAT', P..':cnt', 'wait_sum', wait_sum)
   cnt('wait_n', wait_n)
 end
+flush()
 for _, row in ipairs(bad) do out[#out + 1] = row end
 return out

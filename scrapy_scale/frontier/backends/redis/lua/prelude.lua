@@ -3,17 +3,44 @@ local RUN = redis.call('HGET', K..':run', 'id') or '0'
 local P = K..':'..RUN
 local NAMES = {[0]='pending', [1]='delayed', [2]='leased', [3]='done', [4]='failed'}
 local function rk(fp) return P..':r:'..fp end
-local function cnt(field, by) redis.call('HINCRBY', P..':cnt', field, by) end
-local function set_state(fp, old, new)
+-- The counters a call changes are summed here and written once, by flush(), which every
+-- script that changes records calls last (one HINCRBY per counter and call, not per record)
+local CNT, CNT_ORDER = {}, {}
+local function cnt(field, by)
+  local v = CNT[field]
+  if v == nil then CNT_ORDER[#CNT_ORDER + 1] = field v = 0 end
+  CNT[field] = v + by
+end
+local function flush()
+  for _, f in ipairs(CNT_ORDER) do
+    if CNT[f] ~= 0 then redis.call('HINCRBY', P..':cnt', f, CNT[f]) end
+  end
+  CNT, CNT_ORDER = {}, {}
+end
+-- a record's state change counted (the caller writes its st field)
+local function move(old, new)
   if old ~= nil then cnt(NAMES[old], -1) end
   cnt(NAMES[new], 1)
+end
+local function set_state(fp, old, new)
+  move(old, new)
   redis.call('HSET', rk(fp), 'st', new)
 end
+-- the domains (per priority) and priorities this call has already made ready: no script
+-- takes one away after it pushed in the same call (lease only promotes, first)
+local READY, PRIOS = {}, {}
 local function push_ready(fp, p, dom, front)
   local q = P..':q:'..p..':'..dom
   if front then redis.call('LPUSH', q, qpack(fp)) else redis.call('RPUSH', q, qpack(fp)) end
-  if not redis.call('ZSCORE', P..':dq:'..p, dom) then redis.call('ZADD', P..':dq:'..p, 0, dom) end
-  redis.call('ZADD', P..':prios', tonumber(p), p)
+  local pd = p..':'..dom
+  if not READY[pd] then
+    READY[pd] = true
+    if not redis.call('ZSCORE', P..':dq:'..p, dom) then redis.call('ZADD', P..':dq:'..p, 0, dom) end
+  end
+  if not PRIOS[p] then
+    PRIOS[p] = true
+    redis.call('ZADD', P..':prios', tonumber(p), p)
+  end
 end
 -- Done fingerprints (what dedup and status need of a done record) live in small hashes,
 -- not in a record each: bucket P:d:<first L characters>, member = the rest, hex packed to
@@ -37,7 +64,11 @@ local function done_parts(fp, L)
   end
   return P..':d:'..string.sub(fp, 1, L), rest
 end
-local function done_count() return tonumber(redis.call('HGET', P..':cnt', 'dn')) or 0 end
+local DONE_N = nil  -- the done count as stored, read once per call
+local function done_count()
+  if DONE_N == nil then DONE_N = tonumber(redis.call('HGET', P..':cnt', 'dn')) or 0 end
+  return DONE_N + (CNT['dn'] or 0)
+end
 local function done_find(fp)
   local top = done_level(done_count())
   for _, L in ipairs(DONE_LEVELS) do
@@ -53,9 +84,9 @@ local function done_add(fp)
   if not pcall(redis.call, 'HSET', k, m, '') then
     redis.call('DEL', k)
     redis.call('HSET', k, m, '')
-    redis.call('HINCRBY', P..':cnt', 'bad_done', 1)
+    cnt('bad_done', 1)
   end
-  redis.call('HINCRBY', P..':cnt', 'dn', 1)
+  cnt('dn', 1)
 end
 local function done_del(fp, L)
   local k, m = done_parts(fp, L)
@@ -92,11 +123,12 @@ local function to_dead(fp, reason, now)
   redis.call('ZADD', P..':deadz', now, fp)
   return 1
 end
-local function unreadable(fp)
-  -- why a ready record cannot be leased and read back (a corrupt hash), or nil
-  local r = redis.call('HMGET', rk(fp), 'd', 'a', 'el', 'enq', 't')
-  local names = {'d', 'a', 'el', 'enq', 't'}
-  if not r[3] then r[3] = r[4] end  -- no el: eligible since it was enqueued
+local UNREADABLE_NAMES = {'d', 'a', 'el', 'enq', 't'}
+local function unreadable(r)
+  -- why a ready record cannot be leased and read back (a corrupt hash), or nil; r: its
+  -- fields d, a, el, enq, t as read
+  local names = UNREADABLE_NAMES
+  r = {r[1], r[2], r[3] or r[4], r[4], r[5]}  -- no el: eligible since it was enqueued
   for i = 1, 5 do
     local v = r[i]
     if not v then return 'field '..names[i]..' is missing' end

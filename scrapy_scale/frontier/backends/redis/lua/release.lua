@@ -20,4 +20,5 @@ for _, fp in ipairs(fps) do
     redis.call('ZREM', P..':leases', fp)
   end
 end
+flush()
 return n

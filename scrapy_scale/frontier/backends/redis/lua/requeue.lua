@@ -18,4 +18,5 @@ for _, c in ipairs(classes) do
     end
   end
 end
+flush()
 return n

@@ -11,4 +11,5 @@ for i = 1, #ARGV do
     n = n + 1
   end
 end
+flush()
 return n

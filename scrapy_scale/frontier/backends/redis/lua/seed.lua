@@ -25,4 +25,5 @@ if added > 0 then
   cnt('pending', added)
   redis.call('ZADD', P..':prios', tonumber(p), p)
 end
+flush()
 return added
