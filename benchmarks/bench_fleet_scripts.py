@@ -1,0 +1,141 @@
+"""Benchmark (not a test): where the Redis server's time per URL crawled goes, by script.
+
+    python -m benchmarks.bench_fleet_scripts              # 1,000 sites x 20 pages, about 1 minute
+    python -m benchmarks.bench_fleet_scripts --nice -10   # the server ahead of the machine's other work
+
+``bench_fleet``'s crawl (``benchmarks/fleet_worker.py``: page i of a site links to pages
+5i+1..5i+5 of it) made by **one** client, round after round with no pause, each round
+as ``StoreSync.run`` makes it (``--pages`` pages' links and acks, the heartbeat, the fair
+share, the lease, the counts), against a private Redis node (AOF ``everysec``). One
+client, so each script call's server time is exact: ``INFO commandstats``'s evalsha
+usec read before and after each call (a second connection; INFO is not counted in
+evalsha). That is wall time inside the server: a loaded machine preempts the server
+mid-script, which ``--nice`` below 0 makes rarer and the median shows less than the mean.
+Per script: calls per URL, usec per call (mean and median) and usec per URL; and for the
+whole run, the server CPU per URL as commandstats usec and as ``INFO cpu`` (the process's
+user + system time, the INFO calls of the timing included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_fleet import Node, delta, git_head  # noqa: E402
+from benchmarks.fleet_worker import links, new_request, open_fleet_store, parse_data  # noqa: E402
+
+
+def evalsha_usec(node: Node) -> int:
+    return int(node.r.info("commandstats").get("cmdstat_evalsha", {}).get("usec", 0))
+
+
+def crawl(url: str, node: Node | None, job: str, sites: int, pages: int, per_round: int, batch: int) -> Any:
+    """The whole job crawled by one client; returns the URLs acked and each script's
+    calls' usec (name -> list; none timed when ``node`` is None)."""
+    from scrapy_scale.frontier.scheduling.sync import StoreSync, SyncPlan
+
+    store = open_fleet_store(url, job, None)
+    store.begin_run()
+    per: dict[str, list[float]] = {}
+
+    def timed(call: Any) -> Any:
+        def run(part: int, script: str, *args: Any) -> Any:
+            assert node is not None
+            u = evalsha_usec(node)
+            try:
+                return call(part, script, *args)
+            finally:
+                per.setdefault(script, []).append(float(evalsha_usec(node) - u))
+
+        return run
+
+    if node is not None:
+        store.call_at = timed(store.call_at)  # type: ignore[attr-defined]
+        store.call_at_bytes = timed(store.call_at_bytes)  # type: ignore[attr-defined]
+    sync = StoreSync(store, lease_seconds=60.0, error_deadline=600, floor=min(16, batch))
+    sync.worker = "scripts/0"
+    store.enqueue_new([new_request(s, 0) for s in range(sites)])
+    held: list[Any] = []
+    acked = 0
+    while True:
+        ops: list[tuple[str, Any]] = []
+        for x in held[:per_round]:
+            site, page = parse_data(x.data)
+            ops += [("enq", r) for r in links(site, page, pages)]
+            ops.append(("ack", (x.fingerprint, x.token)))
+        del held[:per_round]
+        out = sync.run(SyncPlan(ops=ops, want=max(0, batch - len(held)), held=len(held)))
+        acked += out.acked
+        held += [x for x in out.leased if not x.error]
+        c = out.counts
+        if not held and not (c["pending"] or c["delayed"] or c["leased"]):
+            break
+    store.close()
+    return acked, per
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sites", type=int, default=1000)
+    p.add_argument("--pages-per-site", type=int, default=20)
+    p.add_argument("--pages", type=int, default=6, help="pages written per round (bench_fleet's rounds: about 6)")
+    p.add_argument("--batch", type=int, default=64, help="SCALE_FRONTIER_BATCH (default 64)")
+    p.add_argument("--nice", type=int, default=0, help="nice value of the Redis server (below 0 needs the right)")
+    p.add_argument(
+        "--untimed", action="store_true", help="no per-script timing (no INFO per call: for a profiler's run)"
+    )
+    args = p.parse_args(argv)
+    from tests.support import services
+
+    server = services.private_redis(Path(tempfile.mkdtemp(prefix="bench-fleet-scripts-")), appendonly=False)
+    try:
+        if args.nice and server.proc is not None:
+            os.setpriority(os.PRIO_PROCESS, server.proc.pid, args.nice)
+        node = Node(server.port)
+        node.set_aof("everysec")
+        load0, t = os.getloadavg()[0], time.monotonic()
+        before = node.snapshot()
+        url = f"redis://127.0.0.1:{server.port}/0"
+        job = f"fleet-{uuid.uuid4().hex[:8]}"
+        n, per = crawl(
+            url, None if args.untimed else node, job, args.sites, args.pages_per_site, args.pages, args.batch
+        )
+        after = node.snapshot()
+    finally:
+        server.kill()
+    d = delta(before, after)
+    print(
+        f"`python -m benchmarks.bench_fleet_scripts {' '.join(sys.argv[1:] if argv is None else argv)}` at "
+        f"{git_head()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {time.monotonic() - t:.0f} s, "
+        f"load average {load0:.1f} -> {os.getloadavg()[0]:.1f}; {n:,} URLs crawled\n"
+    )
+    print("| script | calls / URL | usec / call, mean | usec / call, median | usec / URL |")
+    print("|---|---:|---:|---:|---:|")
+    total = 0.0
+    for name, xs in sorted(per.items(), key=lambda kv: -sum(kv[1])):
+        total += sum(xs) / n
+        row = (name, len(xs) / n, sum(xs) / len(xs), statistics.median(xs), sum(xs) / n)
+        print("| {} | {:.3f} | {:.1f} | {:.1f} | {:.1f} |".format(*row))
+    print(f"| all scripts | | | | {total:.1f} |\n")
+    usec = sum(u for _, u in d["cmd"].values())
+    calls = sum(c for c, _ in d["cmd"].values())
+    print(
+        f"Whole run, per URL: {calls / n:.2f} commands run (incl. in scripts), server CPU {usec / n:.1f} us "
+        f"(commandstats) and {1e6 * d['cpu'] / n:.1f} us (INFO cpu, the timing's INFO calls included)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
