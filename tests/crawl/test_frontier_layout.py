@@ -187,3 +187,49 @@ def test_hostile_keys_in_redis_are_skipped_with_one_warning(redis_store: Any, ca
     assert len(warned) == 1
     assert s.enqueue([seed("http://a.test/0")]) == [EnqueueResult.DUPLICATE]  # the bucket was replaced
     assert s.counts()["done"] == 3 and s.status().counts["pending"] == 0
+
+
+def _packed(hexes: str) -> bytes:
+    even = len(hexes) // 2 * 2
+    return bytes.fromhex(hexes[:even]) + hexes[even:].encode()
+
+
+@pytest.mark.parametrize(("done_before", "level"), [(0, 3), (300_000, 4), (4_500_000, 5)])
+def test_the_worker_packs_fingerprints_as_the_scripts_did_at_every_done_level(
+    redis_store: Any, done_before: int, level: int
+) -> None:
+    """The worker sends each fingerprint's hex packed to bytes (store.packs) and the scripts
+    key the ready queue and the done set with it; a call that sends none (isdone, from
+    get) packs in Lua: the same keys and members, so records of either way read back."""
+    import redis
+
+    from scrapy_scale.frontier.backends.redis.store import packs
+
+    s = redis_store
+    p = s.run_prefix()
+    s.r.hset(f"{p}:cnt", "dn", done_before)  # the done set's level follows its count
+    reqs = [seed(f"http://a.test/{i}") for i in range(3)]
+    assert s.enqueue(reqs) == [EnqueueResult.ADDED] * 3
+    raw = redis.Redis.from_url(s.url)
+    try:
+        queued = raw.lrange(f"{p}:q:0:a.test", 0, -1)
+        assert sorted(queued) == sorted(bytes.fromhex(r.fingerprint) for r in reqs)
+        leased = s.lease(W, 10, LEASE)
+        assert s.ack(W, [(x.fingerprint, x.token) for x in leased]) == 3
+        for r in reqs:
+            fp = r.fingerprint
+            assert packs(fp) == (bytes.fromhex(fp), _packed(fp[1:]))  # what the worker sent
+            assert raw.hexists(f"{p}:d:{fp[:level]}", _packed(fp[level:])), (fp, level)
+            got = s.get(fp)  # isdone: packed in Lua
+            assert got is not None and got["state"] is State.DONE
+    finally:
+        raw.close()
+    assert s.enqueue(reqs) == [EnqueueResult.DUPLICATE] * 3
+    # a fingerprint of another form is not packed: it keys the done set as it is
+    other = NewRequest("not-hex-fingerprint", '"http://a.test/x"', "a.test")
+    assert s.enqueue([other]) == [EnqueueResult.ADDED]
+    (x,) = s.lease(W, 10, LEASE)
+    assert s.ack(W, [(x.fingerprint, x.token)]) == 1
+    assert packs(other.fingerprint) == (b"", b"")
+    assert s.r.hexists(f"{p}:d:{other.fingerprint[:level]}", other.fingerprint[level:])
+    assert s.enqueue([other]) == [EnqueueResult.DUPLICATE]

@@ -45,6 +45,7 @@ is a duplicate, and a lease whose reply was lost expires (it is not renewed).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -64,6 +65,24 @@ from scrapy_scale.shared_values import Refused, text
 __all__ = ["RedisStore", "glob_escape"]
 
 logger = logging.getLogger(__name__)
+
+
+def packs(fingerprint: str) -> tuple[bytes, bytes]:
+    """A fingerprint of hex characters packed to bytes, from its 1st and from its 2nd
+    character (an odd last character kept as it is), as the scripts key the done set and
+    the ready queues with it (lua/queue_entry.lua): packed here, on the worker, not in Lua
+    on the Redis server. Empty for another fingerprint (the scripts pack it themselves)."""
+    if len(fingerprint) < 8 or not _HEX.fullmatch(fingerprint):
+        return b"", b""
+    return _pack(fingerprint), _pack(fingerprint[1:])
+
+
+_HEX = re.compile(r"[0-9a-fA-F]+")
+
+
+def _pack(hexes: str) -> bytes:
+    even = len(hexes) // 2 * 2
+    return bytes.fromhex(hexes[:even]) + hexes[even:].encode()
 
 
 class RedisStore(RedisObserve):
@@ -102,6 +121,7 @@ class RedisStore(RedisObserve):
                         r.again if r.reopen else "",
                         "1" if r.tail else "",
                         str(r.token) if r.update and r.token is not None else "",
+                        *packs(r.fingerprint),
                     ]
                     if self.parts > 1:
                         if r.held_by:
@@ -122,7 +142,7 @@ class RedisStore(RedisObserve):
                     args: list[Any] = [self.clock(), str(int(p))]
                     for r in chunk:
                         if r.priority == p:
-                            args += (r.fingerprint, r.data, r.domain)
+                            args += (r.fingerprint, r.data, r.domain, *packs(r.fingerprint))
                     added += int(self.call_at(part, "seed", *args))
         return added
 
@@ -195,7 +215,7 @@ class RedisStore(RedisObserve):
             here = set(fps)
             for fp, tok, cls, reason in rows:
                 if fp in here:
-                    args += [fp, str(tok), cls, reason]
+                    args += [fp, str(tok), cls, reason, *packs(fp)]
             n += int(self.call_at(part, "finish", *args))
         self._forget([r[0] for r in rows])
         return n

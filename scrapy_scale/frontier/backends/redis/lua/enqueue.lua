@@ -1,7 +1,8 @@
 local now = tonumber(ARGV[1])
 local out = {}
-for i = 2, #ARGV, 14 do
+for i = 2, #ARGV, 16 do
   local fp, data, dom, p = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3]
+  packed(fp, ARGV[i+14], ARGV[i+15])
   local nb, att, fc, fr, flag = tonumber(ARGV[i+4]), ARGV[i+5], ARGV[i+6], ARGV[i+7], ARGV[i+8]
   local held, hsecs, again, tail = ARGV[i+9], tonumber(ARGV[i+10]), ARGV[i+11], ARGV[i+12] == '1'
   local lease_tok = ARGV[i+13]  -- an update's lease token ('' when its worker holds none)

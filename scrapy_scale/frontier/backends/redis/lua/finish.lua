@@ -3,8 +3,9 @@ local n = 0
 -- the leased records acked, taken off the lease set and their owners' sets in one command
 -- each at the end (not one per record)
 local unlease, owned = {}, {}
-for i = 3, #ARGV, 4 do
+for i = 3, #ARGV, 6 do
   local fp, tok = ARGV[i], ARGV[i+1]
+  packed(fp, ARGV[i+4], ARGV[i+5])
   local r = redis.call('HMGET', rk(fp), 'st', 't', 'o', 'fc')
   local st = tonumber(r[1])
   if st and st <= 2 and r[2] == tok then

@@ -58,6 +58,11 @@ local function done_level(n)
   return DONE_LEVELS[#DONE_LEVELS]
 end
 local function done_parts(fp, L)
+  local pk = PACKED[fp]
+  if pk then  -- its hex after L characters, packed: the client's packing from the 1st or 2nd
+    if L % 2 == 0 then return P..':d:'..string.sub(fp, 1, L), string.sub(pk[1], L / 2 + 1) end
+    return P..':d:'..string.sub(fp, 1, L), string.sub(pk[2], (L - 1) / 2 + 1)
+  end
   local rest = string.sub(fp, L + 1)
   if string.find(rest, '^%x+$') then
     rest = string.gsub(rest, '%x%x', function(h) return string.char(tonumber(h, 16)) end)

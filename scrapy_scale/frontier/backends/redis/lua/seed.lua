@@ -1,14 +1,16 @@
--- enqueue.lua for plain new requests (seeds): ARGV = now, priority, then (fp, data, domain)
--- per request. An unknown fingerprint gets the record enqueue.lua writes (same fields, in
--- the same order) and joins its domain's ready queue; a known one is left alone.
+-- enqueue.lua for plain new requests (seeds): ARGV = now, priority, then (fp, data, domain,
+-- fp packed from its 1st and from its 2nd character: queue_entry.lua) per request. An
+-- unknown fingerprint gets the record enqueue.lua writes (same fields, in the same order)
+-- and joins its domain's ready queue; a known one is left alone.
 -- Returns how many were added.
 local now = tonumber(ARGV[1])
 local p = ARGV[2]
 local el = math.max(now, 0)
 local added = 0
 local seen = {}
-for i = 3, #ARGV, 3 do
+for i = 3, #ARGV, 5 do
   local fp, dom = ARGV[i], ARGV[i+2]
+  packed(fp, ARGV[i+3], ARGV[i+4])
   local key = rk(fp)
   if redis.call('HEXISTS', key, 'st') == 0 and not done_find(fp) then
     -- no el: eligible since it was enqueued (enq)
