@@ -4,7 +4,8 @@
 modules of a flat ``frontier`` folder, named in the docs and in projects' settings
 (``SCHEDULER = "scrapy_scale.frontier.scheduler.Scheduler"``);
 ``scrapy_scale.config_check`` held the settings check a project may name in
-``EXTENSIONS``; ``scrapy_scale.meta`` the Request.meta keys. Importing a former path
+``EXTENSIONS``; ``scrapy_scale.meta`` the Request.meta keys;
+``scrapy_scale.frontier.backends.workers_read`` the workers table read back. Importing a former path
 gives the module at its new path, the same object (not a copy), so the name still works.
 Installed when ``scrapy_scale`` is imported.
 """
@@ -26,6 +27,7 @@ MOVED = {
     "scrapy_scale.frontier.scheduler": "scrapy_scale.frontier.scheduling.scheduler",
     "scrapy_scale.config_check": "scrapy_scale.config.check",
     "scrapy_scale.meta": "scrapy_scale.meta_keys",
+    "scrapy_scale.frontier.backends.workers_read": "scrapy_scale.frontier.records.workers_read",
 }
 
 

@@ -1,8 +1,10 @@
 """The frontier store: persisted request records of one job, and their states.
 
-One interface, two backends (``sqlite:///path`` and ``redis://host:port/db``),
-chosen by URL with :func:`scrapy_scale.frontier.backends.open_store`. The same conformance suite
-(tests/crawl/test_frontier_store.py) runs against both.
+One interface, two backends (``sqlite:///path`` and ``redis://host:port/db``), chosen by
+URL with :func:`scrapy_scale.frontier.backends.open_store`; one conformance suite
+(tests/crawl/test_frontier_store.py) runs against both. A backend writes the twelve
+abstract methods of :class:`FrontierStore` (docs/frontier.md, "The store contract");
+every other method is shared code built on them.
 
 Record lifecycle (one record per fingerprint per job)::
 
@@ -15,23 +17,15 @@ Record lifecycle (one record per fingerprint per job)::
 Lease tokens: an ack, a fail, or an update that names one (``NewRequest.token``) is
 refused once the record moved on from that lease (leased again, finished, failed), so a
 worker frozen past its lease cannot finish, reopen or take back another worker's record.
+"Pending" includes *delayed* records (next eligible time in the future), which cannot be
+leased yet; :class:`Status` counts them apart.
 
-"Pending" includes *delayed* records (next eligible time in the future): they are
-pending but cannot be leased yet; :class:`Status` counts them apart.
-
-Times are epoch seconds from the store's injectable ``clock``; the store never
-reads the wall clock itself (tests pass :class:`scrapy_scale.clock.FakeClock`).
-
-Thread-safety: a store object is used by one thread at a time (the scheduler
-runs every store call in one dedicated thread, off the reactor). Several
-processes may share one store (that is the point of Redis; SQLite is shared by
-processes on one machine through its file lock).
-
-Requests are stored as data, never pickle: :mod:`scrapy_scale.frontier.records.codec`
-turns a :class:`scrapy.Request` into a versioned JSON string and back.
-
-The records and their states (:class:`NewRequest`, :class:`Leased`, :class:`Status`, ...)
-are in :mod:`scrapy_scale.frontier.records.model`, imported here for the store's users.
+Times are epoch seconds from the store's injectable ``clock`` (never the wall clock
+itself). A store object is used by one thread at a time (the scheduler's store thread);
+several processes may share one store (Redis; SQLite through its file lock). Requests are
+stored as data, never pickle (:mod:`scrapy_scale.frontier.records.codec`). The records
+and their states are in :mod:`scrapy_scale.frontier.records.model`, imported here for the
+store's users.
 """
 
 from __future__ import annotations
@@ -53,13 +47,20 @@ from scrapy_scale.frontier.records.model import (
     FrontierFatal,
     Leased,
     NewRequest,
+    RunChange,
     RunInfo,
+    Settle,
+    Settled,
     State,
     Status,
+    Summary,
+    Want,
+    WorkerTable,
     again_key,
     domain_of,
     key_base,
 )
+from scrapy_scale.frontier.records.workers_read import free_slot
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -74,6 +75,8 @@ class FrontierStore(abc.ABC):
     reactor thread. Methods that take several records do them in one round trip /
     one transaction, in the order given (an enqueue listed before an ack is durable
     no later than the ack).
+
+    A backend writes the abstract methods (the contract); the others are shared.
     """
 
     #: URL scheme(s) served by this backend
@@ -88,7 +91,7 @@ class FrontierStore(abc.ABC):
         self.job = job
         self.clock = clock
 
-    # ---- lifecycle -------------------------------------------------------------
+    # ==== the contract: what a backend writes ====================================
 
     @abc.abstractmethod
     def open(self) -> None:
@@ -99,70 +102,32 @@ class FrontierStore(abc.ABC):
     def close(self) -> None:
         """Release connections. Idempotent. Leases stay (use :meth:`release` first)."""
 
-    def fatal_error(self, error: BaseException) -> str | None:
-        """What to tell the user when ``error`` (raised by a store call) means the frontier
-        cannot go on (corrupt file, lost state): the crawl stops with it. None: an error
-        that may pass (the call is tried again)."""
-        return str(error) if isinstance(error, FrontierFatal) else None
-
-    def durability_warning(self) -> str | None:
-        """Why the store may lose the job's state on a crash of its server, or None."""
-        return None
-
-    def batch(self) -> AbstractContextManager[object]:
-        """``with store.batch():`` groups the calls inside into as few round trips /
-        transactions as the backend allows (SQLite: one transaction). Optional."""
-        return nullcontext()
-
-    def __enter__(self) -> FrontierStore:
-        self.open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # ---- runs ------------------------------------------------------------------
-
     @abc.abstractmethod
-    def begin_run(self) -> RunInfo:
-        """Join the job's current run if it has not finished (``resumed=True``);
-        otherwise start a new run: every record and dead letter of the job is
-        deleted (the run history stays) and a new run id is recorded. Atomic, so
-        workers starting together agree on one run."""
-
-    @abc.abstractmethod
-    def finish_run(self) -> RunInfo | None:
-        """If the job is drained (no pending, delayed or leased record), mark the
-        current run ended with its counts and return it; otherwise return None and
-        change nothing. Idempotent: an ended run is returned as it is."""
+    def change_run(self, change: RunChange) -> RunInfo | None:
+        """One atomic transition of the job's run record (workers starting together agree
+        on one run). ``BEGIN``: join the current run if it has not ended (``resumed=True``),
+        else delete every record, dead letter and heartbeat of the job and start a new run;
+        returns the run. ``FINISH``: if the job is drained (no pending, delayed or leased
+        record) end the run with its counts and return it (an ended run as it is), else
+        None. ``REOPEN``: an ended run runs again (none: one starts). ``RESET``: delete every
+        record, lease, dead letter, worker and feed message, end the run (counts
+        ``{"reset": 1}``). The history stays."""
 
     @abc.abstractmethod
     def runs(self) -> list[RunInfo]:
         """Run history, oldest first."""
 
-    # ---- workers ---------------------------------------------------------------
+    @abc.abstractmethod
+    def read_workers(self, table: WorkerTable) -> dict[str, Any]:
+        """A workers table as stored, read back unchecked (the shared code checks it):
+        ``PIDS``: worker id -> pid; ``BEATS``: worker id -> (last beat, alive until)."""
 
     @abc.abstractmethod
-    def claim_worker(self, prefix: str, pid: int, is_alive: Callable[[int], bool]) -> str:
-        """Pick this process's worker id: ``f"{prefix}/{slot}"`` with the lowest slot
-        whose recorded pid is absent or no longer alive (``is_alive(pid)`` False),
-        and record ``pid`` for it. A restarted worker thus gets back its old id (and
-        can take its own leases back at once with :meth:`reclaim`), while live
-        siblings on the same host keep theirs. Use a ``prefix`` unique per host."""
-
-    @abc.abstractmethod
-    def heartbeat(self, worker: str, until: float) -> None:
-        """Record that ``worker`` is alive now and stays so until ``until`` (epoch
-        seconds) unless it beats again; ``until`` = now says it stopped (a clean close).
-        :meth:`status` reports them (``scrapy scale status``: live workers, or
-        ``interrupted`` when a running run has none). A new run or a reset forgets them."""
-
-    @abc.abstractmethod
-    def beats(self) -> dict[str, tuple[Any, Any]]:
-        """The current run's heartbeats as stored: worker id -> (last beat, alive until),
-        epoch seconds, read back unchecked (the caller checks them: :mod:`.scheduling.fair_share`)."""
-
-    # ---- the hot path ----------------------------------------------------------
+    def write_worker(self, table: WorkerTable, worker: str, value: float, seen: Any = None) -> bool:
+        """``PIDS``: record pid ``value`` for ``worker`` if its stored pid is still
+        ``seen`` (as :meth:`read_workers` gave it; None: none stored), atomically;
+        False when another process changed it meanwhile. ``BEATS``: record that
+        ``worker`` beat now and is alive until ``value``; True."""
 
     @abc.abstractmethod
     def enqueue(self, requests: Sequence[NewRequest]) -> list[EnqueueResult]:
@@ -171,82 +136,74 @@ class FrontierStore(abc.ABC):
         delayed. Returns one result per request, in order. One request listed twice
         in a batch behaves as two calls in that order."""
 
-    def enqueue_new(self, requests: Sequence[NewRequest]) -> int:
-        """:meth:`enqueue` for plain new requests (seeds: ``update``, ``reopen``,
-        ``held_by``, ``not_before``, ``attempts`` and ``last_failure`` unset; they wait at the
-        tail of their domain's queue whatever their ``tail``): a record is
-        created for each unknown fingerprint, a known one is left alone. The records are
-        those :meth:`enqueue` writes; only the count of added ones comes back."""
-        return sum(1 for r in self.enqueue(requests) if r is EnqueueResult.ADDED)
-
     @abc.abstractmethod
     def lease(self, worker: str, n: int, seconds: float) -> list[Leased]:
-        """Lease up to ``n`` eligible pending records to ``worker`` for ``seconds``.
-
-        First moves due delayed records to pending. Order: highest priority first;
-        within one priority, round-robin across domains (each domain with eligible
-        work gets its turn, the least recently served first); inside a domain, the
-        requests enqueued with ``tail=False`` newest first, then those with ``tail=True`` in
-        arrival order (:attr:`NewRequest.tail`), a delayed record whose time came first of all.
-        A lease gives the record a new token (it does not change ``attempts``:
-        attempts are set by retries, ``NewRequest.attempts``). Returns [] when
-        nothing is eligible.
-
-        A record whose fields cannot be read (a number field holding ``x``, a
-        missing field) is dead-lettered alone, with the field in its reason, and
+        """Lease up to ``n`` eligible pending records to ``worker`` for ``seconds`` (due
+        delayed records become pending first); [] when none. Order: highest priority first;
+        within one, round-robin across domains, the least recently served first; inside a
+        domain, a due delayed record, then ``tail=False`` newest first, then ``tail=True`` in
+        arrival order (docs/frontier.md, "Order"). A lease gives a new token (``attempts``
+        unchanged). A record whose fields cannot be read is dead-lettered alone and
         returned with :attr:`Leased.error` set; the others are leased."""
 
     @abc.abstractmethod
-    def renew(self, worker: str, seconds: float, fingerprints: Sequence[str] | None = None) -> int:
-        """Extend ``worker``'s leases (those listed, or all when None) to now +
-        ``seconds``; returns how many. The scheduler lists what it really holds, so
-        a lease whose reply was lost in a connection drop is not kept alive."""
+    def settle(self, worker: str | None, change: Settle, rows: Sequence[Settled] | None, seconds: float = 0.0) -> int:
+        """Change the records ``rows`` (None: every lease of ``worker``, where the change
+        allows it) as :class:`Settle` says; returns how many changed. ``rows`` is never
+        empty (the shared callers return 0 first). Token rules (DONE, FAILED): a pair
+        whose record no longer has that token (leased or updated since) or is no longer
+        leased or pending is ignored, so a repeated ack is harmless. RELEASED, RENEWED:
+        only ``worker``'s leases. RECLAIMED (``rows`` None): every expired lease plus
+        every lease of ``worker`` (None: none), and a backend with a feed puts the
+        messages taken by workers no longer alive back at the head of the feed."""
 
     @abc.abstractmethod
-    def ack(self, worker: str, done: Sequence[tuple[str, int]]) -> int:
-        """Mark records done: each ``(fingerprint, token)`` whose record still has
-        that token (no one leased or updated it since) and is leased or pending.
-        ``worker`` is informational (the token is the proof). Returns how many
-        changed; stale or unknown pairs are ignored, so a repeated ack is harmless."""
+    def summary(self, want: Want, limit: int = 100) -> Summary:
+        """Read the part of the job's summary ``want`` names (every value read back
+        checked): ``COUNTS`` (records by state, :data:`COUNT_KEYS`; cheap),
+        ``NEXT_ELIGIBLE`` (earliest not-before time of the delayed records, None when
+        none), ``STATUS`` (:class:`Status`), ``DEAD_LETTERS`` (up to ``limit``, oldest
+        first), ``DEAD_COUNT`` (cheap: no scan of the records)."""
 
     @abc.abstractmethod
-    def fail(self, worker: str, failed: Sequence[tuple[str, int, str, str]]) -> int:
-        """Mark records terminally failed: ``(fingerprint, token, cls, reason)``;
-        token rules as in :meth:`ack`. Keeps class and reason (see :meth:`requeue`)."""
+    def get(self, fingerprint: str) -> dict[str, object] | None:
+        """One record as a dict (keys: fingerprint, state, data, domain, priority,
+        attempts, eligible_at, enqueued_at, last_failure, owner, lease_expires,
+        token), or None. ``state`` is a :class:`State` value; a delayed record
+        has state ``pending`` and ``eligible_at`` in the future."""
 
     @abc.abstractmethod
-    def release(self, worker: str, fingerprints: Sequence[str] | None = None) -> int:
-        """Return ``worker``'s leases (all, or those listed) to pending at once,
-        keeping their place in line. Used at clean shutdown for unprocessed buffer."""
+    def requeue_failed(self, cls: str | None) -> int:
+        """Failed records of failure class ``cls`` (every class if None) become
+        pending again, eligible now, behind the queue's others, attempts reset to 0,
+        last failure kept. Returns how many (:meth:`requeue` reopens the run)."""
 
-    @abc.abstractmethod
-    def reclaim(self, worker: str | None = None) -> int:
-        """Return every expired lease to pending, plus every lease of ``worker``
-        (expired or not: the caller is that worker restarted). Returns how many.
-        A backend with a feed also puts the feed messages taken by workers that are no
-        longer alive (:meth:`heartbeat` expired) back at the head of the feed."""
+    # ==== optional: a backend may override ========================================
 
-    @abc.abstractmethod
-    def dead_letter(self, fingerprint: str, reason: str) -> None:
-        """Move a record that cannot be decoded out of the frontier, into the
-        dead-letter set with ``reason``; the crawl goes on without it."""
+    def fatal_error(self, error: BaseException) -> str | None:
+        """The message the crawl stops with when ``error`` (raised by a store call) means
+        the frontier cannot go on (corrupt file, lost state); None: it may pass (retried)."""
+        return str(error) if isinstance(error, FrontierFatal) else None
 
-    @abc.abstractmethod
-    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
-        """Dead letters, oldest first."""
+    def durability_warning(self) -> str | None:
+        """Why the store may lose the job's state on a crash of its server, or None."""
+        return None
 
-    def dead_letter_count(self) -> int:
-        """How many dead letters the current run has (cheap: no scan of the records)."""
-        return self.status().dead_letters
+    def batch(self) -> AbstractContextManager[object]:
+        """``with store.batch():`` groups the calls inside (SQLite: one transaction)."""
+        return nullcontext()
 
-    # ---- outside feeders (Redis key for JSON seeds) -----------------------------
+    def enqueue_new(self, requests: Sequence[NewRequest]) -> int:
+        """:meth:`enqueue` for plain new requests (seeds: no update, reopen, holder, delay,
+        attempts or failure; at the tail of their domain's queue whatever their ``tail``);
+        returns how many were added."""
+        return sum(1 for r in self.enqueue(requests) if r is EnqueueResult.ADDED)
 
     def take_feed(self, worker: str, n: int) -> list[str]:
-        """Up to ``n`` raw JSON seed messages pushed by feeders (see :attr:`feed_key`),
-        moved atomically to ``worker``'s taken list until :meth:`feed_done`. While that
-        list holds messages (a sync failed after taking them) it returns them again
-        instead of new ones; :meth:`reclaim` puts the taken messages of a worker that is
-        no longer alive back at the head of the feed. Backends without a feed return []."""
+        """Up to ``n`` raw JSON seed messages pushed by feeders (:attr:`feed_key`), moved
+        atomically to ``worker``'s taken list until :meth:`feed_done` (while it holds some,
+        they come again instead of new ones; :meth:`reclaim` gives those of a dead worker
+        back to the feed). Backends without a feed return []."""
         return []
 
     def feed_done(self, worker: str) -> None:
@@ -258,61 +215,149 @@ class FrontierStore(abc.ABC):
         """Where feeders push JSON seeds (Redis: a list key), or None."""
         return None
 
-    # ---- observation -----------------------------------------------------------
-
     def give_up_after(self, seconds: float) -> None:
-        """Stop retrying an unreachable server after ``seconds`` (a reader, a command); no-op
-        for a backend that does not retry."""
+        """Stop retrying an unreachable server after ``seconds`` (a reader, a command)."""
         return None
 
     def known_jobs(self) -> list[str]:
         """Names of the jobs that have had a run in this frontier ([]: it cannot tell)."""
         return []
 
-    @abc.abstractmethod
+    # ==== shared: built on the contract ============================================
+
+    def __enter__(self) -> FrontierStore:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def begin_run(self) -> RunInfo:
+        """Join the job's current run, or start a new one (:attr:`RunChange.BEGIN`)."""
+        info = self.change_run(RunChange.BEGIN)
+        if info is None:  # pragma: no cover - a backend that breaks the contract
+            raise FrontierError(f"{type(self).__name__} began no run")
+        return info
+
+    def finish_run(self) -> RunInfo | None:
+        """End the run if the job is drained (:attr:`RunChange.FINISH`). Idempotent."""
+        return self.change_run(RunChange.FINISH)
+
+    def reopen_run(self) -> None:
+        """An ended run runs again (:attr:`RunChange.REOPEN`)."""
+        self.change_run(RunChange.REOPEN)
+
+    def reset(self) -> None:
+        """Start over (:attr:`RunChange.RESET`); the run history stays."""
+        self.change_run(RunChange.RESET)
+
+    def claim_worker(self, prefix: str, pid: int, is_alive: Callable[[int], bool]) -> str:
+        """Pick this process's worker id: ``f"{prefix}/{slot}"`` with the lowest slot whose
+        recorded pid is absent or not alive (``is_alive(pid)`` False), and record ``pid``. A
+        restarted worker gets its old id back (and its leases, :meth:`reclaim`), live
+        siblings on the host keep theirs. Use a ``prefix`` unique per host."""
+        while True:
+            wid, seen = free_slot(prefix, self.read_workers(WorkerTable.PIDS), pid, is_alive)
+            if self.write_worker(WorkerTable.PIDS, wid, pid, seen):
+                return wid
+
+    def heartbeat(self, worker: str, until: float) -> None:
+        """Record that ``worker`` is alive now and until ``until`` unless it beats again
+        (``until`` = now: it stopped). :meth:`status` reports them; a new run or a reset
+        forgets them."""
+        self.write_worker(WorkerTable.BEATS, worker, until)
+
+    def beats(self) -> dict[str, tuple[Any, Any]]:
+        """The current run's heartbeats as stored, unchecked (the caller checks them):
+        worker id -> (last beat, alive until)."""
+        return self.read_workers(WorkerTable.BEATS)
+
+    def renew(self, worker: str, seconds: float, fingerprints: Sequence[str] | None = None) -> int:
+        """Extend ``worker``'s leases (those listed, or all when None) to now + ``seconds``;
+        returns how many. The scheduler lists what it holds, so a lease whose reply was lost
+        in a connection drop is not kept alive."""
+        return self._settle_fps(worker, Settle.RENEWED, fingerprints, seconds)
+
+    def ack(self, worker: str, done: Sequence[tuple[str, int]]) -> int:
+        """Mark ``(fingerprint, token)`` records done (token rules: :meth:`settle`; ``worker``
+        is informational). Returns how many changed; a repeated ack is harmless."""
+        if not done:
+            return 0
+        return self.settle(worker, Settle.DONE, [Settled(fp, token) for fp, token in done])
+
+    def fail(self, worker: str, failed: Sequence[tuple[str, int, str, str]]) -> int:
+        """Mark ``(fingerprint, token, cls, reason)`` records terminally failed (token rules
+        as in :meth:`ack`), keeping class and reason (see :meth:`requeue`)."""
+        if not failed:
+            return 0
+        return self.settle(worker, Settle.FAILED, [Settled(*f) for f in failed])
+
+    def release(self, worker: str, fingerprints: Sequence[str] | None = None) -> int:
+        """Return ``worker``'s leases (all, or those listed) to pending, keeping their place
+        in line (a clean shutdown's unprocessed buffer)."""
+        return self._settle_fps(worker, Settle.RELEASED, fingerprints)
+
+    def reclaim(self, worker: str | None = None) -> int:
+        """Return every expired lease to pending, plus every lease of ``worker`` (the caller
+        is that worker restarted), and feed messages of workers no longer alive to the feed
+        (:attr:`Settle.RECLAIMED`). Returns how many leases."""
+        return self.settle(worker, Settle.RECLAIMED, None)
+
+    def dead_letter(self, fingerprint: str, reason: str) -> None:
+        """Move a record that cannot be decoded to the dead letters with ``reason``."""
+        self.settle(None, Settle.DEAD, [Settled(fingerprint, reason=reason)])
+
+    def resolve(self, fingerprints: Sequence[str]) -> int:
+        """Failed records among ``fingerprints`` become done: their output was recovered
+        without fetching them again (``scrapy scale replay``). Records in any other state are
+        left as they are (a replay never takes a lease from a worker). Returns how many."""
+        return self._settle_fps(None, Settle.RESOLVED, fingerprints) if fingerprints else 0
+
+    def _settle_fps(
+        self, worker: str | None, change: Settle, fingerprints: Sequence[str] | None, seconds: float = 0.0
+    ) -> int:
+        if fingerprints is None:
+            return self.settle(worker, change, None, seconds)
+        if not fingerprints:
+            return 0
+        return self.settle(worker, change, [Settled(fp) for fp in fingerprints], seconds)
+
+    def requeue(self, cls: str | None = None) -> int:
+        """:meth:`requeue_failed`, and the run reopened if it had ended. Returns how many."""
+        n = self.requeue_failed(cls)
+        if n:
+            self.reopen_run()
+        return n
+
     def counts(self) -> dict[str, int]:
         """Records by state, keys :data:`COUNT_KEYS` (``delayed`` apart from
         ``pending``). Cheap (maintained counters, not a scan)."""
+        return self.summary(Want.COUNTS).counts
 
     def drained(self) -> bool:
         """No pending, delayed or leased record."""
         c = self.counts()
         return not (c["pending"] or c["delayed"] or c["leased"])
 
-    @abc.abstractmethod
     def next_eligible_at(self) -> float | None:
         """The earliest not-before time among delayed records (None when none)."""
+        return self.summary(Want.NEXT_ELIGIBLE).next_eligible_at
 
-    @abc.abstractmethod
     def status(self) -> Status:
         """Counts by state and failure class, oldest pending age, average wait,
         leases per worker, the run; see :class:`Status`."""
+        status = self.summary(Want.STATUS).status
+        if status is None:  # pragma: no cover - a backend that breaks the contract
+            raise FrontierError(f"{type(self).__name__} read no status")
+        return status
 
-    @abc.abstractmethod
-    def get(self, fingerprint: str) -> dict[str, object] | None:
-        """One record as a dict (keys: fingerprint, state, data, domain, priority,
-        attempts, eligible_at, enqueued_at, last_failure, owner, lease_expires,
-        token), or None. ``state`` is a :class:`State` value; a delayed record
-        has state ``pending`` and ``eligible_at`` in the future."""
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        """Dead letters, oldest first."""
+        return self.summary(Want.DEAD_LETTERS, limit).dead_letters
 
-    # ---- commands ----------------------------------------------------------------
-
-    @abc.abstractmethod
-    def reset(self) -> None:
-        """Start over: delete every record, lease, dead letter and feed message of
-        the job and end the current run (reason ``reset``); run history stays."""
-
-    @abc.abstractmethod
-    def requeue(self, cls: str | None = None) -> int:
-        """Failed records of failure class ``cls`` (every class if None) become
-        pending again, eligible now, attempts reset to 0, last failure kept.
-        Also reopens the run if it had ended. Returns how many."""
-
-    def resolve(self, fingerprints: Sequence[str]) -> int:
-        """Failed records among ``fingerprints`` become done: their output was recovered
-        without fetching them again (``scrapy scale replay``). Records in any other state are
-        left as they are (a replay never takes a lease from a worker). Returns how many."""
-        raise NotImplementedError(f"{type(self).__name__} cannot resolve failed records")
+    def dead_letter_count(self) -> int:
+        """How many dead letters the current run has (cheap: no scan of the records)."""
+        return self.summary(Want.DEAD_COUNT).dead_letter_count
 
     def seed(
         self, requests: Iterable[Request | str], priority: int = 0, rules: RecordRules | None = None
@@ -328,11 +373,6 @@ class FrontierStore(abc.ABC):
         self.reopen_run()
         return self.enqueue(batch)
 
-    @abc.abstractmethod
-    def reopen_run(self) -> None:
-        """If the current run has ended, mark it running again (no-op otherwise;
-        starts a run when there is none)."""
-
 
 __all__ = [
     "AGAIN_SEP",
@@ -345,9 +385,15 @@ __all__ = [
     "FrontierStore",
     "Leased",
     "NewRequest",
+    "RunChange",
     "RunInfo",
+    "Settle",
+    "Settled",
     "State",
     "Status",
+    "Summary",
+    "Want",
+    "WorkerTable",
     "again_key",
     "domain_of",
     "key_base",

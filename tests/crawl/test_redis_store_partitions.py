@@ -141,7 +141,7 @@ def test_a_request_written_to_another_partition_while_partition_0_finishes_reope
     s.enqueue([req(f"http://{parent}/")])
     (x,) = s.lease(W, 1, 60)
     ran = []
-    real = other.call_at
+    real = other.conn.call_at
 
     def call_at(part: int, script: str, *args: Any) -> Any:
         if part == 0 and script == "run" and args[0] == "finish" and not ran:
@@ -151,7 +151,7 @@ def test_a_request_written_to_another_partition_while_partition_0_finishes_reope
             ran.append(True)
         return real(part, script, *args)
 
-    other.call_at = call_at  # type: ignore[method-assign]
+    other.conn.call_at = call_at  # type: ignore[method-assign]
     s.ack(W, [])
     assert not other.open_counts(2)["pending"]  # type: ignore[index]  # partition 2 is empty when the finish starts
     assert other.finish_run() is None

@@ -2,9 +2,10 @@
 
 The store interface (:mod:`scrapy_scale.frontier.store`) knows no backend; each backend
 lives in its own package here: :mod:`.sqlite` (one file for every job) and :mod:`.redis`
-(many workers; its Lua scripts ship as package data). :func:`sqlite_path` says where a
-``sqlite://`` URL puts its file. What the backends share: the order they hand records out
-in (:mod:`.ordering`) and the workers hash read back, checked (:mod:`.workers_read`).
+(many workers; its Lua scripts ship as package data), each one store class over units it
+owns. :func:`sqlite_path` says where a ``sqlite://`` URL puts its file. What the backends
+share: the order they hand records out in (:mod:`.ordering`) and their own state read back,
+checked (:mod:`.read_back`).
 """
 
 from __future__ import annotations

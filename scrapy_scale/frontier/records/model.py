@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from scrapy_scale.errors import ScaleError
@@ -209,6 +210,86 @@ class Status:
     def drained(self) -> bool:
         """Nothing left to do: no pending, delayed or leased record."""
         return not (self.counts["pending"] or self.counts["delayed"] or self.counts["leased"])
+
+
+class RunChange(StrEnum):
+    """A transition of the job's run record (:meth:`FrontierStore.change_run`)."""
+
+    #: join the current run if it has not ended, else start a new one (records wiped)
+    BEGIN = "begin"
+    #: end the run if it is drained (its counts recorded); None when it is not
+    FINISH = "finish"
+    #: an ended run runs again (none: a run starts)
+    REOPEN = "reopen"
+    #: every record, lease, dead letter and feed message deleted, the run ended ("reset")
+    RESET = "reset"
+
+
+class Settle(StrEnum):
+    """What :meth:`FrontierStore.settle` does to the records it is given."""
+
+    #: leased/pending -> done, when the token still matches (ack)
+    DONE = "done"
+    #: leased/pending -> failed with class and reason, when the token matches (fail)
+    FAILED = "failed"
+    #: the worker's leases (listed, or all) -> pending, keeping their place (release)
+    RELEASED = "released"
+    #: every expired lease and every lease of the worker -> pending (reclaim)
+    RECLAIMED = "reclaimed"
+    #: the worker's leases (listed, or all) held ``seconds`` more (renew)
+    RENEWED = "renewed"
+    #: a record that cannot be read -> the dead letters, with its reason
+    DEAD = "dead"
+    #: failed -> done: their output was recovered (replay)
+    RESOLVED = "resolved"
+
+
+class Settled(NamedTuple):
+    """One record handed to :meth:`FrontierStore.settle`; the fields a change does not
+    use are left at their defaults."""
+
+    fingerprint: str
+    #: the lease token (DONE, FAILED)
+    token: int = 0
+    #: the failure class (FAILED)
+    cls: str = ""
+    #: the failure reason (FAILED), the dead letter's reason (DEAD)
+    reason: str = ""
+
+
+class Want(StrEnum):
+    """Which part of the job's summary :meth:`FrontierStore.summary` reads."""
+
+    #: records by state (cheap: counters)
+    COUNTS = "counts"
+    #: the earliest eligible time among delayed records
+    NEXT_ELIGIBLE = "next_eligible"
+    #: everything ``scrapy scale status`` shows (:class:`Status`)
+    STATUS = "status"
+    #: the dead letters, oldest first, up to a limit
+    DEAD_LETTERS = "dead_letters"
+    #: how many dead letters (cheap)
+    DEAD_COUNT = "dead_count"
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A read of the job's summary: the part asked for (:class:`Want`) is set."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    next_eligible_at: float | None = None
+    status: Status | None = None
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    dead_letter_count: int = 0
+
+
+class WorkerTable(StrEnum):
+    """The two per-job tables of workers (:meth:`FrontierStore.read_workers`)."""
+
+    #: worker id -> pid (kept across runs: a restarted worker claims its id back)
+    PIDS = "pids"
+    #: worker id -> (last beat, alive until) of the current run
+    BEATS = "beats"
 
 
 COUNT_KEYS = ("pending", "delayed", "leased", "done", "failed")

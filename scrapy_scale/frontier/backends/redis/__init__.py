@@ -1,5 +1,6 @@
-"""The Redis frontier backend: :class:`.store.RedisStore`, its Lua scripts (``lua/*.lua``,
-package data read by :mod:`.lua`) and its cheap status reads (:mod:`.status`)."""
+"""The Redis frontier backend: :class:`.store.RedisStore` over the units it owns
+(:mod:`.connection`, :mod:`.runs`, :mod:`.records`, :mod:`.reads`), its Lua scripts
+(``lua/*.lua``, package data read by :mod:`.lua`) and its cheap status reads (:mod:`.status`)."""
 
 from __future__ import annotations
 

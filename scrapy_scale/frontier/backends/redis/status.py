@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from scrapy_scale.frontier.backends import read_back
-from scrapy_scale.frontier.backends.workers_read import beats, split_beat
+from scrapy_scale.frontier.records.workers_read import beats, split_beat
 from scrapy_scale.frontier.store import COUNT_KEYS, DELAYED_SAMPLE, RunInfo, Status
 from scrapy_scale.shared_values import Refused, decode_hash, loads, whole
 
@@ -37,7 +37,9 @@ class RedisStore(Protocol):
     """The public methods of the Redis store that status reads go through."""
 
     job: str
-    parts: int
+
+    @property
+    def parts(self) -> int: ...
 
     @property
     def alive_key(self) -> str: ...

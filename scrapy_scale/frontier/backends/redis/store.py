@@ -1,5 +1,10 @@
 """The Redis frontier store: many workers, atomic Lua scripts, Cluster-safe keys.
 
+:class:`RedisStore` is the store contract (:class:`~scrapy_scale.frontier.store.FrontierStore`)
+over units it owns: the connection and partitions (:mod:`.connection`), the run record and
+workers (:mod:`.runs`), the records (:mod:`.records`), the reads (:mod:`.reads`; status,
+:mod:`.status`).
+
 A job's keys are in partitions by site (:mod:`.partitions`): partition 0 starts with
 ``scale:{JOB}``, partition i with ``scale:{JOB/pi.N}`` (N chosen so that the partitions'
 slots spread evenly; ``scale:{JOB/pi}`` in a job of the first naming); each hash tag is one
@@ -44,271 +49,183 @@ is a duplicate, and a lease whose reply was lost expires (it is not renewed).
 
 from __future__ import annotations
 
-import logging
-import re
-from collections.abc import Sequence
-from functools import partial
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import redis
-
+from scrapy_scale import clock as clock_mod
 from scrapy_scale.frontier.backends.redis import partitions
-from scrapy_scale.frontier.backends.redis.base import SEED_CALL, field_of, glob_escape
-from scrapy_scale.frontier.backends.redis.observe import RedisObserve
+from scrapy_scale.frontier.backends.redis import status as redis_status
+from scrapy_scale.frontier.backends.redis.connection import RedisConnection, glob_escape
+from scrapy_scale.frontier.backends.redis.reads import RedisReads
+from scrapy_scale.frontier.backends.redis.records import RedisRecords, packs
+from scrapy_scale.frontier.backends.redis.runs import RedisRuns
 from scrapy_scale.frontier.store import (
     EnqueueResult,
+    FrontierStore,
     Leased,
     NewRequest,
+    RunChange,
+    RunInfo,
+    Settle,
+    Settled,
+    Summary,
+    Want,
+    WorkerTable,
 )
-from scrapy_scale.shared_values import Refused, text
 
-__all__ = ["RedisStore", "glob_escape"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["RedisStore", "glob_escape", "packs"]
 
 
-def packs(fingerprint: str) -> tuple[bytes, bytes]:
-    """A fingerprint of hex characters packed to bytes, from its 1st and from its 2nd
-    character (an odd last character kept as it is), as the scripts key the done set and
-    the ready queues with it (lua/queue_entry.lua): packed here, on the worker, not in Lua
-    on the Redis server. Empty for another fingerprint (the scripts pack it themselves)."""
-    if len(fingerprint) < 8 or not _HEX.fullmatch(fingerprint):
-        return b"", b""
-    return _pack(fingerprint), _pack(fingerprint[1:])
+class RedisStore(FrontierStore):
+    schemes = ("redis", "rediss")
 
+    def __init__(
+        self, url: str, job: str, clock: clock_mod.Clock = clock_mod.wall, partitions: int | None = None
+    ) -> None:
+        self.conn = RedisConnection(url, job, clock, partitions)
+        super().__init__(job, clock)
+        self.run_record = RedisRuns(self.conn)
+        self.records = RedisRecords(self.conn)
+        self.reads = RedisReads(self.conn, self.run_record)
 
-_HEX = re.compile(r"[0-9a-fA-F]+")
+    # ---- the contract ----------------------------------------------------------------
 
+    def open(self) -> None:
+        self.conn.open()
 
-def _pack(hexes: str) -> bytes:
-    even = len(hexes) // 2 * 2
-    return bytes.fromhex(hexes[:even]) + hexes[even:].encode()
+    def close(self) -> None:
+        self.conn.close()
 
+    def change_run(self, change: RunChange) -> RunInfo | None:
+        return self.run_record.change(change)
 
-class RedisStore(RedisObserve):
-    # ---- hot path --------------------------------------------------------------------
+    def runs(self) -> list[RunInfo]:
+        return self.run_record.runs()
 
-    def part_of(self, r: NewRequest) -> int:
-        """A request's partition: where its record already is when this worker holds it
-        (an update may name another domain, a redirect's), else its site's."""
-        known = self._held.get(r.fingerprint)
-        if known is not None and known < self.parts:
-            return known
-        return partitions.partition_of(r.domain, self.parts)
+    def read_workers(self, table: WorkerTable) -> dict[str, Any]:
+        return self.run_record.read_workers(table)
+
+    def write_worker(self, table: WorkerTable, worker: str, value: float, seen: Any = None) -> bool:
+        return self.run_record.write_worker(table, worker, value, seen)
 
     def enqueue(self, requests: Sequence[NewRequest]) -> list[EnqueueResult]:
-        out: list[EnqueueResult | None] = [None] * len(requests)
-        for part, idx in partitions.group(requests, self.part_of).items():
-            for i in range(0, len(idx), 500):
-                chunk = idx[i : i + 500]
-                args: list[Any] = [self.clock()]
-                for n in chunk:
-                    r = requests[n]
-                    fc, fr = r.last_failure if r.last_failure else ("", "")
-                    flag = "u" if r.update else ("r" if r.reopen else "")
-                    args += [
-                        r.fingerprint,
-                        r.data,
-                        r.domain,
-                        str(int(r.priority)),
-                        float(r.not_before or 0),
-                        int(r.attempts),
-                        fc,
-                        fr,
-                        flag,
-                        r.held_by,
-                        float(r.held_seconds),
-                        r.again if r.reopen else "",
-                        "1" if r.tail else "",
-                        str(r.token) if r.update and r.token is not None else "",
-                        *packs(r.fingerprint),
-                    ]
-                    if self.parts > 1:
-                        if r.held_by:
-                            self._held[r.fingerprint] = part
-                        elif r.update:
-                            self._held.pop(r.fingerprint, None)
-                for n, x in zip(chunk, self.call_at(part, "enqueue", *args), strict=True):
-                    out[n] = EnqueueResult(x)
-        return [x for x in out if x is not None]
-
-    def enqueue_new(self, requests: Sequence[NewRequest]) -> int:
-        added = 0
-        for part, idx in partitions.group(requests, self.part_of).items():
-            for i in range(0, len(idx), SEED_CALL):
-                chunk = [requests[n] for n in idx[i : i + SEED_CALL]]
-                # one script call per priority in the chunk (seeds have one)
-                for p in sorted({r.priority for r in chunk}):
-                    args: list[Any] = [self.clock(), str(int(p))]
-                    for r in chunk:
-                        if r.priority == p:
-                            args += (r.fingerprint, r.data, r.domain, *packs(r.fingerprint))
-                    added += int(self.call_at(part, "seed", *args))
-        return added
+        return self.records.enqueue(requests)
 
     def lease(self, worker: str, n: int, seconds: float) -> list[Leased]:
-        if n <= 0:
-            return []
-        if self.parts == 1:
-            return self._lease_at(0, worker, n, seconds)
-        got: dict[int, list[Leased]] = {}
+        return self.records.lease(worker, n, seconds)
 
-        def ask(part: int, want: int) -> int:
-            rows = self._lease_at(part, worker, want, seconds)
-            got.setdefault(part, []).extend(rows)
-            for x in rows:
-                if not x.error:
-                    self._held[x.fingerprint] = part
-            return sum(1 for x in rows if not x.error)
+    def settle(self, worker: str | None, change: Settle, rows: Sequence[Settled] | None, seconds: float = 0.0) -> int:
+        return self.records.settle(worker, change, rows, seconds)
 
-        self.lease_plan.run(n, ask)
-        return partitions.merge(list(got.values()))
+    def summary(self, want: Want, limit: int = 100) -> Summary:
+        if want is Want.STATUS:
+            return Summary(status=redis_status.read_status(self))
+        return self.reads.summary(want, limit)
 
-    def _lease_at(self, part: int, worker: str, n: int, seconds: float) -> list[Leased]:
-        rows = self.call_at(part, "lease", self.clock(), worker, int(n), float(seconds))
-        out = []
-        for fp, d, dom, p, a, enq, el, t, fc, fr, bad in rows:
-            if not bad:
-                try:
-                    out.append(
-                        Leased(
-                            fp,
-                            d,
-                            dom,
-                            int(p),
-                            field_of("a", a, int),
-                            field_of("enq", enq, float),
-                            field_of("el", el, float),
-                            field_of("t", t, int),
-                            (fc, fr) if fc else None,
-                        )
-                    )
-                    continue
-                except ValueError as e:
-                    bad = f"unreadable record: {e}"
-                    self._dead_letter_at(part, fp, bad)
-            out.append(Leased(fp, "", dom, 0, 0, 0.0, 0.0, 0, error=bad))
-        return out
+    def get(self, fingerprint: str) -> dict[str, Any] | None:
+        return self.reads.get(fingerprint)
 
-    def renew(self, worker: str, seconds: float, fingerprints: Sequence[str] | None = None) -> int:
-        if fingerprints is not None and not fingerprints:
-            return 0
-        until = self.clock() + seconds
-        if fingerprints is None:
-            return sum(int(self.call_at(i, "renew", worker, until)) for i in range(self.parts))
-        return sum(int(self.call_at(i, "renew", worker, until, *fps)) for i, fps in self.by_part(fingerprints).items())
+    def requeue_failed(self, cls: str | None) -> int:
+        return self.records.requeue_failed(cls)
 
-    def ack(self, worker: str, done: Sequence[tuple[str, int]]) -> int:
-        if not done:
-            return 0
-        return self._finish(worker, 3, [(fp, tok, "", "") for fp, tok in done])
+    # ---- optional ----------------------------------------------------------------------
 
-    def fail(self, worker: str, failed: Sequence[tuple[str, int, str, str]]) -> int:
-        if not failed:
-            return 0
-        return self._finish(worker, 4, list(failed))
+    def enqueue_new(self, requests: Sequence[NewRequest]) -> int:
+        return self.records.enqueue_new(requests)
 
-    def _finish(self, worker: str, target: int, rows: list[tuple[str, int, str, str]]) -> int:
-        n = 0
-        for part, fps in self.by_part([r[0] for r in rows]).items():
-            args: list[Any] = [worker, target]
-            here = set(fps)
-            for fp, tok, cls, reason in rows:
-                if fp in here:
-                    args += [fp, str(tok), cls, reason, *packs(fp)]
-            n += int(self.call_at(part, "finish", *args))
-        self._forget([r[0] for r in rows])
-        return n
+    def durability_warning(self) -> str | None:
+        return self.reads.durability_warning()
 
-    def _forget(self, fingerprints: Sequence[str] | None) -> None:
-        if fingerprints is None:
-            self._held.clear()
-        else:
-            for f in fingerprints:
-                self._held.pop(f, None)
+    def give_up_after(self, seconds: float) -> None:
+        self.conn.retry_for = seconds
 
-    def release(self, worker: str, fingerprints: Sequence[str] | None = None) -> int:
-        if fingerprints is not None and not fingerprints:
-            return 0
-        now = self.clock()
-        if fingerprints is None:
-            n = sum(int(self.call_at(i, "release", "release", worker, now)) for i in range(self.parts))
-        else:
-            n = sum(
-                int(self.call_at(i, "release", "release", worker, now, *fps))
-                for i, fps in self.by_part(fingerprints).items()
-            )
-        self._forget(fingerprints)
-        return n
-
-    def reclaim(self, worker: str | None = None) -> int:
-        now = self.clock()
-        n = sum(int(self.call_at(i, "release", "reclaim", worker or "", now)) for i in range(self.parts))
-        if worker:
-            self._forget(None)
-        back = int(self.call_script("feed", "recover", now))
-        if back:
-            logger.warning("frontier: %d feed message(s) taken by workers no longer alive went back to the feed", back)
-        return n
-
-    def dead_letter(self, fingerprint: str, reason: str) -> None:
-        for part in self.by_part([fingerprint]):
-            self._dead_letter_at(part, fingerprint, reason)
-
-    def _dead_letter_at(self, part: int, fingerprint: str, reason: str) -> None:
-        self.call_at(part, "dead", fingerprint, reason, self.clock())
-
-    # ---- feeders -----------------------------------------------------------------------
+    def known_jobs(self) -> list[str]:
+        return self.reads.known_jobs()
 
     @property
     def feed_key(self) -> str:
-        return f"{self.key}:seeds"
-
-    def taken_key(self, worker: str) -> str:
-        """The list of feed messages ``worker`` took and has not written yet."""
-        return f"{self.feed_key}:taken:{worker}"
+        return self.records.feed_key
 
     def take_feed(self, worker: str, n: int) -> list[str]:
-        """Up to ``n`` feed messages, taken. Read as bytes: a message that is not UTF-8 must
-        not fail the read (UnicodeDecodeError failed every sync, the message staying taken);
-        it is passed on as bytes, and the codec refuses it with its warning."""
-        script = self._scripts["feed"]
-
-        def take() -> Any:
-            args = ("EVALSHA", script.sha, 1, self.key, "take", worker, int(n))
-            try:
-                return self.r.execute_command(*args, NEVER_DECODE=True)
-            except redis.exceptions.NoScriptError:
-                self.r.script_load(script.script)
-                return self.r.execute_command(*args, NEVER_DECODE=True)
-
-        out: list[Any] = []
-        for m in self.retrying(take) or []:
-            try:
-                out.append(text(m))
-            except Refused:
-                out.append(m)
-        return out
+        return self.records.take_feed(worker, n)
 
     def feed_done(self, worker: str) -> None:
-        self.call_script("feed", "done", worker)
+        self.records.feed_done(worker)
 
-    # ---- commands ----------------------------------------------------------------------
+    # ---- what tools, status reads and tests name ----------------------------------------
 
-    def reset(self) -> None:
-        self._run_id = None
-        old = self.call_script("run", "reset", self.clock())
-        self._unlink_run(str(old))
-        for key in self.keys[1:]:  # the next start may choose another partition count
-            self.retrying(partial(self.r.delete, f"{key}:run"))
+    @property  # type: ignore[override]
+    def clock(self) -> clock_mod.Clock:
+        """The store's clock, the one its units read (a test may set another)."""
+        return self.conn.clock
 
-    def resolve(self, fingerprints: Sequence[str]) -> int:
-        if not fingerprints:
-            return 0
-        return sum(int(self.call_at(i, "resolve", *fps)) for i, fps in self.by_part(fingerprints).items())
+    @clock.setter
+    def clock(self, clock: clock_mod.Clock) -> None:
+        self.conn.clock = clock
 
-    def requeue(self, cls: str | None = None) -> int:
-        n = sum(int(self.call_at(i, "requeue", self.clock(), cls or "")) for i in range(self.parts))
-        if n:
-            self.reopen_run()
-        return n
+    @property
+    def url(self) -> str:
+        return self.conn.url
+
+    @property
+    def r(self) -> Any:
+        """The client (redis.Redis with decode_responses=True: str replies)."""
+        return self.conn.r
+
+    @property
+    def key(self) -> str:
+        """The key prefix of partition 0 (``scale:{JOB}``)."""
+        return self.conn.key
+
+    @property
+    def keys(self) -> list[str]:
+        """The key prefix of each partition, partition 0 first."""
+        return self.conn.keys
+
+    @property
+    def parts(self) -> int:
+        """The job's partition count (once open)."""
+        return self.conn.parts
+
+    def use_layout(self, layout: partitions.Layout) -> None:
+        """Use these partitions and their naming (what :meth:`open` chose, or another)."""
+        self.conn.use_layout(layout)
+
+    @property
+    def cluster(self) -> bool:
+        """True when the URL points at a Redis Cluster node."""
+        return self.conn.cluster
+
+    @property
+    def sleep(self) -> Callable[[float], None]:
+        """How the retries wait (tests count the waits)."""
+        return self.conn.sleep
+
+    @sleep.setter
+    def sleep(self, fn: Callable[[float], None]) -> None:
+        self.conn.sleep = fn
+
+    @property
+    def alive_key(self) -> str:
+        return self.run_record.alive_key
+
+    def taken_key(self, worker: str) -> str:
+        return self.records.taken_key(worker)
+
+    def retrying(self, fn: Callable[[], Any]) -> Any:
+        return self.conn.retrying(fn)
+
+    def call_at(self, part: int, script: str, *args: Any) -> Any:
+        return self.conn.call_at(part, script, *args)
+
+    def call_at_bytes(self, part: int, script: str, *args: Any) -> Any:
+        return self.conn.call_at_bytes(part, script, *args)
+
+    def run_prefix(self, part: int = 0) -> str:
+        return self.conn.run_prefix(part)
+
+    def current_run(self) -> RunInfo | None:
+        return self.run_record.current_run()
+
+    def open_counts(self, part: int) -> dict[str, int] | None:
+        return self.run_record.open_counts(part)

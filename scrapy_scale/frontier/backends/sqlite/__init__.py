@@ -1,4 +1,5 @@
-"""The SQLite frontier backend: :class:`.store.SqliteStore`, one file for every job."""
+"""The SQLite frontier backend: :class:`.store.SqliteStore`, one file for every job, over
+the units it owns (:mod:`.file`, :mod:`.runs`, :mod:`.records`, :mod:`.leases`, :mod:`.reads`)."""
 
 from __future__ import annotations
 

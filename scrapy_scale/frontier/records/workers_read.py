@@ -1,4 +1,5 @@
-"""The workers hash and the heartbeats read back from the frontier's store: checked.
+"""The workers hash and the heartbeats read back from the frontier's store: checked; and
+the slot a worker claims (:func:`free_slot`, shared by every backend).
 
 Both are shared state another process wrote (contract 5, docs/architecture.md): a pid
 that is not a whole number a process can have (``"notapid"``, 20 digits) names no live
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from scrapy_scale.pids import PID_MAX
@@ -39,6 +40,22 @@ def pid_of(worker: str, raw: Any) -> int | None:
             str(raw)[:30],
         )
     return pid
+
+
+def free_slot(prefix: str, known: Mapping[str, Any], pid: int, is_alive: Callable[[int], bool]) -> tuple[str, Any]:
+    """The worker id ``f"{prefix}/{slot}"`` of the lowest slot that is free for ``pid`` (no pid
+    stored, its own pid, one that is no pid, or one no longer alive), and the value stored
+    for it as ``known`` holds it (None: none), for the store's compare-and-set."""
+    slot = 0
+    while True:
+        wid = f"{prefix}/{slot}"
+        old = known.get(wid)
+        if old is None:
+            return wid, None
+        old_pid = pid_of(wid, old)
+        if old_pid is None or old_pid == pid or not is_alive(old_pid):
+            return wid, old
+        slot += 1
 
 
 def beats(rows: Iterable[tuple[str, Any, Any]], now: float) -> dict[str, tuple[float, float]]:

@@ -1,7 +1,7 @@
-"""The Redis frontier's connection, runs and workers (:class:`RedisBase`); the records
-themselves are :class:`.store.RedisStore` (its key layout is described there), split into
-partitions by site (:mod:`.partitions`): the run-level keys live in partition 0, every
-partition keeps a copy of the run id so that its scripts find the run's keys in their own slot.
+"""The Redis frontier's connection (:class:`RedisConnection`): the client, the Lua
+scripts, retries, and the job's partitions by site (:mod:`.partitions`) with the partition
+of each record this worker holds; owned by the store, shared by its units. The key layout
+is described in :mod:`.store`.
 
 Connection drops (a Redis restart) are retried with backoff for as long as
 ``retry_for`` allows (forever by default: the worker waits).
@@ -9,23 +9,19 @@ Connection drops (a Redis restart) are retried with backoff for as long as
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import redis
 
 from scrapy_scale import clock as clock_mod
-from scrapy_scale.frontier.backends import read_back
 from scrapy_scale.frontier.backends.redis import lua
 from scrapy_scale.frontier.backends.redis import partitions as parts_mod
-from scrapy_scale.frontier.backends.workers_read import pid_of
-from scrapy_scale.frontier.store import FrontierError, FrontierFatal, FrontierStore, RunInfo
+from scrapy_scale.frontier.store import FrontierError, NewRequest
 from scrapy_scale.redact import redact_url
 from scrapy_scale.redis_open import RedisOpenError, is_cluster, open_redis
-from scrapy_scale.shared_values import decode_hash
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -44,10 +40,8 @@ except ImportError:  # pragma: no cover
 WAITABLE: tuple[type[Exception], ...] = (*RETRYABLE, redis.ResponseError)
 
 
-class RedisBase(FrontierStore):
-    """The connection, runs and workers of one job."""
-
-    schemes = ("redis", "rediss")
+class RedisConnection:
+    """The connection of one job's Redis frontier, and its partitions."""
 
     #: seconds to keep retrying when Redis is unreachable after open(); None = forever
     retry_for: float | None = None
@@ -55,7 +49,8 @@ class RedisBase(FrontierStore):
     def __init__(
         self, url: str, job: str, clock: clock_mod.Clock = clock_mod.wall, partitions: int | None = None
     ) -> None:
-        super().__init__(job, clock)
+        self.job = job
+        self.clock = clock
         self.url = url
         self.key = parts_mod.key_of(job, 0, 1)
         #: the partition count asked for (SCALE_FRONTIER_PARTITIONS; None: the job's stored
@@ -67,20 +62,12 @@ class RedisBase(FrontierStore):
         self.keys = [self.key]
         self.lease_plan = parts_mod.LeasePlan(1)
         #: partition of each record this worker holds (leased, or held in its memory)
-        self._held: dict[str, int] = {}
+        self.held: dict[str, int] = {}
         self._r: Any = None
         self._scripts: dict[str, Any] = {}
         self.sleep: Callable[[float], None] = time.sleep
         #: True when the URL points at a Redis Cluster node
         self.cluster = False
-        #: the run this store began (begin_run) and the most records (+ dead letters) it
-        #: has seen in it, per partition: a Redis that lost the job's state is caught by counts()
-        self._run_id: str | None = None
-        self._highs: dict[int, int] = {}
-        #: the one warning about done-set keys of another type was given
-        self._warned_bad_done = False
-
-    # ---- connection ------------------------------------------------------------------
 
     def open(self) -> None:
         if self._r is not None:
@@ -233,20 +220,13 @@ class RedisBase(FrontierStore):
         run = "0" if not raw else bytes(raw).decode("utf-8", "replace")
         return f"{key}:{run}"
 
-    def _bad_marker(self, rid: Any) -> FrontierFatal:
-        return FrontierFatal(
-            f"job {self.job!r}'s run marker {self.key}:run names run {str(rid)[:30]!r}, which is no run "
-            "number a worker writes (another program wrote it): no run can be joined. Reset the job "
-            "(`scrapy scale reset`) to start it over"
-        )
-
-    def _unlink_run(self, run_id: str, part: int | None = None) -> None:
+    def unlink_run(self, run_id: str, part: int | None = None) -> None:
         if not run_id:
             return
         for i in range(self.parts) if part is None else (part,):
-            self._unlink_keys(f"{glob_escape(self.keys[i])}:{glob_escape(run_id)}:*")
+            self.unlink_keys(f"{glob_escape(self.keys[i])}:{glob_escape(run_id)}:*")
 
-    def _unlink_keys(self, pattern: str) -> None:
+    def unlink_keys(self, pattern: str) -> None:
 
         def unlink() -> None:
             batch: list[str] = []
@@ -260,136 +240,35 @@ class RedisBase(FrontierStore):
 
         self.retrying(unlink)
 
-    # ---- runs ------------------------------------------------------------------------
+    # ---- partitions ----------------------------------------------------------------
 
-    def begin_run(self) -> RunInfo:
-        # as bytes: the marker's id is read back, and another program may have made it no text
-        reply = self.call_script_bytes("run", "begin", self.clock(), self.layout.stored())
-        kind, rid, started, old = (bytes(x).decode("utf-8", "replace") for x in reply[:4])
-        info = read_back.run_kept(self.job, rid, started, None, self.clock())
-        if info is None:
-            raise self._bad_marker(rid)
-        if len(reply) > 4 and reply[4]:
-            read_back.warnings.warn(
-                self.job,
-                "runseq",
-                "frontier: job %r's run sequence %s:meta runseq was no whole number (another program "
-                "wrote it); run %s follows the highest run recorded",
-                self.job,
-                self.key,
-                rid,
-            )
-        stored = bytes(reply[5]).decode("utf-8", "replace") if len(reply) > 5 else ""
-        if stored != self.layout.stored():  # another worker stored other partitions meanwhile
-            raise FrontierError(
-                f"job {self.job!r} was started with partitions {stored[:20]!r} (run field {parts_mod.FIELD}) and "
-                f"this worker has {self.layout.stored()!r}: the partitions are fixed for a job's life"
-            )
-        for i in range(1, self.parts):  # every partition's scripts find the run in their own slot
-            before = str(self.call_at(i, "run", "follow", self.clock(), rid))
-            if before and before not in (str(rid), str(old)):
-                self._unlink_run(before, i)  # a start that stopped half way
-        if kind == "new":
-            self._unlink_run(old)
-        self._run_id, self._highs = str(rid), {}
-        return RunInfo(info.run_id, info.started_at, None, kind == "resumed", {})
-
-    def open_counts(self, part: int) -> dict[str, int] | None:
-        """The counts of one partition (None: it has no run)."""
-        run, *vals = self.call_at_bytes(part, "counts")
-        if not run:
-            return None
-        names = ("pending", "delayed", "leased", "done", "failed")
-        got = read_back.counts(self.job, dict(zip(names, vals, strict=False)))  # checked: a bad count is 0
-        return {k: int(got.get(k, 0)) for k in names}
-
-    def _others_open(self) -> dict[str, int] | None:
-        """The summed counts of partitions 1..S-1, or None when one has work left."""
-        total = {"pending": 0, "delayed": 0, "leased": 0, "done": 0, "failed": 0}
-        for i in range(1, self.parts):
-            c = self.open_counts(i) or {}
-            if c.get("pending") or c.get("delayed") or c.get("leased"):
-                return None
-            for k in total:
-                total[k] += c.get(k, 0)
-        return total
-
-    def finish_run(self) -> RunInfo | None:
-        others = self._others_open()
-        if others is None:
-            return None
-        res = self.call_script("run", "finish", self.clock(), json.dumps(others) if self.parts > 1 else "")
-        if not res:
-            return None
-        if self.parts > 1 and len(res) > 4 and self._others_open() is None:
-            # a request written to another partition while partition 0 was finishing (its
-            # parent acked there after): the run goes on
-            self.reopen_run()
-            return None
-        self._run_id = None  # ended: a later run of the job is no loss of state
-        info = read_back.run_kept(self.job, res[1], res[2], res[3], self.clock())
-        if info is None:  # no run number: nothing this worker can have finished
-            return None
-        if len(res) > 4:  # the counts this call wrote (the script's own JSON)
-            counts = read_back.counts(self.job, read_back.run_counts(self.job, res[4], res[1]) or {})
-            return RunInfo(info.run_id, info.started_at, info.ended_at, False, {k: int(v) for k, v in counts.items()})
-        return self.run_info(str(res[1])) or info
-
-    def run_info(self, rid: str) -> RunInfo | None:
-        """Run ``rid``'s document read back, checked (None: none, or unreadable)."""
-        raw = self.hget_bytes(f"{self.key}:runs", rid)
-        return None if raw is None else read_back.run_doc(self.job, raw, self.clock())
-
-    def runs(self) -> list[RunInfo]:
-        raw = self.retrying(lambda: self.r.execute_command("HVALS", f"{self.key}:runs", NEVER_DECODE=True))
-        out = [x for x in (read_back.run_doc(self.job, doc, self.clock()) for doc in raw or []) if x is not None]
-        return sorted(out, key=lambda r: r.run_id)
-
-    def reopen_run(self) -> None:
-        rid = self.call_script("run", "reopen", self.clock(), self.layout.stored())
-        for i in range(1, self.parts):  # a seed before any start: the partitions take the run
-            self.call_at(i, "run", "follow", self.clock(), rid)
-
-    # ---- workers ---------------------------------------------------------------------
-
-    def claim_worker(self, prefix: str, pid: int, is_alive: Callable[[int], bool]) -> str:
-        key = f"{self.key}:workers"
-        while True:
-            # read as bytes: a field or pid that is not UTF-8 must not fail the read, and the
-            # claim compares the stored value byte for byte (workers_read: checked pids)
-            known: dict[bytes, bytes] = self.retrying(lambda: self.r.execute_command("HGETALL", key, NEVER_DECODE=True))
-            slot = 0
-            while True:
-                wid = f"{prefix}/{slot}"
-                old = known.get(wid.encode())
-                if old is None:
-                    break
-                old_pid = pid_of(wid, old)
-                if old_pid is None or old_pid == pid or not is_alive(old_pid):
-                    break
-                slot += 1
-            if self.call_script("claim", wid, old or b"", str(pid)):
-                return wid
-
-    @property
-    def alive_key(self) -> str:
-        return f"{self.key}:alive"
-
-    def heartbeat(self, worker: str, until: float) -> None:
-        now = self.clock()
-        self.retrying(lambda: self.r.hset(self.alive_key, worker, f"{now!r} {until!r}"))
-
-    def beats(self) -> dict[str, tuple[Any, Any]]:
-        # read as bytes: a field or value that is not UTF-8 (another program wrote it while
-        # the run goes on) is skipped with one warning, not a UnicodeDecodeError at every sync
-        raw = self.retrying(lambda: self.r.execute_command("HGETALL", self.alive_key, NEVER_DECODE=True))
-        good, bad = decode_hash(raw or {}, as_json=False)
-        read_back.warnings.refused(self.alive_key, bad, "frontier: heartbeats")
-        out: dict[str, tuple[Any, Any]] = {}
-        for worker, value in good.items():
-            parts = value.split()
-            out[worker] = (parts[0], parts[1]) if len(parts) == 2 else (value, None)
+    def by_part(self, fingerprints: Sequence[str]) -> dict[int, list[str]]:
+        """Fingerprints by the partition this worker leased them from; one it does not know
+        (leased by an earlier process) is asked of every partition (the scripts check the
+        owner or token, so only its own partition acts)."""
+        if self.parts == 1:
+            return {0: list(fingerprints)}
+        out: dict[int, list[str]] = {}
+        for f in fingerprints:
+            known = self.held.get(f)
+            for part in range(self.parts) if known is None or known >= self.parts else (known,):
+                out.setdefault(part, []).append(f)
         return out
+
+    def part_of(self, r: NewRequest) -> int:
+        """A request's partition: where its record already is when this worker holds it
+        (an update may name another domain, a redirect's), else its site's."""
+        known = self.held.get(r.fingerprint)
+        if known is not None and known < self.parts:
+            return known
+        return parts_mod.partition_of(r.domain, self.parts)
+
+    def forget(self, fingerprints: Sequence[str] | None) -> None:
+        if fingerprints is None:
+            self.held.clear()
+        else:
+            for f in fingerprints:
+                self.held.pop(f, None)
 
 
 def slot_moving(error: Exception) -> bool:
