@@ -396,3 +396,33 @@ def test_a_run_marker_not_utf8_stops_the_worker_cleanly_and_status_prints(
     finally:
         store.close()
         r.close()
+
+
+@pytest.mark.parametrize("backend", ["redis", "sqlite"])
+def test_a_workers_table_entry_of_another_program_is_no_slot_and_claims_go_on(
+    backend: str, redis_url: str, redis_prefix: str, tmp_path: Path, said: Said
+) -> None:
+    """The workers table is read whole by the shared claim (``read_workers``): a worker name
+    that is not UTF-8 (Redis) or not text (a SQLite BLOB), beside a pid that is no pid, is
+    nobody's slot; the claim takes slot 0, then 1, with the pid's one warning."""
+    url = redis_url if backend == "redis" else f"sqlite:///{tmp_path / 'f.db'}"
+    h = f"h-{backend}"  # the pid's warning is given once per worker id and process
+    store = open_store(url, redis_prefix)
+    try:
+        if backend == "redis":
+            r = redis.Redis.from_url(redis_url)
+            r.hset(
+                f"scale:{{{redis_prefix}}}:workers", mapping={f"{h}/0".encode() + b"\xff": b"1", f"{h}/1": b"notapid"}
+            )
+            r.close()
+        else:
+            store.db.execute(  # type: ignore[attr-defined]
+                "INSERT INTO workers (job, worker, pid, at) VALUES (?, ?, 1, 0), (?, ?, 'notapid', 0)",
+                (redis_prefix, f"{h}/0".encode(), redis_prefix, f"{h}/1"),
+            )
+        first = store.claim_worker(h, 4242, lambda pid: True)
+        second = store.claim_worker(h, 4343, lambda pid: True)
+    finally:
+        store.close()
+    assert (first, second) == (f"{h}/0", f"{h}/1")
+    assert sum("is not a pid; its slot is taken as free" in line for line in said.lines) == 1, said.lines
