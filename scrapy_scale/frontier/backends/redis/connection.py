@@ -264,6 +264,7 @@ class RedisConnection:
         return parts_mod.partition_of(r.domain, self.parts)
 
     def forget(self, fingerprints: Sequence[str] | None) -> None:
+        """This worker no longer holds these records (None: any)."""
         if fingerprints is None:
             self.held.clear()
         else:
