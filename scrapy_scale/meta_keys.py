@@ -1,6 +1,7 @@
 """Request.meta keys that scrapy-scale reads and writes. One place, so they stay consistent."""
 
 import time
+from itertools import islice
 
 #: attempts made so far for this request, 1 for the first download
 ATTEMPT = "scale_attempt"
@@ -22,9 +23,14 @@ LATE = "scale_late"
 #: epoch seconds of the chain's first failure (the late retries' deadline counts from it)
 FIRST_FAILED = "scale_first_failed"
 
-#: attempts of this request's chain that failed at the egress (``egress_failed``): they never
-#: reached the site, so they count in the egress_failed budget only, not in another class's
-EGRESS_FAILURES = "scale_egress_failures"
+#: the chain's failed attempts per failure class, ``{class: count}``: each class's budget counts
+#: its own attempts only. An attempt that failed at the egress (``egress_failed``, no answer
+#: through an unproven egress, a block only its route gets) never reached the site, or says
+#: nothing about the page: it counts under ``egress_failed``. A page that met two random 503s,
+#: a 403 through the one proxy its site denies and a dead proxy was given up as blocked when
+#: every class's budget counted the whole chain (the real plan of the chaos benchmark: a
+#: listing's 175-page subtree lost)
+CLASS_FAILURES = "scale_class_failures"
 
 #: True for an attempt through an egress that has not proved itself (a re-probe out of
 #: quarantine, or no answer through it yet while others answered): a failure without an
@@ -36,7 +42,7 @@ EGRESS_PROBE = "scale_egress_probe"
 
 #: the keys that make a request the next attempt of its chain; a request that copied
 #: them from another (``meta=dict(response.meta)``) starts a chain of its own without them
-CHAIN_KEYS = (ATTEMPT, NOT_BEFORE, LAST_FAILURE, AVOID_EGRESS, LATE, FIRST_FAILED, EGRESS_FAILURES, "retry_times")
+CHAIN_KEYS = (ATTEMPT, NOT_BEFORE, LAST_FAILURE, AVOID_EGRESS, LATE, FIRST_FAILED, CLASS_FAILURES, "retry_times")
 
 #: the most attempts a chain can plausibly have; a stored value above it is not trusted
 MAX_ATTEMPT = 10_000
@@ -53,7 +59,6 @@ NOT_BEFORE_FAR = 86_400.0
 HOLD_BACK = "_scale_hold_back"
 
 _warned_attempt = False
-_warned_egress_failures = False
 
 
 def attempt_of(m: dict, default: int = 1) -> int:
@@ -79,28 +84,6 @@ def attempt_of(m: dict, default: int = 1) -> int:
         return default
 
 
-def egress_failures_of(m: dict, attempt: int) -> int:
-    """The chain's attempts that failed at the egress, from ``m`` (untrusted, as
-    :func:`attempt_of`): a whole number from 0 to ``attempt - 1``; anything else counts as
-    0 (every attempt then counts in the class's budget, as before the key existed), with
-    one warning per process."""
-    global _warned_egress_failures
-    raw = m.get(EGRESS_FAILURES, 0)
-    if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= max(0, attempt - 1):
-        return raw
-    if not _warned_egress_failures:
-        _warned_egress_failures = True
-        import logging
-
-        logging.getLogger(__name__).warning(
-            "request meta %s = %r is not a count of this chain's earlier attempts (%d); counted as 0 (warned once)",
-            EGRESS_FAILURES,
-            raw,
-            attempt,
-        )
-    return 0
-
-
 _warned_keys: set[str] = set()
 
 
@@ -109,7 +92,37 @@ def _warn_once(key: str, raw: object, what: str) -> None:
         _warned_keys.add(key)
         import logging
 
-        logging.getLogger(__name__).warning("request meta %s = %r %s (warned once)", key, raw, what)
+        logging.getLogger(__name__).warning("request meta %s = %.200r %s (warned once)", key, raw, what)
+
+
+def class_failures_of(m: dict, attempt: int, known: frozenset[str]) -> dict[str, int] | None:
+    """The chain's failed attempts per class from ``m`` (untrusted, as :func:`attempt_of`):
+    ``{class: count}`` for the class names in ``known``, or None when ``m`` has no such dict
+    (a chain begun before the key existed, or a stored value that is not a dict, with one
+    warning: every earlier attempt then counts in the budget of the class decided, the
+    stricter reading). An entry whose name is not in ``known`` or whose count is not an
+    integer is skipped, a count below 0 is taken as 0 and one above the chain's earlier
+    attempts (``attempt - 1``) as that many; each with one warning per process."""
+    raw = m.get(CLASS_FAILURES)
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        _warn_once(CLASS_FAILURES, raw, "is not a dict of failed attempts per class; every earlier attempt counted")
+        return None
+    top = max(0, attempt - 1)
+    out: dict[str, int] = {}
+    bad = False
+    for name, n in islice(raw.items(), len(known) + 1):  # a huge dict is not read through
+        if name not in known or isinstance(n, bool) or not isinstance(n, int):
+            bad = True
+            continue
+        out[name] = min(max(n, 0), top)
+        bad = bad or out[name] != n
+    if bad or len(raw) > len(known):
+        _warn_once(
+            CLASS_FAILURES, raw, f"holds counts that cannot be true of attempt {attempt}; clamped to 0-{top} per class"
+        )
+    return out
 
 
 def not_before_of(m: dict, now: float | None = None) -> float | None:

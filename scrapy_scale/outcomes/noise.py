@@ -116,3 +116,41 @@ class SiteNoise:
         """The moving share of failures (None: no answer seen)."""
         got = self._sites.get(site)
         return None if got is None else got[1]
+
+
+class RouteBlocks:
+    """Per site, each egress's latest answer there: whether it was a block, and of which page.
+
+    A block (``blocked``: 403, a block page) only one route gets is the route's, not the
+    page's: a site that ``deny``s one proxy's address refuses every page through it and
+    serves them through the others. Such a block spends the egress's budget (retried at once
+    through another egress), not the page's ``blocked`` budget, which is kept for a page or
+    a site that refuses every route. Told by comparison, with no list: the egress's latest
+    answer at the site (of another page) was a block too, while another egress's latest
+    answer there was not. A page that every route refuses is blocked through egresses whose
+    latest answers there were good: its own budget, as before. Plain Python, no clock.
+    """
+
+    def __init__(self, max_sites: int = MAX_SITES):
+        self.max_sites = max_sites
+        #: per site, egress -> (page of its latest answer there, whether that was a block)
+        self._sites: OrderedDict[str, dict[str, tuple[str, bool]]] = OrderedDict()
+
+    def note(self, site: str, egress: str | None, page: str, blocked: bool) -> None:
+        """An answer from ``site`` to ``page`` through ``egress`` (None: direct, not kept)."""
+        if egress is None:
+            return
+        routes = self._sites.pop(site, None) or {}
+        routes[egress] = (page, blocked)
+        self._sites[site] = routes
+        if len(self._sites) > self.max_sites:
+            self._sites.popitem(last=False)
+
+    def only(self, site: str, egress: str | None, page: str) -> bool:
+        """A block of ``page`` through ``egress`` is the route's: the egress's latest answer
+        at ``site`` was a block of another page, and another egress's latest was not a block."""
+        routes = self._sites.get(site)
+        if egress is None or not routes or egress not in routes:
+            return False
+        last_page, last_blocked = routes[egress]
+        return last_blocked and last_page != page and any(not b for e, (_, b) in routes.items() if e != egress)

@@ -162,8 +162,9 @@ class Decision:
     why: str = ""
     #: a late retry (``SCALE_RETRY_LATE``): the quick budget was spent
     late: bool = False
-    #: decided as an ``egress_failed`` attempt though its class is ``transient``: no answer
-    #: through an egress that had not proved itself (see ``RetryDecider.decide``)
+    #: decided as an ``egress_failed`` attempt though its class is another: no answer
+    #: through an egress that had not proved itself (``transient``), or a block only its
+    #: route gets (``blocked``; see ``RetryDecider.decide``)
     as_egress_failure: bool = False
     #: a quick retry whose backoff window was bounded by the class's ``calm`` (its site
     #: answers well otherwise)

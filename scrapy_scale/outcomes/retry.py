@@ -26,9 +26,9 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy_scale import meta_keys
 from scrapy_scale import stats_keys as K
 from scrapy_scale.outcomes.classify import Verdict
-from scrapy_scale.outcomes.emit import build_outcome
+from scrapy_scale.outcomes.emit import build_outcome, egress_id
 from scrapy_scale.outcomes.model import FailureClass, Outcome
-from scrapy_scale.outcomes.noise import SiteNoise
+from scrapy_scale.outcomes.noise import RouteBlocks, SiteNoise
 from scrapy_scale.outcomes.plan import DONE, Attempt, RetryPlan, Step
 from scrapy_scale.outcomes.policy import BROKEN_PAGE, NO_RETRY, Decision, RetryPolicy
 
@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 #: a chain's first failure stored this far ahead of now is taken as a bad value (seconds)
 FUTURE_SLACK = 300.0
+
+#: the classes a chain counts failed attempts of (meta_keys.CLASS_FAILURES)
+COUNTED = frozenset(c.value for c in FailureClass)
 
 #: Scrapy's own retry logger, so users' log filters and greps keep working
 scrapy_retry_logger = logging.getLogger("scrapy.downloadermiddlewares.retry")
@@ -59,6 +62,8 @@ class RetryDecider:
         self.build = build
         #: per host, whether it answers well apart from a few failures (quick retries then)
         self.noise = SiteNoise()
+        #: per host, each egress's latest answer: whether a block is only its route's
+        self.routes = RouteBlocks()
         #: whether a pacer spaces the requests to each site (the throttle): a refusal's
         #: quick retry is sooner at a calm site only then (without one, nothing else would
         #: space retries told to slow down)
@@ -85,6 +90,7 @@ class RetryDecider:
                 priority_adjust=self.priority_adjust,
                 late=d.late,
                 failed_at=self.policy.clock(),
+                charged=FailureClass.EGRESS_FAILED if d.as_egress_failure else None,
             )
             counted = ((K.RETRY_LATE, d.late), (K.RETRY_AS_EGRESS_FAILURE, d.as_egress_failure), (K.RETRY_CALM, d.calm))
             return RetryPlan(
@@ -118,7 +124,7 @@ class RetryDecider:
         now = self.policy.clock()
         o = self.build(request, v, final=False, retry_at=now, **fields)
         new = request.copy()
-        count_attempt(new, request, o)
+        count_attempt(new, request, o, FailureClass.EGRESS_FAILED if d.as_egress_failure else None)
         new.dont_filter = True
         # the egress that failed it is avoided, as a crawl request's retry does: re-sent at
         # once, a robots.txt cut at a blackhole's first-byte bound drew the same egress again
@@ -131,7 +137,9 @@ class RetryDecider:
     def observe_ok(self, request: Request, cls: FailureClass) -> None:
         """An attempt of ``request`` got an answer the classifier took as good (``cls``:
         ok, not_found): counted for its host's noise. Failures are counted by :meth:`decide`."""
-        self.noise.note(urlparse_cached(request).hostname or "", cls, _page(request))
+        where = urlparse_cached(request).hostname or ""
+        self.noise.note(where, cls, _page(request))
+        self.routes.note(where, egress_id(request), _page(request), blocked=False)
 
     def decide(self, request: Request, verdict: Verdict, late_ok: bool = True, answered: bool = True) -> Decision:
         """``late_ok``: False for Scrapy's own downloads (robots.txt), retried at once.
@@ -139,17 +147,31 @@ class RetryDecider:
         m = request.meta
         where = urlparse_cached(request).hostname or ""
         late_done, first_failed = self.late_state(m, where) if late_ok else (0, None)
-        # attempts that failed at the egress never reached the site: they count in the
-        # egress_failed budget only (two dead proxies in a row spent a site's entry page's
-        # transient budget, and the whole site behind it was lost)
+        # each class's budget counts the chain's attempts of that class only: two dead proxies
+        # in a row spent a site's entry page's transient budget (the whole site behind it was
+        # lost), and two random 503s, a 403 through the proxy the site denies and a dead
+        # proxy spent a listing's blocked budget (its 175-page subtree lost, the real plan)
         attempt = meta_keys.attempt_of(m)
-        at_egress = meta_keys.egress_failures_of(m, attempt)
+        counts = meta_keys.class_failures_of(m, attempt, COUNTED)
         # no answer through an egress that has not proved itself (meta_keys.EGRESS_PROBE): retried as
         # an egress failure (at once, through another egress, in that budget), though its
         # blame is left to the egress pool's evidence: a site's page that hangs is no reason
-        # to evict an egress, and a late retry is no reason to lose a site's entry page
-        cls = FailureClass.EGRESS_FAILED if _unproven_egress(m, verdict.cls, answered) else verdict.cls
-        n = at_egress + 1 if cls is FailureClass.EGRESS_FAILED else attempt - at_egress
+        # to evict an egress, and a late retry is no reason to lose a site's entry page.
+        # A block only this route gets (RouteBlocks.only: a site that denies one proxy) is
+        # the egress's failure too; its blame stays the block's (the egress at that site)
+        cls = verdict.cls
+        page = _page(request)
+        if _unproven_egress(m, cls, answered):
+            cls = FailureClass.EGRESS_FAILED
+        elif cls is FailureClass.BLOCKED and late_ok and answered:
+            if self.routes.only(where, egress_id(request), page):
+                cls = FailureClass.EGRESS_FAILED
+        if answered and late_ok:
+            self.routes.note(where, egress_id(request), page, blocked=verdict.cls is FailureClass.BLOCKED)
+        if counts is not None:
+            n = counts.get(cls.value, 0) + 1
+        else:  # a chain without the counts (begun so, or stored by an older version): the old rule
+            n = 1 if cls is FailureClass.EGRESS_FAILED else attempt
         limited = cls is FailureClass.RATE_LIMITED
         paced_refusal = limited and self.paced()
         if late_ok and not paced_refusal:
@@ -160,12 +182,12 @@ class RetryDecider:
             # while it learns its limit, with 5% of 503s, took a host past the calm share and a
             # page's late retries waited 10 s then 14 s while the rest of its site was done
             # (the chaos benchmark's trace: a 37 s crawl of a 17 s plan)
-            self.noise.note(where, cls, _page(request))
+            self.noise.note(where, cls, page)
         calm = self.noise.calm(where) and (not limited or paced_refusal)
         # the site's own answer about this page while its other pages answer well: a broken
         # page (the policy gives it no late retry); an attempt without an answer may be the
         # route's fault and keeps them
-        alone = late_ok and answered and self.noise.alone(where, _page(request))
+        alone = late_ok and answered and self.noise.alone(where, page)
         d = self.policy.decide(
             cls,
             n,
@@ -244,6 +266,7 @@ def retry_request(
     priority_adjust: int = -1,
     late: bool = False,
     failed_at: float | None = None,
+    charged: FailureClass | None = None,
 ) -> Request:
     """The next attempt of ``request``'s chain after the failed attempt ``outcome``.
 
@@ -251,15 +274,15 @@ def retry_request(
     ``priority_adjust``, Scrapy's RETRY_PRIORITY_ADJUST) and the chain's meta keys:
     ``scale_attempt``, ``scale_not_before``, ``scale_avoid_egress``,
     ``scale_last_failure``, ``scale_fingerprint``, ``scale_late`` (late retries made,
-    one more when ``late``), ``scale_egress_failures`` (one more after an
-    ``egress_failed`` attempt), ``scale_first_failed`` (kept, else ``failed_at``, else now) and
-    Scrapy's ``retry_times``.
+    one more when ``late``), ``scale_class_failures`` (see :func:`count_attempt`;
+    ``charged``: the class whose budget the attempt was decided in),
+    ``scale_first_failed`` (kept, else ``failed_at``, else now) and Scrapy's ``retry_times``.
     """
     if failed_at is None:
         failed_at = time.time()
     new = request.copy()
     m = new.meta
-    count_attempt(new, request, outcome)
+    count_attempt(new, request, outcome, charged)
     m[meta_keys.NOT_BEFORE] = not_before
     m[meta_keys.AVOID_EGRESS] = list(avoid)
     m[meta_keys.LAST_FAILURE] = [outcome.cls.value, outcome.reason]
@@ -275,16 +298,22 @@ def retry_request(
     return new
 
 
-def count_attempt(new: Request, request: Request, outcome: Outcome) -> None:
+def count_attempt(new: Request, request: Request, outcome: Outcome, charged: FailureClass | None = None) -> None:
     """The chain's attempt counters on ``new``, the next attempt of ``request`` after its
-    failed attempt ``outcome``: ``scale_attempt``, and ``scale_egress_failures`` one more
-    after an ``egress_failed`` attempt (every retry counts, Scrapy's own downloads' too: an
-    egress failure not counted would be retried for ever)."""
+    failed attempt ``outcome``: ``scale_attempt``, and in ``scale_class_failures`` one more
+    for the class whose budget the attempt was decided in: ``charged`` when given, else
+    ``egress_failed`` for no answer through an unproven egress, else the outcome's class
+    (every retry counts, Scrapy's own downloads' too: a failure not counted would be
+    retried for ever)."""
     new.meta[meta_keys.ATTEMPT] = outcome.attempt + 1
-    if outcome.cls is FailureClass.EGRESS_FAILED or _unproven_egress(
-        request.meta, outcome.cls, outcome.status is not None
-    ):
-        new.meta[meta_keys.EGRESS_FAILURES] = meta_keys.egress_failures_of(request.meta, outcome.attempt) + 1
+    if charged is None:
+        unproven = _unproven_egress(request.meta, outcome.cls, outcome.status is not None)
+        charged = FailureClass.EGRESS_FAILED if unproven else outcome.cls
+    counts = meta_keys.class_failures_of(request.meta, outcome.attempt, COUNTED)
+    if counts is None:  # the old rule's reading: every earlier attempt in this class's budget
+        counts = {} if charged is FailureClass.EGRESS_FAILED else {charged.value: outcome.attempt - 1}
+    counts[charged.value] = counts.get(charged.value, 0) + 1
+    new.meta[meta_keys.CLASS_FAILURES] = counts
 
 
 def _unproven_egress(m: dict[str, object], cls: FailureClass, answered: bool) -> bool:

@@ -5,8 +5,6 @@ up, and the whole site behind it was lost (seen in tests/crawl/test_egress_crawl
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 from scrapy import Request
 
@@ -42,12 +40,12 @@ def test_two_dead_proxies_then_a_reset_leave_the_transient_budget_whole():
     for cls in (C.EGRESS_FAILED, C.EGRESS_FAILED):
         r, _ = fail(r, cls)
         assert r is not None
-    assert r.meta[meta_keys.EGRESS_FAILURES] == 2 and meta_keys.attempt_of(r.meta) == 3
+    assert r.meta[meta_keys.CLASS_FAILURES] == {"egress_failed": 2} and meta_keys.attempt_of(r.meta) == 3
     # the transient class's 2 retries are its own: attempts 3, 4 and 5 may be transient
     for _ in range(2):
         r, _ = fail(r, C.TRANSIENT)
         assert r is not None
-        assert r.meta[meta_keys.EGRESS_FAILURES] == 2  # only egress failures count here
+        assert r.meta[meta_keys.CLASS_FAILURES]["egress_failed"] == 2  # only egress failures count here
     gone, gave_up = fail(r, C.TRANSIENT)
     assert gone is None and gave_up  # the third transient failure spends it
 
@@ -62,28 +60,15 @@ def test_the_egress_failed_budget_counts_egress_failures_only():
     assert gone is None and gave_up
 
 
-def test_without_egress_failures_the_budget_is_the_chains_attempts_as_before():
+def test_a_block_does_not_spend_the_transient_budget():
     r: Request | None = Request("http://a.test/")
     r, _ = fail(r, C.BLOCKED)
-    r, _ = fail(r, C.TRANSIENT)  # a block counts in the transient budget: it reached the site
-    assert r is not None and meta_keys.EGRESS_FAILURES not in r.meta
+    r, _ = fail(r, C.TRANSIENT)
+    assert r is not None and r.meta[meta_keys.CLASS_FAILURES] == {"blocked": 1, "transient": 1}
+    r, _ = fail(r, C.TRANSIENT)  # the transient class's second retry: its own budget
+    assert r is not None
     gone, gave_up = fail(r, C.TRANSIENT)
     assert gone is None and gave_up
-
-
-@pytest.mark.parametrize("bad", ["2", -1, 5, True, 1.0, None, float("nan")])
-def test_a_stored_count_that_cannot_be_true_counts_as_zero_with_one_warning(bad, caplog, monkeypatch):
-    """The meta comes back from the frontier's store: untrusted. A count that is not a whole
-    number of the chain's earlier attempts counts as none (the old, stricter budget)."""
-    monkeypatch.setattr(meta_keys, "_warned_egress_failures", False)
-    r = Request("http://a.test/", meta={meta_keys.ATTEMPT: 3, meta_keys.EGRESS_FAILURES: bad})
-    with caplog.at_level(logging.WARNING, logger="scrapy_scale.meta_keys"):
-        gone, gave_up = fail(r, C.TRANSIENT)
-        fail(r, C.TRANSIENT)
-    assert gone is None and gave_up  # attempt 3 against a budget of 2: every attempt counted
-    warned = [x for x in caplog.records if meta_keys.EGRESS_FAILURES in x.getMessage()]
-    assert len(warned) == 1  # once per process
-    assert meta_keys.EGRESS_FAILURES in meta_keys.CHAIN_KEYS  # a copied chain starts without it
 
 
 def test_scrapy_own_downloads_count_their_egress_failures_too():
@@ -117,7 +102,7 @@ def test_no_answer_through_an_unproven_egress_is_retried_as_an_egress_failure():
     assert d.as_egress_failure  # what the middleware counts (scale/retry/as_egress_failure)
     o = Outcome("fp", r.url, "a.test", C.TRANSIENT, attempt=3, egress="p:1")
     again = retry_request(r, o, not_before=d.not_before)
-    assert again.meta[meta_keys.EGRESS_FAILURES] == 1  # in the egress budget, not the transient one
+    assert again.meta[meta_keys.CLASS_FAILURES] == {"egress_failed": 1}  # the egress budget, not the transient one
     # an answer through it (a 503) is the site's: the transient budget, spent here
     assert not decider().decide(r, v, answered=True).retry
     # through an egress that had answered before: the site's too

@@ -95,7 +95,7 @@ def test_no_answer_through_an_unproven_egress_is_retried_as_its_failure_and_coun
     req = Request(URL, meta={meta_keys.EGRESS: "p3", meta_keys.EGRESS_PROBE: True})
     p = d.plan(req, Attempt(Verdict(C.TRANSIENT, "timeout"), exception=DownloadTimeoutError("t"), latency=3.0))
     assert p.step is Step.RETRY_LATER and p.stats == (K.RETRY_AS_EGRESS_FAILURE,)
-    assert p.avoid == ("p3",) and p.retry is not None and p.retry.meta[meta_keys.EGRESS_FAILURES] == 1
+    assert p.avoid == ("p3",) and p.retry is not None and p.retry.meta[meta_keys.CLASS_FAILURES] == {"egress_failed": 1}
     assert p.outcome is not None and p.outcome.latency == 3.0
 
 
