@@ -154,7 +154,9 @@ class EgressMiddleware:
         domain = urlparse_cached(request).hostname or ""
         since = time.time()
         while True:
-            choice = self.pool.choose(domain, meta_keys.avoid_of(m), retry=meta_keys.attempt_of(m) > 1)
+            choice = self.pool.choose(
+                domain, meta_keys.avoid_of(m), retry=meta_keys.attempt_of(m) > 1, one_slot=self._one_slot(domain)
+            )
             if choice.egress is not None:
                 break
             if not here:
@@ -191,6 +193,12 @@ class EgressMiddleware:
         token = next(self._next_token)
         self._tokens[token] = e.id
         m[_TOKEN] = token
+
+    def _one_slot(self, domain: str) -> bool:
+        """The pacer gives ``domain`` one request in flight (a Crawl-delay): no re-probe or
+        unproven egress takes its one slot while a proven egress is free."""
+        one = getattr(self.ctx.pacer, "one_at_a_time", None)
+        return bool(one(domain)) if callable(one) else False
 
     def _wait(self, request: Request, domain: str, until: float, reason: str) -> Request:
         """The request back to the scheduler, not before the pool may have an egress for it.

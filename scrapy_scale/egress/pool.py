@@ -156,12 +156,16 @@ class EgressPool:
         now = self.clock()
         return (e for e in list(self.egresses) if not self._health_wait(e, domain, now))
 
-    def choose(self, domain: str, avoid: Iterable[str] = (), *, retry: bool = False) -> Choice:
+    def choose(self, domain: str, avoid: Iterable[str] = (), *, retry: bool = False, one_slot: bool = False) -> Choice:
         """An egress for a request to ``domain`` not through ``avoid``. A re-probe out of
         quarantine takes the first request that comes, but not a ``retry`` (a request that
         failed before) while another egress is free: a page whose quick retries were spent
         on 503 noise went on to its late retry through the re-probes of two bad proxies (the
-        chaos benchmark's last page, 12 s after the rest)."""
+        chaos benchmark's last page, 12 s after the rest). Nor a request to a ``one_slot``
+        site (one request in flight: a Crawl-delay), which also goes through an egress that
+        has proved itself while one is free: a re-probe of a blackhole there held the site's
+        only slot for the first-byte bound (a 7.9 s gap at the real plan's Crawl-delay host,
+        the crawl's last host). The probe is left to another site's request."""
         now = self.clock()
         if not self.egresses:
             return Choice(None, now + EMPTY_WAIT, "empty")
@@ -183,9 +187,14 @@ class EgressPool:
                 return Choice(None, min(min(others), now + PROBE_WAIT), "avoided")
             pick = free
         probing = [e for e in pick if self.state(e) == PROBING or self.state(e, domain) == PROBING]
-        if probing and retry and len(probing) < len(pick):
-            self.counts["reprobe/spared_retry"] += 1
+        if probing and (retry or one_slot) and len(probing) < len(pick):
+            self.counts["reprobe/spared_one_slot" if one_slot else "reprobe/spared_retry"] += 1
             pick, probing = [e for e in pick if e not in probing], []
+        if one_slot and not probing:
+            proven = [e for e in pick if e in self.answered]
+            if proven and len(proven) < len(pick):
+                self.counts["unproven/spared_one_slot"] += 1
+                pick = proven
         chosen = probing[0] if probing else self.stickiness.kept(domain, pick, avoid, now)
         if chosen is None:
             chosen = self._weighted(domain, pick, now)

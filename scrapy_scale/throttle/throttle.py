@@ -171,6 +171,11 @@ class Throttle:
         # a request holds a route while the downloader has it (or a grace, unknown)
         return self.routes.use(usable, compat.downloader_active(self.crawler))
 
+    def one_at_a_time(self, domain: str) -> bool:
+        """``domain`` gets one request in flight, spaced from the previous one's answer (a
+        Crawl-delay, a low ``max_rate``): the egress pool spends no probe on its one slot."""
+        return self.pacing.one_at_a_time(self.pacing.site(domain))
+
     def spacing(self, domain: str) -> float:
         """Seconds between two requests to ``domain`` as paced now."""
         return self.pacing.interval(self.pacing.site(domain))
