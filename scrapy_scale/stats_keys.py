@@ -120,6 +120,8 @@ EGRESS_EVICTIONS = "scale/egress/evictions"  # egresses quarantined globally (re
 EGRESS_EVICTIONS_DOMAIN = "scale/egress/evictions_domain"  # (egress, domain) quarantines
 EGRESS_REPROBES = "scale/egress/reprobes"  # half-open probe requests sent
 EGRESS_REPROBES_SPARED = "scale/egress/reprobes_spared_retry"  # retries kept off a re-probe
+#: requests to a one-slot site (Crawl-delay) kept off a re-probe or an unproven egress
+EGRESS_ONE_SLOT_SPARED = "scale/egress/one_slot_spared"
 EGRESS_RESTORED = "scale/egress/restored"  # re-probes that restored an egress
 EGRESS_GROUPS_RETIRED = "scale/egress/groups_retired"
 EGRESS_POOL_SIZE = "scale/egress/pool_size"  # egresses in the pool after a source refresh

@@ -336,6 +336,10 @@ class EgressMiddleware:
             (K.EGRESS_SUSPECT_BLAMED, self.pool.counts["suspect_blamed"]),
             (K.EGRESS_SLOW_BODIES, self.pool.counts["slow_bodies"]),
             (K.EGRESS_REPROBES_SPARED, self.pool.counts["reprobe/spared_retry"]),
+            (
+                K.EGRESS_ONE_SLOT_SPARED,
+                self.pool.counts["reprobe/spared_one_slot"] + self.pool.counts["unproven/spared_one_slot"],
+            ),
         ):
             if n:
                 self.stats.set_value(key, n)
