@@ -261,3 +261,21 @@ def test_a_stray_503_at_a_site_that_answers_well_is_retried_soon(tmp_path):
     first, again = sent["/item/10"]
     assert again - first <= 0.5 + 1.0  # its wait plus the download of the failed attempt
     assert len(sent["/item/3"]) == 2 and res.stats.get("item_scraped_count") == 12
+
+
+def test_a_listing_whose_failures_mix_classes_is_not_given_up_with_its_subtree(tmp_path):
+    """The real plan of the chaos benchmark lost a listing and 175 pages behind it: two
+    random 503s, then a 403, and the blocked class's budget (2 retries) had been spent by
+    the 503s (``Gave up retrying ... (failed 4 times): blocked``). Each class's budget counts
+    its own attempts: the 403 is the chain's first block, and the 4th attempt crawls it."""
+    faults = "503@1:/list/2,first=2;403@1:/list/2,nth=3"
+    with Testbed(hosts=1, pages=40, seed=3, faults=faults) as tb:
+        res, outcomes = crawl(tb, tmp_path, {"SCALE_RETRY_POLICY": FAST, "SCALE_RETRY_LATE": 0})
+        served = [r for r in tb.log if r.path == "/list/2"]
+        items = {r.path for r in tb.log if r.path.startswith("/item/")}
+    assert [r.status for r in served] == [503, 503, 403, 200]  # the chain ran as planned
+    assert items == {f"/item/{k}" for k in range(1, 41)}  # the listing's subtree too
+    finals = finals_by_path(outcomes)
+    assert finals[(H1, "/list/2")]["cls"] == "ok" and finals[(H1, "/list/2")]["attempt"] == 4
+    assert not [k for k, v in res.stats.items() if k.startswith("scale/gave_up/")]
+    assert "Gave up retrying" not in res.log
