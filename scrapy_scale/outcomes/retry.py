@@ -168,10 +168,16 @@ class RetryDecider:
                 cls = FailureClass.EGRESS_FAILED
         if answered and late_ok:
             self.routes.note(where, egress_id(request), page, blocked=verdict.cls is FailureClass.BLOCKED)
-        if counts is not None:
+        at_egress = (counts or {}).get(FailureClass.EGRESS_FAILED.value, 0)
+        if cls is FailureClass.EGRESS_FAILED:
+            n = at_egress + 1
+        elif counts is None or m.get("max_retry_times") is not None:
+            # a chain without the counts (begun so, or stored by an older version), or a
+            # request's own cap (Scrapy's ``max_retry_times``: the chain's retries, whatever
+            # failed): every attempt that reached the site counts, the old rule
+            n = attempt - at_egress
+        else:
             n = counts.get(cls.value, 0) + 1
-        else:  # a chain without the counts (begun so, or stored by an older version): the old rule
-            n = 1 if cls is FailureClass.EGRESS_FAILED else attempt
         limited = cls is FailureClass.RATE_LIMITED
         paced_refusal = limited and self.paced()
         if late_ok and not paced_refusal:

@@ -174,3 +174,12 @@ def test_a_stored_count_that_cannot_be_true_is_clamped_with_one_warning(stored, 
     if p.retry is not None:
         assert p.retry.meta[meta_keys.CLASS_FAILURES] == {**(counted or {}), "transient": spent + 1}
     assert meta_keys.CLASS_FAILURES in meta_keys.CHAIN_KEYS  # a copied chain starts without it
+
+
+def test_a_requests_own_max_retry_times_caps_the_whole_chain_as_in_scrapy():
+    d = decider()
+    steps = [("tp1", answer(503, C.TRANSIENT)), ("tp2", answer(403, C.BLOCKED)), ("tp3", answer(200, C.OK))]
+    plans = run(d, Request(LISTING, meta={"max_retry_times": 1}), steps)
+    assert [p.step for p in plans] == [Step.RETRY_LATER, Step.GIVE_UP]  # 1 retry in all
+    plans = run(decider(), Request(LISTING), steps)
+    assert [p.step for p in plans] == [Step.RETRY_LATER, Step.RETRY_LATER, Step.DONE]  # per class
