@@ -183,3 +183,16 @@ def test_a_requests_own_max_retry_times_caps_the_whole_chain_as_in_scrapy():
     assert [p.step for p in plans] == [Step.RETRY_LATER, Step.GIVE_UP]  # 1 retry in all
     plans = run(decider(), Request(LISTING), steps)
     assert [p.step for p in plans] == [Step.RETRY_LATER, Step.RETRY_LATER, Step.DONE]  # per class
+
+
+def test_a_page_refused_with_an_overloaded_503_is_retried_through_another_route():
+    """nginx's limit_req refuses with a 503 without Retry-After (classed transient, slow
+    down): the real plan's host b refused a page 4 times within 3.3 s, 3 of them through the
+    same proxy at its limit, and the page was given up as broken."""
+    d = decider()
+    overloaded = Attempt(Verdict(C.TRANSIENT, "HTTP 503", slow_down=True), status=503)
+    plans = run(d, Request(LISTING), [("tp1", overloaded), ("tp2", overloaded), ("sq1", answer(200, C.OK))])
+    assert [p.avoid for p in plans[:2]] == [("tp1",), ("tp1", "tp2")]
+    assert plans[-1].step is Step.DONE
+    plain = d.plan(through(Request(f"http://{SITE}/item/5.html"), "tp1"), answer(500, C.TRANSIENT))
+    assert plain.avoid == ()  # a 500: the site's, whichever route
