@@ -244,9 +244,10 @@ def test_scrapy_own_download_retried_after_a_silent_egress_avoids_that_egress():
     assert new.meta[meta_keys.AVOID_EGRESS] == ["p1", "p7"]
     (o,) = outcomes
     assert o.internal and not o.final and o.avoid_egress == ("p1", "p7")  # the internal path ran
-    # an answer through it (a 503) is the site's: nothing more to avoid
+    # an answer through it (a 500) is the site's: nothing more to avoid (a 503 without
+    # Retry-After is a refusal of the route, avoided: tests/unit/test_retry_class_budgets.py)
     outcomes.clear()
     again = Request("http://shop1.example.test/robots.txt", callback=NO_CALLBACK, meta={meta_keys.EGRESS: "p8"})
-    new = respond(mw, again, 503)
+    new = respond(mw, again, 500)
     assert isinstance(new, Request) and meta_keys.AVOID_EGRESS not in new.meta
     assert outcomes[0].internal
