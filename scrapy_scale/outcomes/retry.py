@@ -207,6 +207,7 @@ class RetryDecider:
             late_ok=late_ok,
             calm=calm,
             alone=alone,
+            slow_down=verdict.slow_down,
         )
         if d.retry and not verdict.retryable:
             return Decision(False, gave_up=True, why="not listed")

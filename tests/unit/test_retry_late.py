@@ -211,6 +211,19 @@ def test_a_503_page_of_a_site_that_answers_well_gives_up_after_its_quick_retries
     assert got[-1].gave_up and got[-1].why == "broken_page"
 
 
+def test_a_page_the_site_refused_as_overloaded_gets_one_late_retry_more_outside_the_calm_bound():
+    """nginx's limit_req answers 503 without Retry-After: the real plan's host b refused a
+    page through each of its 4 routes within 1.5-2.7 s while every route was at its limit,
+    and the page was given up as broken after 4 requests."""
+    d = site_with_good_pages()
+    got = chain(d, f"http://{SHOP}/item/refused", Verdict(C.TRANSIENT, "HTTP 503", slow_down=True))
+    # 5 requests: 3 quick, two late, still not 10
+    assert [x.late for x in got] == [False, False, True, True, False] and got[-1].why == "broken_page"
+    # the late windows are the late policy's (1.25-2.5 s, then 2.5-5 s), not the calm 0.5 s
+    assert 1.25 <= got[2].delay <= 2.5 and 2.5 <= got[3].delay <= 5.0
+    assert not got[2].calm
+
+
 def test_an_entry_page_keeps_its_late_retries_then_gives_up_as_broken_once_its_site_answers():
     d = site_with_good_pages(0)
     entry = f"http://{SHOP}/"
