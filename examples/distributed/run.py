@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -53,13 +54,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: set by Ctrl-C (SIGINT); the script stops at its next wait (see :func:`stop_if_interrupted`)
+INTERRUPTED = threading.Event()
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    # No KeyboardInterrupt from the handler: raised while a worker is being forked, inside
+    # the logging module's at-fork hook, Python prints it as "Exception ignored" and drops
+    # it, and the script went on to the end and exited 0. The flag is never lost.
+    INTERRUPTED.set()
+
+
+def stop_if_interrupted() -> None:
+    if INTERRUPTED.is_set():
+        raise KeyboardInterrupt
+
+
 def poll(check: Any, timeout: float, interval: float = 0.2) -> tuple[Any, Any]:
     """Call ``check`` until it returns something true or ``timeout`` passes: (its last
-    result, the last error it raised)."""
+    result, the last error it raised). Ctrl-C stops it (KeyboardInterrupt)."""
     deadline = time.monotonic() + timeout
     got: Any = None
     last: Any = None
     while time.monotonic() < deadline:
+        stop_if_interrupted()
         try:
             got = check()
             if got:
@@ -283,7 +301,9 @@ def run(opts: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             wait(all_up, 120, f"{opts.workers} workers up" + (" and scraped by Prometheus" if prom else ""))
             # then the feeder: `scrapy scale seed JOB URL...` (a feeder could push to Redis instead)
             seeder = scrapy(["scale", "seed", job, *tb.start_urls], shared, workdir / "seed.log")
-            if seeder.wait(120) != 0:
+            poll(lambda: seeder.poll() is not None, 120)
+            stop_if_interrupted()
+            if seeder.wait(1) != 0:
                 raise SystemExit(f"scrapy scale seed failed; see {workdir / 'seed.log'}")
             total = tb.catalog.list_pages * len(tb.hosts) + len(tb.detail_urls())
             frontier = open_store(redis_url, job)
@@ -317,6 +337,7 @@ def run(opts: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             for w in workers:
                 w.send_signal(signal.SIGINT)
             codes = [w.wait(120) for w in workers]
+            stop_if_interrupted()
             proxy_use = Counter(e.proxy for e in tb.proxy_log if e.outcome in ("forwarded", "tunnel"))
             return reconcile(tb, job, counts, total, store_url, seen, codes, proxy_use, opts.workers)
     finally:
@@ -433,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="also write the report here as JSON")
     p.add_argument("--timeout", type=float, default=600, help="seconds the job may take to drain")
     opts = p.parse_args(argv)
+    signal.signal(signal.SIGINT, _on_sigint)
     try:
         if opts.workdir:
             opts.workdir.mkdir(parents=True, exist_ok=True)
