@@ -430,4 +430,11 @@ def test_a_download_slots_delay_holds_when_the_scheduler_does_not_ask_the_pacer(
     assert len(res.items) == 5 and len(times) >= 6
     assert any(k.startswith("scale/throttle/") for k in res.stats), res.stats  # the Throttle ran
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-    assert min(gaps) >= 1.0 - 0.03, gaps
+    # the slot keeps its delay between sends; the testbed logs arrivals, and one arrival made
+    # late by a loaded machine widens its gap and narrows the next by as much (CI, load
+    # about 25: 1.041 s then 0.965 s): any two arrivals k sends apart are at least k delays
+    # apart, less one arrival's jitter, and the mean gap holds the delay
+    jitter = 0.15
+    pairs = [(i, j) for i in range(len(times)) for j in range(i + 1, len(times))]
+    assert all(times[j] - times[i] >= (j - i) * 1.0 - jitter for i, j in pairs), gaps
+    assert (times[-1] - times[0]) / (len(times) - 1) >= 1.0 - 0.03, gaps
