@@ -91,7 +91,10 @@ def test_a_retry_after_on_every_good_answer_is_not_a_refusal() -> None:
     steps = site.result.steps
     assert steps and not any(s.rate_limited for s in steps), [s.reasons for s in steps]
     assert seen.count("/item/1") > 20  # the Retry-After was sent with each answer, not heeded
-    assert site.result.knee is not None and "refuses" not in site.result.ended, site.result.ended
+    assert "refuses" not in site.result.ended and "Retry-After" not in site.result.ended, site.result.ended
+    # a knee, unless the probe itself was the limit (CI, loaded: "the probe was the limit at
+    # concurrency 1 (probe's event loop 133 ms late)"), which it says rather than blame the site
+    assert site.result.knee is not None or site.result.client_bound, site.result.ended
 
 
 class JumpingClassifier(Classifier):
