@@ -20,6 +20,7 @@ Usage::
         tb.detail_urls()         # every detail-page URL (= the items a full crawl yields)
         tb.expected_item(url)    # {"sku", "title", "price", "url"} of that detail page
         tb.set_faults("...")     # replace the fault rules while serving
+        tb.hold(); tb.release()  # answers wait until release() (a test's gate)
 
 ``pages`` is the number of detail pages PER HOST. Host ``n`` is ``shop{n}.example.test``
 on loopback address ``127.0.0.{n+1}``; every host listens on the same port

@@ -9,6 +9,7 @@ Its own module so that the protocols (:mod:`.target`, :mod:`.proxy`) and the Tes
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Protocol
 
 from scrapy_scale.testbed.answers import Answer
@@ -48,10 +49,32 @@ class OpenConnections:
             w.transport.abort()
 
 
+class Gate:
+    """The target hosts' answers held back while the gate is shut (a test's moment: "nothing
+    answers until every worker has joined"), sent when it opens. Used on the testbed's loop."""
+
+    def __init__(self) -> None:
+        self.shut = False
+        self._held: list[Callable[[], None]] = []
+        #: answers that waited at the gate
+        self.held_count = 0
+
+    def hold(self, send: Callable[[], None]) -> None:
+        self._held.append(send)
+        self.held_count += 1
+
+    def open(self) -> None:
+        self.shut = False
+        held, self._held = self._held, []
+        for send in held:
+            send()
+
+
 class TargetHost(Protocol):
     """What a target host's protocol asks of the Testbed."""
 
     open_connections: OpenConnections
+    gate: Gate
     egress_by_ip: dict[str, str]
 
     def answer(self, host_no: int, target: str, egress: str | None, client: str, conn: int, method: str) -> Answer: ...

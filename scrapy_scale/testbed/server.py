@@ -25,7 +25,7 @@ from scrapy_scale.testbed.answers import Answering
 from scrapy_scale.testbed.capacity import Capacity, CapacityPlan
 from scrapy_scale.testbed.catalog import Catalog, robots_txt
 from scrapy_scale.testbed.faults import Fault, ProxySpec, parse_faults
-from scrapy_scale.testbed.hosting import OpenConnections
+from scrapy_scale.testbed.hosting import Gate, OpenConnections
 from scrapy_scale.testbed.log import ProxyEvent, Served
 from scrapy_scale.testbed.proxy import start_proxy
 from scrapy_scale.testbed.target import TargetProtocol
@@ -116,6 +116,8 @@ class Testbed(Answering):
         self._servers: list[asyncio.AbstractServer] = []
         #: the servers' connections open now (testbed/hosting.py)
         self.open_connections = OpenConnections()
+        #: answers held back between :meth:`hold` and :meth:`release`
+        self.gate = Gate()
         self._dead_sockets: list[socket.socket] = []
 
     @classmethod
@@ -256,6 +258,26 @@ class Testbed(Answering):
         self._track_ordinals = True
         self._fault_since = {}
         self.faults = new
+
+    def hold(self) -> None:
+        """From now, the target hosts hold every answer (the request is logged as served)
+        until :meth:`release`: a test's gate, such as "no page answers until every worker of
+        the fleet has joined the run"."""
+        self.gate.shut = True
+
+    def release(self) -> int:
+        """Send the answers held since :meth:`hold`, and answer at once from now on; how many
+        answers waited at the gate."""
+        assert self._loop is not None
+        done = threading.Event()
+
+        def open_gate() -> None:
+            self.gate.open()
+            done.set()
+
+        self._loop.call_soon_threadsafe(open_gate)
+        done.wait(10)
+        return self.gate.held_count
 
     # ---- public view --------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from urllib.parse import urlsplit
 
 from scrapy_scale.testbed.hosting import TargetHost
@@ -83,6 +84,10 @@ class TargetProtocol(asyncio.Protocol):
                 method == "HEAD",
                 "text/plain" if target == "/robots.txt" else "text/html; charset=utf-8",
             )
+            if self.tb.gate.shut:
+                self.busy = True
+                self.tb.gate.hold(functools.partial(self._send_later, data, close))
+                return
             if ans.delay > 0:
                 self.busy = True
                 loop = asyncio.get_running_loop()

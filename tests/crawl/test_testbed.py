@@ -203,6 +203,26 @@ def test_slow_response() -> None:
         assert [r.kind for r in tb.log] == ["slow", "ok"]
 
 
+def test_a_held_gate_keeps_every_answer_until_released() -> None:
+    import threading
+
+    with Testbed(hosts=2, pages=10) as tb:
+        tb.hold()
+        got: list[int] = []
+        threads = [threading.Thread(target=lambda h=h: got.append(get(tb, h, "/item/1")[0])) for h in (1, 2)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        while len(tb.log) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(tb.log) == 2 and got == []  # both asked, neither answered
+        assert tb.release() == 2
+        for t in threads:
+            t.join(5)
+        assert got == [200, 200]
+        assert get(tb, 1, "/item/2")[0] == 200  # open from now on
+
+
 def test_block_empty_and_layout_after_page_n() -> None:
     faults = parse_faults("block:/item/1;empty:/item/2;layout:/item/*,after=20;layout:/item/*,after=10,variant=missing")
     with Testbed(hosts=1, pages=30, faults=faults) as tb:

@@ -211,3 +211,28 @@ def run_crawl(
 ) -> CrawlResult:
     """Run a crawl to its end and return its returncode, items, stats and log."""
     return start_crawl(testbed, settings, tmp_path, spider, extra_args, start_urls, env).finish(timeout)
+
+
+def wait_live_workers(job: str, url: str, n: int, procs: list[CrawlProcess], timeout: float = 120) -> list[str]:
+    """Wait until ``n`` workers of ``job``'s current run (frontier at ``url``) beat; their
+    names. Fails when a crawl of ``procs`` exits first or after ``timeout`` s."""
+    from scrapy_scale.frontier import FrontierError, open_store
+
+    deadline = time.monotonic() + hang_guard(timeout)
+    live: list[str] = []
+    while time.monotonic() < deadline:
+        for p in procs:
+            if p.poll() is not None:
+                raise AssertionError(f"a crawl exited before {n} workers joined:\n{p.result().log[-3000:]}")
+        try:
+            store = open_store(url, job)
+            try:
+                live = store.status().live_workers(time.time())
+            finally:
+                store.close()
+        except FrontierError:  # the job is not there yet
+            live = []
+        if len(live) >= n:
+            return live
+        time.sleep(0.2)
+    raise AssertionError(f"{len(live)} of {n} workers joined within {hang_guard(timeout):.0f} s: {live}")
