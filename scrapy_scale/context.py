@@ -117,6 +117,9 @@ class ScaleContext:
     scheduler_holds_retries: bool = False
     #: the scrapy-scale frontier is the scheduler (its state answers "what is left")
     frontier_on: bool = False
+    #: the frontier closed with the job's run finished or drained (nothing pending, delayed
+    #: or leased): the run is over, whatever the close reason (a fleet held open for seeds)
+    run_drained: bool = False
     #: the run id of the job's current run (the frontier's; else set by the store)
     run_id: int | str | None = None
     #: the job name in use

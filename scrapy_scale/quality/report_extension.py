@@ -169,15 +169,21 @@ class QualityReport:
         snapshots = self.ctx.snapshot_index
         index = snapshots.index() if snapshots is not None else {}
         fig = RunFigures.from_json(self.figures.to_json())
-        d = threads.deferToThread(self._finish, fig, store_on, index, reason)
+        # the run is over when the crawl finished or the frontier found it drained (a fleet
+        # held open for seeds, stopped with Ctrl-C): then every worker judges it whole
+        ended = reason == "finished" or self.ctx.run_drained
+        d = threads.deferToThread(self._finish, fig, store_on, index, reason, ended)
         d.addCallbacks(self._judged, self._failed)
         await maybe_deferred_to_future(d)
 
-    def _finish(self, fig: RunFigures, store_on: bool, index: dict[str, str], reason: str) -> dict[str, Any]:
+    def _finish(
+        self, fig: RunFigures, store_on: bool, index: dict[str, str], reason: str, ended: bool
+    ) -> dict[str, Any]:
         """On a thread: save this process's final figures, build the report of the whole run.
-        The verdict goes to the history only when the crawl finished (an interrupted run, to
-        be resumed, is judged by the process that finishes it); then every process that took
-        part in the run has closed or is closing, so each waits for the others' final figures
+        The verdict goes to the history only when the run ``ended`` (the crawl finished, or
+        the frontier found the run drained; an interrupted run, to be resumed, is judged by
+        the process that finishes it); then every process that took part in the run has
+        closed or is closing, so each waits for the others' final figures
         (``SCALE_QUALITY_JUDGE_WAIT``) and all judge the same whole run."""
         s = self.settings
         if self.history is None:
@@ -186,7 +192,7 @@ class QualityReport:
         try:
             self._save(h, fig, final=True)
             left: list[str] = []
-            if reason == "finished":
+            if ended:
                 left = h.wait_settled(fig.job, fig.run_id, self.judge_wait, self._alive)
                 if left:
                     logger.warning(
@@ -211,7 +217,7 @@ class QualityReport:
                 snapshots=index,
                 keep=h.keep,
             )
-            report["finished"], report["close_reason"] = reason == "finished", reason
+            report["finished"], report["close_reason"] = ended, reason
             report["processes"] = next((r.parts for r in runs if r.run_id == fig.run_id), 1)
             report["unsettled"] = left
             if report["finished"]:

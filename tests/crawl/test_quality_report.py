@@ -8,9 +8,11 @@ import json
 import struct
 import subprocess
 import textwrap
+import time
 import uuid
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -413,12 +415,67 @@ def test_the_workers_of_one_run_give_one_verdict_on_the_whole_run(
         results = [p.finish(180) for p in procs]
         changed = {u for u in tb.detail_urls() if int(u.rsplit("/", 1)[1]) > 34}
     assert sum(r.stats.get("scale/quality/quarantined", 0) for r in results) == len(changed)
+    assert_one_verdict(results, len(changed))
+    assert [r.returncode for r in results] == [4, 4, 4], [r.returncode for r in results]
+
+
+@pytest.mark.serial
+@pytest.mark.timeout(300)
+def test_a_fleet_held_open_for_seeds_and_stopped_once_drained_gives_one_verdict(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    """Stop 38: three workers held open for seeds (``SCALE_FRONTIER_WAIT_FOR_SEEDS``), stopped
+    with Ctrl-C once the job had drained, gave three verdicts (10 of 44, 12 of 77 and 18 of
+    126 failed parses): only a close with reason "finished" waited for the others' final
+    figures. A run the frontier found drained is over, whatever the close reason."""
+    import signal
+
+    from scrapy_scale.frontier import open_store
+
+    settings = {
+        **ADDON,
+        **CRITICAL,
+        "SCALE_JOB": redis_prefix,
+        "SCALE_FRONTIER_URL": redis_url,
+        "SCALE_FRONTIER_BATCH": 4,
+        "SCALE_FRONTIER_WAIT_FOR_SEEDS": True,
+        "SCALE_QUALITY_EXIT_CODE": 4,
+        "LOG_LEVEL": "INFO",
+    }
+    with Testbed(hosts=3, pages=40, seed=35, faults="layout:/item/*,after=34,variant=missing") as tb:
+        procs = [start_crawl(tb, {**settings, "SCALE_FRONTIER_WORKER": f"w{i}"}, tmp_path) for i in range(3)]
+        wait_live_workers(redis_prefix, redis_url, 3, procs)
+        details = tb.detail_urls()
+        store = open_store(redis_url, redis_prefix)
+        try:
+            deadline = time.monotonic() + 120
+            while True:  # every page served and acked, nothing left: the job drained
+                served = {f"http://{r.host}:{tb.port}{r.path}" for r in tb.log if r.kind != "robots"}
+                st = store.status()
+                c = st.counts
+                if details <= served and (c["pending"], c["delayed"], c["leased"]) == (0, 0, 0):
+                    if c["done"] + c["failed"] == len(served):  # the changed pages failed (parse)
+                        break
+                assert time.monotonic() < deadline and all(p.poll() is None for p in procs), (c, len(served))
+                time.sleep(0.2)
+        finally:
+            store.close()
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        results = [p.finish(120) for p in procs]
+        changed = {u for u in details if int(u.rsplit("/", 1)[1]) > 34}
+    assert all("Received SIGINT" in r.log for r in results), results[0].log[-3000:]
+    assert_one_verdict(results, len(changed))
+
+
+def assert_one_verdict(results: list[Any], failed: int) -> None:
+    """Every worker logged the same parse-failure verdict, of the whole run's ``failed``
+    failed parses, judged from the three processes' figures."""
     verdicts = []
     for r in results:
         line = next((x for x in r.log.splitlines() if "FAILED class_share:parse_failed" in x), None)
         assert line is not None, r.log[-6000:]
         verdicts.append(line.split("FAILED", 1)[1])
     assert len(set(verdicts)) == 1, "one verdict for the run:\n" + "\n".join(verdicts)
-    assert f"({len(changed)} of " in verdicts[0], f"the whole run's {len(changed)} failed parses: {verdicts[0]}"
+    assert f"({failed} of " in verdicts[0], f"the whole run's {failed} failed parses: {verdicts[0]}"
     assert all("from the figures of 3 process(es)" in r.log for r in results)
-    assert [r.returncode for r in results] == [4, 4, 4], [r.returncode for r in results]

@@ -78,6 +78,9 @@ class Rounds:
         self.finish_requested = False
         #: this worker saw the run finish
         self.finished = False
+        #: at close: the job's run was finished, or drained (nothing pending, delayed or
+        #: leased: a fleet held open for seeds and stopped) - what the run's judges read
+        self.drained_at_close = False
         #: when has_pending() last asked a sync to finish the run (monotonic)
         self._finish_asked = -FINISH_AGAIN
         #: the running (or last) sync asked the store for a lease
@@ -285,6 +288,9 @@ class Rounds:
         self.apply_counts(res)
         # job-wide (this run), every worker's: the run summary and the exit status read it
         self.stats.set(keys.FRONTIER_DEAD_LETTERS, res.dead_letters)
+        c = res.counts
+        left = (c.get("pending"), c.get("delayed"), c.get("leased")) if c else None
+        self.drained_at_close = res.finished_run or self.finished or left == (0, 0, 0)
         self.stats.inc(keys.FRONTIER_RELEASED, res.released)
         logger.info(
             "frontier closed (%s): %s; released %d lease(s)%s",

@@ -226,7 +226,14 @@ class Scheduler(BaseScheduler):
         return self.store.claim_worker(socket.gethostname(), os.getpid(), pid_alive)
 
     def close(self, reason: str) -> defer.Deferred[None]:
-        return self.lifecycle.close(reason)
+        d = self.lifecycle.close(reason)
+        d.addCallback(self._closed)
+        return d
+
+    def _closed(self, _: None) -> None:
+        # read by the quality report (it closes after the scheduler): a run drained by the
+        # fleet is judged whole, whatever the close reason
+        ScaleContext.of(self.crawler).run_drained = self.rounds.drained_at_close
 
     # ---- engine interface ------------------------------------------------------------------
 
