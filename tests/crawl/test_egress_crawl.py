@@ -135,7 +135,8 @@ def _wait_for(path: Path, pattern: str, proc: Any, timeout: float = 90) -> None:
             return
         assert proc.poll() is None, "the crawl ended before " + pattern
         time.sleep(0.1)
-    raise AssertionError(f"no {pattern!r} in {path} after {timeout} s")
+    tail = path.read_text(errors="replace")[-4000:] if path.exists() else "(no log)"
+    raise AssertionError(f"no {pattern!r} in {path} after {timeout} s; log tail:\n{tail}")
 
 
 def test_a_dead_egress_that_comes_back_is_reprobed_and_returns_to_service(tmp_path):
