@@ -173,3 +173,25 @@ def check_stored(m: dict) -> None:
     avoid_of(m)
     if ATTEMPT in m and attempt_of(m, 0) == 0:
         del m[ATTEMPT]
+
+
+#: the previous attempt's failures (``LAST_FAILURE``: class, reason) that were the site's
+#: refusal of the rate: a 429 (or a 503 with Retry-After), and nginx's limit_req 503 without one
+RATE_REFUSALS = (("rate_limited", None), ("transient", "HTTP 503"))
+
+
+def refused_via(m: dict) -> str | None:
+    """The egress a retry's page was last refused through (a rate refusal, ``RATE_REFUSALS``),
+    from ``m`` (untrusted: an egress id that is not a string or a ``LAST_FAILURE`` that is not
+    a [class, reason] pair of strings is no refusal, with one warning per process)."""
+    e, last = m.get(EGRESS), m.get(LAST_FAILURE)
+    if e is None or last is None:
+        return None
+    if not isinstance(e, str) or not e:
+        _warn_once(EGRESS, e, "is not an egress id; the retry is paced as a first attempt")
+        return None
+    if not isinstance(last, list | tuple) or len(last) != 2 or not all(isinstance(x, str) for x in last):
+        _warn_once(LAST_FAILURE, last, "is not a [class, reason] pair; the retry is paced as a first attempt")
+        return None
+    cls, reason = last
+    return e if any(cls == c and (r is None or reason == r) for c, r in RATE_REFUSALS) else None

@@ -122,6 +122,9 @@ EGRESS_REPROBES = "scale/egress/reprobes"  # half-open probe requests sent
 EGRESS_REPROBES_SPARED = "scale/egress/reprobes_spared_retry"  # retries kept off a re-probe
 #: requests to a one-slot site (Crawl-delay) kept off a re-probe or an unproven egress
 EGRESS_ONE_SLOT_SPARED = "scale/egress/one_slot_spared"
+#: times a route at the pace a page was just refused at was held for that page's retry
+#: (the learned route gate, scrapy_scale/throttle/routing.py RouteLearner.crowded)
+EGRESS_REFUSED_RETRY_HOLDS = "scale/egress/refused_retry_holds"
 EGRESS_RESTORED = "scale/egress/restored"  # re-probes that restored an egress
 EGRESS_GROUPS_RETIRED = "scale/egress/groups_retired"
 EGRESS_POOL_SIZE = "scale/egress/pool_size"  # egresses in the pool after a source refresh

@@ -154,8 +154,13 @@ class EgressMiddleware:
         domain = urlparse_cached(request).hostname or ""
         since = time.time()
         while True:
+            retry = meta_keys.attempt_of(m) > 1
             choice = self.pool.choose(
-                domain, meta_keys.avoid_of(m), retry=meta_keys.attempt_of(m) > 1, one_slot=self._one_slot(domain)
+                domain,
+                meta_keys.avoid_of(m),
+                retry=retry,
+                one_slot=self._one_slot(domain),
+                refused_via=meta_keys.refused_via(m) if retry else None,
             )
             if choice.egress is not None:
                 break
@@ -340,6 +345,7 @@ class EgressMiddleware:
                 K.EGRESS_ONE_SLOT_SPARED,
                 self.pool.counts["reprobe/spared_one_slot"] + self.pool.counts["unproven/spared_one_slot"],
             ),
+            (K.EGRESS_REFUSED_RETRY_HOLDS, self.pool.routes.gate.retries_held if self.pool.routes.gate else 0),
         ):
             if n:
                 self.stats.set_value(key, n)

@@ -142,11 +142,11 @@ class EgressPool:
                 waits.append(h.until if now < h.until else now + PROBE_WAIT)
         return max(waits) if waits else 0.0
 
-    def _blocked_until(self, e: str, domain: str, now: float) -> float:
+    def _blocked_until(self, e: str, domain: str, now: float, refused_via: str | None = None) -> float:
         """0 when ``e`` can carry a request to ``domain`` now, else when it may next."""
         wait = self._health_wait(e, domain, now)
-        if not wait and self.routes.full(e, domain, now):
-            return self.routes.free_at(e, domain)
+        if not wait and self.routes.full(e, domain, now, refused_via):
+            return self.routes.free_at(e, domain, refused_via)
         return wait
 
     def usable(self, domain: str) -> Iterator[str]:
@@ -156,7 +156,15 @@ class EgressPool:
         now = self.clock()
         return (e for e in list(self.egresses) if not self._health_wait(e, domain, now))
 
-    def choose(self, domain: str, avoid: Iterable[str] = (), *, retry: bool = False, one_slot: bool = False) -> Choice:
+    def choose(
+        self,
+        domain: str,
+        avoid: Iterable[str] = (),
+        *,
+        retry: bool = False,
+        one_slot: bool = False,
+        refused_via: str | None = None,
+    ) -> Choice:
         """An egress for a request to ``domain`` not through ``avoid``. A re-probe out of
         quarantine takes the first request that comes, but not a ``retry`` (a request that
         failed before) while another egress is free: a page whose quick retries were spent
@@ -165,11 +173,13 @@ class EgressPool:
         site (one request in flight: a Crawl-delay), which also goes through an egress that
         has proved itself while one is free: a re-probe of a blackhole there held the site's
         only slot for the first-byte bound (a 7.9 s gap at the real plan's Crawl-delay host,
-        the crawl's last host). The probe is left to another site's request."""
+        the crawl's last host). The probe is left to another site's request. ``refused_via``:
+        the request retries a page the site refused through that egress (a 429, or a 503
+        without Retry-After); the learned route gate holds siblings at the refused pace."""
         now = self.clock()
         if not self.egresses:
             return Choice(None, now + EMPTY_WAIT, "empty")
-        blocked = {e: self._blocked_until(e, domain, now) for e in self.egresses}
+        blocked = {e: self._blocked_until(e, domain, now, refused_via) for e in self.egresses}
         free = [e for e, t in blocked.items() if not t]
         if not free:
             return self._wait(domain, blocked, now)

@@ -30,9 +30,12 @@ class RouteGate(Protocol):
 
     #: live workers of the job (each enforces its share of a route's learned rate)
     workers: int
+    #: times a sibling route at a refused pace was held for the refused page's retry
+    retries_held: int
 
-    def route_free_at(self, host: str, egress: str) -> float:
-        """0.0 when the route may carry a request now, else when it may (epoch s)."""
+    def route_free_at(self, host: str, egress: str, refused_via: str | None = None) -> float:
+        """0.0 when the route may carry a request now, else when it may (epoch s);
+        ``refused_via``: for the retry of a page refused through that egress's route."""
         ...
 
     def taken(self, host: str, egress: str) -> None:
@@ -74,14 +77,15 @@ class RouteLimiter:
     def interval(self) -> float:
         return self._workers / self.rate if self.rate > 0 else 0.0
 
-    def free_at(self, egress: str, domain: str) -> float:
-        """When the route can take its next request (0.0 = now)."""
+    def free_at(self, egress: str, domain: str, refused_via: str | None = None) -> float:
+        """When the route can take its next request (0.0 = now); ``refused_via``: the request
+        retries a page refused through that egress (the gate holds siblings at its pace)."""
         static = self._next.get((egress, domain), 0.0) if self.rate > 0 else 0.0
-        learned = self.gate.route_free_at(domain, egress) if self.gate is not None else 0.0
+        learned = self.gate.route_free_at(domain, egress, refused_via) if self.gate is not None else 0.0
         return max(static, learned)
 
-    def full(self, egress: str, domain: str, now: float) -> bool:
-        if self.free_at(egress, domain) <= now:
+    def full(self, egress: str, domain: str, now: float, refused_via: str | None = None) -> bool:
+        if self.free_at(egress, domain, refused_via) <= now:
             return False
         self.capped[(egress, domain)] += 1
         return True

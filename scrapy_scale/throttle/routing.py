@@ -162,6 +162,9 @@ class _Seen:
     overloaded: dict[str, float] = field(default_factory=dict)
     #: the spacing each route was last refused at (its own limit, as far as it knows)
     refused_spacing: dict[str, float] = field(default_factory=dict)
+    #: each route's latest refusal of a page (a 429, or a 503 without Retry-After): when, and
+    #: the spacing it was sent at (:meth:`RouteLearner.crowded`)
+    last_refusal: dict[str, tuple[float, float]] = field(default_factory=dict)
     ok_at: float = -math.inf
     blocked_pauses: int = 0
 
@@ -187,6 +190,8 @@ class RouteLearner:
         #: per site: the requests handed out and not at the egress pool yet, while the
         #: downloader has them (``in_downloader``: its requests; None: a grace instead)
         self.holds = Transit(in_downloader, self.clock)
+        #: times a sibling route at a refused pace was held for a refused page's retry
+        self.retries_held = 0
 
     def _of(self, host: str) -> tuple[SiteState, _Seen]:
         s = self.site.site(host)
@@ -197,14 +202,38 @@ class RouteLearner:
 
     # ---- the gate ----------------------------------------------------------------------
 
-    def route_free_at(self, host: str, egress: str) -> float:
+    def route_free_at(self, host: str, egress: str, refused_via: str | None = None) -> float:
         """0.0 when the route may carry a request now, else when it may (epoch s). Each of
-        the ``workers`` live workers sends at most its share of the route's rate."""
+        the ``workers`` live workers sends at most its share of the route's rate.
+        ``refused_via``: the request is the retry of a page that egress's route refused; a
+        sibling route at the pace that was refused (:meth:`crowded`) takes it no sooner than
+        the refused route's own pace lets that route send again."""
         r = self.route(host, egress)
         t = max(r.paused_until, r.last_sent + r.delay * max(1, self.workers))
         if egress not in self._answered and egress in self._probing:
             t = max(t, self._probing[egress] + PROBE_HOLD)
+        if refused_via is not None and refused_via != egress and self.crowded(host, egress, refused_via):
+            own = self.route_free_at(host, refused_via)
+            if own > t:
+                self.retries_held += 1
+                t = own
         return t if t > self.clock() else 0.0
+
+    def crowded(self, host: str, egress: str, refused_via: str) -> bool:
+        """``egress``'s route is at the pace ``refused_via``'s route was refused at within
+        :data:`WINDOW` (not slower by :data:`SLOWER`) and sent within twice that spacing: a
+        site that limits each client address refuses it as it refused the other (the issue-33
+        trace: a page refused via p2 was retried at once via p4, refused, then via p3). A
+        sibling slower than that, or idle, has room."""
+        _, seen = self._of(host)
+        got = seen.last_refusal.get(refused_via)
+        now = self.clock()
+        if got is None or not now - WINDOW <= got[0] <= now:
+            return False
+        x = got[1]
+        r = self.route(host, egress)
+        pace = max(r.delay, r.gap or 0.0)
+        return pace <= x * (1 + SLOWER) and now - r.last_sent < 2 * x
 
     def hold_until(self, host: str, egresses: Iterable[str] | None = None) -> float:
         """0.0 when one of the site's routes is ready and not spoken for by a request handed
@@ -270,10 +299,15 @@ class RouteLearner:
         """A 503 without Retry-After through the route: pressure only when such answers
         rise with the rate (:meth:`Pacing.on_overloaded`); never site-wide by itself."""
         self.settled(egress, True)
-        if not self.routes.on_overloaded(self.route(host, egress).key, latency):
-            return
+        r = self.route(host, egress)
         now = self.clock()
         s, seen = self._of(host)
+        seen.last_refusal[egress] = (now, self.routes.sent_spacing(r.key, latency))
+        slowed_at = r.slowed_at
+        if not self.routes.on_overloaded(r.key, latency):
+            return
+        if r.slowed_at != slowed_at:  # as a 429's step: the siblings that learned nothing take it
+            self._tell_siblings(r)
         seen.overloaded[egress] = now
         if self._most(seen.overloaded, seen, now):  # every route overloaded: the site is
             seen.overloaded.clear()
@@ -299,6 +333,7 @@ class RouteLearner:
         s, seen = self._of(host)
         before = seen.refused_spacing.get(egress)
         seen.refused_spacing[egress] = spacing
+        seen.last_refusal[egress] = (now, spacing)
         active = {e for e, t in seen.used.items() if now - t <= ACTIVE} | {egress}
         if len(active) > 1 and (before is None or spacing <= before * (1 + SLOWER)):
             # refused at about the pace it was refused at before, or for the first time: the
