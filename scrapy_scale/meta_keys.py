@@ -40,9 +40,25 @@ CLASS_FAILURES = "scale_class_failures"
 #: an unproven egress's bound, removed when the request goes back to the scheduler
 EGRESS_PROBE = "scale_egress_probe"
 
+#: the egress id whose route the site refused the previous attempt through for the rate (a 429,
+#: a 503 with or without Retry-After): the retry does not go at once through a sibling route at
+#: the pace that was refused (scrapy_scale/throttle/routing.py ``RouteLearner.crowded``). Kept
+#: with the chain (``EGRESS`` is an attempt's, removed when the request goes back to the scheduler)
+REFUSED_VIA = "scale_refused_via"
+
 #: the keys that make a request the next attempt of its chain; a request that copied
 #: them from another (``meta=dict(response.meta)``) starts a chain of its own without them
-CHAIN_KEYS = (ATTEMPT, NOT_BEFORE, LAST_FAILURE, AVOID_EGRESS, LATE, FIRST_FAILED, CLASS_FAILURES, "retry_times")
+CHAIN_KEYS = (
+    ATTEMPT,
+    NOT_BEFORE,
+    LAST_FAILURE,
+    AVOID_EGRESS,
+    LATE,
+    FIRST_FAILED,
+    CLASS_FAILURES,
+    REFUSED_VIA,
+    "retry_times",
+)
 
 #: the most attempts a chain can plausibly have; a stored value above it is not trusted
 MAX_ATTEMPT = 10_000
@@ -171,27 +187,20 @@ def check_stored(m: dict) -> None:
     with one warning per process (:func:`not_before_of`, :func:`avoid_of`, :func:`attempt_of`)."""
     not_before_of(m)
     avoid_of(m)
+    refused_via(m)
     if ATTEMPT in m and attempt_of(m, 0) == 0:
         del m[ATTEMPT]
 
 
-#: the previous attempt's failures (``LAST_FAILURE``: class, reason) that were the site's
-#: refusal of the rate: a 429 (or a 503 with Retry-After), and nginx's limit_req 503 without one
-RATE_REFUSALS = (("rate_limited", None), ("transient", "HTTP 503"))
-
-
 def refused_via(m: dict) -> str | None:
-    """The egress a retry's page was last refused through (a rate refusal, ``RATE_REFUSALS``),
-    from ``m`` (untrusted: an egress id that is not a string or a ``LAST_FAILURE`` that is not
-    a [class, reason] pair of strings is no refusal, with one warning per process)."""
-    e, last = m.get(EGRESS), m.get(LAST_FAILURE)
-    if e is None or last is None:
+    """The egress a retry's page was last refused through for the rate (``REFUSED_VIA``), from
+    ``m`` (untrusted: anything but a non-empty string is removed from ``m``, with one warning
+    per process)."""
+    raw = m.get(REFUSED_VIA)
+    if raw is None:
         return None
-    if not isinstance(e, str) or not e:
-        _warn_once(EGRESS, e, "is not an egress id; the retry is paced as a first attempt")
-        return None
-    if not isinstance(last, list | tuple) or len(last) != 2 or not all(isinstance(x, str) for x in last):
-        _warn_once(LAST_FAILURE, last, "is not a [class, reason] pair; the retry is paced as a first attempt")
-        return None
-    cls, reason = last
-    return e if any(cls == c and (r is None or reason == r) for c, r in RATE_REFUSALS) else None
+    if isinstance(raw, str) and raw:
+        return raw
+    del m[REFUSED_VIA]
+    _warn_once(REFUSED_VIA, raw, "is not an egress id; the retry is paced as any request")
+    return None

@@ -154,13 +154,12 @@ class EgressMiddleware:
         domain = urlparse_cached(request).hostname or ""
         since = time.time()
         while True:
-            retry = meta_keys.attempt_of(m) > 1
             choice = self.pool.choose(
                 domain,
                 meta_keys.avoid_of(m),
-                retry=retry,
+                retry=meta_keys.attempt_of(m) > 1,
                 one_slot=self._one_slot(domain),
-                refused_via=meta_keys.refused_via(m) if retry else None,
+                refused_via=meta_keys.refused_via(m),
             )
             if choice.egress is not None:
                 break

@@ -284,9 +284,10 @@ def retry_request(
     A copy with ``dont_filter=True``, ``priority += meta["priority_adjust"]`` (else
     ``priority_adjust``, Scrapy's RETRY_PRIORITY_ADJUST) and the chain's meta keys:
     ``scale_attempt``, ``scale_not_before``, ``scale_avoid_egress``,
-    ``scale_last_failure``, ``scale_fingerprint``, ``scale_late`` (late retries made,
-    one more when ``late``), ``scale_class_failures`` (see :func:`count_attempt`;
-    ``charged``: the class whose budget the attempt was decided in),
+    ``scale_last_failure``, ``scale_refused_via`` (the egress of a refusal for the rate),
+    ``scale_fingerprint``, ``scale_late`` (late retries made, one more when ``late``),
+    ``scale_class_failures`` (see :func:`count_attempt`; ``charged``: the class whose budget
+    the attempt was decided in),
     ``scale_first_failed`` (kept, else ``failed_at``, else now) and Scrapy's ``retry_times``.
     """
     if failed_at is None:
@@ -297,6 +298,10 @@ def retry_request(
     m[meta_keys.NOT_BEFORE] = not_before
     m[meta_keys.AVOID_EGRESS] = list(avoid)
     m[meta_keys.LAST_FAILURE] = [outcome.cls.value, outcome.reason]
+    if outcome.egress and (outcome.cls is FailureClass.RATE_LIMITED or outcome.slow_down):
+        m[meta_keys.REFUSED_VIA] = str(outcome.egress)  # refused for the rate through that route
+    else:
+        m.pop(meta_keys.REFUSED_VIA, None)
     m[meta_keys.FINGERPRINT] = outcome.fingerprint
     done, first = m.get(meta_keys.LATE), m.get(meta_keys.FIRST_FAILED)
     done = done if isinstance(done, int) and not isinstance(done, bool) and done >= 0 else 0

@@ -3,16 +3,19 @@ injected clock): a page refused through one route is not retried at once through
 route at the pace that was refused (it waits for a sibling with room, or for the refused
 route's own pace), and a route slowed by nginx's limit 503s (no Retry-After) brings its
 siblings that learned nothing to its pace, as a 429 does. The retry's meta says which egress
-refused it (``meta_keys.refused_via``, untrusted)."""
+refused it (``meta_keys.REFUSED_VIA``, set by ``retry_request``, read back untrusted)."""
 
 from __future__ import annotations
 
 import logging
 
 import pytest
+from scrapy import Request
 
 from scrapy_scale import meta_keys
 from scrapy_scale.egress.routes import RouteLimiter
+from scrapy_scale.outcomes.model import FailureClass, Outcome
+from scrapy_scale.outcomes.retry import retry_request
 from scrapy_scale.throttle.routing import WINDOW, RouteLearner
 from tests.unit.test_throttle_routes_policy import EGRESSES, HOST, LATENCY, setup
 
@@ -112,34 +115,34 @@ def fresh_warnings():
 
 
 @pytest.mark.parametrize(
-    ("last", "via"),
+    ("cls", "status", "slow_down", "via"),
     [
-        (["rate_limited", "HTTP 429"], "e1:8080"),
-        (["rate_limited", "HTTP 503 Retry-After"], "e1:8080"),
-        (["transient", "HTTP 503"], "e1:8080"),  # nginx's limit_req 503
-        (["transient", "HTTP 502"], None),
-        (["blocked", "HTTP 403"], None),
+        (FailureClass.RATE_LIMITED, 429, False, E1),
+        (FailureClass.RATE_LIMITED, 503, False, E1),  # a 503 with Retry-After
+        (FailureClass.TRANSIENT, 503, True, E1),  # nginx's limit_req 503, no Retry-After
+        (FailureClass.TRANSIENT, 502, False, None),
+        (FailureClass.BLOCKED, 403, False, None),
     ],
 )
-def test_the_egress_a_retry_was_refused_through_is_read_from_its_meta(last, via, fresh_warnings) -> None:
-    assert meta_keys.refused_via({meta_keys.EGRESS: "e1:8080", meta_keys.LAST_FAILURE: last}) == via
-    assert meta_keys.refused_via({meta_keys.LAST_FAILURE: last}) is None  # a first attempt
+def test_a_retry_carries_the_egress_it_was_refused_through_for_the_rate(cls, status, slow_down, via) -> None:
+    refused = Outcome("fp", "http://a.test/", "a.test", FailureClass.RATE_LIMITED, status=429, egress=E2, attempt=1)
+    first = retry_request(Request("http://a.test/"), refused, not_before=None)
+    assert meta_keys.refused_via(first.meta) == E2  # the chain keeps it (EGRESS is one attempt's)
+    o = Outcome("fp", "http://a.test/", "a.test", cls, status=status, egress=E1, slow_down=slow_down, attempt=2)
+    new = retry_request(first, o, not_before=None)
+    assert meta_keys.refused_via(new.meta) == via
+    assert meta_keys.REFUSED_VIA in meta_keys.CHAIN_KEYS
 
 
-@pytest.mark.parametrize(
-    "meta",
-    [
-        {meta_keys.EGRESS: 7, meta_keys.LAST_FAILURE: ["rate_limited", "HTTP 429"]},
-        {meta_keys.EGRESS: "", meta_keys.LAST_FAILURE: ["rate_limited", "HTTP 429"]},
-        {meta_keys.EGRESS: "e1:8080", meta_keys.LAST_FAILURE: "rate_limited"},
-        {meta_keys.EGRESS: "e1:8080", meta_keys.LAST_FAILURE: ["rate_limited"]},
-        {meta_keys.EGRESS: "e1:8080", meta_keys.LAST_FAILURE: [["x"] * 3, None]},
-        {meta_keys.EGRESS: "e1:8080", meta_keys.LAST_FAILURE: {"cls": "rate_limited"}},
-    ],
-)
-def test_a_hostile_refusal_in_a_retrys_meta_is_no_refusal_with_one_warning(meta, fresh_warnings, caplog) -> None:
+@pytest.mark.parametrize("bad", [7, "", ["e1:8080"], {"e": 1}, True])
+def test_a_hostile_refused_via_in_a_retrys_meta_is_dropped_with_one_warning(bad, fresh_warnings, caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="scrapy_scale.meta_keys"):
-        assert meta_keys.refused_via(meta) is None
-        assert meta_keys.refused_via(meta) is None
+        for _ in range(2):
+            m = {meta_keys.REFUSED_VIA: bad}
+            assert meta_keys.refused_via(m) is None
+            assert meta_keys.REFUSED_VIA not in m
     assert len(caplog.records) == 1, caplog.text
     assert "warned once" in caplog.text
+    m = {meta_keys.REFUSED_VIA: bad}
+    meta_keys.check_stored(m)  # read back from the frontier's record: checked there too
+    assert meta_keys.REFUSED_VIA not in m
