@@ -53,6 +53,17 @@ def _squid_attempts(p: Squid) -> int:
     return sum(" GET " in line for line in (p.workdir / "access.log").read_text().splitlines())
 
 
+def every_page_once(res: Any, expected: set[str], outcome_log: Path) -> list[dict[str, Any]]:
+    """The crawl ended well with every page of ``expected`` scraped once and no page's final
+    outcome a failure; returns the outcome log's records."""
+    assert res.returncode == 0, res.tail()
+    urls = [i["url"] for i in res.items]
+    assert set(urls) == expected and len(urls) == len(expected), res.tail()  # every page, once
+    outs = [json.loads(line) for line in outcome_log.read_text().splitlines()]
+    assert not [o for o in outs if o["final"] and o["cls"] != "ok"], res.tail()
+    return outs
+
+
 def test_proxies_whose_upstream_is_dead_are_quarantined_and_every_page_is_crawled(tmp_path: Path):
     with (
         RealSites(tmp_path / "nginx", SITES) as web,
@@ -74,11 +85,7 @@ def test_proxies_whose_upstream_is_dead_are_quarantined_and_every_page_is_crawle
         expected = web.detail_urls()
         served = web.requests()
     # the servers were stopped: Squid's logs are copied out
-    assert res.returncode == 0, res.tail()
-    urls = [i["url"] for i in res.items]
-    assert set(urls) == expected and len(urls) == len(expected), res.tail()  # every page, once
-    outs = [json.loads(line) for line in (tmp_path / "outcomes.jsonl").read_text().splitlines()]
-    assert not [o for o in outs if o["final"] and o["cls"] != "ok"], res.tail()
+    outs = every_page_once(res, expected, tmp_path / "outcomes.jsonl")
     eid = {p: p.url.removeprefix("http://") for p in proxies}
     for dead, attempts in ((tp_dead, _tinyproxy_attempts(tp_dead)), (sq_dead, _squid_attempts(sq_dead))):
         # every attempt through it got the proxy's own answer, classed as the egress's failure
