@@ -125,6 +125,8 @@ EGRESS_ONE_SLOT_SPARED = "scale/egress/one_slot_spared"
 #: times a route at the pace a page was just refused at was held for that page's retry
 #: (the learned route gate, scrapy_scale/throttle/routing.py RouteLearner.crowded)
 EGRESS_REFUSED_RETRY_HOLDS = "scale/egress/refused_retry_holds"
+#: retries of pages refused for the rate (meta scale_refused_via) the pool gave an egress
+EGRESS_REFUSED_RETRIES = "scale/egress/refused_retries"
 EGRESS_RESTORED = "scale/egress/restored"  # re-probes that restored an egress
 EGRESS_GROUPS_RETIRED = "scale/egress/groups_retired"
 EGRESS_POOL_SIZE = "scale/egress/pool_size"  # egresses in the pool after a source refresh

@@ -344,6 +344,7 @@ class EgressMiddleware:
                 K.EGRESS_ONE_SLOT_SPARED,
                 self.pool.counts["reprobe/spared_one_slot"] + self.pool.counts["unproven/spared_one_slot"],
             ),
+            (K.EGRESS_REFUSED_RETRIES, self.pool.counts["refused_retries"]),
             (K.EGRESS_REFUSED_RETRY_HOLDS, self.pool.routes.gate.retries_held if self.pool.routes.gate else 0),
         ):
             if n:

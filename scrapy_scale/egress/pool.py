@@ -209,6 +209,8 @@ class EgressPool:
         if chosen is None:
             chosen = self._weighted(domain, pick, now)
             self.stickiness.chose(domain, chosen, now)
+        if refused_via is not None:
+            self.counts["refused_retries"] += 1
         return self._take(chosen, domain, now)
 
     def _weighted(self, domain: str, pick: list[str], now: float) -> str:

@@ -220,11 +220,12 @@ class RouteLearner:
         return t if t > self.clock() else 0.0
 
     def crowded(self, host: str, egress: str, refused_via: str) -> bool:
-        """``egress``'s route is at the pace ``refused_via``'s route was refused at within
-        :data:`WINDOW` (not slower by :data:`SLOWER`) and sent within twice that spacing: a
-        site that limits each client address refuses it as it refused the other (the issue-33
-        trace: a page refused via p2 was retried at once via p4, refused, then via p3). A
-        sibling slower than that, or idle, has room."""
+        """``egress``'s route sent at the pace ``refused_via``'s route was refused at within
+        :data:`WINDOW` (its moving spacing not slower by :data:`SLOWER`; a delay it just took
+        from a sibling does not empty the site's bucket for its address) and sent within twice
+        that spacing: a site that limits each client address refuses it as it refused the
+        other (the issue-33 trace: a page refused via p2 was retried at once via p4, refused,
+        then via p3). A sibling slower than that, or idle, has room."""
         _, seen = self._of(host)
         got = seen.last_refusal.get(refused_via)
         now = self.clock()
@@ -232,7 +233,7 @@ class RouteLearner:
             return False
         x = got[1]
         r = self.route(host, egress)
-        pace = max(r.delay, r.gap or 0.0)
+        pace = r.delay if r.gap is None else r.gap  # as sent: a delay just raised left no room yet
         return pace <= x * (1 + SLOWER) and now - r.last_sent < 2 * x
 
     def hold_until(self, host: str, egresses: Iterable[str] | None = None) -> float:
