@@ -9,7 +9,11 @@ when requests go through egresses (``SCALE_EGRESSES``):
   (:class:`RoutePacing`, the same decisions as a site's: latency, rate-limited answers,
   ``Retry-After`` pausing the route, recovery), keyed ``"<site> via <egress>"``; a route
   that learned no limit of its own goes no faster than the best pace a sibling route
-  learned (:meth:`RoutePacing.adopt`), from its start or from a sibling's refusal;
+  learned (:meth:`RoutePacing.adopt`), from its start or from a sibling's refusal (a 429,
+  or 503s without Retry-After once they step the route down);
+- a page **refused** through a route is not retried at once through a sibling that sent at
+  the pace refused (:meth:`RouteLearner.crowded`): the retry waits for a sibling with room
+  or for the refused route's own pace;
 - the **site** (:class:`~scrapy_scale.throttle.pacing.Pacing`) keeps what bounds all its
   routes together: ``max_rate``, ``min_delay``, robots.txt ``Crawl-delay``, its
   concurrency, and learns only from site-wide evidence (:class:`RouteLearner`): refusals
