@@ -47,6 +47,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("unit/test_meta_keys_checks.py", "meta_keys._warned_keys"): _WARN_ONCE,
     ("unit/test_metrics_subscriber.py", "progress._warned_wait"): _WARN_ONCE,
     ("unit/test_retry_class_budgets.py", "meta_keys._warned_keys"): _WARN_ONCE,
+    ("unit/test_throttle_refused_retry.py", "meta_keys._warned_keys"): _WARN_ONCE,
     ("unit/test_metrics_subscriber.py", "os._exit"): "the standard library's (a child ends without cleanup)",
     ("unit/test_shared_redis_refusals.py", "spider._callback"): "the test spider's own private method: "
     "that a private callback is refused is what is tested",
