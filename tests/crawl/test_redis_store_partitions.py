@@ -23,7 +23,7 @@ from scrapy_scale.frontier import codec
 from scrapy_scale.frontier.backends import open_store
 from scrapy_scale.frontier.backends.redis import RedisStore
 from scrapy_scale.frontier.backends.redis import partitions as P
-from scrapy_scale.frontier.store import FrontierError, FrontierFatal, domain_of
+from scrapy_scale.frontier.store import EnqueueResult, FrontierError, FrontierFatal, domain_of
 from tests.support.crawling import run_crawl
 
 pytestmark = pytest.mark.crawl
@@ -330,3 +330,80 @@ def test_a_seed_before_the_first_start_with_a_count_given_stores_it(opened) -> N
     assert w.parts == 3
     w.begin_run()
     assert len(w.lease(W, 100, 60)) == len(SITES)
+
+
+class _Sends:
+    """The packed sends (round trips) of redis-py's connections in this process, counted
+    while ``on``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from redis import connection
+
+        self.n = 0
+        owner = next(c for c in connection.Connection.__mro__ if "send_packed_command" in c.__dict__)
+        real = owner.send_packed_command  # type: ignore[attr-defined]
+
+        def counted(conn: Any, command: Any, check_health: bool = True) -> Any:
+            self.n += 1
+            return real(conn, command, check_health)
+
+        monkeypatch.setattr(owner, "send_packed_command", counted)
+
+    def during(self, fn: Any) -> tuple[Any, int]:
+        before = self.n
+        got = fn()
+        return got, self.n - before
+
+
+def test_a_call_over_several_partitions_is_one_round_trip_to_the_node(opened, monkeypatch) -> None:
+    """The partitions' script calls of one store call go in one pipeline: on one node, one
+    round trip whatever S (a Cluster: one per node, bench_fleet), with the same answers."""
+    s = opened(3)
+    s.begin_run()
+    s.counts()  # scripts loaded, the run followed
+    sends = _Sends(monkeypatch)
+    reqs = [req(f"http://{d}/") for d in SITES]
+    assert {P.partition_of(r.domain, 3) for r in reqs} == {0, 1, 2}
+    got, trips = sends.during(lambda: s.enqueue(reqs))
+    assert got == [EnqueueResult.ADDED] * len(SITES) and trips == 1
+    counts, trips = sends.during(s.counts)
+    assert counts["pending"] == len(SITES) and trips == 1
+    leased, trips = sends.during(lambda: s.lease(W, 3, 60))
+    # one round of asks, each partition its share (one each; partition 0 has one site)
+    assert trips == 1 and sorted(P.partition_of(x.domain, 3) for x in leased) == [0, 1, 2]
+    more, trips = sends.during(lambda: s.lease(W, 6, 60))
+    # two each asked; partition 0 has none left: what it lacked is asked again
+    assert len(more) == 6 and trips == 2
+    done = leased + more
+    n, trips = sends.during(lambda: s.ack(W, [(x.fingerprint, x.token) for x in done]))
+    assert n == 9 and trips == 1
+    assert s.counts() == {**counts, "pending": len(SITES) - 9, "done": 9}
+
+
+def test_a_call_a_pipeline_could_not_run_runs_again_alone(redis_server, redis_prefix, clock) -> None:
+    """A node that lost its scripts (a new primary; here SCRIPT FLUSH) refuses the
+    pipeline's calls with NOSCRIPT: each runs again alone (loading the script), nothing
+    lost or written twice."""
+    url = f"redis://127.0.0.1:{redis_server.port}/0"
+    s = open_store(url, redis_prefix, clock=clock, partitions=3)
+    assert isinstance(s, RedisStore)
+    try:
+        s.begin_run()
+        alone: list[str] = []
+        real = s.conn.call_at
+
+        def call_at(part: int, script: str, *args: Any) -> Any:
+            alone.append(script)
+            return real(part, script, *args)
+
+        s.conn.call_at = call_at  # type: ignore[method-assign]
+        redis.Redis(port=redis_server.port).script_flush()
+        assert s.enqueue([req(f"http://{d}/") for d in SITES]) == [EnqueueResult.ADDED] * len(SITES)
+        assert alone.count("enqueue") == 3  # each partition's call again alone
+        alone.clear()
+        more = [req(f"http://{d}/more") for d in SITES]
+        assert s.enqueue(more) == [EnqueueResult.ADDED] * len(SITES) and not alone  # loaded: one pipeline
+        assert len(s.lease(W, 30, 60)) == 2 * len(SITES)
+        assert s.counts()["leased"] == 2 * len(SITES) and s.counts()["pending"] == 0
+    finally:
+        s.close()

@@ -228,6 +228,25 @@ def test_nothing_anywhere_costs_one_call_per_partition() -> None:
     assert len(parts.calls) == 3
 
 
+def test_a_rounds_asks_go_together_and_only_the_short_are_asked_again() -> None:
+    """run_batched hands each round's asks over at once (the store sends them in one
+    pipeline); the partitions, shares and order are those of one-at-a-time asks."""
+    parts = Partitions([100, 1, 100, 0])
+    rounds: list[list[tuple[int, int]]] = []
+
+    def ask_all(asks: list[tuple[int, int]]) -> list[int]:
+        rounds.append(list(asks))
+        return [parts.ask(i, w) for i, w in asks]
+
+    P.LeasePlan(4).run_batched(40, ask_all)
+    assert rounds == [[(0, 10), (1, 10), (2, 10), (3, 10)], [(0, 10), (2, 9)]]
+    assert parts.left == [80, 0, 81, 0]
+    # the same asks as the one-at-a-time run
+    one = Partitions([100, 1, 100, 0])
+    P.LeasePlan(4).run(40, one.ask)
+    assert one.calls == [a for r in rounds for a in r]
+
+
 @dataclass
 class Row:
     priority: int

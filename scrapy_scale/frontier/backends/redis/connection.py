@@ -188,6 +188,42 @@ class RedisConnection:
         key = self.keys[part]
         return self.retrying(lambda: self._scripts[script](keys=[key], args=list(args)))
 
+    def call_many(self, calls: Sequence[tuple[int, str, Sequence[Any]]], raw: bool = False) -> list[Any]:
+        """Run script calls ``(partition, script, args)``, each as :meth:`call_at` (or
+        :meth:`call_at_bytes` when ``raw``) would, their replies in order. Calls of several
+        partitions go in one pipeline: one round trip to each Redis node that holds some (a
+        Cluster pipeline writes to every node before it reads any), not one per partition.
+        A call the pipeline could not run (a dropped connection, a slot moving, a script
+        the node does not know yet) is run again alone, with :meth:`retrying`'s waits: the
+        scripts are idempotent under a retry (see :mod:`.store`); another error is raised
+        as :meth:`call_at` raises it."""
+        if len(calls) <= 1 or len({part for part, _, _ in calls}) <= 1:
+            one = self.call_at_bytes if raw else self.call_at
+            return [one(part, script, *args) for part, script, args in calls]
+
+        def send() -> list[Any]:
+            pipe = self.r.pipeline(transaction=False)
+            options = {"NEVER_DECODE": True} if raw else {}
+            for part, script, args in calls:
+                pipe.execute_command("EVALSHA", self._scripts[script].sha, 1, self.keys[part], *args, **options)
+            return list(pipe.execute(raise_on_error=False))
+
+        try:
+            got = send()
+        except RETRYABLE:
+            got = [None] * len(calls)  # each call again alone, with the waits
+            failed = True
+        else:
+            failed = False
+        out: list[Any] = []
+        for (part, script, args), reply in zip(calls, got, strict=True):
+            if failed or isinstance(reply, Exception):
+                if not (failed or _again_alone(reply)):
+                    raise reply
+                reply = (self.call_at_bytes if raw else self.call_at)(part, script, *args)
+            out.append(reply)
+        return out
+
     def call_script_bytes(self, script: str, *args: Any) -> Any:
         """:meth:`call_script` with the reply left as bytes: a reply that carries what
         another program wrote (a field name that is not UTF-8) must not fail the read."""
@@ -270,6 +306,12 @@ class RedisConnection:
         else:
             for f in fingerprints:
                 self.held.pop(f, None)
+
+
+def _again_alone(error: Exception) -> bool:
+    """May a call that failed in a pipeline with ``error`` run again alone? A dropped
+    connection, a slot moving, or a script the node has not loaded (a new primary)."""
+    return isinstance(error, (*RETRYABLE, redis.exceptions.NoScriptError)) or slot_moving(error)
 
 
 def slot_moving(error: Exception) -> bool:

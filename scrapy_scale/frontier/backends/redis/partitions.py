@@ -185,27 +185,34 @@ class LeasePlan:
 
     def run(self, n: int, ask: Callable[[int, int], int]) -> None:
         """Lease ``n``: ``ask(partition, want)`` leases up to ``want`` there and returns how
-        many it got. The next call starts after the first partition that gave any (an empty
+        many it got (:meth:`run_batched`, one partition at a time)."""
+        self.run_batched(n, lambda asks: [ask(i, want) for i, want in asks])
+
+    def run_batched(self, n: int, ask_all: Callable[[list[tuple[int, int]]], list[int]]) -> None:
+        """Lease ``n``: ``ask_all([(partition, want), ...])`` leases up to each ``want``
+        at each partition (at once: one pipeline) and returns how many each gave. A round's
+        asks are known before any answers (each partition's share of what is left), so
+        they go together; a partition short of its share sends what it lacks to the next
+        round. The next call starts after the first partition that gave any (an empty
         partition does not make the one after it serve twice in a row)."""
         order = self.order()
         self.next_start = (order[0] + 1) % self.parts
         first = True
         left = n
         while order and left > 0:
+            share, extra = divmod(left, len(order))
+            wants = [share + (j < extra) for j in range(len(order))]
+            asks = [(i, w) for i, w in zip(order, wants, strict=True) if w > 0]
+            gots = dict(zip((i for i, _ in asks), ask_all(asks), strict=True))
             # the next round asks the partitions that filled their share (they may have
             # more) and those this one did not ask (a batch smaller than the partitions)
             again: list[int] = []
-            share, extra = divmod(left, len(order))
-            for j, i in enumerate(order):
-                want = share + (j < extra)
-                if want <= 0 or left <= 0:
-                    again.append(i)
-                    continue
-                got = ask(i, want)
+            for i, want in zip(order, wants, strict=True):
+                got = gots.get(i, 0)
                 left -= got
                 if got and first:
                     self.next_start, first = (i + 1) % self.parts, False
-                if got >= want:
+                if want <= 0 or got >= want:
                     again.append(i)
             order = again
 

@@ -77,10 +77,12 @@ class RedisReads:
         counts = dict.fromkeys(COUNT_KEYS, 0)
         bad = 0
         names = (*COUNT_KEYS, "dead", "bad_done")
-        for part in range(self.conn.parts):
+        # every partition's counts in one pipeline (one round trip per node)
+        replies = self.conn.call_many([(part, "counts", ()) for part in range(self.conn.parts)], raw=True)
+        for part, reply in enumerate(replies):
             # read as bytes, checked: a count another program wrote ("lots", not UTF-8) is 0
             # with one warning, not a worker's crash (read_back)
-            run, *vals = self.conn.call_at_bytes(part, "counts")  # [''] when the partition has no run at all
+            run, *vals = reply  # [''] when the partition has no run at all
             vals = vals or [b"0"] * (len(COUNT_KEYS) + 2)
             got = read_back.counts(self.conn.job, dict(zip(names, vals, strict=False)))
             mine = {k: int(got.get(k, 0)) for k in COUNT_KEYS}

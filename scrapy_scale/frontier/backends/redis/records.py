@@ -1,7 +1,8 @@
 """The Redis frontier's records (:class:`RedisRecords`): enqueue, seeds in bulk, lease
 (over the partitions, :class:`.partitions.LeasePlan`), every change of records handed back
 (:meth:`RedisRecords.settle`), requeue, and the seed feed; each one Lua script call per
-partition touched (:mod:`.lua`)."""
+partition touched (:mod:`.lua`), a call's partitions in one pipeline
+(:meth:`.connection.RedisConnection.call_many`: one round trip per Redis node)."""
 
 from __future__ import annotations
 
@@ -46,10 +47,12 @@ class RedisRecords:
         self.conn = conn
 
     def enqueue(self, requests: Sequence[NewRequest]) -> list[EnqueueResult]:
-        out: list[EnqueueResult | None] = [None] * len(requests)
+        calls: list[tuple[int, str, list[Any]]] = []
+        order: list[int] = []
         for part, idx in partitions.group(requests, self.conn.part_of).items():
             for i in range(0, len(idx), 500):
                 chunk = idx[i : i + 500]
+                order += chunk
                 args: list[Any] = [self.conn.clock()]
                 for n in chunk:
                     r = requests[n]
@@ -77,8 +80,12 @@ class RedisRecords:
                             self.conn.held[r.fingerprint] = part
                         elif r.update:
                             self.conn.held.pop(r.fingerprint, None)
-                for n, x in zip(chunk, self.conn.call_at(part, "enqueue", *args), strict=True):
-                    out[n] = EnqueueResult(x)
+                calls.append((part, "enqueue", args))
+        # one pipeline for every partition's calls (one round trip per node)
+        out: list[EnqueueResult | None] = [None] * len(requests)
+        replies = [x for got in self.conn.call_many(calls) for x in got]
+        for n, x in zip(order, replies, strict=True):
+            out[n] = EnqueueResult(x)
         return [x for x in out if x is not None]
 
     def enqueue_new(self, requests: Sequence[NewRequest]) -> int:
@@ -102,19 +109,28 @@ class RedisRecords:
             return self._lease_at(0, worker, n, seconds)
         got: dict[int, list[Leased]] = {}
 
-        def ask(part: int, want: int) -> int:
-            rows = self._lease_at(part, worker, want, seconds)
+        def ask_all(asks: list[tuple[int, int]]) -> list[int]:
+            now = self.conn.clock()
+            calls = [(part, "lease", [now, worker, int(want), float(seconds)]) for part, want in asks]
+            return [ask(part, rows) for (part, _), rows in zip(asks, self.conn.call_many(calls), strict=True)]
+
+        def ask(part: int, replies: Any) -> int:
+            rows = self._read_lease(part, replies)
             got.setdefault(part, []).extend(rows)
             for x in rows:
                 if not x.error:
                     self.conn.held[x.fingerprint] = part
             return sum(1 for x in rows if not x.error)
 
-        self.conn.lease_plan.run(n, ask)
+        self.conn.lease_plan.run_batched(n, ask_all)
         return partitions.merge(list(got.values()))
 
     def _lease_at(self, part: int, worker: str, n: int, seconds: float) -> list[Leased]:
-        rows = self.conn.call_at(part, "lease", self.conn.clock(), worker, int(n), float(seconds))
+        return self._read_lease(
+            part, self.conn.call_at(part, "lease", self.conn.clock(), worker, int(n), float(seconds))
+        )
+
+    def _read_lease(self, part: int, rows: Any) -> list[Leased]:
         out = []
         for fp, d, dom, p, a, enq, el, t, fc, fr, bad in rows:
             if not bad:
@@ -153,7 +169,8 @@ class RedisRecords:
         if change is Settle.RESOLVED:
             return sum(int(conn.call_at(i, "resolve", *f)) for i, f in conn.by_part(fps or []).items())
         if change is Settle.RECLAIMED:
-            n = sum(int(conn.call_at(i, "release", "reclaim", worker or "", now)) for i in range(conn.parts))
+            calls = [(i, "release", ["reclaim", worker or "", now]) for i in range(conn.parts)]
+            n = sum(int(x) for x in conn.call_many(calls))
             if worker:
                 conn.forget(None)
             back = int(conn.call_script("feed", "recover", now))
@@ -167,22 +184,23 @@ class RedisRecords:
             ("renew", [worker, now + seconds]) if change is Settle.RENEWED else ("release", ["release", worker, now])
         )
         if fps is None:
-            n = sum(int(conn.call_at(i, script, *first)) for i in range(conn.parts))
+            n = sum(int(x) for x in conn.call_many([(i, script, first) for i in range(conn.parts)]))
         else:
-            n = sum(int(conn.call_at(i, script, *first, *f)) for i, f in conn.by_part(fps).items())
+            n = sum(int(x) for x in conn.call_many([(i, script, [*first, *f]) for i, f in conn.by_part(fps).items()]))
         if change is Settle.RELEASED:
             conn.forget(fps)
         return n
 
     def _finish(self, worker: str, target: int, rows: Sequence[Settled]) -> int:
-        n = 0
+        calls: list[tuple[int, str, list[Any]]] = []
         for part, fps in self.conn.by_part([r.fingerprint for r in rows]).items():
             args: list[Any] = [worker, target]
             here = set(fps)
             for r in rows:
                 if r.fingerprint in here:
                     args += [r.fingerprint, str(r.token), r.cls, r.reason, *packs(r.fingerprint)]
-            n += int(self.conn.call_at(part, "finish", *args))
+            calls.append((part, "finish", args))
+        n = sum(int(x) for x in self.conn.call_many(calls))
         self.conn.forget([r.fingerprint for r in rows])
         return n
 
