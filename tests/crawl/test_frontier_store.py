@@ -184,6 +184,22 @@ def test_dont_filter_reopens_only_finished_records(store: FrontierStore) -> None
     assert store.counts()["pending"] == 1
 
 
+def test_in_one_call_a_repeat_is_a_duplicate_and_a_reopen_after_it_still_reopens(store: FrontierStore) -> None:
+    """The Redis enqueue answers a plain repeat of a fingerprint it already handled in the
+    call without a look (lua/enqueue.lua); a flagged request for it is still looked at."""
+    a = req("http://a.test/1")
+    store.enqueue([a])
+    (x,) = store.lease(W, 1, LEASE)
+    store.ack(W, [(x.fingerprint, x.token)])
+    reopen = NewRequest(a.fingerprint, a.data, a.domain, reopen=True)
+    got = store.enqueue([a, a, reopen, a, reopen])
+    assert (
+        got
+        == [EnqueueResult.DUPLICATE, EnqueueResult.DUPLICATE, EnqueueResult.REOPENED] + [EnqueueResult.DUPLICATE] * 2
+    )
+    assert store.counts()["pending"] == 1 and store.counts()["done"] == 0
+
+
 def test_dont_filter_with_again_fetches_again_whatever_the_state(store: FrontierStore) -> None:
     """dont_filter means fetch again: with ``again``, a request whose record is pending or
     leased gets a record of its own under that key; a finished record is reopened."""

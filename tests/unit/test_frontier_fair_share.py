@@ -176,3 +176,37 @@ def test_a_sync_with_three_live_workers_leases_its_share_of_what_it_wrote(store:
     other.worker = "w1"
     res = other.run(SyncPlan(want=256))
     assert len(res.leased) == 100  # ceil((202 pending + 98 leased) / 3), it holds none
+
+
+def test_a_round_with_a_share_reads_the_counts_once_and_they_are_the_stores(store: Any, clock: FakeClock) -> None:
+    """The counts read for the share (after the writes) serve after the lease too, the
+    leased records moved from pending to leased: one read a round (on Redis one script
+    call per partition), and the same figures as a second read."""
+    for w in ("w1", "w2"):
+        store.heartbeat(w, clock.now + 30)
+    sync = StoreSync(store, lease_seconds=60.0, error_deadline=600.0, floor=16)
+    sync.worker = "w0"
+    sync.beat()
+    reads = []
+    real = store.counts
+
+    def counts() -> dict[str, int]:
+        reads.append(1)
+        return real()
+
+    store.counts = counts
+    res = sync.run(SyncPlan(children(300), want=256, held=4))
+    assert len(res.leased) == 98 and len(reads) == 1
+    assert res.counts == real() and res.counts["leased"] == 98 and res.counts["pending"] == 202
+    # nothing to lease (at its share): the same one read
+    reads.clear()
+    res = sync.flush(children(0), lease=64, held=102)
+    assert res.leased == [] and len(reads) == 1 and res.counts == real()
+    # alone, no read for a share: the counts are read after the lease
+    store.heartbeat("w1", clock.now - 100)
+    store.heartbeat("w2", clock.now - 100)
+    clock.advance(2)
+    reads.clear()
+    res = sync.run(SyncPlan(want=10))
+    assert sync.fair.workers == 1 and len(res.leased) == 10 and len(reads) == 1
+    assert res.counts == real() and res.counts["leased"] == 108

@@ -107,6 +107,8 @@ class StoreSync:
         self._last_beat = 0.0
         self._last_renew = time.monotonic()
         self._last_reclaim = 0.0
+        #: the counts fair_want read in this round (None: it read none)
+        self._fair_counts: dict[str, int] | None = None
 
     # ---- the thread ----------------------------------------------------------------------
 
@@ -212,7 +214,7 @@ class StoreSync:
             want = self.fair_want(plan.want, plan.held)
             if want > 0:
                 res.leased = self.store.lease(self.worker, want, self.lease_seconds)
-            res.counts = self.store.counts()
+            res.counts = self.counts_after(res.leased)
         if plan.finish and not res.leased:
             c = res.counts
             if not (c["pending"] or c["delayed"] or c["leased"]):
@@ -231,7 +233,7 @@ class StoreSync:
             lease = self.fair_want(lease, held)
             if lease:
                 res.leased = self.store.lease(self.worker, lease, self.lease_seconds)
-            res.counts = self.store.counts()
+            res.counts = self.counts_after(res.leased)
         return res
 
     def final(self, ops: Ops, held: list[str], finish: bool) -> defer.Deferred[SyncResult]:
@@ -267,6 +269,7 @@ class StoreSync:
         """``want`` records, or fewer: this worker's share of the job among the live
         workers, read from the store after the writes (:mod:`.fair_share`). Alone, the
         store is asked only for the heartbeats, once a second."""
+        self._fair_counts = None
         if want <= 0:
             return want
         fair = self.fair
@@ -275,8 +278,22 @@ class StoreSync:
             fair.count(self.store.beats())
         if fair.workers <= 1:
             return want
-        c = self.store.counts()
+        c = self._fair_counts = self.store.counts()
         return fair.cap(want, pending=c["pending"], leased=c["leased"], held=held)
+
+    def counts_after(self, leased: list[Leased]) -> dict[str, int]:
+        """The job's counts after this round's lease: the ones :meth:`fair_want` read just
+        before it (after the writes), the records this lease took moved from pending to
+        leased, instead of a second read (on Redis a script call per partition, every
+        round). Read again when there were none, or the lease dead-lettered a record it
+        could not read. A record the lease promoted from delayed stays counted delayed
+        until the next round's read: a snapshot a few milliseconds older, as any count
+        is once read."""
+        c, self._fair_counts = self._fair_counts, None
+        if c is None or any(x.error for x in leased):
+            return self.store.counts()
+        took = len(leased)
+        return {**c, "pending": max(0, c["pending"] - took), "leased": c["leased"] + took}
 
     def write_ops(self, ops: Ops, res: SyncResult) -> None:
         """Write ``ops`` in order (acks moved later, see :func:`acks_later`), consecutive

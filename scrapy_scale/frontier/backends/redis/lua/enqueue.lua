@@ -1,6 +1,10 @@
 local now = tonumber(ARGV[1])
 local out = {}
-for i = 2, #ARGV, 16 do
+-- fingerprints this call already wrote or found: a plain request (no flag) for one of them
+-- is a duplicate without a look (after any enqueue its record exists or it is done)
+local SEEN = {}
+-- one request, ARGV[i] to ARGV[i+15]: its result
+local function one(i)
   local fp, data, dom, p = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3]
   packed(fp, ARGV[i+14], ARGV[i+15])
   local nb, att, fc, fr, flag = tonumber(ARGV[i+4]), ARGV[i+5], ARGV[i+6], ARGV[i+7], ARGV[i+8]
@@ -14,6 +18,7 @@ for i = 2, #ARGV, 16 do
   if cur[1] and flag == 'r' and again ~= '' and tonumber(cur[1]) < 3 then
     -- dont_filter while the record is pending or leased: a record of its own
     fp, flag = again, ''
+    SEEN[fp] = true
     key = rk(fp)
     cur = redis.call('HMGET', key, 'st', 'o', 'fc')
   end
@@ -76,7 +81,15 @@ for i = 2, #ARGV, 16 do
   if res ~= 'duplicate' and res ~= 'stale' and st < 2 then
     if st == 1 then redis.call('ZADD', P..':delayed', el, fp) else push_ready(fp, p, dom, not tail) end
   end
-  out[#out + 1] = res
+  return res
+end
+for i = 2, #ARGV, 16 do
+  if ARGV[i+8] == '' and SEEN[ARGV[i]] then
+    out[#out + 1] = 'duplicate'
+  else
+    SEEN[ARGV[i]] = true
+    out[#out + 1] = one(i)
+  end
 end
 flush()
 return out

@@ -16,6 +16,8 @@ for _, p in ipairs(prios) do
   if left <= 0 then break end
   local dqk = P..':dq:'..p
   local active = redis.call('ZRANGE', dqk, 0, left - 1)
+  -- the priority has no domain left only if it had none, or one was dropped below
+  local maybe_empty = #active == 0
   local considered = {}
   for _, d in ipairs(active) do considered[d] = true end
   local order = {}
@@ -68,7 +70,7 @@ for _, p in ipairs(prios) do
         still[#still + 1] = dom
       else
         redis.call('ZREM', dqk, dom)
-        dropped = true
+        dropped, maybe_empty = true, true
       end
     end
     if dropped and left > 0 then
@@ -86,7 +88,7 @@ for _, p in ipairs(prios) do
     for i, dom in ipairs(order) do z[#z + 1] = s + i z[#z + 1] = dom end
     for i = 1, #z, 1000 do redis.call('ZADD', dqk, 'XX', unpack(z, i, math.min(i + 999, #z))) end
   end
-  if redis.call('ZCARD', dqk) == 0 then redis.call('ZREM', P..':prios', p) end
+  if maybe_empty and redis.call('ZCARD', dqk) == 0 then redis.call('ZREM', P..':prios', p) end
 end
 if #wl > 0 then
   for i = 1, #zl, 1000 do redis.call('ZADD', P..':leases', unpack(zl, i, math.min(i + 999, #zl))) end

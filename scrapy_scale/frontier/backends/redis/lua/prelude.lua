@@ -49,19 +49,22 @@ end
 -- at most one bucket per level. A bucket of another type (written by someone else) is
 -- skipped when read and replaced when written: the URL may be fetched again, never lost.
 local DONE_LEVELS, DONE_FILL = {3, 4, 5, 6, 7}, 64
+local DONE_AT_N, DONE_AT_L = nil, nil  -- the last count asked and its level (one per call, mostly)
 local function done_level(n)
+  if n == DONE_AT_N then return DONE_AT_L end
+  DONE_AT_N, DONE_AT_L = n, DONE_LEVELS[#DONE_LEVELS]
   local cap = 0
   for _, L in ipairs(DONE_LEVELS) do
     cap = cap + DONE_FILL * 16 ^ L
-    if n < cap then return L end
+    if n < cap then DONE_AT_L = L return L end
   end
-  return DONE_LEVELS[#DONE_LEVELS]
+  return DONE_AT_L
 end
 local function done_parts(fp, L)
   local pk = PACKED[fp]
   if pk then  -- its hex after L characters, packed: the client's packing from the 1st or 2nd
-    if L % 2 == 0 then return P..':d:'..string.sub(fp, 1, L), string.sub(pk[1], L / 2 + 1) end
-    return P..':d:'..string.sub(fp, 1, L), string.sub(pk[2], (L - 1) / 2 + 1)
+    if L % 2 == 0 then return P..':d:'..string.sub(fp, 1, L), string.sub(pk, L / 2 + 1) end
+    return P..':d:'..string.sub(fp, 1, L), string.sub(PACKED2[fp], (L - 1) / 2 + 1)
   end
   local rest = string.sub(fp, L + 1)
   if string.find(rest, '^%x+$') then
