@@ -166,16 +166,12 @@ class EgressPool:
         refused_via: str | None = None,
     ) -> Choice:
         """An egress for a request to ``domain`` not through ``avoid``. A re-probe out of
-        quarantine takes the first request that comes, but not a ``retry`` (a request that
-        failed before) while another egress is free: a page whose quick retries were spent
-        on 503 noise went on to its late retry through the re-probes of two bad proxies (the
-        chaos benchmark's last page, 12 s after the rest). Nor a request to a ``one_slot``
-        site (one request in flight: a Crawl-delay), which also goes through an egress that
-        has proved itself while one is free: a re-probe of a blackhole there held the site's
-        only slot for the first-byte bound (a 7.9 s gap at the real plan's Crawl-delay host,
-        the crawl's last host). The probe is left to another site's request. ``refused_via``:
-        the request retries a page the site refused through that egress (a 429, or a 503
-        without Retry-After); the learned route gate holds siblings at the refused pace."""
+        quarantine takes the first request that comes, but not a ``retry`` while another
+        egress is free (a page's late retry went through two bad proxies' re-probes), nor a
+        request to a ``one_slot`` site (a Crawl-delay), which also goes through an egress
+        that has answered while one is free (a blackhole's re-probe held such a site's only
+        slot 7.9 s). ``refused_via``: the request retries a page the site refused through
+        that egress (429, 503); the route gate holds siblings at the refused pace."""
         now = self.clock()
         if not self.egresses:
             return Choice(None, now + EMPTY_WAIT, "empty")
@@ -215,13 +211,7 @@ class EgressPool:
 
     def _weighted(self, domain: str, pick: list[str], now: float) -> str:
         weights = [self.score(e) * self.score(e, domain) / (1.0 + self.inflight[e]) for e in pick]
-        total = sum(weights)
-        x = self.rng.uniform(0, total)
-        for e, w in zip(pick, weights, strict=True):
-            x -= w
-            if x <= 0:
-                return e
-        return pick[-1]
+        return weighted_pick(self.rng.uniform(0, sum(weights)), pick, weights)
 
     def _take(self, e: str, domain: str, now: float) -> Choice:
         probe = False
@@ -239,16 +229,9 @@ class EgressPool:
         return Choice(self.egresses[e], probe=probe, unproven=unproven)
 
     def _wait(self, domain: str, blocked: dict[str, float], now: float) -> Choice:
-        until = min(blocked.values())
-        states = [(self.state(e), self.state(e, domain)) for e in blocked]
-        if all(PROBING not in s and s != (HEALTHY, HEALTHY) for s in states):
-            reason = "quarantined"
-        elif any(s == (HEALTHY, HEALTHY) for s in states):
-            reason = "route_cap"
-        else:
-            reason = "probing"
+        reason = wait_reason([(self.state(e), self.state(e, domain)) for e in blocked])
         self.counts[f"wait/{reason}"] += 1
-        return Choice(None, until, reason)
+        return Choice(None, min(blocked.values()), reason)
 
     def release(self, egress: str) -> None:
         """A request sent through ``egress`` has its outcome (in-flight count down)."""
@@ -386,3 +369,21 @@ class EgressPool:
     @property
     def members(self) -> dict[str, str | None]:
         return {e.id: e.group for e in self.egresses.values()}
+
+
+def weighted_pick(x: float, pick: list[str], weights: list[float]) -> str:
+    """The egress of ``pick`` where ``x`` (drawn from 0 to the weights' sum) falls."""
+    for e, w in zip(pick, weights, strict=True):
+        x -= w
+        if x <= 0:
+            return e
+    return pick[-1]
+
+
+def wait_reason(states: list[tuple[str, str]]) -> str:
+    """Why no egress is free, from each one's (global, site) state."""
+    if all(PROBING not in s and s != (HEALTHY, HEALTHY) for s in states):
+        return "quarantined"
+    if any(s == (HEALTHY, HEALTHY) for s in states):
+        return "route_cap"
+    return "probing"

@@ -9,6 +9,7 @@ Its own module so that the protocols (:mod:`.target`, :mod:`.proxy`) and the Tes
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from typing import Protocol
 
@@ -68,6 +69,18 @@ class Gate:
         held, self._held = self._held, []
         for send in held:
             send()
+
+    def open_from(self, loop: asyncio.AbstractEventLoop) -> int:
+        """:meth:`open` on ``loop`` from another thread, once it ran; the answers held."""
+        done = threading.Event()
+
+        def open_now() -> None:
+            self.open()
+            done.set()
+
+        loop.call_soon_threadsafe(open_now)
+        done.wait(10)
+        return self.held_count
 
 
 class TargetHost(Protocol):

@@ -260,24 +260,14 @@ class Testbed(Answering):
         self.faults = new
 
     def hold(self) -> None:
-        """From now, the target hosts hold every answer (the request is logged as served)
-        until :meth:`release`: a test's gate, such as "no page answers until every worker of
-        the fleet has joined the run"."""
+        """Hold every answer of the target hosts (requests are logged) until :meth:`release`:
+        a test's gate ("nothing answers until the fleet's workers have all joined")."""
         self.gate.shut = True
 
     def release(self) -> int:
-        """Send the answers held since :meth:`hold`, and answer at once from now on; how many
-        answers waited at the gate."""
+        """Send the held answers, answer at once from now on; how many answers waited."""
         assert self._loop is not None
-        done = threading.Event()
-
-        def open_gate() -> None:
-            self.gate.open()
-            done.set()
-
-        self._loop.call_soon_threadsafe(open_gate)
-        done.wait(10)
-        return self.gate.held_count
+        return self.gate.open_from(self._loop)
 
     # ---- public view --------------------------------------------------------------
 
