@@ -38,6 +38,8 @@ from scrapy_scale.clock import Clock, wall
 from scrapy_scale.probe.figures import RATE_LIMITED, StepFigures
 
 GOOD, BAD, CLIENT_BOUND = "good", "bad", "client_bound"
+#: the reason a soft-bad step is run again
+CONFIRM = "run again to confirm"
 #: the longest Retry-After the probe waits out before going on; a longer one ends it
 MAX_WAIT = 60.0
 #: the phases of a step
@@ -71,6 +73,9 @@ class Limits:
     flat_latency: float = 0.005
     #: client-bound: in flight under this share of the step, or the process busier than this
     min_in_flight_share: float = 0.75
+    #: a run confirming a slowdown that comes out good with fewer in flight than this share
+    #: of the run it confirms did not repeat it (a loaded probe): the slowdown stands
+    confirm_fill: float = 0.9
     max_busy: float = 0.9
     #: client-bound: the event loop's p95 lateness above this and above this share of p95 latency
     max_loop_lag: float = 0.02
@@ -198,7 +203,7 @@ class Plan:
         self._good: StepFigures | None = None  # the last good step (the knee so far)
         self._bad: StepFigures | None = None  # the first bad step above it
         self._retried: int | None = None  # concurrency of a client-bound step tried again
-        self._confirmed: set[tuple[int, float]] = set()  # soft-bad steps run again
+        self._confirmed: dict[tuple[int, float], StepFigures] = {}  # soft-bad steps run again
         self._next: tuple[int, str] | None = (1, RAMP)
         # below one request at a time: the rate of the next step, the best good and worst bad rates
         self._rate = 0.0
@@ -251,10 +256,18 @@ class Plan:
                 self._next = (c, fig.phase)
             return fig
         key = (c, self._rate if fig.phase == RATE else 0.0)
+        first = self._confirmed.get(key)
+        if first is not None and fig.verdict == GOOD and fig.in_flight < self.lim.confirm_fill * first.in_flight:
+            # CI, loaded: a slowdown at 16 (14.1 in flight) "confirmed" good by a run the probe
+            # kept at 12.2, and the knee came out at 16 for a site whose knee is 12
+            fig.verdict, fig.soft = BAD, False
+            fig.reasons = [r for r in first.reasons if r != CONFIRM] + [
+                f"its confirming run had {fig.in_flight:.1f} in flight, not {first.in_flight:.1f}"
+            ]
         if fig.verdict == BAD and fig.soft and key not in self._confirmed:
             # latency or goodput alone: a moment's noise (the site's or this machine's) is no knee
-            self._confirmed.add(key)
-            fig.reasons.append("run again to confirm")
+            self._confirmed[key] = fig
+            fig.reasons.append(CONFIRM)
             self._next = (c, fig.phase)
             return fig
         if fig.phase == RATE:

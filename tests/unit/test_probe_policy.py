@@ -81,6 +81,38 @@ def drive(
     return ran
 
 
+def test_a_confirming_run_with_fewer_in_flight_does_not_overturn_a_slowdown() -> None:
+    """CI, loaded: a slowdown at 16 (14.1 in flight) was "confirmed" good by a run the probe
+    kept at 12.2 in flight, and the knee came out at 16 for a site whose knee is 12."""
+    site = knee_site(12)
+    runs: dict[int, int] = {}
+
+    def loaded(c: int, phase: str) -> StepFigures:
+        runs[c] = runs.get(c, 0) + 1
+        if c == 16 and runs[c] == 2:  # the confirming run, under-filled: the site's knee's latency
+            return step(16, 0.1, ["ok"], phase=phase, in_flight=12.2)
+        return site(c, phase)
+
+    plan = Plan(Limits(cap=64))
+    ran = drive(plan, loaded)
+    assert [c for c, _ in ran][:6] == [1, 2, 4, 8, 16, 16]
+    confirm = plan.result.steps[5]
+    assert confirm.verdict == BAD and "its confirming run had 12.2 in flight" in confirm.reasons[-1]
+    assert plan.result.knee is not None and plan.result.knee.concurrency == 12
+    # a confirming run as full as the first still clears the step (noise, not a knee)
+    slow_once: list[int] = []
+
+    def noisy(c: int, phase: str) -> StepFigures:
+        if c == 16 and not slow_once:
+            slow_once.append(c)
+            return step(16, 0.3, ["ok"], phase=phase)
+        return step(c, 0.1, ["ok"], phase=phase)
+
+    plan = Plan(Limits(cap=64))
+    drive(plan, noisy)
+    assert [s.verdict for s in plan.result.steps if s.concurrency == 16] == [BAD, GOOD]
+
+
 def test_percentile_and_summary_drop_the_warm_up() -> None:
     assert percentile([], 0.95) == 0.0
     assert percentile([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 0.5) == 5
