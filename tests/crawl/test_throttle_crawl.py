@@ -334,13 +334,18 @@ def test_a_nan_learned_delay_in_throttle_db_is_not_used_and_is_written_over(tmp_
         settings = {"SCALE_DOMAIN_PROFILES": {host: {"min_delay": 0.3}}, "ROBOTSTXT_OBEY": False}
         res = run_crawl(tb, settings, tmp_path, timeout=120)
         assert res.returncode == 0, res.tail()
-        times = [r.time for r in served(tb, host)]
+        log = served(tb, host)
+        times = [r.time for r in log]
     assert len(res.items) == 30
     assert res.log.count(f"throttle: learned pacing of {host} read back: delay nan") == 1, res.tail()
     # paced as the profile says (the bad value gave gaps of 0 s); judged between arrivals
-    # (tests/support/spacing.py: CI saw one gap of 0.198 s beside one of 0.379 s)
+    # (tests/support/spacing.py). A min_delay spaces the sends, several in flight: a send the
+    # loaded machine held back a delay's length arrives with the next (CI, load about 15:
+    # arrivals 0.001 s apart among gaps of 0.3 s), so one arrival may be a whole delay late
     gaps = [round(b - a, 3) for a, b in zip(times, times[1:], strict=False)]
-    assert not spacing_problems(times, 0.3), (spacing_problems(times, 0.3), gaps)
+    close = [(r.path, r.kind, r.conn, r.attempt) for a, r in zip(log, log[1:], strict=False) if r.time - a.time < 0.15]
+    problems = spacing_problems(times, 0.3, jitter=0.3)
+    assert not problems, (problems, gaps, close, res.log[-3000:])
     db = SqliteShared(str(tmp_path / "state" / "throttle.db"), "catalog")
     assert math.isfinite(db.load()[host]["delay"])  # sane state was written over it
     db.close()
@@ -379,7 +384,8 @@ def test_a_shared_limiter_key_far_in_the_future_is_capped_and_said(
     assert "waiting 2 s at most" in res.log
     assert res.stats["scale/throttle/wait_capped"] >= 1
     gaps = [round(b - a, 3) for a, b in zip(times, times[1:], strict=False)]
-    assert not spacing_problems(times, 0.3), (spacing_problems(times, 0.3), gaps)
+    # one arrival may be a whole delay late (the test above)
+    assert not spacing_problems(times, 0.3, jitter=0.3), (spacing_problems(times, 0.3, jitter=0.3), gaps)
     assert float(r.get(key) or 0) < 99999999999  # brought back (or expired)
 
 
