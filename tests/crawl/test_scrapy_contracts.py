@@ -15,6 +15,7 @@ import pytest
 
 from scrapy_scale.testbed import Testbed
 from tests.support.crawling import run_crawl
+from tests.support.spacing import spacing_problems
 
 pytestmark = pytest.mark.crawl
 
@@ -45,11 +46,12 @@ def test_a_named_download_slot_keeps_its_download_slots_delay(tmp_path: Path, ba
         sent = sorted(r.time for r in tb.log if r.path.startswith("/item/"))
     assert len(sent) == 4 and {i["slot"] for i in res.items} == {"shop-slot"}, res.tail()
     gaps = [round(b - a, 2) for a, b in zip(sent, sent[1:], strict=False)]
-    # the delay is kept between sends: one send made late by a loaded machine widens its gap
-    # and narrows the next by as much (plain Scrapy in CI at load 27: 2.19 s then 1.83 s),
-    # so the mean gap holds the delay and each single gap only within that jitter
-    mean = (sent[-1] - sent[0]) / (len(sent) - 1)
-    assert 1.9 <= mean <= 2.6 and all(1.6 <= g <= 2.9 for g in gaps), gaps
+    # the delay is kept between sends: one arrival made late by a loaded machine narrows its
+    # neighbour's gap (plain Scrapy in CI: 2.19 s then 1.83 s at load 27; the first arrival
+    # 0.38 s late, gaps 1.62, 2.0, 2.0, in another), so any two arrivals k sends apart are
+    # k delays apart less one arrival's 0.5 s; with no delay the gaps are near 0
+    assert not spacing_problems(sent, 2.0, jitter=0.5, mean_share=0), gaps
+    assert (sent[-1] - sent[0]) / (len(sent) - 1) <= 2.6 and all(g <= 2.9 for g in gaps), gaps
 
 
 @pytest.mark.timeout(120)
