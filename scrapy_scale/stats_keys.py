@@ -73,6 +73,8 @@ FRONTIER_UNSERIALIZABLE = "scale/frontier/unserializable"  # requests kept in me
 FRONTIER_UNSERIALIZABLE_TYPE = "scale/frontier/unserializable/"  # + the type that could not be stored
 FRONTIER_FEED_REFUSED = "scale/frontier/feed_refused"
 FRONTIER_OUTBOX_FLUSHES = "scale/frontier/outbox_flushes"
+#: flushes on the reactor thread left to the store thread's rounds (the store would have waited)
+FRONTIER_OUTBOX_FLUSHES_DEFERRED = "scale/frontier/outbox_flushes_deferred"
 FRONTIER_SYNCS = "scale/frontier/syncs"
 FRONTIER_SYNC_SECONDS = "scale/frontier/sync_seconds"
 FRONTIER_SYNC_ERRORS = "scale/frontier/sync_errors"

@@ -53,6 +53,7 @@ from scrapy_scale.frontier.records.model import (
     Settled,
     State,
     Status,
+    StoreWaiting,
     Summary,
     Want,
     WorkerTable,
@@ -191,6 +192,12 @@ class FrontierStore(abc.ABC):
 
     def batch(self) -> AbstractContextManager[object]:
         """``with store.batch():`` groups the calls inside (SQLite: one transaction)."""
+        return nullcontext()
+
+    def impatient(self) -> AbstractContextManager[object]:
+        """``with store.impatient():`` a call inside that would wait for an unreachable
+        server raises :class:`StoreWaiting` instead (the reactor thread must never wait on
+        the network). Default: the backend has no such wait (SQLite's file is local)."""
         return nullcontext()
 
     def enqueue_new(self, requests: Sequence[NewRequest]) -> int:
@@ -391,6 +398,7 @@ __all__ = [
     "Settled",
     "State",
     "Status",
+    "StoreWaiting",
     "Summary",
     "Want",
     "WorkerTable",

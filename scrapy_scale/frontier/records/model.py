@@ -29,6 +29,13 @@ class FrontierFatal(FrontierError):
     must stop with this message instead of retrying."""
 
 
+class StoreWaiting(ScaleError):  # noqa: N818 - a state, not a failure: the call would wait
+    """A call made under :meth:`~scrapy_scale.frontier.store.FrontierStore.impatient` would
+    wait for the store (its server unreachable, or another thread's round holding it): it
+    stopped instead. Calls before it in the same batch may have been written; the scripts
+    and statements are idempotent under a retry, so the caller writes them all again later."""
+
+
 class State(StrEnum):
     PENDING = "pending"
     LEASED = "leased"

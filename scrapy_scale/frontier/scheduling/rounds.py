@@ -24,7 +24,7 @@ from scrapy_scale.frontier.scheduling.scrapy_stats import ScrapyStats
 from scrapy_scale.frontier.scheduling.stats import FrontierStats
 from scrapy_scale.frontier.scheduling.sync import StoreSync, SyncPlan, SyncResult
 from scrapy_scale.frontier.scheduling.waiting import Waiting
-from scrapy_scale.frontier.store import Leased
+from scrapy_scale.frontier.store import Leased, StoreWaiting
 
 logger = logging.getLogger(__name__)
 
@@ -187,6 +187,10 @@ class Rounds:
         # coming back to the reactor: lease here too, or it would read all of start() first
         try:
             res = self.sync.flush(ops.ops, 0 if self.buffer else self.batch, len(self.inflight))
+        except StoreWaiting:  # the store thread's rounds write them, waiting there
+            outbox.put_back(ops)
+            self.stats.inc(keys.FRONTIER_OUTBOX_FLUSHES_DEFERRED)
+            return
         except Exception as e:  # noqa: BLE001 - keep the writes, in order; the syncs retry them
             outbox.put_back(ops)
             self.trouble(e)

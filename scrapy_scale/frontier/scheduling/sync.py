@@ -27,13 +27,16 @@ from scrapy_scale.daemon_pool import DaemonThreadPool
 from scrapy_scale.frontier.scheduling.fair_share import FairShare
 from scrapy_scale.frontier.scheduling.feed import FeedReader
 from scrapy_scale.frontier.scheduling.trouble import SyncTrouble
-from scrapy_scale.frontier.store import EnqueueResult, FrontierStore, Leased
+from scrapy_scale.frontier.store import EnqueueResult, FrontierStore, Leased, StoreWaiting
 
 logger = logging.getLogger(__name__)
 
 #: a worker's heartbeat holds for its lease, at most this many seconds (then status says
 #: the worker is gone); it beats four times per such window
 HEARTBEAT_WINDOW = 30.0
+#: seconds a flush on the reactor thread waits for a running round (which takes
+#: milliseconds, unless it waits for an unreachable store)
+FLUSH_WAIT = 1.0
 
 Ops = list[tuple[str, Any]]
 
@@ -94,8 +97,9 @@ class StoreSync:
         self.feed: FeedReader | None = None
         #: held while the store is in use (the store thread, or a flush on the reactor thread)
         self.lock = threading.Lock()
-        #: the running round (None: none)
+        #: the running round (None: none), and when it started (monotonic)
         self.running: defer.Deferred[Any] | None = None
+        self._round_started = 0.0
         #: why the store cannot be used any more (it said so, or the deadline passed), else None
         self.fatal: str | None = None
         #: backoff, bounded logging and the deadline of failing rounds
@@ -178,6 +182,7 @@ class StoreSync:
         thread once it ends (``running`` is None again by then)."""
         d = self.in_thread(lambda: self.run(plan))
         self.running = d
+        self._round_started = time.monotonic()
 
         def ok(res: SyncResult) -> None:
             self.running = None
@@ -226,15 +231,24 @@ class StoreSync:
     def flush(self, ops: Ops, lease: int, held: int = 0) -> SyncResult:
         """Write ``ops`` and lease ``lease`` records now (at most this worker's share, it
         holds ``held``), in the calling (reactor) thread, after any running round (the
-        lock). Raises what the store raised."""
-        res = SyncResult()
-        with self.lock, self.store.batch():
-            self.write_ops(ops, res)
-            lease = self.fair_want(lease, held)
-            if lease:
-                res.leased = self.store.lease(self.worker, lease, self.lease_seconds)
-            res.counts = self.counts_after(res.leased)
-        return res
+        lock). Raises what the store raised, and StoreWaiting rather than wait: for a
+        round that holds the store past FLUSH_WAIT (it waits for its server), or for the
+        store's server (Redis unreachable). A reactor that waited there stopped the crawl
+        as long as Redis was down: no download, no log line."""
+        running = time.monotonic() - self._round_started if self.running is not None else 0.0
+        if not self.lock.acquire(timeout=max(0.0, FLUSH_WAIT - running)):
+            raise StoreWaiting(f"a frontier round has held the store for {running:.1f} s")
+        try:
+            res = SyncResult()
+            with self.store.batch(), self.store.impatient():
+                self.write_ops(ops, res)
+                lease = self.fair_want(lease, held)
+                if lease:
+                    res.leased = self.store.lease(self.worker, lease, self.lease_seconds)
+                res.counts = self.counts_after(res.leased)
+            return res
+        finally:
+            self.lock.release()
 
     def final(self, ops: Ops, held: list[str], finish: bool) -> defer.Deferred[SyncResult]:
         """The last writes of a worker that closes: the ops, its leases given back, its

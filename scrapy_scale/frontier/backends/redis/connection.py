@@ -10,8 +10,10 @@ Connection drops (a Redis restart) are retried with backoff for as long as
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import redis
@@ -19,7 +21,7 @@ import redis
 from scrapy_scale import clock as clock_mod
 from scrapy_scale.frontier.backends.redis import lua
 from scrapy_scale.frontier.backends.redis import partitions as parts_mod
-from scrapy_scale.frontier.store import FrontierError, NewRequest
+from scrapy_scale.frontier.store import FrontierError, NewRequest, StoreWaiting
 from scrapy_scale.redact import redact_url
 from scrapy_scale.redis_open import RedisOpenError, is_cluster, open_redis
 
@@ -66,6 +68,8 @@ class RedisConnection:
         self._r: Any = None
         self._scripts: dict[str, Any] = {}
         self.sleep: Callable[[float], None] = time.sleep
+        #: per thread: is a wait cut short (:meth:`impatient`)?
+        self._local = threading.local()
         #: True when the URL points at a Redis Cluster node
         self.cluster = False
 
@@ -145,10 +149,20 @@ class RedisConnection:
             raise FrontierError("the Redis frontier is not open")
         return self._r
 
+    @contextmanager
+    def impatient(self) -> Iterator[None]:
+        """Within: a call of this thread that would wait (below) raises StoreWaiting."""
+        self._local.impatient = True
+        try:
+            yield
+        finally:
+            self._local.impatient = False
+
     def retrying(self, fn: Callable[[], T]) -> T:
         """Run ``fn``; on a dropped connection wait (backoff up to 5 s) and retry; a script
         refused while its Cluster slot moves (a reshard) is retried the same way (up to 0.5 s
-        apart: a slot moves in well under a second)."""
+        apart: a slot moves in well under a second). Within :meth:`impatient`, raise
+        StoreWaiting instead of the first wait."""
         delay = 0.1
         start = time.monotonic()
         warned = False
@@ -162,6 +176,8 @@ class RedisConnection:
                 moving = not isinstance(e, RETRYABLE)
                 if moving and not slot_moving(e):
                     raise
+                if getattr(self._local, "impatient", False):
+                    raise StoreWaiting(f"Redis at {redact_url(self.url)}: {e}") from None
                 if self.retry_for is not None and time.monotonic() - start > self.retry_for:
                     raise FrontierError(f"Redis at {redact_url(self.url)} unreachable: {e}") from None
                 if not warned:

@@ -50,6 +50,7 @@ is a duplicate, and a lease whose reply was lost expires (it is not renewed).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from scrapy_scale import clock as clock_mod
@@ -135,6 +136,9 @@ class RedisStore(FrontierStore):
 
     def durability_warning(self) -> str | None:
         return self.reads.durability_warning()
+
+    def impatient(self) -> AbstractContextManager[object]:
+        return self.conn.impatient()
 
     def give_up_after(self, seconds: float) -> None:
         self.conn.retry_for = seconds
