@@ -29,7 +29,7 @@ class FrontierFatal(FrontierError):
     must stop with this message instead of retrying."""
 
 
-class StoreWaiting(ScaleError):  # noqa: N818 - a state, not a failure: the call would wait
+class StoreWaiting(ScaleError):
     """A call made under :meth:`~scrapy_scale.frontier.store.FrontierStore.impatient` would
     wait for the store (its server unreachable, or another thread's round holding it): it
     stopped instead. Calls before it in the same batch may have been written; the scripts
