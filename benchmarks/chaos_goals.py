@@ -56,6 +56,8 @@ def site_figures(served: Iterable[dict[str, Any]], hosts: list[HostPlan]) -> dic
     return {
         "site_requests": len(served),
         "site_429s": sum(1 for r in served if r["status"] == 429),
+        # by host: the 429 count swings 13-31 a round (mostly host a's), read it by host
+        "site_429s_by_host": {h.addr: sum(1 for r in by_host[h.addr] if r["status"] == 429) for h in hosts},
         "site_refusals": refusals,
         "site_503s": sum(1 for r in served if r["status"] == 503),
         "busy_share": ok_sum / limit_time if limit_time else 0.0,

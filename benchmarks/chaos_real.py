@@ -228,6 +228,13 @@ def report(rows: list[dict[str, Any]], plan: RealPlan, cmd: str) -> str:
         )
     me = [n for n in names if n.startswith("scrapy-scale")]
     scrapy = [n for n in names if not n.startswith("scrapy-scale")]
+    if me:
+        names_by_addr = {s.addr: s.name for s in plan.sites()}
+        per_round = []
+        for r in (r for r in rows if r["stack"] == me[0]):
+            hosts = ", ".join(f"{names_by_addr.get(a, a)} {n}" for a, n in r.get("site_429s_by_host", {}).items() if n)
+            per_round.append(f"{r['site_429s']} ({hosts or 'none'})")
+        lines += ["", f"The add-on's 429s at nginx, round by round (by host): {'; '.join(per_round)}"]
     if not me or not scrapy:
         return "\n".join(lines)
     table: list[Goal] = goals(rows, me[0], scrapy, plan.crawl_delay, MIN_FAILURES)

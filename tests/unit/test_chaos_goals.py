@@ -34,6 +34,7 @@ def test_site_figures_count_what_nginx_logged_while_each_host_had_work() -> None
     ]
     f = site_figures(served, [A, D])
     assert (f["site_requests"], f["site_429s"], f["site_refusals"], f["site_503s"]) == (10, 1, 1, 1)
+    assert f["site_429s_by_host"] == {A.addr: 1, D.addr: 0}
     # A: 4 ok from 1.0 to 2.5, the last one taking 1/2 s: 4 in 2 s at 2/s, all of its limit;
     # D: 2 ok from 1.0 to 2.2 (+1 s) at 1/s: 2 of 2.2; together 6 of 6.2
     assert f["busy_share_by_host"] == {A.addr: pytest.approx(1.0), D.addr: pytest.approx(2 / 2.2)}
