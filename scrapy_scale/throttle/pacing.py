@@ -14,6 +14,7 @@ from scrapy_scale import clock as clock_mod
 from scrapy_scale.throttle import paces
 from scrapy_scale.throttle.learned import LearnedRecord, export_state, restore_state
 from scrapy_scale.throttle.policy import (
+    BEAT,
     CRAWL_DELAY_MARGIN,
     CYCLE_CAP,
     GAP_WEIGHT,
@@ -41,6 +42,9 @@ from scrapy_scale.throttle.state import FORGIVE_EVERY, SiteState
 class Pacing:
     """The pacing state of every site seen, and the decisions on it."""
 
+    #: a refusal that repeats the cycle before it is a bucket's beat (routes: see policy)
+    LEARNS_BEAT = False
+
     def __init__(
         self,
         profiles: Profiles,
@@ -62,6 +66,8 @@ class Pacing:
         self.capped: list[tuple[str, float]] = []
         #: (site, what was wrong) for learned state read back that was unusable or repaired
         self.rejected: list[tuple[str, str]] = []
+        #: steps taken from a bucket's beat (LEARNS_BEAT)
+        self.beats = 0
 
     # ---- sites ----------------------------------------------------------------------
 
@@ -263,8 +269,19 @@ class Pacing:
         tied = paces.rate_tied(s.paces, spacing_now)
         noise = (slower and bool(s.fastest_ok)) or tied is False
         s.good_since_refused = 0
-        by_rate = long_run or (not_cluster and tied is True)
-        cycle = s.cycle_time / s.cycle_sent if by_rate and s.cycle_sent else 0.0
+        # the spacing sent since the last refusal (pauses included), and whether it repeats
+        # the cycle before: a bucket's beat (routes only, see LEARNS_BEAT)
+        this_cycle = s.cycle_time / s.cycle_sent if not_cluster and s.cycle_sent else 0.0
+        beat = (
+            self.LEARNS_BEAT
+            and bool(this_cycle and s.last_cycle)
+            and abs(this_cycle - s.last_cycle) <= BEAT * s.last_cycle
+            and this_cycle > spacing_now * (1 + MARGIN)
+            and not noise
+        )
+        s.last_cycle = this_cycle
+        by_rate = long_run or (not_cluster and tied is True) or beat
+        cycle = this_cycle if by_rate else 0.0
         s.cycle_time, s.cycle_sent = 0.0, 0
         sent_at = now - (latency or 0.0)
         if sent_at >= s.slowed_at:
@@ -274,7 +291,9 @@ class Pacing:
             settled, peak = s.settled * f, s.peak * f
             old = s.delay
             # after a run: the spacing sent since the last refusal (what a bucket took)
-            took = max(spacing, min(cycle, spacing * CYCLE_CAP)) if not noise else spacing
+            cap = p.slowdown if beat else CYCLE_CAP
+            took = max(spacing, min(cycle, spacing * cap)) if not noise else spacing
+            self.beats += beat
             if tf and spacing >= tf * (1 + MARGIN) * 0.99:
                 # refused at the pace learned to be safe: the limit tightened a little, or a
                 # stray 429 (a fault, not the rate)
@@ -297,7 +316,7 @@ class Pacing:
                     # it: good answers in a row undo it fast
                     spacing = took
                     s.delay = self._bound(s, max(s.delay, spacing * (1 + MARGIN)))
-                    confirmed = spacing if long_run and not noise else settled
+                    confirmed = spacing if (long_run or beat) and not noise else settled
                     remember(s, now, spacing, confirmed, peak)
             else:
                 tf = max(tf, spacing)

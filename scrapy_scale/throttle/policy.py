@@ -26,6 +26,17 @@ The delay of a site (seconds between two requests to it):
 - **after a run of good answers** a refusal steps up from the spacing sent since the
   previous refusal, pauses included (a bucket that let the run through took that rate),
   when it is slower than the spacing refused at (at most :data:`CYCLE_CAP` times);
+- **a bucket's beat** (routes only: :class:`~scrapy_scale.throttle.routing.RoutePacing`):
+  when a route's last two cycles between refusals (each after :data:`PROVEN_AFTER_GOOD`
+  good answers or more, pauses included) sent at spacings within :data:`BEAT` of each
+  other, slower than the spacing refused by more than :data:`MARGIN`, and the answers by
+  pace do not deny that refusals are the rate's, the step takes that spacing (at most
+  ``slowdown`` times the refused one) and it is confirmed at once: a bucket that refuses
+  at a steady beat took that rate. nginx's ``limit_req`` with ``burst=2`` and
+  ``Retry-After: 1`` refused each route of the real plan in cycles of 0.32-0.334 s
+  against its 3/s, while the spacing it refused at was 0.2-0.28 s. A site's own pacing
+  (no egresses) keeps the rules below alone: the demo's planned faults come at random, and
+  their long cycles, pause included, agree by chance;
 - **unconfirmed steps** (:mod:`scrapy_scale.throttle.paces` for the answers by pace) are
   confirmed when the site refuses again below them after good answers, or when the step
   came after a long run of good answers, unless the answers by pace say slowing down did
@@ -87,6 +98,9 @@ STALE_SHARE = 0.3
 #: in the spacing sent since the last refusal, a gap counts as this many intervals at most
 #: (longer, the crawl had nothing to send), and that spacing as this many refused ones
 IDLE_GAP, CYCLE_CAP = 2.0, 1.25
+#: a route's two cycles in a row between refusals whose spacings agree within this share are
+#: a bucket's beat (:meth:`~scrapy_scale.throttle.pacing.Pacing.on_rate_limited`)
+BEAT = 0.1
 #: share of the recent answers (about the last 20) that said "overloaded" (a 503 without
 #: Retry-After) from which they are taken as pressure, not noise
 OVERLOAD_SHARE = 0.15

@@ -87,7 +87,11 @@ def split_route(key: str) -> tuple[str, str] | None:
 class RoutePacing(Pacing):
     """The adaptive delay of every route (site via egress). A route's delay is its own
     capacity only: ``max_rate``, ``min_delay``, Crawl-delay and concurrency bound the site,
-    all its routes together, and are enforced by the site's :class:`Pacing`."""
+    all its routes together, and are enforced by the site's :class:`Pacing`. A route
+    learns from a bucket's beat (:data:`~scrapy_scale.throttle.policy.BEAT`): a limit per
+    client address is what a route is paced for."""
+
+    LEARNS_BEAT = True
 
     def __init__(self, profiles: Profiles, clock: clock_mod.Clock = clock_mod.wall, *, retry_after_cap: float = 3600.0):
         super().__init__(profiles, clock, retry_after_cap=retry_after_cap)

@@ -58,6 +58,8 @@ class SiteState:
     #: the spacing requests were sent at since the last refusal (seconds summed, requests)
     cycle_time: float = 0.0
     cycle_sent: int = 0
+    #: the spacing of the previous cycle between two refusals (0: none yet, or it was short)
+    last_cycle: float = 0.0
 
     paused_until: float = 0.0
     #: when ``paused_until`` last moved (exported for `scrapy scale status`)

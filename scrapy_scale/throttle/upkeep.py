@@ -158,6 +158,8 @@ class Upkeep:
         set_value(keys.THROTTLE_SITES, len(sites))
         if self.routes.on:
             set_value(keys.THROTTLE_ROUTES, len(self.routes.route_pacing.sites))
+            if self.routes.route_pacing.beats:
+                set_value(keys.THROTTLE_ROUTE_BEATS, self.routes.route_pacing.beats)
         if self.calls.permits.late_used:
             set_value(keys.THROTTLE_GRANTS_LATE, self.calls.permits.late_used)
         set_value(keys.THROTTLE_PAUSED_SECONDS, round(sum(s.paused_seconds for s in sites), 1))
