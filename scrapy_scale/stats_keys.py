@@ -93,7 +93,7 @@ THROTTLE_WAIT_CAPPED = "scale/throttle/wait_capped"  # waits from shared state c
 THROTTLE_GRANTS_LATE = "scale/throttle/grants_late"  # shared grants used by the pass they woke, past their TTL
 THROTTLE_LEARNED_REJECTED = "scale/throttle/learned_rejected"  # learned state read back unusable or repaired
 THROTTLE_ROUTES = "scale/throttle/routes"  # routes (site via egress) paced on their own learned capacity
-THROTTLE_ROUTE_BEATS = "scale/throttle/route_beats"  # route steps taken from a bucket's beat of refusals
+THROTTLE_ROUTE_BEATS = "scale/throttle/route_beats"  # refusals that stepped on a bucket's beat
 THROTTLE_BLOCKED_WAITS = "scale/throttle/blocked_waits"  # sites made to wait: blocked on every route
 FRONTIER_DEFERRED = "scale/frontier/deferred"  # held requests given back to the store until their turn
 
