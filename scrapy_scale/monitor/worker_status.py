@@ -11,8 +11,11 @@ valid for three intervals, to the backend of the job's frontier:
 - SQLite frontier: ``monitor/<JOB>/<worker>.json`` next to the ``frontier.db`` file.
 
 So the command reads them from any machine that reaches the frontier. The writes run in
-a thread; a failure is logged once and never stops the crawl. At close the worker
-removes its document. :func:`merge` sums the documents of the workers still valid.
+a thread, and so does opening the backend (a Redis client asks its node whether it is a
+Cluster): the reactor thread never waits for it. A failure (Redis down, at the start or
+later) is logged once and never stops the crawl; the next interval tries again, opening
+the backend anew if it was never opened. At close the worker removes its document.
+:func:`merge` sums the documents of the workers still valid.
 """
 
 from __future__ import annotations
@@ -220,6 +223,8 @@ class SnapshotPublisher:
         self._loop: task.LoopingCall | None = None
         self._writing: Any = None
         self._warned = False
+        #: sinks opened (by :meth:`publish`, in the writer thread)
+        self.opened = 0
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> SnapshotPublisher:
@@ -233,11 +238,9 @@ class SnapshotPublisher:
 
     def spider_opened(self, spider: Any) -> None:
         live_metrics.set_labels(self.crawler, self.metrics, spider)
-        try:
-            self.sink = sink_for(self.crawler.settings, self.metrics.base["job"])
-        except Exception as e:  # noqa: BLE001 - watch is a convenience; the crawl goes on
-            logger.warning("scrapy scale watch: cannot publish this worker's numbers: %s", e)
-            return
+        # the sink is opened by the first write, in its thread (publish): opening a Redis
+        # sink asks the node (INFO), which must not hold the reactor, nor, with Redis down
+        # as the worker starts, stop the snapshots for the whole run
         self._loop = task.LoopingCall(self.tick)
         self._loop.start(self.interval, now=True).addErrback(
             lambda f: logger.error("watch snapshot failed: %s", f.getErrorMessage())
@@ -282,14 +285,20 @@ class SnapshotPublisher:
         )
 
     def tick(self) -> None:
-        if self.sink is None or self._writing is not None:
+        if self._writing is not None:
             return
         doc = self.document(time.monotonic())
-        doc_worker, sink = doc["worker"], self.sink
-        d = threads.deferToThread(sink.write, doc_worker, doc)
+        d = threads.deferToThread(self.publish, doc)
         self._writing = d
         d.addErrback(self._failed)
         d.addBoth(lambda _: setattr(self, "_writing", None))
+
+    def publish(self, doc: WorkerSnapshot) -> None:
+        """Write ``doc`` (in the writer thread), opening the sink first if it is not open."""
+        if self.sink is None:
+            self.sink = sink_for(self.crawler.settings, self.metrics.base["job"])
+            self.opened += 1
+        self.sink.write(doc["worker"], doc)
 
     def _failed(self, failure: Any) -> None:
         if not self._warned:
@@ -299,10 +308,10 @@ class SnapshotPublisher:
     async def spider_closed(self, spider: Any, reason: str) -> None:
         if self._loop is not None and self._loop.running:
             self._loop.stop()
+        if self._writing is not None:  # a write in flight may be opening the sink
+            await maybe_deferred_to_future(self._writing)
         if self.sink is None:
             return
-        if self._writing is not None:
-            await maybe_deferred_to_future(self._writing)
         sink = self.sink
         worker = self.metrics.base["worker"]
 
