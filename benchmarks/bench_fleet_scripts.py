@@ -6,7 +6,8 @@
 ``bench_fleet``'s crawl (``benchmarks/fleet_worker.py``: page i of a site links to pages
 5i+1..5i+5 of it) made by **one** client, round after round with no pause, each round
 as ``StoreSync.run`` makes it (``--pages`` pages' links and acks, the heartbeat, the fair
-share, the lease, the counts), against a private Redis node (AOF ``everysec``). One
+share, the lease, the counts; a lease as the scheduler asks one, back up to ``--batch``
+once half of it is left), against a private Redis node (AOF ``everysec``). One
 client, so each script call's server time is exact: ``INFO commandstats``'s evalsha
 usec read before and after each call (a second connection; INFO is not counted in
 evalsha). That is wall time inside the server: a loaded machine preempts the server
@@ -14,6 +15,12 @@ mid-script, which ``--nice`` below 0 makes rarer and the median shows less than 
 Per script: calls per URL, usec per call (mean and median) and usec per URL; and for the
 whole run, the server CPU per URL as commandstats usec and as ``INFO cpu`` (the process's
 user + system time, the INFO calls of the timing included).
+
+Then (``--lease-sizes``, default 1,2,32,64) one client's ``store.lease`` of n records at a
+time, timed in the client (server and client together, nothing else running against the
+server) on a job of ``--sites`` sites seeded with 20 pages each: p50 and p99 of 200
+leases per size. A lease's own cost, against which ``bench_fleet``'s lease latency under
+many simulated workers (threads on this machine's cores beside the server) can be read.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ def evalsha_usec(node: Node) -> int:
 def crawl(url: str, node: Node | None, job: str, sites: int, pages: int, per_round: int, batch: int) -> Any:
     """The whole job crawled by one client; returns the URLs acked and each script's
     calls' usec (name -> list; none timed when ``node`` is None)."""
+    from scrapy_scale.frontier.scheduling.local import lease_wanted
     from scrapy_scale.frontier.scheduling.sync import StoreSync, SyncPlan
 
     store = open_fleet_store(url, job, None)
@@ -78,7 +86,7 @@ def crawl(url: str, node: Node | None, job: str, sites: int, pages: int, per_rou
             ops += [("enq", r) for r in links(site, page, pages)]
             ops.append(("ack", (x.fingerprint, x.token)))
         del held[:per_round]
-        out = sync.run(SyncPlan(ops=ops, want=max(0, batch - len(held)), held=len(held)))
+        out = sync.run(SyncPlan(ops=ops, want=lease_wanted(len(held), batch, 0), held=len(held)))
         acked += out.acked
         held += [x for x in out.leased if not x.error]
         c = out.counts
@@ -97,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pages", type=int, default=6, help="pages written per round (bench_fleet's rounds: about 6)")
     p.add_argument("--batch", type=int, default=64, help="SCALE_FRONTIER_BATCH (default 64)")
     p.add_argument("--nice", type=int, default=0, help="nice value of the Redis server (below 0 needs the right)")
+    p.add_argument("--lease-sizes", default="1,2,32,64", help="records per lease of the lease timing ('' = none)")
     p.add_argument(
         "--untimed", action="store_true", help="no per-script timing (no INFO per call: for a profiler's run)"
     )
@@ -117,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             url, None if args.untimed else node, job, args.sites, args.pages_per_site, args.pages, args.batch
         )
         after = node.snapshot()
+        sizes = [int(x) for x in args.lease_sizes.split(",") if x.strip()]
+        lease_ms = lease_latency(url, args.sites, sizes)
     finally:
         server.kill()
     d = delta(before, after)
@@ -139,7 +150,39 @@ def main(argv: list[str] | None = None) -> int:
         f"Whole run, per URL: {calls / n:.2f} commands run (incl. in scripts), server CPU {usec / n:.1f} us "
         f"(commandstats) and {1e6 * d['cpu'] / n:.1f} us (INFO cpu, the timing's INFO calls included)"
     )
+    if lease_ms:
+        print("\nOne client's leases of n records (client and server, 200 each):\n")
+        print("| n | p50 ms | p99 ms | ms per record, p50 |")
+        print("|---:|---:|---:|---:|")
+        for size, xs in lease_ms.items():
+            xs.sort()
+            p50, p99 = xs[len(xs) // 2], xs[int(0.99 * (len(xs) - 1))]
+            print(f"| {size} | {p50:.2f} | {p99:.2f} | {p50 / size:.3f} |")
     return 0
+
+
+def lease_latency(url: str, sites: int, sizes: list[int], each: int = 200) -> dict[int, list[float]]:
+    """ms of each of ``each`` leases of n records by one client, for each n of ``sizes``
+    (a fresh job of ``sites`` sites x 20 pages, enough for every lease)."""
+    if not sizes:
+        return {}
+    store = open_fleet_store(url, f"fleet-lease-{uuid.uuid4().hex[:8]}", None)
+    store.begin_run()
+    pages = max(20, -(-sum(sizes) * each // sites))
+    for i in range(0, pages, 10):
+        store.enqueue_new([new_request(s, p, p) for p in range(i, min(pages, i + 10)) for s in range(sites)])
+    out: dict[int, list[float]] = {}
+    for size in sizes:
+        xs = out.setdefault(size, [])
+        for _ in range(each):
+            t = time.perf_counter()
+            got = store.lease(f"lease/{size}", size, 60.0)
+            xs.append(1000 * (time.perf_counter() - t))
+            if len(got) != size:
+                raise SystemExit(f"a lease of {size} got {len(got)}: the job ran short")
+    store.reset()
+    store.close()
+    return out
 
 
 if __name__ == "__main__":

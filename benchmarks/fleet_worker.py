@@ -9,7 +9,9 @@ pages bring new links, the rest only links already seen (deduplicated by the sto
 every page is crawled once and a crawl of the whole job ends by itself. A crawled page
 queues its 5 links (``enq`` ops) and then its ack, as a callback's requests come before
 the ack of its response. Each worker "fetches" ``rate`` pages a second from what it has
-leased and keeps up to ``batch`` leased.
+leased and leases as the scheduler does (``local.lease_wanted``: back up to ``batch``
+once it holds half of it or less; before, every round topped it up, a lease call of one
+or two records a round for a slow worker, which no crawl makes).
 
 The meter counts, in this process, what the Redis client sends: round trips (packed
 sends: a pipeline is one) and commands by name; the lease call's latency is timed around
@@ -28,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from scrapy_scale.frontier.scheduling.local import lease_wanted
 from scrapy_scale.frontier.scheduling.sync import StoreSync, SyncPlan
 from scrapy_scale.frontier.store import EnqueueResult, FrontierStore, NewRequest
 
@@ -182,7 +185,7 @@ def run_worker(
                 ops.append(("ack", (x.fingerprint, x.token)))
             del held[:n]
             t = time.perf_counter()
-            out = sync.run(SyncPlan(ops=ops, want=max(0, batch - len(held)), held=len(held)))
+            out = sync.run(SyncPlan(ops=ops, want=lease_wanted(len(held), batch, 0), held=len(held)))
             res.round_ms.append(1000 * (time.perf_counter() - t))
             res.rounds += 1
             res.crawled += out.acked
