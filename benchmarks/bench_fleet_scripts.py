@@ -40,6 +40,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_fleet import Node, delta, git_head  # noqa: E402
+from benchmarks.fleet_report import pct  # noqa: E402
 from benchmarks.fleet_worker import links, new_request, open_fleet_store, parse_data  # noqa: E402
 
 
@@ -155,8 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         print("| n | p50 ms | p99 ms | ms per record, p50 |")
         print("|---:|---:|---:|---:|")
         for size, xs in lease_ms.items():
-            xs.sort()
-            p50, p99 = xs[len(xs) // 2], xs[int(0.99 * (len(xs) - 1))]
+            p50, p99 = pct(xs, 0.5), pct(xs, 0.99)
             print(f"| {size} | {p50:.2f} | {p99:.2f} | {p50 / size:.3f} |")
     return 0
 
