@@ -60,6 +60,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import fleet_report  # noqa: E402
 from benchmarks.fleet_worker import new_request, open_fleet_store, worker_process  # noqa: E402
+from scrapy_scale.frontier import settings as frontier_settings  # noqa: E402
 
 #: what the parent itself asks the servers (not the crawl's cost)
 OWN_COMMANDS = ("info", "config", "cluster", "command", "dbsize", "memory")
@@ -174,7 +175,7 @@ def run_fleet(
         parent_end, child_end = ctx.Pipe()
         p = ctx.Process(
             target=worker_process,
-            args=(child_end, url, job, args.partitions, names, pages, rate, args.batch),
+            args=(child_end, url, job, args.partitions, names, pages, rate, args.batch, args.known),
             daemon=True,
         )
         p.start()
@@ -315,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--rate", type=float, default=25.0, help="pages/s each simulated worker crawls (default 25)")
     p.add_argument("--batch", type=int, default=64, help="SCALE_FRONTIER_BATCH of the workers (default 64)")
+    p.add_argument(
+        "--known",
+        type=int,
+        default=frontier_settings.KNOWN.default,
+        help="SCALE_FRONTIER_KNOWN of the workers (0: every link asks the store)",
+    )
     p.add_argument("--procs", type=int, default=8, help="processes the worker threads are spread over (default 8)")
     p.add_argument("--partitions", type=int, default=None, help="S: SCALE_FRONTIER_PARTITIONS (default: the store's)")
     p.add_argument("--aof", default="everysec", choices=("everysec", "always", "no"))

@@ -41,14 +41,25 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.bench_fleet import Node, delta, git_head  # noqa: E402
 from benchmarks.fleet_report import pct  # noqa: E402
-from benchmarks.fleet_worker import links, new_request, open_fleet_store, parse_data  # noqa: E402
+from benchmarks.fleet_worker import learn, new_request, open_fleet_store, page_ops, parse_data  # noqa: E402
+from scrapy_scale.frontier import settings as frontier_settings  # noqa: E402
+from scrapy_scale.frontier.scheduling.known import KnownFingerprints  # noqa: E402
 
 
 def evalsha_usec(node: Node) -> int:
     return int(node.r.info("commandstats").get("cmdstat_evalsha", {}).get("usec", 0))
 
 
-def crawl(url: str, node: Node | None, job: str, sites: int, pages: int, per_round: int, batch: int) -> Any:
+def crawl(
+    url: str,
+    node: Node | None,
+    job: str,
+    sites: int,
+    pages: int,
+    per_round: int,
+    batch: int,
+    known_capacity: int = frontier_settings.KNOWN.default,
+) -> Any:
     """The whole job crawled by one client; returns the URLs acked and each script's
     calls' usec (name -> list; none timed when ``node`` is None)."""
     from scrapy_scale.frontier.scheduling.local import lease_wanted
@@ -80,14 +91,16 @@ def crawl(url: str, node: Node | None, job: str, sites: int, pages: int, per_rou
     store.enqueue_new([new_request(s, 0) for s in range(sites)])
     held: list[Any] = []
     acked = 0
+    known = KnownFingerprints(known_capacity)
     while True:
         ops: list[tuple[str, Any]] = []
         for x in held[:per_round]:
             site, page = parse_data(x.data)
-            ops += [("enq", r) for r in links(site, page, pages)]
+            ops += page_ops(known, site, page, pages)
             ops.append(("ack", (x.fingerprint, x.token)))
         del held[:per_round]
         out = sync.run(SyncPlan(ops=ops, want=lease_wanted(len(held), batch, 0), held=len(held)))
+        learn(known, ops, out)
         acked += out.acked
         held += [x for x in out.leased if not x.error]
         c = out.counts
@@ -105,6 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pages-per-site", type=int, default=20)
     p.add_argument("--pages", type=int, default=6, help="pages written per round (bench_fleet's rounds: about 6)")
     p.add_argument("--batch", type=int, default=64, help="SCALE_FRONTIER_BATCH (default 64)")
+    p.add_argument(
+        "--known",
+        type=int,
+        default=frontier_settings.KNOWN.default,
+        help="SCALE_FRONTIER_KNOWN (0: every link asks the store, as before the worker's cache)",
+    )
     p.add_argument("--nice", type=int, default=0, help="nice value of the Redis server (below 0 needs the right)")
     p.add_argument("--lease-sizes", default="1,2,32,64", help="records per lease of the lease timing ('' = none)")
     p.add_argument(
@@ -124,7 +143,14 @@ def main(argv: list[str] | None = None) -> int:
         url = f"redis://127.0.0.1:{server.port}/0"
         job = f"fleet-{uuid.uuid4().hex[:8]}"
         n, per = crawl(
-            url, None if args.untimed else node, job, args.sites, args.pages_per_site, args.pages, args.batch
+            url,
+            None if args.untimed else node,
+            job,
+            args.sites,
+            args.pages_per_site,
+            args.pages,
+            args.batch,
+            args.known,
         )
         after = node.snapshot()
         sizes = [int(x) for x in args.lease_sizes.split(",") if x.strip()]

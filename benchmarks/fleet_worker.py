@@ -8,7 +8,8 @@ The job: ``sites`` sites of ``pages`` pages each; page ``i`` of a site links to 
 pages bring new links, the rest only links already seen (deduplicated by the store), so
 every page is crawled once and a crawl of the whole job ends by itself. A crawled page
 queues its 5 links (``enq`` ops) and then its ack, as a callback's requests come before
-the ack of its response. Each worker "fetches" ``rate`` pages a second from what it has
+the ack of its response, except the links the worker knows the store holds (the
+scheduler's ``KnownFingerprints``, ``SCALE_FRONTIER_KNOWN``: ``--known``). Each worker "fetches" ``rate`` pages a second from what it has
 leased and leases as the scheduler does (``local.lease_wanted``: back up to ``batch``
 once it holds half of it or less; before, every round topped it up, a lease call of one
 or two records a round for a slow worker, which no crawl makes).
@@ -30,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from scrapy_scale.frontier import settings as frontier_settings
+from scrapy_scale.frontier.scheduling.known import KnownFingerprints
 from scrapy_scale.frontier.scheduling.local import lease_wanted
 from scrapy_scale.frontier.scheduling.sync import StoreSync, SyncPlan
 from scrapy_scale.frontier.store import EnqueueResult, FrontierStore, NewRequest
@@ -63,6 +66,18 @@ def parse_data(data: str) -> tuple[int, int]:
 
 def links(site: int, page: int, pages: int) -> list[NewRequest]:
     return [new_request(site, (FANOUT * page + k) % pages, 1) for k in range(1, FANOUT + 1)]
+
+
+def page_ops(known: KnownFingerprints, site: int, page: int, pages: int) -> list[tuple[str, Any]]:
+    """A crawled page's ``enq`` ops, as the scheduler queues them: a link this worker knows
+    the store holds is counted there as a duplicate, not sent (``frontier/scheduling/known.py``)."""
+    return [("enq", r) for r in links(site, page, pages) if not (known.capacity and known.answered(r.fingerprint))]
+
+
+def learn(known: KnownFingerprints, ops: list[tuple[str, Any]], out: Any) -> None:
+    """What the scheduler's rounds learn of a sync: the store's answers, the leases."""
+    known.learn_written(ops, out.enqueued)
+    known.learn(x.fingerprint for x in out.leased if not x.error)
 
 
 def open_fleet_store(url: str, job: str, partitions: int | None) -> FrontierStore:
@@ -135,6 +150,8 @@ class Meter:
 class WorkerResult:
     crawled: int = 0
     enqueued_new: int = 0
+    #: links the worker's known-fingerprint cache answered (not sent to the store)
+    known_hits: int = 0
     rounds: int = 0
     lease_ms: list[float] = field(default_factory=list)
     round_ms: list[float] = field(default_factory=list)
@@ -151,6 +168,7 @@ def run_worker(
     go: threading.Event,
     stop: threading.Event,
     seeded: threading.Event,
+    known_capacity: int = frontier_settings.KNOWN.default,
 ) -> WorkerResult:
     """One simulated worker until ``stop`` or, once ``seeded``, the job has nothing left."""
     res = WorkerResult()
@@ -169,6 +187,7 @@ def run_worker(
 
         store.lease = timed_lease  # type: ignore[method-assign]
         held: list[Any] = []
+        known = KnownFingerprints(known_capacity)
         ready()
         go.wait()
         credit, last = 0.0, time.monotonic()
@@ -181,11 +200,13 @@ def run_worker(
             credit -= n
             for x in held[:n]:
                 site, page = parse_data(x.data)
-                ops += [("enq", r) for r in links(site, page, pages)]
+                ops += page_ops(known, site, page, pages)
                 ops.append(("ack", (x.fingerprint, x.token)))
             del held[:n]
             t = time.perf_counter()
             out = sync.run(SyncPlan(ops=ops, want=lease_wanted(len(held), batch, 0), held=len(held)))
+            learn(known, ops, out)
+            res.known_hits = known.hits
             res.round_ms.append(1000 * (time.perf_counter() - t))
             res.rounds += 1
             res.crawled += out.acked
@@ -206,7 +227,15 @@ def run_worker(
 
 
 def worker_process(
-    conn: Any, url: str, job: str, partitions: int | None, names: list[str], pages: int, rate: float, batch: int
+    conn: Any,
+    url: str,
+    job: str,
+    partitions: int | None,
+    names: list[str],
+    pages: int,
+    rate: float,
+    batch: int,
+    known: int = frontier_settings.KNOWN.default,
 ) -> None:
     """A process of ``len(names)`` worker threads, driven over the pipe ``conn``: it says
     "ready" and takes "go", "seeded" and "stop"; once every worker ended it sends back
@@ -227,7 +256,7 @@ def worker_process(
 
     def body(name: str) -> None:
         r = run_worker(
-            lambda: open_fleet_store(url, job, partitions), name, pages, rate, batch, ready, go, stop, seeded
+            lambda: open_fleet_store(url, job, partitions), name, pages, rate, batch, ready, go, stop, seeded, known
         )
         with lock:
             results.append(r)

@@ -58,6 +58,8 @@ FRONTIER_WORKER = "scale/frontier/worker"
 FRONTIER_ENQUEUED = "scale/frontier/enqueued"  # requests the store took as new (or reopened)
 FRONTIER_UPDATED = "scale/frontier/updated"  # retries and redirects that updated their record
 FRONTIER_DEDUPLICATED = "scale/frontier/deduplicated"  # requests the store already had
+# of those, the ones this worker knew the store had (no store call: frontier/scheduling/known.py)
+FRONTIER_DEDUPLICATED_IN_WORKER = "scale/frontier/deduplicated_in_worker"
 FRONTIER_DELAYED = "scale/frontier/delayed"  # requests enqueued with a not-before time
 FRONTIER_LEASED = "scale/frontier/leased"
 FRONTIER_ACKED = "scale/frontier/acked"

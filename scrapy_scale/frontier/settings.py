@@ -33,6 +33,15 @@ BATCH = declare(
     "Requests leased per round trip; the worker buffers at most this many leased requests.",
     COMPONENT,
 )
+KNOWN = declare(
+    "SCALE_FRONTIER_KNOWN",
+    100_000,
+    as_int(0, 10_000_000),
+    "Fingerprints a worker remembers as already in the frontier (answered by the store, or leased): "
+    "a plain request for one is counted as a duplicate without a store call. About 100 bytes each; "
+    "0: every request asks the store.",
+    COMPONENT,
+)
 LEASE = declare(
     "SCALE_FRONTIER_LEASE",
     60.0,

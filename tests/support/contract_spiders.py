@@ -197,6 +197,28 @@ class RefetchSpider(_Base):
             yield scrapy.Request(f"{self.base}/item/{page}", dont_filter=True, cb_kwargs={"hop": hop + 1})
 
 
+class NavSpider(_Base):
+    """A site whose links repeat, as menus and related links do: ``/item/i`` (1 to
+    ``-a pages``) links to the home page ``/item/1`` and to the 5 pages after ``5i``
+    (modulo ``pages``), so most links are to pages already found."""
+
+    name = "nav"
+
+    def __init__(self, pages: str = "30", **kw: Any):
+        super().__init__(**kw)
+        self.pages = int(pages)
+
+    async def start(self) -> Any:
+        yield scrapy.Request(f"{self.base}/item/1")
+
+    def parse(self, response: Any) -> Iterator[Any]:
+        i = int(response.url.rsplit("/", 1)[1])
+        yield {"url": response.url}
+        yield scrapy.Request(f"{self.base}/item/1")
+        for k in range(1, 6):
+            yield scrapy.Request(f"{self.base}/item/{(5 * i + k) % self.pages + 1}")
+
+
 class ProductItem(scrapy.Item):
     name = scrapy.Field()
     price = scrapy.Field()

@@ -39,6 +39,13 @@ def retry_fields(request: Request) -> RetryFields:
     )
 
 
+def reopens(request: Request, update: bool, *, dedup: bool) -> bool:
+    """Is ``request`` fetched again whatever its record's state (``dont_filter``, or no
+    deduplication in the project)? Never a start request (a resume must not refetch its
+    seeds) nor a continuation of a record (``update``)."""
+    return (request.dont_filter or not dedup) and not request.meta.get("is_start_request") and not update
+
+
 def new_record(
     request: Request, fp: str, update: bool, data: str, *, dedup: bool, fifo: bool = False, start_fifo: bool = True
 ) -> NewRequest:
@@ -50,7 +57,7 @@ def new_record(
     start queues)."""
     chain = retry_fields(request)
     is_start = bool(request.meta.get("is_start_request"))
-    reopen = (request.dont_filter or not dedup) and not is_start and not update
+    reopen = reopens(request, update, dedup=dedup)
     return NewRequest(
         fingerprint=fp,
         data=data,

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scrapy_scale import stats_keys as keys
+from scrapy_scale.frontier.scheduling.known import KnownFingerprints
 from scrapy_scale.frontier.scheduling.lease_buffer import LeaseBuffer
 from scrapy_scale.frontier.scheduling.ledger import InFlightLedger
 from scrapy_scale.frontier.scheduling.local import holds_back
@@ -51,6 +52,7 @@ class Rounds:
         stats: FrontierStats,
         scrapy_stats: ScrapyStats,
         batch: int,
+        known: KnownFingerprints,
         wake_engine: Callable[[], object],
         stop_crawl: Callable[[str], None],
     ):
@@ -61,6 +63,8 @@ class Rounds:
         self.stats = stats
         self.scrapy_stats = scrapy_stats
         self.batch = batch
+        #: fingerprints the store holds, learned from its answers and leases (forgotten when a call fails)
+        self.known = known
         #: wake the engine (it asks next_request again)
         self.wake_engine = wake_engine
         self.stop_crawl = stop_crawl
@@ -200,6 +204,7 @@ class Rounds:
         self.stats.writes(res)
         self.buffer.held_written(ops.ops, res.enqueued)
         self.scrapy_stats.written(ops.ops, res.enqueued)
+        self.known.learn_written(ops.ops, res.enqueued)
         self.take_leased(res.leased)
         self.apply_counts(res)
 
@@ -207,6 +212,7 @@ class Rounds:
         """Buffer what a sync or a flush leased; the engine has work again."""
         if leased:
             self.engine_asked = False
+            self.known.learn(lz.fingerprint for lz in leased if lz.error is None)
         self.buffer.take_leased(leased)
 
     # ---- one sync --------------------------------------------------------------------------
@@ -235,6 +241,8 @@ class Rounds:
         if written is not None:
             self.buffer.held_written(written.ops, res.enqueued)
         self.scrapy_stats.written(written.ops if written is not None else [], res.enqueued, res.feed_added)
+        if written is not None:
+            self.known.learn_written(written.ops, res.enqueued)
         self.take_leased(res.leased)
         self.apply_counts(res)
         if res.finished_run and not self.finished:
@@ -281,6 +289,7 @@ class Rounds:
 
     def trouble(self, error: BaseException) -> None:
         self.stats.inc(keys.FRONTIER_SYNC_ERRORS)
+        self.known.forget()  # a failover may have lost writes: learn again from the store as it is
         why = self.sync.failed(error)
         if why is not None and self.sync.give_up(why):
             self.stop_crawl(why)

@@ -47,11 +47,12 @@ from scrapy_scale.context import ScaleContext
 from scrapy_scale.frontier import settings as frontier_settings
 from scrapy_scale.frontier.backends import open_store
 from scrapy_scale.frontier.records import codec
-from scrapy_scale.frontier.records.identity import RecordIdentity, new_record
+from scrapy_scale.frontier.records.identity import RecordIdentity, new_record, reopens
 from scrapy_scale.frontier.scheduling import scrapy_scheduler_settings
 from scrapy_scale.frontier.scheduling.engine_glue import stop_crawl
 from scrapy_scale.frontier.scheduling.feed import FeedReader
 from scrapy_scale.frontier.scheduling.joining import join_run, pick_worker
+from scrapy_scale.frontier.scheduling.known import KnownFingerprints
 from scrapy_scale.frontier.scheduling.lease_buffer import LeaseBuffer
 from scrapy_scale.frontier.scheduling.ledger import InFlight, InFlightLedger
 from scrapy_scale.frontier.scheduling.lifecycle import Lifecycle
@@ -88,6 +89,7 @@ class Scheduler(BaseScheduler):
         worker: str | None,
         signal_mode: bool | None,
         error_deadline: float = 600.0,
+        known: int = frontier_settings.KNOWN.default,
     ):
         self.crawler = crawler
         self.store = store
@@ -110,6 +112,8 @@ class Scheduler(BaseScheduler):
         #: Scrapy's scheduler/* stats, with Scrapy's meaning (frontier/scheduling/scrapy_stats.py)
         self.scrapy_stats = ScrapyStats(crawler.stats)
         self.identity = RecordIdentity(self.fingerprinter)
+        #: fingerprints the store holds, as far as this worker knows (frontier/scheduling/known.py)
+        self.known = KnownFingerprints(known)
         self.outbox = Outbox()
         #: what waits on its way to the buffer (the outbox, a sync's writes, the store's counts)
         self.waiting = Waiting(self.outbox)
@@ -130,6 +134,7 @@ class Scheduler(BaseScheduler):
             stats=self.frontier_stats,
             scrapy_stats=self.scrapy_stats,
             batch=batch,
+            known=self.known,
             wake_engine=lambda: compat.wake_engine(crawler),
             stop_crawl=lambda message: stop_crawl(crawler, self.frontier_stats, message),
         )
@@ -163,6 +168,7 @@ class Scheduler(BaseScheduler):
             "wait_for_seeds": frontier_settings.WAIT_FOR_SEEDS.get(s),
             "worker": frontier_settings.WORKER.get(s),
             "error_deadline": frontier_settings.ERROR_DEADLINE.get(s),
+            "known": frontier_settings.KNOWN.get(s),
         }
         try:
             store = open_store(url, job, state_dir=state_dir, partitions=partitions)
@@ -270,6 +276,14 @@ class Scheduler(BaseScheduler):
 
     def enqueue_request(self, request: Request) -> bool:
         fp, update = self.identity.key(request, self.inflight.url_of)
+        # a plain request (not a retry or redirect, not fetched again whatever its state)
+        # whose record the store holds: the duplicate it would answer, without asking it
+        plain = not update and not reopens(request, update, dedup=self.scheduler_settings.dedup)
+        if plain and self.known.capacity:
+            if self.known.answered(fp):
+                self.frontier_stats.inc(keys.FRONTIER_DEDUPLICATED)
+                self.frontier_stats.inc(keys.FRONTIER_DEDUPLICATED_IN_WORKER)
+                return True
         try:
             data = codec.encode(request, self.spider, self.rules)
         except codec.CodecError as e:
