@@ -15,6 +15,8 @@ owns its state and never calls back into it (the callables it is given are typed
   out per round (writes in order, feed, heartbeat, renew, reclaim, the next lease);
 - the sync rounds (:mod:`.rounds`): when a sync starts, its plan, what its result
   changes, whether the engine waits for one;
+- the fingerprints it knows the store holds (:mod:`.known`, learned by the rounds): a
+  plain request for one is the duplicate the store would answer, without asking it;
 - the scheduler's life on the reactor (:mod:`.lifecycle`): the tick, the engine glue,
   the end (a close, or a reactor that stops first);
 - record identity (:mod:`..records.identity`), joining a run (:mod:`.joining`) and the stats
