@@ -9,10 +9,11 @@ pages bring new links, the rest only links already seen (deduplicated by the sto
 every page is crawled once and a crawl of the whole job ends by itself. A crawled page
 queues its 5 links (``enq`` ops) and then its ack, as a callback's requests come before
 the ack of its response, except the links the worker knows the store holds (the
-scheduler's ``KnownFingerprints``, ``SCALE_FRONTIER_KNOWN``: ``--known``). Each worker "fetches" ``rate`` pages a second from what it has
-leased and leases as the scheduler does (``local.lease_wanted``: back up to ``batch``
-once it holds half of it or less; before, every round topped it up, a lease call of one
-or two records a round for a slow worker, which no crawl makes).
+scheduler's ``KnownFingerprints``, ``SCALE_FRONTIER_KNOWN``: ``--known``). Each worker
+"fetches" ``rate`` pages a second from what it has leased and leases as the scheduler
+does (``local.lease_wanted``: back up to ``batch`` once it holds half of it or less;
+before, every round topped it up, a lease call of one or two records a round for a slow
+worker, which no crawl makes).
 
 The meter counts, in this process, what the Redis client sends: round trips (packed
 sends: a pipeline is one) and commands by name; the lease call's latency is timed around
@@ -71,13 +72,13 @@ def links(site: int, page: int, pages: int) -> list[NewRequest]:
 def page_ops(known: KnownFingerprints, site: int, page: int, pages: int) -> list[tuple[str, Any]]:
     """A crawled page's ``enq`` ops, as the scheduler queues them: a link this worker knows
     the store holds is counted there as a duplicate, not sent (``frontier/scheduling/known.py``)."""
-    return [("enq", r) for r in links(site, page, pages) if not (known.capacity and known.answered(r.fingerprint))]
+    return [("enq", r) for r in links(site, page, pages) if not known.answered(r.fingerprint)]
 
 
 def learn(known: KnownFingerprints, ops: list[tuple[str, Any]], out: Any) -> None:
     """What the scheduler's rounds learn of a sync: the store's answers, the leases."""
     known.learn_written(ops, out.enqueued)
-    known.learn(x.fingerprint for x in out.leased if not x.error)
+    known.learn_leased(out.leased)
 
 
 def open_fleet_store(url: str, job: str, partitions: int | None) -> FrontierStore:
@@ -150,8 +151,6 @@ class Meter:
 class WorkerResult:
     crawled: int = 0
     enqueued_new: int = 0
-    #: links the worker's known-fingerprint cache answered (not sent to the store)
-    known_hits: int = 0
     rounds: int = 0
     lease_ms: list[float] = field(default_factory=list)
     round_ms: list[float] = field(default_factory=list)
@@ -206,7 +205,6 @@ def run_worker(
             t = time.perf_counter()
             out = sync.run(SyncPlan(ops=ops, want=lease_wanted(len(held), batch, 0), held=len(held)))
             learn(known, ops, out)
-            res.known_hits = known.hits
             res.round_ms.append(1000 * (time.perf_counter() - t))
             res.rounds += 1
             res.crawled += out.acked

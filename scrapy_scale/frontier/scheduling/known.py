@@ -70,6 +70,10 @@ class KnownFingerprints:
         enq = [nr for kind, nr in ops if kind == "enq"]
         self.learn(nr.fingerprint for nr, r in zip(enq, results, strict=False) if r is not EnqueueResult.STALE)
 
+    def learn_leased(self, leased: Iterable[Any]) -> None:
+        """Records leased to this worker (those that could be read) are in the store."""
+        self.learn(lz.fingerprint for lz in leased if lz.error is None)
+
     def forget(self) -> None:
         """A store call failed: what the store holds may have changed (a failover)."""
         self._fps.clear()

@@ -212,7 +212,7 @@ class Rounds:
         """Buffer what a sync or a flush leased; the engine has work again."""
         if leased:
             self.engine_asked = False
-            self.known.learn(lz.fingerprint for lz in leased if lz.error is None)
+            self.known.learn_leased(leased)
         self.buffer.take_leased(leased)
 
     # ---- one sync --------------------------------------------------------------------------

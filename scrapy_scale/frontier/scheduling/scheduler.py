@@ -281,11 +281,10 @@ class Scheduler(BaseScheduler):
         # a plain request (not a retry or redirect, not fetched again whatever its state)
         # whose record the store holds: the duplicate it would answer, without asking it
         plain = not update and not reopens(request, update, dedup=self.scheduler_settings.dedup)
-        if plain and self.known.capacity:
-            if self.known.answered(fp):
-                self.frontier_stats.inc(keys.FRONTIER_DEDUPLICATED)
-                self.frontier_stats.inc(keys.FRONTIER_DEDUPLICATED_IN_WORKER)
-                return True
+        if plain and self.known.answered(fp):  # never, with SCALE_FRONTIER_KNOWN = 0: it learns nothing
+            self.frontier_stats.inc(keys.FRONTIER_DEDUPLICATED)
+            self.frontier_stats.inc(keys.FRONTIER_DEDUPLICATED_IN_WORKER)
+            return True
         try:
             data = codec.encode(request, self.spider, self.rules)
         except codec.CodecError as e:
