@@ -40,8 +40,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_fleet import Node, delta, git_head  # noqa: E402
-from benchmarks.fleet_report import pct  # noqa: E402
-from benchmarks.fleet_worker import learn, new_request, open_fleet_store, page_ops, parse_data  # noqa: E402
+from benchmarks.fleet_report import pct, top_level_usec  # noqa: E402
+from benchmarks.fleet_worker import Meter, learn, new_request, open_fleet_store, page_ops, parse_data  # noqa: E402
 from scrapy_scale.frontier import settings as frontier_settings  # noqa: E402
 from scrapy_scale.frontier.scheduling.known import KnownFingerprints  # noqa: E402
 
@@ -112,8 +112,8 @@ def crawl(
     return acked, per
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_job_args(p: argparse.ArgumentParser) -> None:
+    """The options of the one client's crawl (also ``bench_fleet_replay``'s)."""
     p.add_argument("--sites", type=int, default=1000)
     p.add_argument("--pages-per-site", type=int, default=20)
     p.add_argument("--pages", type=int, default=6, help="pages written per round (bench_fleet's rounds: about 6)")
@@ -125,6 +125,16 @@ def main(argv: list[str] | None = None) -> int:
         help="SCALE_FRONTIER_KNOWN (0: every link asks the store, as before the worker's cache)",
     )
     p.add_argument("--nice", type=int, default=0, help="nice value of the Redis server (below 0 needs the right)")
+
+
+def crawl_job(url: str, node: Node | None, job: str, args: argparse.Namespace) -> Any:
+    """:func:`crawl` with the options of :func:`add_job_args`."""
+    return crawl(url, node, job, args.sites, args.pages_per_site, args.pages, args.batch, args.known)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_job_args(p)
     p.add_argument("--lease-sizes", default="1,2,32,64", help="records per lease of the lease timing ('' = none)")
     p.add_argument(
         "--untimed", action="store_true", help="no per-script timing (no INFO per call: for a profiler's run)"
@@ -142,16 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         before = node.snapshot()
         url = f"redis://127.0.0.1:{server.port}/0"
         job = f"fleet-{uuid.uuid4().hex[:8]}"
-        n, per = crawl(
-            url,
-            None if args.untimed else node,
-            job,
-            args.sites,
-            args.pages_per_site,
-            args.pages,
-            args.batch,
-            args.known,
-        )
+        meter = Meter()
+        meter.install()
+        meter.on = True
+        n, per = crawl_job(url, None if args.untimed else node, job, args)
+        meter.on = False
         after = node.snapshot()
         sizes = [int(x) for x in args.lease_sizes.split(",") if x.strip()]
         lease_ms = lease_latency(url, args.sites, sizes)
@@ -171,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         row = (name, len(xs) / n, sum(xs) / len(xs), statistics.median(xs), sum(xs) / n)
         print("| {} | {:.3f} | {:.1f} | {:.1f} | {:.1f} |".format(*row))
     print(f"| all scripts | | | | {total:.1f} |\n")
-    usec = sum(u for _, u in d["cmd"].values())
+    # the commands the client sent (a script's usec includes the commands it runs; the
+    # timing's INFO calls are left out with the server's own commands)
+    usec = sum(u for _, u in top_level_usec(d, dict(meter.commands)).values())
     calls = sum(c for c, _ in d["cmd"].values())
     print(
         f"Whole run, per URL: {calls / n:.2f} commands run (incl. in scripts), server CPU {usec / n:.1f} us "
