@@ -204,7 +204,12 @@ class RedisConnection:
         key = self.keys[part]
         return self.retrying(lambda: self._scripts[script](keys=[key], args=list(args)))
 
-    def call_many(self, calls: Sequence[tuple[int, str, Sequence[Any]]], raw: bool = False) -> list[Any]:
+    def call_many(
+        self,
+        calls: Sequence[tuple[int, str, Sequence[Any]]],
+        raw: bool = False,
+        answered: dict[int, Any] | None = None,
+    ) -> list[Any]:
         """Run script calls ``(partition, script, args)``, each as :meth:`call_at` (or
         :meth:`call_at_bytes` when ``raw``) would, their replies in order. Calls of several
         partitions go in one pipeline: one round trip to each Redis node that holds some (a
@@ -212,10 +217,17 @@ class RedisConnection:
         A call the pipeline could not run (a dropped connection, a slot moving, a script
         the node does not know yet) is run again alone, with :meth:`retrying`'s waits: the
         scripts are idempotent under a retry (see :mod:`.store`); another error is raised
-        as :meth:`call_at` raises it."""
+        as :meth:`call_at` raises it. The calls that did run have changed the store even
+        then: ``answered`` (when given) gets each one's reply by its index in ``calls``,
+        before the error is raised, so the caller can tell what they did."""
+        one = self.call_at_bytes if raw else self.call_at
         if len(calls) <= 1 or len({part for part, _, _ in calls}) <= 1:
-            one = self.call_at_bytes if raw else self.call_at
-            return [one(part, script, *args) for part, script, args in calls]
+            out: list[Any] = []
+            for part, script, args in calls:  # in order: a failed call stops the rest
+                out.append(one(part, script, *args))
+                if answered is not None:
+                    answered[len(out) - 1] = out[-1]
+            return out
 
         def send() -> list[Any]:
             pipe = self.r.pipeline(transaction=False)
@@ -231,12 +243,16 @@ class RedisConnection:
             failed = True
         else:
             failed = False
-        out: list[Any] = []
-        for (part, script, args), reply in zip(calls, got, strict=True):
+        if answered is not None and not failed:
+            answered.update((i, x) for i, x in enumerate(got) if not isinstance(x, Exception))
+        out = []
+        for i, ((part, script, args), reply) in enumerate(zip(calls, got, strict=True)):
             if failed or isinstance(reply, Exception):
                 if not (failed or _again_alone(reply)):
                     raise reply
-                reply = (self.call_at_bytes if raw else self.call_at)(part, script, *args)
+                reply = one(part, script, *args)
+                if answered is not None:
+                    answered[i] = reply
             out.append(reply)
         return out
 

@@ -45,14 +45,49 @@ class RedisRecords:
 
     def __init__(self, conn: RedisConnection):
         self.conn = conn
+        # What a store call did in the partitions that answered while another partition's
+        # call failed, for the caller's retry of the same writes (it puts them back and
+        # sends them again): a request's answer (by the identity of its NewRequest, kept
+        # alive here), rows leased, acks finished. Without them the retry would be
+        # answered "duplicate" for a request that this worker added (a request kept in
+        # memory only would be dropped), leases would wait for their expiry, acks would
+        # be counted stale.
+        self._answered: dict[int, tuple[NewRequest, EnqueueResult]] = {}
+        self._leased_back: list[Leased] = []
+        self._finished: dict[tuple[Any, ...], int] = {}
 
     def enqueue(self, requests: Sequence[NewRequest]) -> list[EnqueueResult]:
+        out: list[EnqueueResult | None] = [None] * len(requests)
+        todo: list[NewRequest] = []
+        at: list[int] = []
+        kept: dict[int, tuple[NewRequest, EnqueueResult]] = {}
+        for n, r in enumerate(requests):
+            memo = self._answered.pop(id(r), None)
+            if memo is not None and memo[0] is r:  # written by a call whose sibling failed
+                out[n] = memo[1]
+                kept[id(r)] = memo
+            else:
+                todo.append(r)
+                at.append(n)
+        try:
+            answers = self._enqueue_calls(todo)
+        except Exception:
+            self._answered.update(kept)  # for the next retry, with what this one added
+            raise
+        for n, x in zip(at, answers, strict=True):
+            out[n] = x
+        self._answered.clear()  # a retry comes first (in order): what it did not take is moot
+        return [x for x in out if x is not None]
+
+    def _enqueue_calls(self, requests: Sequence[NewRequest]) -> list[EnqueueResult]:
+        if not requests:
+            return []
         calls: list[tuple[int, str, list[Any]]] = []
-        order: list[int] = []
+        chunks: list[list[int]] = []
         for part, idx in partitions.group(requests, self.conn.part_of).items():
             for i in range(0, len(idx), 500):
                 chunk = idx[i : i + 500]
-                order += chunk
+                chunks.append(chunk)
                 args: list[Any] = [self.conn.clock()]
                 for n in chunk:
                     r = requests[n]
@@ -82,10 +117,18 @@ class RedisRecords:
                             self.conn.held.pop(r.fingerprint, None)
                 calls.append((part, "enqueue", args))
         # one pipeline for every partition's calls (one round trip per node)
+        answered: dict[int, Any] = {}
+        try:
+            replies = self.conn.call_many(calls, answered=answered)
+        except Exception:
+            for c, got in answered.items():
+                for n, x in zip(chunks[c], got, strict=True):
+                    self._answered[id(requests[n])] = (requests[n], EnqueueResult(x))
+            raise
         out: list[EnqueueResult | None] = [None] * len(requests)
-        replies = [x for got in self.conn.call_many(calls) for x in got]
-        for n, x in zip(order, replies, strict=True):
-            out[n] = EnqueueResult(x)
+        for chunk, got in zip(chunks, replies, strict=True):
+            for n, x in zip(chunk, got, strict=True):
+                out[n] = EnqueueResult(x)
         return [x for x in out if x is not None]
 
     def enqueue_new(self, requests: Sequence[NewRequest]) -> int:
@@ -105,14 +148,28 @@ class RedisRecords:
     def lease(self, worker: str, n: int, seconds: float) -> list[Leased]:
         if n <= 0:
             return []
+        back, self._leased_back = self._leased_back[:n], self._leased_back[n:]
+        n -= sum(1 for x in back if not x.error)
+        if n <= 0:
+            return back
         if self.conn.parts == 1:
-            return self._lease_at(0, worker, n, seconds)
+            return back + self._lease_at(0, worker, n, seconds)
         got: dict[int, list[Leased]] = {}
 
         def ask_all(asks: list[tuple[int, int]]) -> list[int]:
             now = self.conn.clock()
             calls = [(part, "lease", [now, worker, int(want), float(seconds)]) for part, want in asks]
-            return [ask(part, rows) for (part, _), rows in zip(asks, self.conn.call_many(calls), strict=True)]
+            answered: dict[int, Any] = {}
+            try:
+                replies = self.conn.call_many(calls, answered=answered)
+            except Exception:
+                # leased to this worker in the partitions that answered: handed out by the
+                # next lease, not left to expire
+                for c, rows in answered.items():
+                    ask(asks[c][0], rows)
+                self._leased_back = back + partitions.merge(list(got.values())) + self._leased_back
+                raise
+            return [ask(part, rows) for (part, _), rows in zip(asks, replies, strict=True)]
 
         def ask(part: int, replies: Any) -> int:
             rows = self._read_lease(part, replies)
@@ -123,7 +180,7 @@ class RedisRecords:
             return sum(1 for x in rows if not x.error)
 
         self.conn.lease_plan.run_batched(n, ask_all)
-        return partitions.merge(list(got.values()))
+        return back + partitions.merge(list(got.values()))
 
     def _lease_at(self, part: int, worker: str, n: int, seconds: float) -> list[Leased]:
         return self._read_lease(
@@ -200,7 +257,20 @@ class RedisRecords:
                 if r.fingerprint in here:
                     args += [r.fingerprint, str(r.token), r.cls, r.reason, *packs(r.fingerprint)]
             calls.append((part, "finish", args))
-        n = sum(int(x) for x in self.conn.call_many(calls))
+        # a call finished by an earlier try whose sibling failed is not sent again
+        keys = [tuple(args) for _, _, args in calls]
+        done = [self._finished.pop(k, None) for k in keys]
+        send = [c for c, d in zip(calls, done, strict=True) if d is None]
+        answered: dict[int, Any] = {}
+        try:
+            replies = self.conn.call_many(send, answered=answered)
+        except Exception:
+            sent_keys = [tuple(args) for _, _, args in send]
+            self._finished.update((sent_keys[i], int(x)) for i, x in answered.items())
+            self._finished.update((k, d) for k, d in zip(keys, done, strict=True) if d is not None)
+            raise
+        n = sum(int(x) for x in replies) + sum(d for d in done if d is not None)
+        self._finished.clear()
         self.conn.forget([r.fingerprint for r in rows])
         return n
 
