@@ -205,3 +205,20 @@ def test_the_scheduler_retries_a_sync_that_failed_in_one_partition_and_loses_not
         assert isinstance(next(x for x in served if x.url == kept).cb_kwargs["o"], Opaque)
     finally:
         sched.store.close()
+
+
+def test_rows_kept_for_the_next_lease_go_back_with_the_workers_leases_at_a_release(
+    store: RedisStore, broken: Callable[[], Callable[[], None]]
+) -> None:
+    reqs = [req(f"http://{d}/") for d in SITES]
+    store.enqueue(reqs)
+    mend = broken()
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        store.lease(W, 12, 60.0)
+    mend()
+    assert store.counts()["leased"] > 0  # the path under test ran
+    store.release(W)  # a clean stop: every lease of the worker back to pending
+    assert store.counts()["leased"] == 0
+    got = store.lease(W, len(reqs), 60.0)  # none handed out twice, none out of date
+    assert sorted(x.fingerprint for x in got) == sorted(r.fingerprint for r in reqs)
+    assert store.ack(W, [(x.fingerprint, x.token) for x in got]) == len(reqs)

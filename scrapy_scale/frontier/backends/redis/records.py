@@ -225,6 +225,8 @@ class RedisRecords:
             return 0
         if change is Settle.RESOLVED:
             return sum(int(conn.call_at(i, "resolve", *f)) for i, f in conn.by_part(fps or []).items())
+        if fps is None and (change is Settle.RELEASED or (change is Settle.RECLAIMED and worker)):
+            self._leased_back = []  # back to pending with the worker's other leases
         if change is Settle.RECLAIMED:
             calls = [(i, "release", ["reclaim", worker or "", now]) for i in range(conn.parts)]
             n = sum(int(x) for x in conn.call_many(calls))
