@@ -57,6 +57,8 @@ class RedisRecords:
         self._finished: dict[tuple[Any, ...], int] = {}
 
     def enqueue(self, requests: Sequence[NewRequest]) -> list[EnqueueResult]:
+        if not self._answered:  # no earlier call failed part-way: the common case
+            return self._enqueue_calls(requests)
         out: list[EnqueueResult | None] = [None] * len(requests)
         todo: list[NewRequest] = []
         at: list[int] = []
@@ -148,10 +150,12 @@ class RedisRecords:
     def lease(self, worker: str, n: int, seconds: float) -> list[Leased]:
         if n <= 0:
             return []
-        back, self._leased_back = self._leased_back[:n], self._leased_back[n:]
-        n -= sum(1 for x in back if not x.error)
-        if n <= 0:
-            return back
+        back: list[Leased] = []
+        if self._leased_back:  # leased beside a failed partition: handed out first
+            back, self._leased_back = self._leased_back[:n], self._leased_back[n:]
+            n -= sum(1 for x in back if not x.error)
+            if n <= 0:
+                return back
         if self.conn.parts == 1:
             return back + self._lease_at(0, worker, n, seconds)
         got: dict[int, list[Leased]] = {}
@@ -260,16 +264,16 @@ class RedisRecords:
                     args += [r.fingerprint, str(r.token), r.cls, r.reason, *packs(r.fingerprint)]
             calls.append((part, "finish", args))
         # a call finished by an earlier try whose sibling failed is not sent again
-        keys = [tuple(args) for _, _, args in calls]
-        done = [self._finished.pop(k, None) for k in keys]
+        done: list[int | None] = [None] * len(calls)
+        if self._finished:
+            done = [self._finished.pop(tuple(args), None) for _, _, args in calls]
         send = [c for c, d in zip(calls, done, strict=True) if d is None]
         answered: dict[int, Any] = {}
         try:
             replies = self.conn.call_many(send, answered=answered)
         except Exception:
-            sent_keys = [tuple(args) for _, _, args in send]
-            self._finished.update((sent_keys[i], int(x)) for i, x in answered.items())
-            self._finished.update((k, d) for k, d in zip(keys, done, strict=True) if d is not None)
+            self._finished.update((tuple(send[i][2]), int(x)) for i, x in answered.items())
+            self._finished.update((tuple(c[2]), d) for c, d in zip(calls, done, strict=True) if d is not None)
             raise
         n = sum(int(x) for x in replies) + sum(d for d in done if d is not None)
         self._finished.clear()
